@@ -1,0 +1,33 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+LOGDIR ?= demo_logs
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: install demo test lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: requirements-ci.txt pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -r requirements-ci.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/python examples/keras_digits.py --logdir $(LOGDIR)/keras --epochs 3
+
+lint: install
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) $(LOGDIR)

@@ -1,0 +1,141 @@
+"""The neutral event table that every reader produces and the analysis consumes.
+
+One row per timed event (Chrome-trace "complete" events, XPlane events). Columns, with their units:
+
+========== ======== ==========================================================================================
+column     dtype    meaning
+========== ======== ==========================================================================================
+name       str      event name as the profiler wrote it (op name, kernel name, ``ProfilerStep#12``, ...)
+kind       str      one of the ``KIND_*`` constants below: what the analysis treats the event as
+ts_us      float64  start time, microseconds, on the trace's own clock (host and device events share it)
+dur_us     float64  duration, microseconds
+self_us    float64  ``dur_us`` minus the time of events nested directly inside it on the same ``pid``/``tid``
+on_device  bool     True for events executed on an accelerator (kernels, device copies)
+pid        str      process (Kineto) or plane (XSpace) the event belongs to
+tid        str      thread (Kineto), line (XSpace) or device stream
+op         str      for device events, the host operator that launched it (via the correlation id), else ""
+launch_us  float64  for device events, the start of the host call that launched it (NaN when unknown);
+                    the analysis assigns a device event to the step in which it was launched
+copy_kind  str      for memory copies: ``htod_pinned``, ``htod_pageable``, ``htod`` (memory kind unknown,
+                    e.g. ROCm's ``Host -> Device``), ``dtoh``, ``dtod``; "" for every other event
+bytes      float64  bytes moved by a copy (NaN when the trace does not say)
+step_num   float64  the step number of a ``KIND_STEP`` event (NaN otherwise or when unknown)
+========== ======== ==========================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KIND_STEP = "step"
+"""A training-step marker: Kineto ``ProfilerStep#N``, an XSpace event carrying ``_r=1`` / ``step_num``."""
+KIND_INPUT = "input"
+"""Time the training loop blocked on its input: DataLoader ``__next__``, TF ``IteratorGetNext``."""
+KIND_OP = "op"
+"""A framework operator executed on the host (Kineto ``cpu_op``, a TF op on a ``tf_Compute`` line)."""
+KIND_KERNEL = "kernel"
+"""A device kernel."""
+KIND_MEMCPY = "memcpy"
+"""A device memory copy (``copy_kind`` says which direction)."""
+KIND_COLLECTIVE = "collective"
+"""Collective communication (NCCL / RCCL kernels, gloo ops, TF collective ops)."""
+KIND_ANNOTATION = "annotation"
+"""A user annotation (``record_function``, ``tf.profiler.experimental.Trace``) that is not a step."""
+KIND_EXCLUDED = "excluded"
+"""A span whose time is not training (validation run inside a profiled window): removed from step time."""
+KIND_OTHER = "other"
+"""Anything else: runtime calls, Python functions, memsets, ..."""
+
+KINDS = (
+    KIND_STEP,
+    KIND_INPUT,
+    KIND_OP,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_COLLECTIVE,
+    KIND_ANNOTATION,
+    KIND_EXCLUDED,
+    KIND_OTHER,
+)
+
+COLUMNS: dict[str, str] = {
+    "name": "object",
+    "kind": "object",
+    "ts_us": "float64",
+    "dur_us": "float64",
+    "self_us": "float64",
+    "on_device": "bool",
+    "pid": "object",
+    "tid": "object",
+    "op": "object",
+    "launch_us": "float64",
+    "copy_kind": "object",
+    "bytes": "float64",
+    "step_num": "float64",
+}
+
+_DEFAULTS: dict[str, Any] = {
+    "op": "",
+    "launch_us": np.nan,
+    "copy_kind": "",
+    "bytes": np.nan,
+    "step_num": np.nan,
+    "on_device": False,
+}
+
+
+def make_table(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """Build an event table from row dicts (or a partial frame) and compute ``self_us``.
+
+    Missing optional columns get their defaults; ``self_us`` is always recomputed.
+
+    Args:
+        rows: mappings with at least ``name``, ``kind``, ``ts_us``, ``dur_us``, ``pid``, ``tid``.
+
+    Returns:
+        A DataFrame with exactly :data:`COLUMNS`, sorted by ``ts_us``.
+    """
+    df = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+    for col, default in _DEFAULTS.items():
+        if col not in df.columns:
+            df[col] = default
+    for col in ("name", "kind", "pid", "tid"):
+        if col not in df.columns:
+            df[col] = pd.Series(dtype="object")
+    for col in ("ts_us", "dur_us"):
+        if col not in df.columns:
+            df[col] = pd.Series(dtype="float64")
+    df["pid"] = df["pid"].astype(str)
+    df["tid"] = df["tid"].astype(str)
+    df["self_us"] = 0.0
+    df = df[list(COLUMNS)].astype(COLUMNS)
+    df = df.sort_values(["ts_us", "dur_us"], ascending=[True, False], kind="stable").reset_index(drop=True)
+    df["self_us"] = _self_times(df)
+    return df
+
+
+def _self_times(df: pd.DataFrame) -> np.ndarray:
+    """Self time of every event: its duration minus its direct children's, per ``pid``/``tid``.
+
+    Events are nested by time on the same thread/line (a child starts at or after its parent and ends at or
+    before it); partial overlaps are clipped to the parent. ``df`` must be sorted by start, longest first.
+    """
+    out = df["dur_us"].to_numpy(dtype=float, copy=True)
+    if df.empty:
+        return out
+    ts = df["ts_us"].to_numpy(dtype=float)
+    end = ts + df["dur_us"].to_numpy(dtype=float)
+    for _, idx in df.groupby(["pid", "tid"], sort=False).indices.items():
+        stack: list[int] = []
+        for i in idx:  # idx is in table order, i.e. sorted by start then longest first
+            while stack and end[stack[-1]] <= ts[i]:
+                stack.pop()
+            if stack:
+                parent = stack[-1]
+                out[parent] -= min(end[i], end[parent]) - ts[i]
+            stack.append(i)
+    return np.maximum(out, 0.0)
