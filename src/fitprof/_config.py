@@ -1,0 +1,99 @@
+"""Argument checking shared by the Keras and the Lightning ``FitProfiler`` (same names, same meaning)."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_PROFILE_BATCH = (6, 10)
+"""Steps 6-10 of every profiled epoch (1-based, inclusive): skips 5 steps of compilation and warm-up."""
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Checked settings.
+
+    Attributes:
+        first_step: first profiled step of an epoch, 1-based (step 1 is the epoch's first batch).
+        last_step: last profiled step of an epoch, 1-based, inclusive (``>= first_step``).
+        every_n_epochs: profile epochs 0, N, 2N, ... (0-based epoch index).
+        top_k: how many operators to log.
+    """
+
+    first_step: int
+    last_step: int
+    every_n_epochs: int
+    top_k: int
+
+    @property
+    def num_steps(self) -> int:
+        return self.last_step - self.first_step + 1
+
+    def profiles_epoch(self, epoch: int) -> bool:
+        """Whether the 0-based ``epoch`` gets a window."""
+        return epoch % self.every_n_epochs == 0
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def parse_profile_batch(value: Any) -> tuple[int, int]:
+    """Parse ``profile_batch`` into a 1-based inclusive ``(first, last)`` pair of steps in an epoch.
+
+    Accepts an int ``n`` (profile step ``n`` only), a ``(first, last)`` pair, or the string ``"first,last"``
+    that Keras's ``TensorBoard(profile_batch=...)`` takes.
+
+    Raises:
+        TypeError: for a value of another type.
+        ValueError: for steps < 1, a reversed pair, or a malformed string.
+    """
+    allowed = "an int >= 1, a (first, last) pair with 1 <= first <= last, or a 'first,last' string"
+    raw = value
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        try:
+            nums = [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"profile_batch must be {allowed}; got {raw!r}") from None
+        if len(nums) == 1:
+            nums = nums * 2
+        if len(nums) != 2:
+            raise ValueError(f"profile_batch must be {allowed}; got {raw!r}")
+        value = tuple(nums)
+    if _is_int(value):
+        value = (int(value), int(value))
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2 or not all(_is_int(v) for v in value):
+            raise ValueError(f"profile_batch must be {allowed}; got {raw!r}")
+        first, last = int(value[0]), int(value[1])
+        if first < 1 or last < first:
+            raise ValueError(f"profile_batch must be {allowed}; got {raw!r}")
+        return first, last
+    raise TypeError(f"profile_batch must be {allowed}; got {raw!r} of type {type(raw).__name__}")
+
+
+def check_positive_int(name: str, value: Any) -> int:
+    """Return ``value`` if it is an int >= 1.
+
+    Raises:
+        TypeError: if it is not an int (bools are refused).
+        ValueError: if it is < 1.
+    """
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int >= 1; got {value!r} of type {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be an int >= 1; got {value!r}")
+    return int(value)
+
+
+def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileConfig:
+    """Check the shared arguments of both callbacks (see :class:`ProfileConfig`)."""
+    first, last = parse_profile_batch(profile_batch)
+    return ProfileConfig(
+        first_step=first,
+        last_step=last,
+        every_n_epochs=check_positive_int("every_n_epochs", every_n_epochs),
+        top_k=check_positive_int("top_k", top_k),
+    )
