@@ -50,6 +50,9 @@ KIND_EXCLUDED = "excluded"
 KIND_OTHER = "other"
 """Anything else: runtime calls, Python functions, memsets, ..."""
 
+VALIDATION_ANNOTATION = "fitprof/validation"
+"""Name of the annotation the callbacks put around validation run inside a profiled window (-> KIND_EXCLUDED)."""
+
 KINDS = (
     KIND_STEP,
     KIND_INPUT,
