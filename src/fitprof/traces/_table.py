@@ -9,7 +9,9 @@ name       str      event name as the profiler wrote it (op name, kernel name, `
 kind       str      one of the ``KIND_*`` constants below: what the analysis treats the event as
 ts_us      float64  start time, microseconds, on the trace's own clock (host and device events share it)
 dur_us     float64  duration, microseconds
-self_us    float64  ``dur_us`` minus the time of events nested directly inside it on the same ``pid``/``tid``
+self_us    float64  for host operators (``KIND_OP``, ``KIND_COLLECTIVE``, ``KIND_INPUT``): ``dur_us`` minus the
+                    operators nested directly inside it on the same ``pid``/``tid`` (as torch's self CPU time
+                    and xprof's self time count it); ``dur_us`` for every other event
 on_device  bool     True for events executed on an accelerator (kernels, device copies)
 pid        str      process (Kineto) or plane (XSpace) the event belongs to
 tid        str      thread (Kineto), line (XSpace) or device stream
@@ -121,18 +123,25 @@ def make_table(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame
     return df
 
 
-def _self_times(df: pd.DataFrame) -> np.ndarray:
-    """Self time of every event: its duration minus its direct children's, per ``pid``/``tid``.
+_SELF_TIME_KINDS = ("op", "collective", "input")
 
-    Events are nested by time on the same thread/line (a child starts at or after its parent and ends at or
-    before it); partial overlaps are clipped to the parent. ``df`` must be sorted by start, longest first.
+
+def _self_times(df: pd.DataFrame) -> np.ndarray:
+    """Self time of host operators: duration minus the direct children's, per ``pid``/``tid``.
+
+    Only operator-like events take part (annotations, runtime calls and executor bookkeeping neither get nor
+    lose time): an operator's children are the operators nested in it by time on the same thread/line (a
+    child starts at or after its parent); partial overlaps are clipped to the parent. ``df`` must be sorted by
+    start, longest first. Every other event keeps ``dur_us``.
     """
     out = df["dur_us"].to_numpy(dtype=float, copy=True)
     if df.empty:
         return out
     ts = df["ts_us"].to_numpy(dtype=float)
     end = ts + df["dur_us"].to_numpy(dtype=float)
-    for _, idx in df.groupby(["pid", "tid"], sort=False).indices.items():
+    ops = df[df["kind"].isin(_SELF_TIME_KINDS) & ~df["on_device"]]
+    for _, idx in ops.groupby(["pid", "tid"], sort=False).indices.items():
+        idx = ops.index.to_numpy()[idx]
         stack: list[int] = []
         for i in idx:  # idx is in table order, i.e. sorted by start then longest first
             while stack and end[stack[-1]] <= ts[i]:

@@ -1,0 +1,151 @@
+"""XSpace (``.xplane.pb``) reader: TensorFlow / JAX profiles -> the neutral event table.
+
+Parsing uses xprof's own C-backed XSpace reader (``xprof.profile_data.ProfileData``), so TensorFlow is not
+needed. How events are classified (see :mod:`fitprof.traces._table` for the kinds):
+
+* steps: events carrying a ``step_num`` stat outside the ``tf_data*`` / ``tf_Compute*`` lines, i.e. the
+  ``tf.profiler.experimental.Trace(..., step_num=n, _r=1)`` markers fitprof writes (xprof needs ``_r=1`` to
+  find them; fitprof also accepts Keras's own ``Trace("Profiled Step", step_num=n)`` without it);
+* input: ``IteratorGetNextOp::DoCompute`` (and TF ops of type ``IteratorGetNext*``): the training loop blocked
+  on ``tf.data``, as xprof's input-pipeline analysis counts it;
+* host ops: events on ``tf_Compute*`` lines named ``<op name>:<op type>``; the table's ``name`` is the op name,
+  as xprof's ``framework_op_stats`` reports it; collective op types -> ``KIND_COLLECTIVE``;
+* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
+  (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
+  stat's op name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from fitprof._imports import require
+from fitprof.traces._table import (
+    KIND_ANNOTATION,
+    KIND_COLLECTIVE,
+    KIND_INPUT,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_OP,
+    KIND_OTHER,
+    KIND_STEP,
+    make_table,
+)
+
+_COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceScatter|AllToAll)", re.IGNORECASE)
+_BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
+
+
+def _copy_kind(name: str, details: str) -> str:
+    low = (name + " " + details).lower()
+    if "h2d" in low or "htod" in low or "host_to_device" in low:
+        if "pageable" in low:
+            return "htod_pageable"
+        if "pinned" in low:
+            return "htod_pinned"
+        return "htod"
+    if "d2h" in low or "dtoh" in low:
+        return "dtoh"
+    if "d2d" in low or "dtod" in low:
+        return "dtod"
+    return ""
+
+
+def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read one ``.xplane.pb`` file into an event table.
+
+    Args:
+        path: the XSpace file, e.g. ``<log_dir>/plugins/profile/<session>/<host>.xplane.pb``.
+
+    Returns:
+        The event table (columns in :data:`fitprof.traces.COLUMNS`); ``attrs`` holds ``format="xspace"``,
+        ``path`` and ``host`` (the file name's stem).
+
+    Raises:
+        TraceError: if the file is missing, empty, or not an XSpace protobuf.
+    """
+    from fitprof.traces import TraceError
+
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(f"{p}: no such file")
+    data = p.read_bytes()
+    if not data:
+        raise TraceError(f"{p}: empty file, not an XSpace")
+    profile_data = require("xprof.profile_data", "Reading .xplane.pb files")
+    try:
+        space = profile_data.ProfileData.from_serialized_xspace(data)
+        planes = space.planes
+    except Exception as err:  # the C reader raises various errors for bad bytes
+        raise TraceError(f"{p}: not an XSpace protobuf ({err})") from None
+    rows: list[dict[str, Any]] = []
+    has_host_plane = False
+    for plane in planes:
+        pname = plane.name
+        on_device = pname.startswith("/device:")
+        if not on_device and not pname.startswith("/host:"):
+            continue  # Task Environment, metadata planes
+        has_host_plane |= not on_device
+        for line in plane.lines:
+            lname = line.name
+            if on_device and not lname.lower().startswith("stream"):
+                continue  # derived lines (XLA Modules, Steps, ...) repeat the stream events
+            is_tf_data = lname.startswith("tf_data")
+            is_compute = lname.startswith("tf_Compute")
+            for ev in line.events:
+                name = ev.name
+                stats = dict(ev.stats)
+                row: dict[str, Any] = {
+                    "name": name,
+                    "ts_us": ev.start_ns / 1e3,
+                    "dur_us": ev.duration_ns / 1e3,
+                    "pid": pname,
+                    "tid": lname,
+                    "on_device": on_device,
+                }
+                if on_device:
+                    kind = _copy_kind(name, stats.get("memcpy_details", ""))
+                    if kind or name.lower().startswith("memcpy"):
+                        row["kind"] = KIND_MEMCPY
+                        row["copy_kind"] = kind
+                        m = _BYTES.search(stats.get("memcpy_details", ""))
+                        if m:
+                            row["bytes"] = float(m.group(1))
+                    elif "nccl" in name.lower() or "rccl" in name.lower():
+                        row["kind"] = KIND_COLLECTIVE
+                    else:
+                        row["kind"] = KIND_KERNEL
+                    tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
+                    row["op"] = tf_op.split(":")[0]
+                elif name == "IteratorGetNextOp::DoCompute":
+                    row["kind"] = KIND_INPUT
+                elif "step_num" in stats and not (is_tf_data or is_compute):
+                    row["kind"] = KIND_STEP
+                    try:
+                        row["step_num"] = float(stats["step_num"])
+                    except ValueError:
+                        pass
+                elif is_compute and ":" in name and not name.startswith(("ExecutorState", "Threadpool")):
+                    op_name, _, op_type = name.rpartition(":")
+                    row["name"] = op_name
+                    if op_type.startswith("IteratorGetNext"):
+                        row["kind"] = KIND_INPUT
+                    elif _COLLECTIVE_TYPES.match(op_type):
+                        row["kind"] = KIND_COLLECTIVE
+                    else:
+                        row["kind"] = KIND_OP
+                elif "_r" in stats and not is_tf_data:
+                    row["kind"] = KIND_ANNOTATION
+                else:
+                    row["kind"] = KIND_OTHER
+                rows.append(row)
+    if not has_host_plane:
+        raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
+    table = make_table(rows)
+    table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
+    return table
