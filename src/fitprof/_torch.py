@@ -1,0 +1,276 @@
+"""torch.profiler machinery shared by the Lightning callback (and Keras on the torch backend).
+
+:class:`TorchProfileWindow` opens one profiling window at a time, marks training steps with
+``ProfilerStep#N`` spans, wraps validation in :data:`~fitprof.traces._table.VALIDATION_ANNOTATION` and exports
+a gzipped Kineto trace on stop. Every profiler call is guarded: a failure gives one warning, drops the window
+and never reaches the training loop.
+
+Why our own ``ProfilerStep#N`` spans: ``torch.profiler.profile.step()`` records ``ProfilerStep#N`` only when
+the profiler has a ``schedule`` (``record_steps``); a schedule would start and stop Kineto on its own. We
+open the profiler directly and enter ``record_function(f"ProfilerStep#{n}")`` ourselves, which gives the
+same name and category (``user_annotation``) as torch's own step spans, with step boundaries where the
+caller puts them (at batch end, so that a step holds its batch fetch and host-to-device copy).
+
+``distributedInfo`` (backend, rank, world size) is written into the trace by torch itself
+(``torch.profiler.profile.start_trace``) whenever ``torch.distributed`` is initialised, so it is not added
+here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import socket
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity, profile
+
+from fitprof.traces._table import VALIDATION_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+STEP_PREFIX = "ProfilerStep#"
+"""Kineto's step-span prefix; the trace reader maps ``ProfilerStep#N`` to a step."""
+TRACE_SUFFIX = ".pt.trace.json.gz"
+
+
+def _default_warn(message: str) -> None:
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def global_rank() -> int:
+    """The process's global rank: ``torch.distributed`` when initialised, else ``$RANK``, else 0."""
+    try:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return int(torch.distributed.get_rank())
+    except Exception:  # pragma: no cover - defensive: a broken process group must not stop training
+        pass
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def session_name(directory: str | os.PathLike[str] | None = None, suffix: str = "") -> str:
+    """A session name ``YYYY_MM_DD_HH_MM_SS[_suffix]`` (TF's run-folder format), unique in ``directory``.
+
+    Timestamps have one-second resolution, so when ``<directory>/<name>`` exists already ``_2``, ``_3``, ...
+    is appended until it does not.
+    """
+    name = datetime.datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
+    if suffix:
+        name = f"{name}_{suffix}"
+    if directory is None:
+        return name
+    base, n = name, 2
+    while (Path(directory) / name).exists():
+        name = f"{base}_{n}"
+        n += 1
+    return name
+
+
+def trace_file_name(session: str, rank: int, host: str | None = None) -> str:
+    """``<host>_rank<global rank>.<session>.pt.trace.json.gz`` (two nodes never collide)."""
+    host = host or socket.gethostname()
+    return f"{host}_rank{rank}.{session}{TRACE_SUFFIX}"
+
+
+def profiler_running() -> bool:
+    """Whether a torch profiler (ours, Lightning's, a user's) is enabled on this thread."""
+    try:
+        return bool(torch.autograd._profiler_enabled())
+    except Exception:  # pragma: no cover - private API moved
+        return False
+
+
+class TorchProfileWindow:
+    """Start, mark and stop one torch.profiler window at a time.
+
+    The window records CPU activity, plus CUDA when a CUDA device is available. Nothing else is recorded by
+    default (no stacks, shapes or memory): a 5-step window of a small model is tens of KB gzipped.
+
+    Args:
+        record_shapes: record operator input shapes (bigger traces).
+        profile_memory: record allocations (bigger traces).
+        with_stack: record Python stacks (traces ~20x bigger).
+        warn: how to warn (default: :func:`warnings.warn`); each distinct problem is warned once per instance.
+
+    Attributes:
+        trace_path: the trace exported by the last :meth:`stop`, or None.
+        started_here: True while a window that this object started is open.
+    """
+
+    def __init__(
+        self,
+        *,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        warn: Callable[[str], Any] | None = None,
+    ) -> None:
+        self.record_shapes = record_shapes
+        self.profile_memory = profile_memory
+        self.with_stack = with_stack
+        self._warn_fn = warn or _default_warn
+        self._warned: set[str] = set()
+        self._prof: profile | None = None
+        self._step: record_function | None = None
+        self._annotations: list[record_function] = []
+        self._path: Path | None = None
+        self.trace_path: Path | None = None
+        self.step_num: int | None = None
+
+    # ----------------------------------------------------------------------------------------------- state
+    @property
+    def started_here(self) -> bool:
+        return self._prof is not None
+
+    def warn_once(self, key: str, message: str) -> None:
+        """Warn ``message`` unless a warning with ``key`` was already given by this object."""
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        try:
+            self._warn_fn(message)
+        except Exception:  # a warning must never break training (e.g. warnings turned into errors)
+            log.warning(message)
+
+    # ----------------------------------------------------------------------------------------------- start
+    def start(self, directory: str | os.PathLike[str], session: str, *, rank: int | None = None) -> bool:
+        """Open a window whose trace will be ``<directory>/<host>_rank<rank>.<session>.pt.trace.json.gz``.
+
+        Returns:
+            True if the profiler was started. False, after one warning, if another torch profiler is already
+            running on this thread (never start a second one: torch raises and can segfault at exit), if this
+            object's window is still open, or if the start failed.
+        """
+        if self._prof is not None:
+            self.warn_once("open", "fitprof: a profiling window is already open; not starting another.")
+            return False
+        if profiler_running():
+            self.warn_once(
+                "busy",
+                "fitprof: another torch profiler is already running (e.g. Trainer(profiler='pytorch') or "
+                "your own torch.profiler.profile); fitprof does not start a second one and skips its windows "
+                "while that one runs.",
+            )
+            return False
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        rank = global_rank() if rank is None else rank
+        prof: profile | None = None
+        try:
+            prof = profile(
+                activities=activities,
+                record_shapes=self.record_shapes,
+                profile_memory=self.profile_memory,
+                with_stack=self.with_stack,
+            )
+            prof.start()
+        except Exception as err:
+            self.warn_once("start", f"fitprof: could not start the torch profiler ({err!r}); window skipped.")
+            if prof is not None and profiler_running():  # half-started: undo what we did
+                with contextlib.suppress(Exception):
+                    prof.stop()
+            return False
+        self._prof = prof
+        self._path = Path(directory) / trace_file_name(session, rank)
+        self.step_num = None
+        return True
+
+    # ----------------------------------------------------------------------------------------------- marks
+    def begin_step(self, n: int) -> None:
+        """Close the open step span, if any, and open ``ProfilerStep#n``."""
+        if self._prof is None:
+            return
+        self.end_step()
+        try:
+            rf = record_function(f"{STEP_PREFIX}{n}")
+            rf.__enter__()
+        except Exception as err:
+            self.warn_once("mark", f"fitprof: could not mark a profiler step ({err!r}).")
+            return
+        self._step = rf
+        self.step_num = n
+
+    def end_step(self) -> None:
+        """Close the open step span, if any."""
+        rf, self._step = self._step, None
+        if rf is not None:
+            try:
+                rf.__exit__(None, None, None)
+            except Exception as err:
+                self.warn_once("mark", f"fitprof: could not mark a profiler step ({err!r}).")
+
+    def begin_annotation(self, name: str = VALIDATION_ANNOTATION) -> None:
+        """Open a ``record_function(name)`` span (default: the validation annotation) inside the window."""
+        if self._prof is None:
+            return
+        try:
+            rf = record_function(name)
+            rf.__enter__()
+        except Exception as err:
+            self.warn_once("mark", f"fitprof: could not annotate {name!r} ({err!r}).")
+            return
+        self._annotations.append(rf)
+
+    def end_annotation(self) -> None:
+        """Close the innermost annotation opened by :meth:`begin_annotation`, if any."""
+        if self._annotations:
+            rf = self._annotations.pop()
+            try:
+                rf.__exit__(None, None, None)
+            except Exception as err:
+                self.warn_once("mark", f"fitprof: could not close an annotation ({err!r}).")
+
+    # ------------------------------------------------------------------------------------------------ stop
+    def stop(self, *, export: bool = True) -> Path | None:
+        """Close open spans, stop the profiler this object started and export its trace.
+
+        Does nothing (returns None) when no window of this object is open: it never stops a profiler it did
+        not start.
+
+        Returns:
+            The path of the gzipped Kineto trace, or None when nothing was exported (no window, ``export``
+            False, or a failure, which is warned about once).
+        """
+        prof, self._prof = self._prof, None
+        if prof is None:
+            return None
+        while self._annotations:
+            self.end_annotation()
+        self.end_step()
+        path, self._path = self._path, None
+        try:
+            prof.stop()
+        except Exception as err:
+            self.warn_once("stop", f"fitprof: stopping the torch profiler failed ({err!r}); window dropped.")
+            return None
+        if not export or path is None:
+            return None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(os.fspath(path))  # a ``.gz`` name makes torch gzip it
+        except Exception as err:
+            self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
+            return None
+        self.trace_path = path
+        return path
+
+
+__all__ = [
+    "STEP_PREFIX",
+    "TorchProfileWindow",
+    "global_rank",
+    "profiler_running",
+    "session_name",
+    "trace_file_name",
+]
