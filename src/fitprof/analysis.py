@@ -114,11 +114,7 @@ class BottleneckReport:
         elif self.verdict == "host-to-device-bound":
             why = f"host-to-device copies took {self.htod_percent:.1f}% of step time"
         elif self.verdict == "compute-bound":
-            why = (
-                f"top operator {top.name} takes {top.percent:.1f}% of step time"
-                if top
-                else "no input or copy wait"
-            )
+            why = f"top operator {top.name} takes {top.percent:.1f}% of step time" if top else "no input or copy wait"
         else:
             why = f"input {self.input_percent:.1f}%, host-to-device {self.htod_percent:.1f}% of step time"
         return f"{self.verdict}: {why}."
@@ -304,9 +300,7 @@ def analyze_table(
     htod_us = float(dur[htod].sum())
     htod_bytes = float(np.nansum(nbytes[htod])) if htod.any() else 0.0
     known_bytes = htod & ~np.isnan(nbytes)
-    htod_gbps = (
-        float(nbytes[known_bytes].sum() / dur[known_bytes].sum() / 1e3) if dur[known_bytes].sum() > 0 else 0.0
-    )
+    htod_gbps = float(nbytes[known_bytes].sum() / dur[known_bytes].sum() / 1e3) if dur[known_bytes].sum() > 0 else 0.0
     pinned_us = float(dur[dev_in & (copy_kind == "htod_pinned")].sum())
     pageable_us = float(dur[dev_in & (copy_kind == "htod_pageable")].sum())
     dtoh_us = float(dur[dev_in & (kind == KIND_MEMCPY) & (copy_kind == "dtoh")].sum())
@@ -365,9 +359,7 @@ def analyze_table(
     )
 
 
-def _intersect(
-    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
+def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two disjoint, sorted interval sets, as a disjoint, sorted set."""
     (as_, ae), (bs, be) = a, b
     out_s: list[float] = []

@@ -9,7 +9,7 @@ needed. How events are classified (see :mod:`fitprof.traces._table` for the kind
 * input: ``IteratorGetNextOp::DoCompute`` (and TF ops of type ``IteratorGetNext*``): the training loop blocked
   on ``tf.data``, as xprof's input-pipeline analysis counts it;
 * host ops: events on ``tf_Compute*`` lines named ``<op name>:<op type>``; the table's ``name`` is the op name,
-  as xprof's ``framework_op_stats`` reports it; collective op types -> ``KIND_COLLECTIVE``;
+  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
 * device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
@@ -38,6 +38,8 @@ from fitprof.traces._table import (
 )
 
 _COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceScatter|AllToAll)", re.IGNORECASE)
+_FUNCTION_PREFIX = "StatefulPartitionedCall/"
+"""Prefix of every op inside a ``tf.function`` (Keras's train step); dropped from op names for readability."""
 _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
 
 
@@ -132,7 +134,7 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                         pass
                 elif is_compute and ":" in name and not name.startswith(("ExecutorState", "Threadpool")):
                     op_name, _, op_type = name.rpartition(":")
-                    row["name"] = op_name
+                    row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith("IteratorGetNext"):
                         row["kind"] = KIND_INPUT
                     elif _COLLECTIVE_TYPES.match(op_type):

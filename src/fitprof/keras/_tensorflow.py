@@ -1,0 +1,87 @@
+"""The TensorFlow-backend window: ``tf.profiler`` into a private folder, moved into a new session folder."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fitprof._session import new_session_dir
+
+log = logging.getLogger(__name__)
+
+
+class TFWindow:
+    """One profiled window on the TensorFlow backend.
+
+    ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
+    ``tf.profiler.experimental.Trace("train", step_num=n, _r=1)``, the marker xprof needs to find steps;
+    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/``.
+    Every call is guarded: a failure is raised as ``RuntimeError`` for the callback to turn into a warning.
+    """
+
+    framework = "tensorflow"
+    trace_suffix = ".xplane.pb"
+
+    def __init__(self, log_dir: str) -> None:
+        import tensorflow as tf
+
+        self._tf = tf
+        self._log_dir = log_dir
+        self._tmp: str | None = None
+        self._step: Any = None
+
+    def start(self) -> None:
+        self._tmp = tempfile.mkdtemp(prefix="fitprof-tf-")
+        try:
+            self._tf.profiler.experimental.start(self._tmp)
+        except Exception as err:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+            raise RuntimeError(f"tf.profiler could not start: {err}") from err
+
+    def begin_step(self, step: int) -> None:
+        self._step = self._tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+        self._step.__enter__()
+
+    def end_step(self) -> None:
+        if self._step is not None:
+            self._step.__exit__(None, None, None)
+            self._step = None
+
+    def stop(self) -> Path:
+        """Stop the profiler and return the moved ``.xplane.pb``.
+
+        Raises:
+            RuntimeError: if stopping fails or no ``.xplane.pb`` was written.
+        """
+        self.end_step()
+        tmp, self._tmp = self._tmp, None
+        try:
+            self._tf.profiler.experimental.stop()
+        except Exception as err:
+            raise RuntimeError(f"tf.profiler could not stop: {err}") from err
+        try:
+            written = sorted(Path(tmp or ".").glob("plugins/profile/*/*.xplane.pb"))
+            if not written:
+                raise RuntimeError("tf.profiler wrote no .xplane.pb")
+            session = new_session_dir(self._log_dir)
+            target = session / written[-1].name
+            shutil.move(str(written[-1]), target)
+            return target
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Stop a running profiler without keeping anything (used after a failure)."""
+        self._step = None
+        try:
+            self._tf.profiler.experimental.stop(save=False)
+        except Exception:
+            pass
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None

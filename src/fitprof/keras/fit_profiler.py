@@ -1,0 +1,223 @@
+"""``FitProfiler`` for Keras 3: profile chosen training steps, log bottleneck scalars at every epoch end."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from fitprof import metrics
+from fitprof._config import DEFAULT_PROFILE_BATCH, make_config
+from fitprof._tbwriter import SummaryWriter
+from fitprof.analysis import BottleneckReport, analyze_table
+from fitprof.traces import read_trace
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_BACKENDS = ("tensorflow", "torch")
+
+
+class FitProfiler(keras.callbacks.Callback):
+    """Profile a few training steps of every epoch and log where the step time goes.
+
+    Add it to ``model.fit(..., callbacks=[FitProfiler(log_dir="logs")])``. In each profiled epoch it profiles
+    steps ``profile_batch`` (1-based, inclusive) with the backend's profiler, each step wrapped in a marker
+    xprof recognises, writes the profile to ``<log_dir>/plugins/profile/<session>/`` (a new session folder
+    per window, shown by TensorBoard's Profile tab), and at the epoch's end analyses it and logs:
+
+    * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
+      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and
+      ``fitprof/top_ops/<op name>`` (ms per step) as TensorBoard scalars in ``log_dir`` (step = epoch) and in
+      the epoch ``logs`` dict, so ``History`` and callbacks placed after this one (``CSVLogger``) see them;
+    * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``).
+
+    Definitions of every figure: :mod:`fitprof.metrics`. The report of each epoch stays in ``self.reports``.
+
+    Outside the window the batch hook only compares integers, and the callback does not override
+    ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
+    Profiling never stops training: a profiler that cannot start (another one running) or stop is reported
+    with one warning and the window is dropped.
+
+    Args:
+        log_dir: the TensorBoard run directory for the profile and the scalars.
+        profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
+            ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
+            leaves tracing, compilation and warm-up out.
+        every_n_epochs: profile epochs 0, N, 2N, ... (0-based).
+        top_k: how many operators to log by self time.
+
+    Raises:
+        ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,
+            or a Keras backend other than TensorFlow or torch.
+        TypeError: for arguments of the wrong type.
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] = "logs",
+        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
+        every_n_epochs: int = 1,
+        top_k: int = 5,
+    ) -> None:
+        super().__init__()
+        if not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a str or os.PathLike; got {log_dir!r} of type {type(log_dir).__name__}")
+        if not os.fspath(log_dir):
+            raise ValueError("log_dir must be a non-empty path; got ''")
+        self.config = make_config(profile_batch, every_n_epochs, top_k)
+        backend = keras.backend.backend()
+        if backend not in SUPPORTED_BACKENDS:
+            raise ValueError(
+                f"FitProfiler supports the Keras backends {SUPPORTED_BACKENDS}; the active backend is {backend!r}. "
+                "Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=torch."
+            )
+        self.backend = backend
+        self.log_dir = os.fspath(log_dir)
+        self.reports: dict[int, BottleneckReport] = {}
+        self.trace_paths: dict[int, Path] = {}
+        self._writer = SummaryWriter(self.log_dir)
+        self._window: Any = None  # the backend window while profiling
+        self._armed = False  # this epoch still has a window to open
+        self._step_open = False
+        self._epoch = 0
+        self._steps_seen = 0
+        self._warned: set[str] = set()
+
+    # -- helpers -------------------------------------------------------------------------------------------
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message)
+            import warnings
+
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _new_window(self) -> Any:
+        if self.backend == "tensorflow":
+            from fitprof.keras._tensorflow import TFWindow
+
+            return TFWindow(self.log_dir)
+        from fitprof.keras._torch import TorchKerasWindow
+
+        return TorchKerasWindow(self.log_dir)
+
+    def _open_window(self) -> None:
+        window = self._new_window()
+        try:
+            window.start()
+        except Exception as err:
+            self._warn_once("start", f"FitProfiler: profiling skipped for epoch {self._epoch}: {err}")
+            return
+        self._window = window
+
+    def _close_window(self) -> None:
+        """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
+        window, self._window = self._window, None
+        self._step_open = False
+        if window is None:
+            return
+        try:
+            self.trace_paths[self._epoch] = window.stop()
+        except Exception as err:
+            self._warn_once("stop", f"FitProfiler: the window of epoch {self._epoch} was dropped: {err}")
+            window.abort()
+
+    # -- Keras hooks ---------------------------------------------------------------------------------------
+
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
+        if self._window is not None:  # a previous fit ended inside a window (exception): flush it now
+            self._close_window()
+        self.reports = {}
+        self.trace_paths = {}
+        self._steps_seen = 0
+        spe = getattr(self.model, "steps_per_execution", 1) or 1
+        if int(spe) > 1:
+            self._warn_once(
+                "spe",
+                f"FitProfiler: steps_per_execution={int(spe)}: Keras runs {int(spe)} batches per call, so each "
+                "profiled step holds that many batches and step_time_ms is per execution, not per batch.",
+            )
+
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._epoch = epoch
+        self._armed = self.config.profiles_epoch(epoch)
+
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        if not self._armed:
+            return
+        step = batch + 1
+        if self._window is not None:
+            self._window.end_step()
+            if step > self.config.last_step:
+                self._armed = False
+                self._close_window()
+                return
+        elif step == self.config.first_step:
+            self._open_window()
+            if self._window is None:
+                self._armed = False
+                return
+        else:
+            return
+        self._window.begin_step(step)
+        self._step_open = True
+
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
+        # Validation at the end of an epoch is not training: end the window before it.
+        if self._window is not None:
+            self._armed = False
+            self._close_window()
+
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._steps_seen = max(self._steps_seen, int(self.params.get("steps") or 0) if self.params else 0)
+        if self._window is not None:
+            self._warn_once(
+                "short",
+                f"FitProfiler: epoch {epoch} ended inside the window (profile_batch="
+                f"{self.config.first_step},{self.config.last_step}); the steps profiled so far are analysed.",
+            )
+            self._close_window()
+        self._armed = False
+        path = self.trace_paths.get(epoch)
+        if path is None:
+            return
+        report = self._analyze(path)
+        if report is None:
+            return
+        self.reports[epoch] = report
+        scalars = report.scalars()
+        if logs is not None:
+            logs.update(scalars)
+        try:
+            self._writer.scalars(scalars, step=epoch)
+            self._writer.text(metrics.SUMMARY_TAG, report.summary_markdown(), step=epoch)
+            self._writer.flush()
+        except OSError as err:
+            self._warn_once("write", f"FitProfiler: could not write summaries to {self.log_dir}: {err}")
+
+    def _analyze(self, path: Path) -> BottleneckReport | None:
+        try:
+            t0 = time.perf_counter()
+            report = analyze_table(read_trace(path), top_k=self.config.top_k, framework=self.backend, source=str(path))
+            log.debug("FitProfiler: analysed %s in %.3f s", path, time.perf_counter() - t0)
+            return report
+        except Exception as err:
+            self._warn_once("analyze", f"FitProfiler: could not analyse {path}: {err}")
+            return None
+
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        if self._window is not None:
+            self._close_window()
+        if not self.trace_paths and self._warned.isdisjoint({"start", "stop"}):
+            steps = self._steps_seen or (self.params or {}).get("steps")
+            self._warn_once(
+                "never",
+                f"FitProfiler: nothing was profiled: the window starts at step {self.config.first_step} but "
+                f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
+            )
+        self._writer.close()
