@@ -40,7 +40,17 @@ def tensorboard(logdir: str | os.PathLike[str], timeout_s: float = 90.0) -> Iter
     port = _free_port()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     exe = Path(sys.executable).with_name("tensorboard")
-    cmd = [str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--reload_interval", "1"]
+    cmd = [
+        str(exe),
+        "--logdir",
+        str(logdir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--reload_interval",
+        "1",
+    ]
     log = open(Path(logdir) / ".tensorboard-test.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"

@@ -29,4 +29,12 @@ def analyze(path: str | os.PathLike[str], *, top_k: int = 5) -> BottleneckReport
     return analyze_table(read_trace(path), top_k=top_k, framework=framework, source=os.fspath(path))
 
 
-__all__ = ["BottleneckReport", "OpStat", "TraceError", "__version__", "analyze", "analyze_table", "read_trace"]
+__all__ = [
+    "BottleneckReport",
+    "OpStat",
+    "TraceError",
+    "__version__",
+    "analyze",
+    "analyze_table",
+    "read_trace",
+]
