@@ -1,0 +1,234 @@
+"""The Keras FitProfiler on the TensorFlow backend, end to end on the digits example, read back from real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+import fitprof  # noqa: E402
+from fitprof.keras import FitProfiler  # noqa: E402
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The example, default and --slow-input, two epochs each, in one parent log folder."""
+    import keras_digits
+
+    root = tmp_path_factory.mktemp("keras_runs")
+    fast = keras_digits.main(["--logdir", str(root / "fast"), "--epochs", "2"])
+    slow = keras_digits.main(["--logdir", str(root / "slow"), "--epochs", "2", "--slow-input"])
+    return {"root": root, "fast": fast, "slow": slow}
+
+
+def _xplanes(run_dir: Path) -> list[Path]:
+    return sorted(run_dir.glob("plugins/profile/*/*.xplane.pb"))
+
+
+def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the run, read with tensorboard's own event reader."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    out: dict[str, list[tuple[int, float]]] = {}
+    for tag in acc.Tags()["tensors"]:
+        events = acc.Tensors(tag)
+        if events and events[0].tensor_proto.dtype != tf.string.as_datatype_enum:
+            out[tag] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in events]
+    return out
+
+
+def test_one_xplane_per_window_in_its_own_session(runs: dict[str, Any]) -> None:
+    files = _xplanes(runs["root"] / "fast")
+    assert len(files) == 2  # two epochs, one window each
+    assert len({f.parent for f in files}) == 2
+
+
+def test_scalars_read_back_from_event_files(runs: dict[str, Any]) -> None:
+    scalars = _scalars(runs["root"] / "fast")
+    for key in (
+        "fitprof/step_time_ms",
+        "fitprof/input_percent",
+        "fitprof/htod_ms_per_step",
+        "fitprof/htod_percent",
+        "fitprof/steps_analyzed",
+    ):
+        assert [s for s, _ in scalars[key]] == [0, 1], key
+    reports = runs["fast"]
+    for epoch, report in reports.items():
+        assert scalars["fitprof/step_time_ms"][epoch][1] == pytest.approx(report.step_time_ms, rel=1e-6)
+        assert scalars["fitprof/input_percent"][epoch][1] == pytest.approx(report.input_percent, rel=1e-6, abs=1e-6)
+        assert scalars["fitprof/steps_analyzed"][epoch][1] == 5  # default window: steps 6-10
+        assert scalars["fitprof/htod_ms_per_step"][epoch][1] == 0.0  # CPU-only run
+        top = [k for k in scalars if k.startswith("fitprof/top_ops/")]
+        assert len(top) >= 5
+        assert f"fitprof/top_ops/{report.top_ops[0].name}" in scalars
+    assert all(0 < v < 1000 for _, v in scalars["fitprof/step_time_ms"])
+
+
+def test_text_summary_in_event_file(runs: dict[str, Any]) -> None:
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(str(runs["root"] / "slow"), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    texts = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("fitprof/summary")]
+    assert len(texts) == 2
+    assert "input-bound" in texts[-1] and "prefetch" in texts[-1]
+
+
+def test_slow_input_is_input_bound(runs: dict[str, Any]) -> None:
+    fast, slow = runs["fast"], runs["slow"]
+    for epoch in (0, 1):
+        assert slow[epoch].input_percent > fast[epoch].input_percent + 30
+        assert slow[epoch].verdict == "input-bound"
+        assert fast[epoch].verdict != "input-bound"
+    assert all(r.input_percent < 20 for r in fast.values())
+
+
+def _xprof_tool(path: Path, tool: str) -> Any:
+    from xprof.convert import raw_to_tool_data
+
+    data = raw_to_tool_data.xspace_to_tool_data([str(path)], tool, {})
+    if isinstance(data, tuple):
+        data = data[0]
+    return json.loads(data)
+
+
+def test_reader_agrees_with_xprof(runs: dict[str, Any]) -> None:
+    """Same files, two readers. Tolerances: step time and input share 0.5% relative / 0.5 pp (both sum the
+    same `train` markers and `IteratorGetNextOp::DoCompute` spans; xprof attributes by step, we clip the
+    union to the steps); op self time 2% (xprof counts occurrences across the whole capture, we count
+    those inside steps; on this model they are the same events)."""
+    for path in _xplanes(runs["root"] / "slow") + _xplanes(runs["root"] / "fast"):
+        report = fitprof.analyze(path, top_k=5)
+        ipa = _xprof_tool(path, "input_pipeline_analyzer")
+        rows = [[c.get("v") if c else None for c in r["c"]] for r in ipa[1]["rows"]]
+        cols = [c["id"] for c in ipa[1]["cols"]]
+        step_ms = [r[cols.index("stepTimeMs")] for r in rows]
+        infeed_ms = [r[cols.index("infeedTimeMs")] for r in rows]
+        assert len(rows) == report.steps_analyzed == 5
+        assert report.step_time_ms == pytest.approx(sum(step_ms) / len(step_ms), rel=5e-3)
+        assert report.input_percent == pytest.approx(100 * sum(infeed_ms) / sum(step_ms), abs=0.5)
+
+        ops = _xprof_tool(path, "framework_op_stats")[1]
+        ocols = [c["id"] for c in ops["cols"]]
+        xprof_self = {}
+        for r in ops["rows"]:
+            v = [c.get("v") if c else None for c in r["c"]]
+            name = str(v[ocols.index("operation")]).removeprefix("StatefulPartitionedCall/")
+            xprof_self[name] = v[ocols.index("total_self_time")] / 1e3 / report.steps_analyzed  # us -> ms/step
+        for op in report.top_ops:
+            assert op.name in xprof_self
+            assert op.self_ms_per_step == pytest.approx(xprof_self[op.name], rel=0.02)
+
+
+def test_profile_tab_lists_run_and_finds_steps(runs: dict[str, Any]) -> None:
+    from tbserver import get, tensorboard, wait_for
+
+    with tensorboard(runs["root"]) as base:
+        runs_listed = wait_for(lambda: get(base, "/data/plugin/profile/runs"))
+        fast_runs = [r for r in runs_listed if r.startswith("fast/")]
+        assert len(fast_runs) == 2, runs_listed
+        run = fast_runs[0]
+        tools = get(base, "/data/plugin/profile/run_tools", run=run)
+        assert "overview_page" in tools and "input_pipeline_analyzer" in tools
+        hosts = get(base, "/data/plugin/profile/hosts", run=run, tag="overview_page")
+        host = hosts[0]["hostname"] if isinstance(hosts[0], dict) else hosts[0]
+        overview = get(base, "/data/plugin/profile/data", run=run, tag="overview_page", host=host)
+        step_table = overview[1]
+        assert len(step_table["rows"]) == 5  # the overview finds the five marked steps
+        assert float(step_table["p"]["steptime_ms_average"]) > 0
+        assert "No step marker observed" not in json.dumps(overview)
+        ipa = get(base, "/data/plugin/profile/data", run=run, tag="input_pipeline_analyzer", host=host)
+        assert len(ipa[1]["rows"]) == 5  # the five marked steps
+        # Scalars of the same run directory.
+        tags = get(base, "/data/plugin/scalars/tags")
+        assert "fitprof/input_percent" in tags["fast"]
+
+
+def test_history_and_csvlogger_see_the_keys(tmp_path: Path) -> None:
+    import keras_digits
+
+    train, _ = keras_digits.make_dataset(False)
+    model = keras_digits.build_model()
+    csv = tmp_path / "log.csv"
+    hist = model.fit(
+        train.take(12),
+        epochs=2,
+        verbose=0,
+        callbacks=[
+            FitProfiler(tmp_path / "run", profile_batch=(3, 5), every_n_epochs=2),
+            keras.callbacks.CSVLogger(str(csv)),
+        ],
+    )
+    assert len(hist.history["fitprof/step_time_ms"]) == 1  # only epoch 0 is profiled with every_n_epochs=2
+    header, row0 = csv.read_text().splitlines()[:2]
+    cols = header.split(",")
+    assert "fitprof/input_percent" in cols
+    assert float(row0.split(",")[cols.index("fitprof/steps_analyzed")]) == 3
+
+
+def test_window_never_reached_warns(tmp_path: Path) -> None:
+    import keras_digits
+
+    train, _ = keras_digits.make_dataset(False)
+    model = keras_digits.build_model()
+    profiler = FitProfiler(tmp_path, profile_batch=(50, 60))
+    with pytest.warns(RuntimeWarning, match="nothing was profiled"):
+        model.fit(train.take(4), epochs=1, verbose=0, callbacks=[profiler])
+    assert profiler.reports == {}
+    assert not (tmp_path / "plugins").exists()
+
+
+def test_other_profiler_running_skips_and_fit_ends(tmp_path: Path) -> None:
+    import keras_digits
+
+    train, _ = keras_digits.make_dataset(False)
+    model = keras_digits.build_model()
+    tf.profiler.experimental.start(str(tmp_path / "user"))
+    try:
+        profiler = FitProfiler(tmp_path / "run", profile_batch=(2, 3))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hist = model.fit(train.take(6), epochs=2, verbose=0, callbacks=[profiler])
+        assert len(hist.history["loss"]) == 2
+        assert sum("profiling skipped" in str(w.message) for w in caught) == 1  # warned once
+    finally:
+        tf.profiler.experimental.stop()
+    assert list((tmp_path / "user").glob("plugins/profile/*/*.xplane.pb"))  # the user's profile is intact
+    assert profiler.reports == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"profile_batch": 0}, ValueError, "profile_batch"),
+        ({"profile_batch": (5, 2)}, ValueError, r"\(5, 2\)"),
+        ({"profile_batch": "a,b"}, ValueError, "'a,b'"),
+        ({"profile_batch": 2.5}, TypeError, "float"),
+        ({"top_k": 0}, ValueError, "top_k"),
+        ({"every_n_epochs": -1}, ValueError, "every_n_epochs"),
+        ({"log_dir": ""}, ValueError, "log_dir"),
+        ({"log_dir": 3}, TypeError, "log_dir"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        FitProfiler(**kwargs)
+
+
+def test_keras_style_arguments_accepted() -> None:
+    assert FitProfiler(profile_batch="3,7").config.num_steps == 5
+    assert FitProfiler(profile_batch=4).config.num_steps == 1
