@@ -232,3 +232,9 @@ def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception], match: st
 def test_keras_style_arguments_accepted() -> None:
     assert FitProfiler(profile_batch="3,7").config.num_steps == 5
     assert FitProfiler(profile_batch=4).config.num_steps == 1
+
+
+def test_unsupported_backend_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(ValueError, match=r"'jax'.*KERAS_BACKEND=tensorflow"):
+        FitProfiler()

@@ -1,0 +1,97 @@
+"""Keras 3 on the torch backend: same callback, same scalars, through fitprof's torch.profiler window.
+
+The backend is chosen when Keras is imported, so the fit runs in one child process; the test reads its
+outputs back (event files with tensorboard's reader, the Kineto traces and the converted XSpace via the core).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("keras")
+
+import fitprof  # noqa: E402
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import keras
+    sys.path.insert(0, {examples!r})
+    import keras_digits
+    from fitprof.keras import FitProfiler
+    from sklearn.datasets import load_digits
+
+    assert keras.backend.backend() == "torch"
+    keras.utils.set_random_seed(0)
+    digits = load_digits()
+    x = (digits.images / 16.0).astype("float32")[..., None][:640]
+    y = digits.target[:640]
+    profiler = FitProfiler({logdir!r}, profile_batch=(3, 6))
+    model = keras_digits.build_model()
+    hist = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
+    print("RESULT" + json.dumps({{
+        "reports": {{str(e): r.scalars() for e, r in profiler.reports.items()}},
+        "history_keys": sorted(hist.history),
+        "traces": {{str(e): str(p) for e, p in profiler.trace_paths.items()}},
+    }}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    logdir = tmp_path_factory.mktemp("keras_torch")
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    env = dict(os.environ, KERAS_BACKEND="torch")
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(examples=str(examples), logdir=str(logdir))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return {"logdir": logdir, **json.loads(line[len("RESULT") :])}
+
+
+def test_same_scalars_as_tensorflow_backend(torch_run: dict) -> None:
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    acc = event_accumulator.EventAccumulator(str(torch_run["logdir"]), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    tags = set(acc.Tags()["tensors"])
+    for key in ("step_time_ms", "input_percent", "htod_ms_per_step", "htod_percent", "steps_analyzed"):
+        assert f"fitprof/{key}" in tags
+    steps = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors("fitprof/steps_analyzed")]
+    assert steps == [4.0, 4.0]  # profile_batch=(3, 6), two epochs
+    for epoch, scalars in torch_run["reports"].items():
+        logged = acc.Tensors("fitprof/step_time_ms")[int(epoch)]
+        assert float(tensor_util.make_ndarray(logged.tensor_proto)) == pytest.approx(scalars["fitprof/step_time_ms"])
+        assert any(k.startswith("fitprof/top_ops/aten::") for k in scalars)
+    assert "fitprof/input_percent" in torch_run["history_keys"]
+
+
+def test_traces_and_xspace_per_window(torch_run: dict) -> None:
+    logdir: Path = torch_run["logdir"]
+    xplanes = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    assert len(xplanes) == 2 and len({p.parent for p in xplanes}) == 2
+    for epoch, trace in torch_run["traces"].items():
+        assert trace.endswith(".pt.trace.json.gz") and "_rank0." in trace
+        report = fitprof.analyze(trace)
+        assert report.steps_analyzed == 4
+        # Every step span holds exactly one DataLoader fetch (Keras's torch DataLoader).
+        table = fitprof.read_trace(trace)
+        assert (table["kind"] == "input").sum() == 4
+        assert report.scalars()["fitprof/step_time_ms"] == pytest.approx(
+            torch_run["reports"][epoch]["fitprof/step_time_ms"]
+        )
