@@ -54,6 +54,14 @@ def test_one_xplane_per_window_in_its_own_session(runs: dict[str, Any]) -> None:
     files = _xplanes(runs["root"] / "fast")
     assert len(files) == 2  # two epochs, one window each
     assert len({f.parent for f in files}) == 2
+    # Each session holds the report of its window, equal to what was analysed at the epoch's end.
+    records = sorted(
+        (json.loads((f.parent / "fitprof_report.json").read_text()) for f in files), key=lambda r: r["epoch"]
+    )
+    assert [r["epoch"] for r in records] == [0, 1]
+    for rec in records:
+        assert rec["report"]["step_time_ms"] == pytest.approx(runs["fast"][rec["epoch"]].step_time_ms)
+        assert rec["framework"] == "tensorflow"
 
 
 def test_scalars_read_back_from_event_files(runs: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("keras")
 
-import fitprof  # noqa: E402
+import fitprof
 
 SCRIPT = textwrap.dedent(
     """

@@ -32,6 +32,7 @@ class TFWindow:
         self._log_dir = log_dir
         self._tmp: str | None = None
         self._step: Any = None
+        self.session_dir: Path | None = None
 
     def start(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="fitprof-tf-")
@@ -70,6 +71,7 @@ class TFWindow:
             session = new_session_dir(self._log_dir)
             target = session / written[-1].name
             shutil.move(str(written[-1]), target)
+            self.session_dir = session
             return target
         finally:
             if tmp:

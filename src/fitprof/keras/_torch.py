@@ -24,6 +24,7 @@ class TorchKerasWindow:
     def __init__(self, log_dir: str) -> None:
         self._log_dir = log_dir
         self._window = TorchProfileWindow(warn=self._raise)
+        self.session_dir: Path | None = None
 
     @staticmethod
     def _raise(message: str) -> None:
@@ -33,7 +34,7 @@ class TorchKerasWindow:
         if profiler_running():
             raise RuntimeError("another torch profiler is already running; fitprof does not start a second one")
         session = new_session_dir(self._log_dir)
-        self._session = session
+        self._session = self.session_dir = session
         if not self._window.start(Path(self._log_dir) / TRACES_DIR, session.name):
             session.rmdir()
             raise RuntimeError("the torch profiler did not start")

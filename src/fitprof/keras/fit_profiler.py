@@ -12,6 +12,7 @@ import keras
 
 from fitprof import metrics
 from fitprof._config import DEFAULT_PROFILE_BATCH, make_config
+from fitprof._reportfile import write_report_file
 from fitprof._tbwriter import SummaryWriter
 from fitprof.analysis import BottleneckReport, analyze_table
 from fitprof.traces import read_trace
@@ -79,6 +80,7 @@ class FitProfiler(keras.callbacks.Callback):
         self.log_dir = os.fspath(log_dir)
         self.reports: dict[int, BottleneckReport] = {}
         self.trace_paths: dict[int, Path] = {}
+        self.session_dirs: dict[int, Path] = {}
         self._writer = SummaryWriter(self.log_dir)
         self._window: Any = None  # the backend window while profiling
         self._armed = False  # this epoch still has a window to open
@@ -123,6 +125,7 @@ class FitProfiler(keras.callbacks.Callback):
             return
         try:
             self.trace_paths[self._epoch] = window.stop()
+            self.session_dirs[self._epoch] = window.session_dir
         except Exception as err:
             self._warn_once("stop", f"FitProfiler: the window of epoch {self._epoch} was dropped: {err}")
             window.abort()
@@ -134,6 +137,7 @@ class FitProfiler(keras.callbacks.Callback):
             self._close_window()
         self.reports = {}
         self.trace_paths = {}
+        self.session_dirs = {}
         self._steps_seen = 0
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
@@ -190,6 +194,10 @@ class FitProfiler(keras.callbacks.Callback):
         if report is None:
             return
         self.reports[epoch] = report
+        try:
+            write_report_file(self.session_dirs[epoch], epoch=epoch, report=report, trace=path)
+        except OSError as err:
+            self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
         scalars = report.scalars()
         if logs is not None:
             logs.update(scalars)

@@ -1,0 +1,145 @@
+"""The framework-free core: imports, the analysis on hand-built tables, the XSpace reader's errors."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fitprof import TraceError, analyze, analyze_table
+from fitprof.analysis import verdict_for
+from fitprof.traces import make_table
+
+
+def test_core_imports_no_framework() -> None:
+    code = (
+        "import sys, fitprof, fitprof.analysis, fitprof.traces, fitprof.traces.kineto, fitprof.traces.xspace, "
+        "fitprof.metrics, fitprof.cli\n"
+        "bad = [m for m in ('tensorflow', 'torch', 'lightning', 'keras', 'pytorch_lightning') if m in sys.modules]\n"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _ev(name: str, kind: str, ts: float, dur: float, **kw: object) -> dict[str, object]:
+    return {
+        "name": name,
+        "kind": kind,
+        "ts_us": ts,
+        "dur_us": dur,
+        "pid": kw.pop("pid", "1"),
+        "tid": kw.pop("tid", "1"),
+        **kw,
+    }
+
+
+def test_analysis_on_a_hand_built_window() -> None:
+    # Two 10 ms steps. Step 1 waits 4 ms for input, step 2 waits 2 ms; an HtoD copy of 1 ms (1 MB, pinned)
+    # is launched in step 1 and runs after it ends (it still belongs to step 1); validation of 5 ms inside
+    # step 2 is excluded, and so is its own input fetch.
+    table = make_table(
+        [
+            _ev("ProfilerStep#1", "step", 0, 10_000, step_num=1),
+            _ev("ProfilerStep#2", "step", 10_000, 15_000, step_num=2),
+            _ev("next", "input", 0, 4_000),
+            _ev("next", "input", 10_000, 2_000),
+            _ev("fitprof/validation", "excluded", 19_000, 5_000),
+            _ev("next", "input", 20_000, 1_000),
+            _ev("aten::linear", "op", 4_000, 5_000),
+            _ev("aten::addmm", "op", 4_500, 3_000),
+            _ev("aten::linear", "op", 12_000, 5_000),
+            _ev("aten::addmm", "op", 12_500, 3_000),
+            _ev(
+                "Memcpy HtoD",
+                "memcpy",
+                10_500,
+                1_000,
+                on_device=True,
+                launch_us=9_000.0,
+                copy_kind="htod_pinned",
+                bytes=1e6,
+                pid="0",
+                tid="7",
+            ),
+        ]
+    )
+    report = analyze_table(table, top_k=1, framework="pytorch")
+    assert report.steps_analyzed == 2
+    assert report.step_time_ms == pytest.approx((10 + 15 - 5) / 2)
+    assert report.input_percent == pytest.approx(100 * 6 / 20)
+    assert report.htod_ms_per_step == pytest.approx(0.5)
+    assert report.htod_percent == pytest.approx(100 * 1 / 20)
+    assert report.htod_bytes_per_step == pytest.approx(5e5)
+    assert report.htod_gbps == pytest.approx(1.0)  # 1 MB in 1 ms
+    assert report.htod_pinned_ms_per_step == pytest.approx(0.5)
+    # Device events exist, so operators are ranked by device time (the copy, no launching op known).
+    assert report.op_time_source == "device"
+    assert report.verdict == "input-bound"
+    assert "num_workers" in report.advice[0]
+    scal = report.scalars()
+    assert scal["fitprof/input_percent"] == pytest.approx(30.0)
+
+
+def test_host_self_time_subtracts_nested_operators() -> None:
+    table = make_table(
+        [
+            _ev("ProfilerStep#1", "step", 0, 10_000),
+            _ev("aten::linear", "op", 1_000, 6_000),
+            _ev("aten::addmm", "op", 1_500, 4_000),
+            _ev("my_annotation", "annotation", 1_000, 8_000),
+        ]
+    )
+    report = analyze_table(table, top_k=5)
+    assert [(o.name, o.self_ms_per_step) for o in report.top_ops] == [("aten::addmm", 4.0), ("aten::linear", 2.0)]
+    assert report.op_time_source == "host"
+    assert report.verdict == "compute-bound"
+
+
+def test_no_step_markers_analyses_the_whole_trace() -> None:
+    table = make_table([_ev("op", "op", 0, 1_000), _ev("IteratorGetNext", "input", 1_000, 1_000)])
+    report = analyze_table(table)
+    assert report.steps_analyzed == 0
+    assert report.step_time_ms == pytest.approx(2.0)
+    assert report.input_percent == pytest.approx(50.0)
+    assert any("No step markers" in w for w in report.warnings)
+
+
+def test_empty_table_is_no_steps() -> None:
+    report = analyze_table(make_table(pd.DataFrame()))
+    assert report.verdict == "no-steps" and math.isnan(report.step_time_ms)
+
+
+@pytest.mark.parametrize(
+    ("inp", "htod", "verdict"),
+    [(25, 0, "input-bound"), (5, 20, "host-to-device-bound"), (5, 5, "compute-bound"), (15, 0, "balanced")],
+)
+def test_verdict_thresholds(inp: float, htod: float, verdict: str) -> None:
+    assert verdict_for(inp, htod, steps=3) == verdict
+
+
+def test_top_k_checked() -> None:
+    with pytest.raises(ValueError, match="top_k"):
+        analyze_table(make_table(pd.DataFrame()), top_k=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "match"),
+    [
+        ("missing.xplane.pb", None, "no such file"),
+        ("empty.xplane.pb", b"", "empty"),
+        ("garbage.xplane.pb", b"\x00\xff this is not a protobuf \xff" * 10, "not an XSpace"),
+        ("notes.txt", b"hello", "not a trace file name"),
+    ],
+)
+def test_bad_xspace_files(tmp_path: Path, name: str, content: bytes | None, match: str) -> None:
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(TraceError, match=match) as err:
+        analyze(path)
+    assert name in str(err.value)
