@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gzip
+import json
 import logging
 import os
 import socket
@@ -232,11 +234,17 @@ class TorchProfileWindow:
                 self.warn_once("mark", f"fitprof: could not close an annotation ({err!r}).")
 
     # ------------------------------------------------------------------------------------------------ stop
-    def stop(self, *, export: bool = True) -> Path | None:
+    def stop(self, *, export: bool = True, drop_open_step: bool = False) -> Path | None:
         """Close open spans, stop the profiler this object started and export its trace.
 
         Does nothing (returns None) when no window of this object is open: it never stops a profiler it did
         not start.
+
+        Args:
+            export: write the trace (False: just stop, e.g. after an exception).
+            drop_open_step: the open ``ProfilerStep#N`` span holds no complete step (the epoch ended first):
+                remove it from the exported trace so that the analysis does not count it. This rewrites
+                the file once (a few ms for a small window).
 
         Returns:
             The path of the gzipped Kineto trace, or None when nothing was exported (no window, ``export``
@@ -247,6 +255,7 @@ class TorchProfileWindow:
             return None
         while self._annotations:
             self.end_annotation()
+        dropped = f"{STEP_PREFIX}{self.step_num}" if drop_open_step and self._step is not None else None
         self.end_step()
         path, self._path = self._path, None
         try:
@@ -262,8 +271,24 @@ class TorchProfileWindow:
         except Exception as err:
             self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
             return None
+        if dropped is not None:
+            try:
+                _drop_events(path, dropped)
+            except Exception as err:
+                self.warn_once("export", f"fitprof: could not drop the partial step from {path} ({err!r}).")
         self.trace_path = path
         return path
+
+
+def _drop_events(path: Path, name: str) -> None:
+    """Rewrite the gzipped trace at ``path`` without its complete events called ``name``."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    data["traceEvents"] = [e for e in data.get("traceEvents", []) if not (e.get("ph") == "X" and e.get("name") == name)]
+    tmp = path.with_name(path.name + ".tmp")
+    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
 
 
 __all__ = [
