@@ -1,0 +1,276 @@
+"""``FitProfiler``: profile a few training steps per epoch and log where the step time goes."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks.callback import Callback
+from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_warn
+from lightning.pytorch.utilities.types import STEP_OUTPUT
+from typing_extensions import override
+
+from fitprof._config import make_config
+from fitprof._torch import TorchProfileWindow, session_name
+from fitprof.analysis import BottleneckReport
+from fitprof.metrics import SUMMARY_TAG
+
+log = logging.getLogger(__name__)
+
+
+class FitProfiler(Callback):
+    r"""Profile steps ``profile_batch`` of every ``every_n_epochs``-th epoch and log the bottleneck figures.
+
+    For each profiled epoch the callback opens a ``torch.profiler`` window around training steps
+    ``first..last`` (1-based, within the epoch), writes the gzipped Kineto trace
+    ``<log_dir>/<host>_rank<global rank>.<session>.pt.trace.json.gz`` and its XSpace copy
+    ``<log_dir>/plugins/profile/<session>/<host>.xplane.pb`` (TensorBoard's Profile tab), analyses the trace
+    with :func:`fitprof.analyze` at the end of the epoch and logs the figures through every logger.
+
+    Step boundaries: Lightning fetches batch ``N`` (and copies it to the device) after
+    ``on_train_batch_end(N-1)`` and before ``on_train_batch_start(N)``, so a step is marked from the end of
+    step ``N-1`` to the end of step ``N`` (``ProfilerStep#N``): it holds its batch fetch, the host-to-device
+    copy, forward, backward and optimizer step. Only training steps count (never the sanity check, never
+    validation); validation run inside a window is wrapped in the ``fitprof/validation`` annotation and left
+    out of the step time. An epoch with fewer than ``last`` steps flushes what it has (one warning).
+
+    Outside the window the batch hooks do one or two integer comparisons; nothing is wrapped.
+
+    If another torch profiler is running when a window should start (``Trainer(profiler="pytorch")``, your own
+    ``torch.profiler.profile``), the window is skipped with one warning: two torch profilers at once raise
+    and can crash the process at exit. A profiler failure never stops training.
+
+    Logged metrics (rank zero, at ``on_train_epoch_end``, ``step=trainer.global_step``; see
+    :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``,
+    ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``, ``fitprof/collective_percent``,
+    ``fitprof/steps_analyzed`` and ``fitprof/top_ops/<op>`` (ms per step); with a ``TensorBoardLogger``
+    also the text ``fitprof/summary`` (verdict, advice, top-operator table).
+
+    Args:
+        log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
+            ``trainer.default_root_dir`` without a logger.
+        profile_batch: the steps to profile in each profiled epoch, 1-based and inclusive: an int ``n``
+            (step ``n`` only), a ``(first, last)`` pair or a ``"first,last"`` string. Default ``(6, 10)``
+            skips five warm-up steps.
+        every_n_epochs: profile epochs 0, N, 2N, ... (0-based epoch index).
+        top_k: how many operators to rank and log.
+
+    Attributes:
+        reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report).
+        trace_paths: the Kineto trace of each profiled epoch.
+        xplane_paths: the ``.xplane.pb`` of each profiled epoch.
+        analysis_seconds: wall time of the end-of-epoch analysis + XSpace conversion, per epoch (s).
+
+    Raises:
+        TypeError: if an argument has the wrong type (e.g. ``top_k=1.5``, ``log_dir=3``).
+        ValueError: if ``profile_batch`` is malformed or out of range, or ``every_n_epochs`` / ``top_k`` < 1.
+
+    Example::
+
+        trainer = Trainer(callbacks=[FitProfiler(profile_batch=(6, 10))], logger=TensorBoardLogger("logs"))
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str] | None = None,
+        profile_batch: int | tuple[int, int] | str = (6, 10),
+        every_n_epochs: int = 1,
+        top_k: int = 5,
+    ) -> None:
+        super().__init__()
+        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
+            raise TypeError(f"log_dir must be a path (str or os.PathLike) or None; got {log_dir!r}")
+        self._config = make_config(profile_batch, every_n_epochs, top_k)
+        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.reports: dict[int, BottleneckReport] = {}
+        self.trace_paths: dict[int, Path] = {}
+        self.xplane_paths: dict[int, Path] = {}
+        self.analysis_seconds: dict[int, float] = {}
+        self._window = TorchProfileWindow(warn=rank_zero_warn)
+        self._dir: Path | None = None
+        # hot-path state: plain ints and bools
+        self._first = self._config.first_step
+        self._last = self._config.last_step
+        self._epoch_on = False  # the current epoch has a window that has not finished
+        self._open = False  # the window is open now
+        self._val_annotated = False
+        self._session: str | None = None
+        self._epoch = -1
+        self._rank = 0
+        self._world_size = 1
+
+    @property
+    def profile_batch(self) -> tuple[int, int]:
+        """The checked ``(first, last)`` steps (1-based, inclusive)."""
+        return self._first, self._last
+
+    # ------------------------------------------------------------------------------------------- lifecycle
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        log_dir = self.log_dir
+        if log_dir is None:
+            log_dir = trainer.log_dir or trainer.default_root_dir  # trainer.log_dir: call on every rank
+        self._dir = Path(log_dir)
+        self._rank = int(trainer.global_rank)
+        self._world_size = int(trainer.world_size)
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch = int(trainer.current_epoch)
+        self._epoch_on = self._dir is not None and self._config.profiles_epoch(self._epoch)
+        if self._epoch_on and self._first == 1:
+            self._start(1)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._epoch_on:
+            return
+        n = batch_idx + 1
+        if self._open:
+            if n >= self._last or self._epoch_ends_after_this(trainer, n):
+                self._stop()
+            else:
+                self._window.begin_step(n + 1)  # closes ProfilerStep#n
+        elif n == self._first - 1:
+            if self._epoch_ends_after_this(trainer, n):
+                self._epoch_on = False
+            else:
+                self._start(self._first)
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._open and not trainer.sanity_checking:
+            self._window.begin_annotation()
+            self._val_annotated = True
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._val_annotated:
+            self._val_annotated = False
+            self._window.end_annotation()
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._open:  # the epoch ended inside the window without our noticing: flush what there is
+            self._stop(drop_open_step=True)
+        self._epoch_on = False
+        path = self.trace_paths.get(self._epoch)
+        if path is None or self._epoch in self.reports:
+            return
+        self._analyse_and_log(trainer, self._epoch, path)
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._abort()
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._abort(export=False)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._abort()
+
+    # -------------------------------------------------------------------------------------------- internal
+    def _epoch_ends_after_this(self, trainer: pl.Trainer, n: int) -> bool:
+        """Whether step ``n`` is the epoch's last (so no ``ProfilerStep#n+1`` may be opened)."""
+        try:
+            if n >= trainer.num_training_batches:
+                return True
+            if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+                return True
+            max_steps = trainer.max_steps
+            return bool(max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps)
+        except Exception:  # private loop state moved: the epoch-end flush handles it
+            return False
+
+    def _new_session(self) -> str:
+        assert self._dir is not None
+        profile_dir = self._dir / "plugins" / "profile"
+        name = session_name(profile_dir, suffix=f"epoch{self._epoch}")
+        base, k = name, 2
+        while any(self._dir.glob(f"*.{name}.pt.trace.json*")):
+            name = f"{base}_{k}"
+            k += 1
+        return name
+
+    def _start(self, step: int) -> None:
+        assert self._dir is not None
+        self._session = self._new_session()
+        if self._window.start(self._dir, self._session, rank=self._rank):
+            self._open = True
+            self._window.begin_step(step)
+        else:
+            self._epoch_on = False
+
+    def _stop(self, *, drop_open_step: bool = False) -> None:
+        self._open = False
+        self._epoch_on = False
+        self._val_annotated = False
+        if drop_open_step and self._window.step_num is not None:
+            self._window.warn_once(
+                "short",
+                f"fitprof: epoch {self._epoch} ended at step {self._window.step_num - 1}, before the last "
+                f"profiled step {self._last}; the window holds fewer steps.",
+            )
+        path = self._window.stop(drop_open_step=drop_open_step)
+        if path is not None:
+            self.trace_paths[self._epoch] = path
+
+    def _abort(self, *, export: bool = True) -> None:
+        if self._open or self._window.started_here:
+            self._open = False
+            self._epoch_on = False
+            self._val_annotated = False
+            path = self._window.stop(export=export, drop_open_step=True)
+            if path is not None:
+                self.trace_paths[self._epoch] = path
+
+    def _analyse_and_log(self, trainer: pl.Trainer, epoch: int, path: Path) -> None:
+        from fitprof import analyze
+        from fitprof.traces.xspace_write import write_xspace
+
+        t0 = time.perf_counter()
+        try:
+            report = analyze(path, top_k=self._config.top_k)
+        except Exception as err:
+            self._window.warn_once("analyze", f"fitprof: could not analyse {path} ({err!r}).")
+            return
+        report.rank, report.world_size = self._rank, self._world_size
+        self.reports[epoch] = report
+        assert self._dir is not None and self._session is not None
+        host = socket.gethostname()
+        if self._world_size > 1:
+            host = f"{host}_rank{self._rank}"
+        try:
+            self.xplane_paths[epoch] = write_xspace(path, self._dir, self._session, host=host)
+        except Exception as err:
+            self._window.warn_once("xspace", f"fitprof: could not write the .xplane.pb for {path} ({err!r}).")
+        self.analysis_seconds[epoch] = time.perf_counter() - t0
+        if trainer.is_global_zero:
+            self._log(trainer, report)
+
+    def _log(self, trainer: pl.Trainer, report: BottleneckReport) -> None:
+        scalars = {k: v for k, v in report.scalars().items() if not math.isnan(v)}
+        text = report.summary_markdown()
+        for logger in trainer.loggers:
+            try:
+                logger.log_metrics(scalars, step=trainer.global_step)
+                if isinstance(logger, TensorBoardLogger):
+                    logger.experiment.add_text(SUMMARY_TAG, text, global_step=trainer.global_step)
+            except Exception as err:
+                self._window.warn_once(
+                    f"log-{type(logger).__name__}",
+                    f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
+                )
