@@ -12,9 +12,6 @@ from pathlib import Path
 from fitprof._session import new_session_dir
 from fitprof._torch import TorchProfileWindow, profiler_running
 
-TRACES_DIR = "traces"
-"""Sub-folder of ``log_dir`` holding the gzipped Kineto traces (Perfetto, HolisticTraceAnalysis)."""
-
 
 class TorchKerasWindow:
     """One profiled window of a Keras model on the torch backend (same interface as ``TFWindow``)."""
@@ -35,7 +32,7 @@ class TorchKerasWindow:
             raise RuntimeError("another torch profiler is already running; fitprof does not start a second one")
         session = new_session_dir(self._log_dir)
         self._session = self.session_dir = session
-        if not self._window.start(Path(self._log_dir) / TRACES_DIR, session.name):
+        if not self._window.start(self._log_dir, session.name):
             session.rmdir()
             raise RuntimeError("the torch profiler did not start")
 
