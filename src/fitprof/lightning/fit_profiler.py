@@ -13,6 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks.callback import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
@@ -43,9 +44,11 @@ class FitProfiler(Callback):
 
     Outside the window the batch hooks do one or two integer comparisons; nothing is wrapped.
 
-    If another torch profiler is running when a window should start (``Trainer(profiler="pytorch")``, your own
-    ``torch.profiler.profile``), the window is skipped with one warning: two torch profilers at once raise
-    and can crash the process at exit. A profiler failure never stops training.
+    Two torch profilers at once raise and can crash the process (segfault), so: with
+    ``Trainer(profiler="pytorch")`` (Lightning's ``PyTorchProfiler``, which starts and stops torch.profiler
+    on its own schedule, validation included) the callback turns itself off for the run with one warning;
+    if another torch profiler (your own ``torch.profiler.profile``) is running when a window should start,
+    that window is skipped with one warning. A profiler failure never stops training.
 
     Logged metrics (rank zero, at ``on_train_epoch_end``, ``step=trainer.global_step``; see
     :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``,
@@ -116,6 +119,15 @@ class FitProfiler(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
+            self._dir = None
+            self._window.warn_once(
+                "lightning-profiler",
+                "fitprof: FitProfiler is off for this run because Trainer(profiler='pytorch') (Lightning's "
+                "PyTorchProfiler) drives torch.profiler too; its validation profiling interleaved with a "
+                "FitProfiler window crashes the process (segfault). Use one or the other.",
+            )
+            return
         log_dir = self.log_dir
         if log_dir is None:
             log_dir = trainer.log_dir or trainer.default_root_dir  # trainer.log_dir: call on every rank
@@ -138,7 +150,10 @@ class FitProfiler(Callback):
             return
         n = batch_idx + 1
         if self._open:
-            if n >= self._last or self._epoch_ends_after_this(trainer, n):
+            if n >= self._last:
+                self._stop()
+            elif self._epoch_ends_after_this(trainer, n):
+                self._warn_short(n)
                 self._stop()
             else:
                 self._window.begin_step(n + 1)  # closes ProfilerStep#n
@@ -219,14 +234,17 @@ class FitProfiler(Callback):
         self._epoch_on = False
         self._val_annotated = False
         if drop_open_step and self._window.step_num is not None:
-            self._window.warn_once(
-                "short",
-                f"fitprof: epoch {self._epoch} ended at step {self._window.step_num - 1}, before the last "
-                f"profiled step {self._last}; the window holds fewer steps.",
-            )
+            self._warn_short(self._window.step_num - 1)
         path = self._window.stop(drop_open_step=drop_open_step)
         if path is not None:
             self.trace_paths[self._epoch] = path
+
+    def _warn_short(self, steps_done: int) -> None:
+        self._window.warn_once(
+            "short",
+            f"fitprof: epoch {self._epoch} ended after step {steps_done}, before the last profiled step "
+            f"{self._last} (profile_batch={self._first},{self._last}); that window holds fewer steps.",
+        )
 
     def _abort(self, *, export: bool = True) -> None:
         if self._open or self._window.started_here:
