@@ -293,9 +293,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
-    """Every ``<run>/plugins/profile/<session>/fitprof_report.json`` below ``logdir`` (any depth), sorted."""
+    """Every ``<run>/plugins/profile/<session>/fitprof_report*.json`` below ``logdir`` (any depth), sorted.
+
+    ``fitprof_report.json`` is the name the callbacks write; ``fitprof_report<anything>.json`` is accepted too,
+    so several ranks can keep one report each in a shared session folder.
+    """
     found = []
-    for path in Path(logdir).rglob(REPORT_FILE):
+    stem, _, ext = REPORT_FILE.rpartition(".")
+    for path in Path(logdir).rglob(f"{stem}*.{ext}"):
         session = path.parent
         if session.parent.name == "profile" and session.parent.parent.name == "plugins" and path.is_file():
             found.append(path)

@@ -1,0 +1,560 @@
+"""The ``fitprof`` command: ``analyze`` on the real Kineto fixtures and on synthetic multi-rank traces, ``report``
+on a real Keras example run and on built log folders, the plot, and every kind of bad input."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import fitprof
+from fitprof import analyze_table, read_trace
+from fitprof._reportfile import _clean, write_report_file
+from fitprof.cli import SEGMENTS, main
+
+REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
+DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+# rank / world_size from each fixture's distributedInfo (see ../shared/fixtures/README.md)
+FIXTURE_RANKS = {
+    "a100_ddp8_rank3_dataloader.json.gz": (3, 8),
+    "a100_sampled_rank0.json.gz": (0, 128),
+    "cpu_only_rank34.pt.trace.json.gz": (34, 300),
+    "mi250_rocm_minitoy_train.json.gz": (None, None),
+}
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | os.PathLike[str]) -> tuple[int, str, str]:
+    """``main(argv)`` in-process: exit status, stdout, stderr."""
+    capsys.readouterr()
+    rc = main([os.fspath(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with floats compared to 1e-9 relative (JSON round trip) and None == None."""
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+# ----------------------------------------------------------------------------------------- synthetic traces
+
+
+def write_kineto(
+    path: Path,
+    *,
+    step_us: float,
+    input_us: float,
+    steps: int = 3,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Path:
+    """A small Kineto trace: ``steps`` ``ProfilerStep#N`` of ``step_us``, each opening with a DataLoader wait of
+    ``input_us`` and then one ``aten::addmm`` filling the rest; ``distributedInfo`` when ``rank`` is given."""
+
+    def event(cat: str, name: str, ts: float, dur: float) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events: list[dict[str, Any]] = []
+    t = 1000.0
+    for n in range(1, steps + 1):
+        events.append(event("user_annotation", f"ProfilerStep#{n}", t, step_us))
+        events.append(event("user_annotation", DATALOADER_NEXT, t, input_us))
+        events.append(event("cpu_op", "aten::addmm", t + input_us, step_us - input_us))
+        t += step_us
+    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world_size}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture()
+def two_ranks(tmp_path: Path) -> list[Path]:
+    """Rank 0: 10 ms steps, 1 ms input wait; rank 1: 25 ms steps, 10 ms input wait (world size 2)."""
+    return [
+        write_kineto(
+            tmp_path / "ddp" / "host_rank0.pt.trace.json", step_us=10_000, input_us=1_000, rank=0, world_size=2
+        ),
+        write_kineto(
+            tmp_path / "ddp" / "host_rank1.pt.trace.json", step_us=25_000, input_us=10_000, rank=1, world_size=2
+        ),
+    ]
+
+
+def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Path:
+    """A log folder with one fitprof run per key of ``runs``: ``{(epoch, rank): trace}`` analysed and written as
+    ``<run>/plugins/profile/<session>/`` (the trace copied in, ``fitprof_report.json`` beside it), as the
+    callbacks lay them out."""
+    for run, windows in runs.items():
+        for (epoch, rank), trace in windows.items():
+            session = root / run / "plugins" / "profile" / f"2026_01_01_00_00_0{epoch}_rank{rank}"
+            session.mkdir(parents=True)
+            copy = Path(shutil.copy(trace, session / trace.name))
+            report = fitprof.analyze(copy)
+            report.rank = rank
+            write_report_file(session, epoch=epoch, report=report, trace=copy, rank=rank)
+    return root
+
+
+# --------------------------------------------------------------------------------- analyze: real fixtures
+
+
+@pytest.fixture(scope="module")
+def fixture_reports(kineto_fixtures: Path) -> dict[str, dict[str, Any]]:
+    """``fitprof.analyze(path).to_dict()`` (NaN -> None) of every Kineto fixture, by path."""
+    return {os.fspath(p): _clean(fitprof.analyze(p).to_dict()) for p in sorted(kineto_fixtures.iterdir())}
+
+
+def test_analyze_json_equals_core(
+    fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", "json")
+    assert rc == 0, err
+    assert err == ""
+    records = json.loads(out)
+    assert [r["run"] for r in records] == list(fixture_reports)  # one record per file, in order; no spread
+    for rec in records:
+        expected = fixture_reports[rec["run"]]
+        assert rec["record"] == "trace"
+        assert rec["epoch"] is None
+        for key in ("framework", "steps_analyzed", "step_time_ms", "input_percent", "htod_ms_per_step",
+                    "htod_percent", "top_ops", "verdict", "advice", "source"):  # fmt: skip
+            assert key in rec, key
+        # every report field equals the core's, except the rank the CLI takes from the trace
+        for key in REPORT_FIELDS:
+            if key not in ("rank", "world_size", "host"):
+                assert same(rec[key], expected[key]), (rec["run"], key, rec[key], expected[key])
+        assert rec["top_ops"] and set(rec["top_ops"][0]) == {"name", "self_ms_per_step", "percent"}
+        assert rec["headline"].startswith(rec["verdict"])
+        name = Path(rec["run"]).name
+        if name in FIXTURE_RANKS:
+            assert (rec["rank"], rec["world_size"]) == FIXTURE_RANKS[name]
+    # NaN is null, never NaN: the output is strict JSON
+    json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_analyze_csv_one_row_per_file(
+    fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", "csv")
+    assert rc == 0, err
+    frame = pd.read_csv(io.StringIO(out))
+    assert list(frame["run"]) == list(fixture_reports)
+    for _, row in frame.iterrows():
+        expected = fixture_reports[row["run"]]
+        assert row["step_time_ms"] == pytest.approx(expected["step_time_ms"], rel=1e-12)
+        assert row["input_percent"] == pytest.approx(expected["input_percent"], rel=1e-12, abs=1e-12)
+        assert row["htod_ms_per_step"] == pytest.approx(expected["htod_ms_per_step"], rel=1e-12, abs=1e-12)
+        assert row["verdict"] == expected["verdict"]
+        assert row["top_op"] == expected["top_ops"][0]["name"]
+        assert row["top_op_percent"] == pytest.approx(expected["top_ops"][0]["percent"], rel=1e-12)
+        assert int(row["steps_analyzed"]) == expected["steps_analyzed"]
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_analyze_text_formats(
+    fmt: str, fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", fmt)
+    assert rc == 0, err
+    lines = out.splitlines()
+    if fmt == "markdown":
+        assert lines[0].startswith("| run |") and "| step ms |" in lines[0] and "| verdict |" in lines[0]
+        assert set(lines[1]) <= set("|-:")
+        table_rows = [line for line in lines[2:] if line.startswith("| ")]
+    else:
+        assert lines[0].split()[:2] == ["run", "rank"] and "verdict" in lines[0]
+        assert set(lines[1]) <= {"-", " "}
+        table_rows = lines[2 : 2 + len(fixture_reports)]
+    assert len(table_rows) == len(fixture_reports)
+    for path, expected in fixture_reports.items():
+        row = next(r for r in table_rows if path in r)
+        assert expected["verdict"] in row
+        assert f"{expected['step_time_ms']:.2f}" in row
+        report = fitprof.BottleneckReport(**{**expected, "top_ops": [fitprof.OpStat(**o) for o in expected["top_ops"]]})
+        assert report.headline() in out  # the verdict line under the table
+        for advice in expected["advice"]:
+            assert advice in out
+
+
+def test_analyze_top_k_and_out_file(kineto_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = kineto_fixtures / "mi250_rocm_minitoy_train.json.gz"
+    out_file = tmp_path / "out.json"
+    rc, out, err = run_cli(capsys, "analyze", trace, "--top-k", "2", "--format", "json", "--out", out_file)
+    assert (rc, out, err) == (0, "", "")
+    (rec,) = json.loads(out_file.read_text())
+    assert len(rec["top_ops"]) == 2
+    assert same(rec["top_ops"], _clean(fitprof.analyze(trace, top_k=2).to_dict())["top_ops"])
+
+
+# ------------------------------------------------------------------------------------ analyze: several ranks
+
+
+def test_analyze_rank_spread_names_slowest(two_ranks: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(capsys, "analyze", *two_ranks, "--format", "json")
+    assert rc == 0, err
+    records = json.loads(out)
+    traces = [r for r in records if r["record"] == "trace"]
+    assert [(r["rank"], r["world_size"]) for r in traces] == [(0, 2), (1, 2)]
+    assert [r["step_time_ms"] for r in traces] == pytest.approx([10.0, 25.0])
+    assert [r["input_percent"] for r in traces] == pytest.approx([10.0, 40.0])
+    assert [r["verdict"] for r in traces] == ["balanced", "input-bound"]
+    (spread,) = [r for r in records if r["record"] == "spread"]
+    assert spread["slowest_rank"] == 1 and spread["fastest_rank"] == 0
+    assert spread["ranks"] == [0, 1] and spread["world_size"] == 2
+    assert spread["step_time_ms_spread"] == pytest.approx(15.0)
+    assert spread["input_percent_spread"] == pytest.approx(30.0)
+    assert spread["slowest_source"] == os.fspath(two_ranks[1])
+
+    rc, out, _ = run_cli(capsys, "analyze", *two_ranks)
+    assert rc == 0
+    assert "Rank spread" in out
+    spread_line = next(line for line in out.splitlines() if "slowest: rank" in line)
+    assert (
+        "slowest: rank 1 (25.00 ms/step" in spread_line and "15.00 ms" in spread_line and "30.0 points" in spread_line
+    )
+
+    rc, out, _ = run_cli(capsys, "analyze", *two_ranks, "--format", "csv")
+    frame = pd.read_csv(io.StringIO(out))
+    assert list(frame["record"]) == ["trace", "trace", "spread"]
+    assert frame.loc[2, "slowest_rank"] == 1
+
+
+def test_analyze_one_rank_or_other_worlds_no_spread(
+    two_ranks: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = write_kineto(tmp_path / "other.pt.trace.json", step_us=5_000, input_us=0, rank=1, world_size=4)
+    rc, out, _ = run_cli(capsys, "analyze", two_ranks[0], other, "--format", "json")
+    assert rc == 0
+    assert [r["record"] for r in json.loads(out)] == ["trace", "trace"]  # ranks of different worlds
+
+
+# ---------------------------------------------------------------------------------- report: built log folder
+
+
+@pytest.fixture()
+def built_logdir(tmp_path: Path, two_ranks: list[Path]) -> Path:
+    """Two runs at different depths: ``exp/ddp`` (2 epochs x 2 ranks) and ``single`` (1 epoch, rank 0)."""
+    single = write_kineto(tmp_path / "src" / "single.pt.trace.json", step_us=4_000, input_us=0)
+    return build_logdir(
+        tmp_path / "logs",
+        {
+            "exp/ddp": {(0, 0): two_ranks[0], (0, 1): two_ranks[1], (1, 0): two_ranks[0], (1, 1): two_ranks[1]},
+            "single": {(0, 0): single},
+        },
+    )
+
+
+def test_report_rows_per_run_epoch_rank(built_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(capsys, "report", built_logdir, "--format", "json")
+    assert rc == 0, err
+    records = json.loads(out)
+    rows = [r for r in records if r["record"] == "window"]
+    assert [(r["run"], r["epoch"], r["rank"]) for r in rows] == [
+        ("exp/ddp", 0, 0), ("exp/ddp", 0, 1), ("exp/ddp", 1, 0), ("exp/ddp", 1, 1), ("single", 0, 0),
+    ]  # fmt: skip
+    for row in rows:
+        doc = json.loads(Path(row["report_file"]).read_text())
+        for key, value in doc["report"].items():
+            if key not in ("rank", "source"):
+                assert same(row[key], value), key
+        assert row["source"] == os.path.normpath(Path(row["report_file"]).parent / doc["trace"])
+        assert Path(row["source"]).is_file()
+    spreads = [r for r in records if r["record"] == "spread"]
+    assert [(s["run"], s["epoch"], s["slowest_rank"]) for s in spreads] == [("exp/ddp", 0, 1), ("exp/ddp", 1, 1)]
+
+    rc, out, _ = run_cli(capsys, "report", built_logdir)
+    header = out.splitlines()[0].split()
+    assert header[:3] == ["run", "epoch", "rank"]
+    assert "epoch 0, rank 1: input-bound: the training loop waited for input 40.0% of step time." in out
+
+
+def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    png = tmp_path / "breakdown.png"
+    rc, out, err = run_cli(capsys, "report", built_logdir, "--plot", png)
+    assert rc == 0, err
+    assert "exp/ddp" in out and "single" in out  # the table is still printed
+    with Image.open(png) as img:
+        assert img.format == "PNG"
+        width, height = img.size
+    assert 500 <= width <= 4000 and 500 <= height <= 4000  # two panels stacked
+
+
+# -------------------------------------------------------------------------------- report: real Keras example
+
+
+@pytest.fixture(scope="module")
+def keras_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Keras digits example, run once for two epochs, in ``<root>/keras``."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    keras = pytest.importorskip("keras")
+    pytest.importorskip("tensorflow")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("needs KERAS_BACKEND=tensorflow")
+    import keras_digits
+
+    root = tmp_path_factory.mktemp("cli_logs")
+    keras_digits.main(["--logdir", str(root / "keras"), "--epochs", "2"])
+    return root
+
+
+@pytest.mark.slow
+def test_report_on_keras_example(keras_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(capsys, "report", keras_logdir, "--format", "json")
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert [(r["run"], r["epoch"], r["rank"], r["framework"]) for r in rows] == [
+        ("keras", 0, 0, "tensorflow"),
+        ("keras", 1, 0, "tensorflow"),
+    ]
+    scalars = _event_scalars(keras_logdir / "keras")
+    for row in rows:
+        doc = json.loads(Path(row["report_file"]).read_text())
+        assert (doc["epoch"], doc["rank"], doc["framework"]) == (row["epoch"], row["rank"], row["framework"])
+        for key, value in doc["report"].items():
+            if key not in ("rank", "source"):
+                assert same(row[key], value), key
+        assert Path(row["source"]).samefile(doc["report"]["source"])
+        assert row["steps_analyzed"] >= 1
+        # the scalars the callback logged at this epoch
+        epoch = row["epoch"]
+        assert scalars["fitprof/step_time_ms"][epoch] == pytest.approx(row["step_time_ms"], rel=1e-6)
+        assert scalars["fitprof/input_percent"][epoch] == pytest.approx(row["input_percent"], rel=1e-6, abs=1e-6)
+        assert scalars["fitprof/htod_ms_per_step"][epoch] == pytest.approx(row["htod_ms_per_step"], abs=1e-9)
+        assert scalars["fitprof/steps_analyzed"][epoch] == row["steps_analyzed"]
+        top = row["top_ops"][0]
+        assert scalars[f"fitprof/top_ops/{top['name']}"][epoch] == pytest.approx(top["self_ms_per_step"], rel=1e-6)
+
+    # the same trace through `analyze` gives the same figures
+    session = Path(rows[1]["source"]).parent
+    rc, out, err = run_cli(capsys, "analyze", session, "--format", "json")
+    assert rc == 0, err
+    (rec,) = json.loads(out)
+    for key in ("steps_analyzed", "step_time_ms", "input_percent", "htod_ms_per_step", "top_ops", "verdict"):
+        assert same(rec[key], rows[1][key]), key
+
+    rc, out, _ = run_cli(capsys, "report", keras_logdir)
+    assert rc == 0
+    assert out.splitlines()[0].split()[:3] == ["run", "epoch", "framework"]  # one rank: no rank column
+    for row in rows:
+        assert row["headline"] in out
+
+
+@pytest.mark.slow
+def test_report_plot_on_keras_example(keras_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    png = tmp_path / "plot.png"
+    rc, out, err = run_cli(capsys, "report", keras_logdir, "--plot", png, "--format", "csv")
+    assert rc == 0, err
+    assert len(pd.read_csv(io.StringIO(out))) == 2
+    with Image.open(png) as img:
+        img.load()
+        width, height = img.size
+        assert img.format == "PNG"
+        colors = img.convert("RGB").getcolors(maxcolors=1 << 16) or []
+    assert 400 <= width <= 3000 and 300 <= height <= 3000
+    assert len(colors) > 10  # drawn, not blank
+
+
+def test_plot_segments_are_named() -> None:
+    assert SEGMENTS == ("input wait", "host-to-device", "other/compute")
+
+
+def _event_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of the run's scalars, read with tensorboard's own event reader."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    acc = event_accumulator.EventAccumulator(str(run_dir), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    out: dict[str, dict[int, float]] = {}
+    for tag in acc.Tags()["tensors"]:
+        if not tag.startswith("fitprof/") or tag == "fitprof/summary":
+            continue
+        out[tag] = {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def _bad_inputs(tmp: Path, good_trace: Path) -> dict[str, tuple[list[str], Path, str]]:
+    """``{case: (argv, the path the error must name, words the message must hold)}``."""
+    from google.protobuf import descriptor_pb2
+
+    tmp.mkdir(parents=True, exist_ok=True)
+    gz = good_trace.read_bytes()
+    (tmp / "truncated.json.gz").write_bytes(gz[: len(gz) // 2])
+    (tmp / "corrupt.json.gz").write_bytes(gz[:10] + b"\x00" * 50 + gz[60:])
+    (tmp / "not_trace.json").write_text(json.dumps({"hello": [1, 2, 3]}))
+    (tmp / "truncated.pt.trace.json").write_text(gzip.decompress(gz).decode()[:500])
+    (tmp / "other.xplane.pb").write_bytes(
+        descriptor_pb2.FileDescriptorProto(name="x", package="y.z").SerializeToString()
+    )
+    (tmp / "random.xplane.pb").write_bytes(bytes(range(256)) * 4)
+    (tmp / "empty.xplane.pb").write_bytes(b"")
+    (tmp / "notes.txt").write_text("not a trace")
+    (tmp / "empty_dir").mkdir()
+    bad_run = tmp / "logs" / "run" / "plugins" / "profile" / "s1"
+    bad_run.mkdir(parents=True)
+    (bad_run / "fitprof_report.json").write_text('{"epoch": 0, "report": {"steps_')
+    odd_run = tmp / "logs2" / "run" / "plugins" / "profile" / "s1"
+    odd_run.mkdir(parents=True)
+    (odd_run / "fitprof_report.json").write_text(json.dumps({"epoch": 0, "report": {"verdict": "x"}}))
+    cases: dict[str, tuple[list[str], Path, str]] = {
+        "missing file": (["analyze", str(tmp / "nope.pt.trace.json")], tmp / "nope.pt.trace.json", "no such"),
+        "missing logdir": (["report", str(tmp / "nologs")], tmp / "nologs", "no such"),
+        "empty dir (analyze)": (["analyze", str(tmp / "empty_dir")], tmp / "empty_dir", "no .xplane.pb"),
+        "empty dir (report)": (["report", str(tmp / "empty_dir")], tmp / "empty_dir", "no fitprof run"),
+        "file as logdir": (["report", str(tmp / "notes.txt")], tmp / "notes.txt", "not a folder"),
+        "unknown type": (["analyze", str(tmp / "notes.txt")], tmp / "notes.txt", "not a trace file name"),
+        "corrupt report file": (["report", str(tmp / "logs")], bad_run / "fitprof_report.json", "not a fitprof report"),
+        "report file of another shape": (
+            ["report", str(tmp / "logs2")],
+            odd_run / "fitprof_report.json",
+            "not a fitprof report",
+        ),
+    }
+    for name, words in {
+        "truncated.json.gz": "truncated or corrupt gzip",
+        "corrupt.json.gz": "gzip",
+        "not_trace.json": "not a Chrome trace",
+        "truncated.pt.trace.json": "not valid JSON",
+        "other.xplane.pb": "XSpace",
+        "random.xplane.pb": "XSpace",
+        "empty.xplane.pb": "empty file",
+    }.items():
+        cases[name] = (["analyze", str(tmp / name)], tmp / name, words)
+    return cases
+
+
+BAD_CASES = [
+    "missing file",
+    "missing logdir",
+    "empty dir (analyze)",
+    "empty dir (report)",
+    "file as logdir",
+    "unknown type",
+    "corrupt report file",
+    "report file of another shape",
+    "truncated.json.gz",
+    "corrupt.json.gz",
+    "not_trace.json",
+    "truncated.pt.trace.json",
+    "other.xplane.pb",
+    "random.xplane.pb",
+    "empty.xplane.pb",
+]
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_bad_input_one_line_exit_2_nothing_written(
+    case: str, fmt: str, kineto_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv, named, words = _bad_inputs(tmp_path / "in", kineto_fixtures / "cpu_only_rank34.pt.trace.json.gz")[case]
+    out_file = tmp_path / "out" / "result.txt"
+    out_file.parent.mkdir()
+    rc, out, err = run_cli(capsys, *argv, "--format", fmt, "--out", out_file)
+    assert rc == 2
+    assert out == ""
+    assert not out_file.exists()
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fitprof: error: ")
+    assert str(named) in lines[0]
+    assert words in lines[0]
+    assert "Traceback" not in err
+
+
+def test_good_and_bad_files_report_the_good(
+    kineto_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = kineto_fixtures / "mi250_rocm_minitoy_train.json.gz"
+    bad = tmp_path / "not_trace.json"
+    bad.write_text("[]]")
+    missing = tmp_path / "missing.xplane.pb"
+    out_file = tmp_path / "out.json"
+    rc, out, err = run_cli(capsys, "analyze", bad, good, missing, "--format", "json", "--out", out_file)
+    assert rc == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 2 and str(bad) in lines[0] and str(missing) in lines[1]
+    (rec,) = json.loads(out_file.read_text())
+    assert rec["run"] == os.fspath(good)
+
+
+def test_report_good_run_and_corrupt_report(built_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = built_logdir / "broken" / "plugins" / "profile" / "s"
+    broken.mkdir(parents=True)
+    (broken / "fitprof_report.json").write_bytes(b"\xff\xfe garbage")
+    rc, out, err = run_cli(capsys, "report", built_logdir, "--format", "csv")
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and str(broken / "fitprof_report.json") in err
+    frame = pd.read_csv(io.StringIO(out))
+    assert set(frame.loc[frame["record"] == "window", "run"]) == {"exp/ddp", "single"}
+
+
+def test_no_arguments_prints_help_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(capsys)
+    assert rc == 2
+    assert out == ""
+    assert "usage: fitprof" in err and "report" in err and "analyze" in err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run_cli(capsys, "--version")
+    assert rc == 0
+    assert out.strip() == f"fitprof {fitprof.__version__}"
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["analyze"], ["analyze", "x.json", "--top-k", "0"], ["report", "x", "--format", "yaml"], ["nope"]):
+        rc, _, err = run_cli(capsys, *argv)
+        assert rc == 2, argv
+        assert "usage:" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------- the console script
+
+
+def test_console_script(kineto_fixtures: Path, tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("fitprof")
+    if not script.exists():
+        pytest.skip(f"the fitprof console script is not installed beside {sys.executable}")
+    good = kineto_fixtures / "cpu_only_rank34.pt.trace.json.gz"
+    bad = tmp_path / "random.xplane.pb"
+    bad.write_bytes(bytes(range(256)) * 4)
+    proc = subprocess.run(
+        [str(script), "analyze", str(good), str(bad), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    # one line from fitprof, nothing from xprof's C++ parser, no traceback
+    assert proc.stderr.splitlines() == [proc.stderr.strip()] and str(bad) in proc.stderr, proc.stderr
+    (rec,) = json.loads(proc.stdout)
+    expected = read_trace(good)
+    assert rec["rank"] == expected.attrs["rank"]
+    assert rec["step_time_ms"] == pytest.approx(analyze_table(expected).step_time_ms)
