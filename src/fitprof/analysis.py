@@ -298,9 +298,12 @@ def analyze_table(
     nbytes = table["bytes"].to_numpy(dtype=float)
     htod = dev_in & (kind == KIND_MEMCPY) & np.char.startswith(copy_kind.astype(str), "htod")
     htod_us = float(dur[htod].sum())
-    htod_bytes = float(np.nansum(nbytes[htod])) if htod.any() else 0.0
     known_bytes = htod & ~np.isnan(nbytes)
+    # Copies of unknown size (ROCm traces give no bytes) leave bytes and bandwidth unknown: NaN, not 0.
+    bytes_unknown = bool(htod.any()) and not known_bytes.any()
+    htod_bytes = math.nan if bytes_unknown else float(nbytes[known_bytes].sum())
     htod_gbps = float(nbytes[known_bytes].sum() / dur[known_bytes].sum() / 1e3) if dur[known_bytes].sum() > 0 else 0.0
+    htod_gbps = math.nan if bytes_unknown else htod_gbps
     pinned_us = float(dur[dev_in & (copy_kind == "htod_pinned")].sum())
     pageable_us = float(dur[dev_in & (copy_kind == "htod_pageable")].sum())
     dtoh_us = float(dur[dev_in & (kind == KIND_MEMCPY) & (copy_kind == "dtoh")].sum())
