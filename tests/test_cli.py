@@ -284,6 +284,13 @@ def test_report_rows_per_run_epoch_rank(built_logdir: Path, capsys: pytest.Captu
     header = out.splitlines()[0].split()
     assert header[:3] == ["run", "epoch", "rank"]
     assert "epoch 0, rank 1: input-bound: the training loop waited for input 40.0% of step time." in out
+    assert "exp/ddp, epoch 1: step time spread 15.00 ms, input share spread 30.0 points; slowest: rank 1" in out
+
+    rc, out, _ = run_cli(capsys, "report", built_logdir / "single", "--format", "markdown")  # LOGDIR is the run
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("| run | epoch | framework |") and lines[2].startswith("| . | 0 | pytorch | 3 |")
+    assert "- epoch 0: compute-bound: top operator aten::addmm takes 100.0% of step time." in lines
 
 
 def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -170,7 +170,6 @@ def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
-    reports: list[BottleneckReport] = []
     bad = False
     for arg in args.traces:
         try:
@@ -190,7 +189,6 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
                 _error(f"{path}: could not analyse ({type(err).__name__}: {err})")
                 bad = True
                 continue
-            reports.append(report)
             records.append(_record(report, record=RECORD_TRACE, run=os.fspath(path), epoch=None, rank=report.rank))
     records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
     return _finish(args, records, bad)
@@ -285,7 +283,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
-            plot_breakdown([r for r in records if r["record"] == RECORD_WINDOW], args.plot)
+            here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
+            windows = [{**r, "run": here} if r["run"] == "." else r for r in records if r["record"] == RECORD_WINDOW]
+            plot_breakdown(windows, args.plot)
         except (OSError, ValueError, ImportError) as err:
             _error(_describe(args.plot, err))
             return EXIT_BAD_INPUT
@@ -381,7 +381,6 @@ def _record(report: BottleneckReport, *, record: str, run: str, epoch: int | Non
     out.update({k: fields[k] for k in _LEADING_KEYS if k in fields})
     out.update(fields)
     out["headline"] = report.headline()
-    out["_report"] = report  # for the text formats; dropped from JSON and CSV
     return out
 
 
@@ -435,7 +434,8 @@ def _finite(value: Any) -> bool:
 
 
 def _public(rec: dict[str, Any]) -> dict[str, Any]:
-    return _clean({k: v for k, v in rec.items() if not k.startswith("_")})
+    """The record as strict JSON (NaN and infinities -> ``None``)."""
+    return dict(_clean(rec))
 
 
 # -------------------------------------------------------------------------------------------------- output
@@ -608,8 +608,9 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
                 lines += [f"  - {a}" if markdown else f"    - {a}" for a in r["advice"]]
         lines.append("")
     if spreads:
-        lines.append("**Rank spread**" if markdown else "Rank spread (max - min across ranks)")
-        lines.append("")
+        lines += (
+            ["**Rank spread** (max - min across ranks)", ""] if markdown else ["Rank spread (max - min across ranks)"]
+        )
         for s in spreads:
             epoch = f", epoch {s['epoch']}" if s["epoch"] is not None else ""
             lines.append(
@@ -718,6 +719,8 @@ def plot_breakdown(records: Sequence[dict[str, Any]], path: str | os.PathLike[st
             ax.text(xi, total + 0.02 * top, text, ha="center", va="bottom", fontsize=8)
         ax.set_ylim(0, top * 1.18)
         ax.set_xticks(x, labels)
+        half, middle = max(len(x), 3) / 2, (len(x) - 1) / 2  # bars keep their width with one or two epochs
+        ax.set_xlim(middle - half, middle + half)
         ax.set_xlabel("epoch / rank" if several_ranks else "epoch")
         ax.set_ylabel("time per step (ms)")
         ax.set_title(f"run: {run}")
