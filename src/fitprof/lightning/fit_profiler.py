@@ -66,7 +66,8 @@ class FitProfiler(Callback):
         top_k: how many operators to rank and log.
 
     Attributes:
-        reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report).
+        reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
+            later ``fit`` with the same callback overwrites the epochs it profiles again).
         trace_paths: the Kineto trace of each profiled epoch.
         xplane_paths: the ``.xplane.pb`` of each profiled epoch.
         analysis_seconds: wall time of the end-of-epoch analysis + XSpace conversion, per epoch (s).
@@ -105,6 +106,7 @@ class FitProfiler(Callback):
         self._open = False  # the window is open now
         self._val_annotated = False
         self._session: str | None = None
+        self._pending: Path | None = None  # trace of this epoch's window, analysed at epoch end
         self._epoch = -1
         self._rank = 0
         self._world_size = 1
@@ -180,10 +182,9 @@ class FitProfiler(Callback):
         if self._open:  # the epoch ended inside the window without our noticing: flush what there is
             self._stop(drop_open_step=True)
         self._epoch_on = False
-        path = self.trace_paths.get(self._epoch)
-        if path is None or self._epoch in self.reports:
-            return
-        self._analyse_and_log(trainer, self._epoch, path)
+        path, self._pending = self._pending, None
+        if path is not None:
+            self._analyse_and_log(trainer, self._epoch, path)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -237,7 +238,7 @@ class FitProfiler(Callback):
             self._warn_short(self._window.step_num - 1)
         path = self._window.stop(drop_open_step=drop_open_step)
         if path is not None:
-            self.trace_paths[self._epoch] = path
+            self.trace_paths[self._epoch] = self._pending = path
 
     def _warn_short(self, steps_done: int) -> None:
         self._window.warn_once(
