@@ -1,0 +1,565 @@
+"""The Kineto reader on real GPU / CPU traces, checked against numbers counted by hand from the raw JSON.
+
+The expected figures below were counted with a throwaway script that reads each fixture's JSON directly (not
+with fitprof) and follows the definitions of :func:`fitprof.analysis.analyze_table`: the steps are the host
+``ProfilerStep#N`` spans (without any, the host span of the trace is one window and ``steps_analyzed`` is 0); a
+device event belongs to the step in which the host runtime call with its correlation id started; input time is
+the ``enumerate(DataLoader)#...__next__`` time inside steps; collective time is the union of NCCL kernels
+launched in the steps (host collectives starting in the steps when there are no device ones); top operators
+are device time grouped by the innermost ``cpu_op`` around the launching runtime call (of two ops with the same
+start and duration, such as ``aten::item`` and its ``aten::_local_scalar_dense``, the later in the file, i.e.
+the callee), host self time on a CPU-only trace. Times are microseconds as in the trace; figures are compared with a relative tolerance of 1e-6.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import fitprof
+from fitprof.traces import (
+    KIND_ANNOTATION,
+    KIND_COLLECTIVE,
+    KIND_EXCLUDED,
+    KIND_INPUT,
+    KIND_KERNEL,
+    KIND_MEMCPY,
+    KIND_OP,
+    KIND_OTHER,
+    KIND_STEP,
+    TraceError,
+    read_trace,
+)
+from fitprof.traces.kineto import read_kineto
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
+REL = 1e-6
+
+
+def fixture_path(name: str) -> Path:
+    path = FIXTURES / name
+    if not path.is_file():
+        pytest.skip(
+            f"shared Kineto fixture {name} not found in {FIXTURES} (CI lays ../shared/fixtures beside the repo)"
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Copies of one kind inside the analysed window: how many, summed device time (us), summed bytes."""
+
+    count: int = 0
+    dur_us: float = 0.0
+    bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class Expected:
+    file: str
+    step_nums: list[int]
+    window_us: float  # summed step time (or the host span without steps)
+    input_us: float
+    pinned: Copies = Copies()
+    pageable: Copies = Copies()
+    htod_unknown: Copies = Copies()  # e.g. ROCm "Host -> Device": memory kind unknown, bytes NaN
+    dtoh: Copies = Copies()
+    dtod_count: int = 0
+    collective_us: float = 0.0
+    collective_kernels: int = 0
+    top_ops: list[tuple[str, float]] = field(default_factory=list)  # (name, summed self time in us)
+    op_time_source: str = "device"
+    kinds: dict[str, int] = field(default_factory=dict)  # every complete event but the profiler's own span
+    rank: int | None = None
+    world_size: int | None = None
+
+
+EXPECTED = {
+    "a100_alexnet_pageable_htod": Expected(
+        file="a100_alexnet_pageable_htod.json.gz",
+        step_nums=[],
+        window_us=43_425_365,  # first host event start to last host event end
+        input_us=0,
+        pageable=Copies(16, 55_503, 244_403_360),
+        top_ops=[
+            ("aten::copy_", 55_503),
+            ("aten::cudnn_convolution", 5_371),
+            ("aten::addmm", 2_660),
+            ("aten::add_", 958),
+            ("aten::clamp_min_", 683),
+        ],
+        kinds={KIND_OTHER: 405, KIND_OP: 359, KIND_KERNEL: 79, KIND_MEMCPY: 16, KIND_ANNOTATION: 8},
+        rank=0,
+    ),
+    "a100_sampled_rank0": Expected(
+        file="a100_sampled_rank0.json.gz",
+        step_nums=[551, 552],
+        window_us=1_230_240,
+        input_us=0,
+        pinned=Copies(8, 812, 4_849_696),
+        pageable=Copies(16, 65, 16_416),
+        dtoh=Copies(8, 16, 6_115),
+        dtod_count=8,
+        collective_us=396_199,
+        collective_kernels=10,
+        top_ops=[
+            ("record_param_comms", 290_059),
+            ("c10d::_allgather_base_", 106_140),
+            ("torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>", 62_869),
+            ("aten::mm", 40_954),
+            ("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function", 19_299),
+        ],
+        kinds={
+            KIND_OP: 2311,
+            KIND_OTHER: 1214,
+            KIND_KERNEL: 1144,
+            KIND_ANNOTATION: 61,
+            KIND_MEMCPY: 40,
+            KIND_COLLECTIVE: 38,
+            KIND_STEP: 2,
+        },
+        rank=0,
+        world_size=128,
+    ),
+    "a100_ddp8_rank3_dataloader": Expected(
+        file="a100_ddp8_rank3_dataloader.json.gz",
+        step_nums=[1009, 1010, 1011, 1012, 1013, 1014],
+        window_us=464_945,
+        input_us=420,  # 71 + 67 + 73 + 70 + 68 + 71, one fetch at the start of each step
+        pinned=Copies(150, 50_656, 423_923_260),
+        dtoh=Copies(60, 107, 100_896),
+        dtod_count=18,
+        collective_us=163_535,
+        collective_kernels=60,  # 42 ncclKernel_SendRecv + 18 ncclKernel_AllReduce
+        top_ops=[
+            ("record_param_comms", 163_535),
+            ("aten::copy_", 58_771),
+            ("torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>", 58_684),
+            ("aten::mm", 41_925),
+            ("aten::addmm", 24_151),
+        ],
+        kinds={
+            KIND_OP: 40_386,
+            KIND_OTHER: 25_346,
+            KIND_KERNEL: 8_508,
+            KIND_COLLECTIVE: 240,
+            KIND_MEMCPY: 228,
+            KIND_ANNOTATION: 216,
+            KIND_STEP: 6,
+            KIND_INPUT: 6,
+        },
+        rank=3,
+        world_size=8,
+    ),
+    "mi250_rocm_minitoy_train": Expected(
+        file="mi250_rocm_minitoy_train.json.gz",
+        step_nums=[1, 2],  # the third ProfilerStep#1 is a gpu_user_annotation mirror, not a step
+        window_us=9_337.364,
+        input_us=0,
+        htod_unknown=Copies(2, 38.161, math.nan),
+        top_ops=[
+            ("aten::copy_", 38.161),
+            ("aten::addmm", 24.48),
+            ("aten::sum", 13.6),
+            ("aten::mm", 12.64),
+            ("aten::mean", 11.04),
+        ],
+        kinds={KIND_OP: 70, KIND_OTHER: 21, KIND_KERNEL: 14, KIND_ANNOTATION: 3, KIND_STEP: 2, KIND_MEMCPY: 2},
+    ),
+    "cpu_only_rank34": Expected(
+        file="cpu_only_rank34.pt.trace.json.gz",
+        step_nums=[551],
+        window_us=210_109.162,
+        input_us=0,
+        # Two gloo:all_reduce spans (on two gloo threads) start in the step: their union.
+        collective_us=178_777.427,
+        top_ops=[("gloo:all_reduce", 173_209.713 + 170_471.258)],  # host self time, both threads
+        op_time_source="host",
+        kinds={KIND_COLLECTIVE: 10, KIND_OP: 4, KIND_STEP: 1},
+        rank=34,
+        world_size=300,
+    ),
+}
+GPU = [k for k, e in EXPECTED.items() if e.op_time_source == "device"]
+
+
+@functools.cache
+def table_of(key: str) -> pd.DataFrame:
+    """The fixture's event table, read once per session (the tests only read it)."""
+    return read_kineto(fixture_path(EXPECTED[key].file))
+
+
+@functools.cache
+def report_of(key: str) -> fitprof.BottleneckReport:
+    """``fitprof.analyze`` of the fixture (the public path: file name -> reader -> analysis), once per session."""
+    return fitprof.analyze(fixture_path(EXPECTED[key].file))
+
+
+def approx(value: float) -> Any:
+    return pytest.approx(value, rel=REL, abs=1e-12, nan_ok=True)
+
+
+# --------------------------------------------------------------------------------------------- imports
+
+
+def test_import_leaves_torch_out() -> None:
+    code = (
+        "import sys, fitprof.traces.kineto\n"
+        "bad = [m for m in ('torch', 'tensorflow') if m in sys.modules]\n"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------- real traces: table
+
+
+@pytest.mark.parametrize("key", list(EXPECTED))
+def test_event_table_matches_hand_counts(key: str) -> None:
+    exp = EXPECTED[key]
+    path = fixture_path(exp.file)
+    table = table_of(key)
+
+    assert list(table.columns) == list(fitprof.traces.COLUMNS)
+    assert table["ts_us"].is_monotonic_increasing
+    assert table.attrs == {"format": "kineto", "path": str(path), "rank": exp.rank, "world_size": exp.world_size}
+    assert table["kind"].value_counts().to_dict() == exp.kinds
+    assert "PyTorch Profiler (0)" not in set(table["name"])  # the profiler's own span is skipped
+
+    steps = table[table["kind"] == KIND_STEP]
+    assert sorted(steps["step_num"].astype(int)) == exp.step_nums
+    assert list(steps["name"]) == [f"ProfilerStep#{n:.0f}" for n in steps["step_num"]]
+    assert not steps["on_device"].any()
+
+    copies = table[table["kind"] == KIND_MEMCPY]
+    assert copies["on_device"].all()
+    for copy_kind, want in [
+        ("htod_pinned", exp.pinned),
+        ("htod_pageable", exp.pageable),
+        ("htod", exp.htod_unknown),
+        ("dtoh", exp.dtoh),
+    ]:
+        sel = copies[copies["copy_kind"] == copy_kind]
+        assert len(sel) == want.count, copy_kind
+        assert sel["dur_us"].sum() == approx(want.dur_us), copy_kind
+        got_bytes = sel["bytes"].sum(skipna=False) if len(sel) else 0.0
+        assert got_bytes == approx(want.bytes), copy_kind
+    assert (copies["copy_kind"] == "dtod").sum() == exp.dtod_count
+
+    device_coll = table[(table["kind"] == KIND_COLLECTIVE) & table["on_device"]]
+    assert len(device_coll) == exp.collective_kernels
+    assert device_coll["name"].str.contains("nccl", case=False).all()
+    kernels = table[table["kind"] == KIND_KERNEL]
+    assert kernels["on_device"].all()
+    assert not kernels["name"].str.contains("nccl|rccl", case=False).any()
+    host_kinds = [KIND_OP, KIND_STEP, KIND_INPUT, KIND_EXCLUDED]
+    assert not table.loc[table["kind"].isin(host_kinds), "on_device"].any()
+
+
+@pytest.mark.parametrize("key", GPU)
+def test_device_events_are_linked_to_their_launch(key: str) -> None:
+    table = table_of(key)
+    work = table[table["kind"].isin([KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE]) & table["on_device"]]
+    assert work["launch_us"].notna().all()  # every kernel and copy of these traces has its runtime call
+    assert (work["launch_us"] <= work["ts_us"]).all()  # launched before it ran
+    host = table[~table["on_device"]]
+    assert host["launch_us"].isna().all()
+    assert (host["op"] == "").all()
+    # ops are names of host operators, never of annotations or steps
+    ops = set(work["op"]) - {""}
+    assert ops <= set(table.loc[table["kind"].isin([KIND_OP, KIND_COLLECTIVE]) & ~table["on_device"], "name"])
+
+
+def test_rocm_trace_details() -> None:
+    table = table_of("mi250_rocm_minitoy_train")
+    mirror = table[table["name"] == "ProfilerStep#1"]
+    assert sorted(mirror["kind"]) == [KIND_ANNOTATION, KIND_STEP]
+    assert mirror.loc[mirror["kind"] == KIND_ANNOTATION, "on_device"].all()
+    copies = table[table["kind"] == KIND_MEMCPY]
+    assert list(copies["name"]) == ["Memcpy HtoD (Host -> Device)"] * 2
+    assert list(copies["copy_kind"]) == ["htod", "htod"]
+    assert copies["bytes"].isna().all()
+    assert list(copies["op"]) == ["aten::copy_", "aten::copy_"]
+    report = report_of("mi250_rocm_minitoy_train")
+    assert math.isnan(report.htod_bytes_per_step)  # the trace does not say how many bytes: unknown, not 0
+    assert math.isnan(report.htod_gbps)
+
+
+# --------------------------------------------------------------------------------- real traces: report
+
+
+@pytest.mark.parametrize("key", list(EXPECTED))
+def test_report_matches_hand_counts(key: str) -> None:
+    exp = EXPECTED[key]
+    report = report_of(key)
+    n = max(len(exp.step_nums), 1)
+    window = exp.window_us
+
+    assert report.steps_analyzed == len(exp.step_nums)
+    assert report.step_time_ms == approx(window / n / 1e3)
+    assert report.input_ms_per_step == approx(exp.input_us / n / 1e3)
+    assert report.input_percent == approx(100 * exp.input_us / window)
+
+    htod = [exp.pinned, exp.pageable, exp.htod_unknown]
+    htod_us = sum(c.dur_us for c in htod)
+    assert report.htod_ms_per_step == approx(htod_us / n / 1e3)
+    assert report.htod_percent == approx(100 * htod_us / window)
+    known = [c for c in htod if c.count and not math.isnan(c.bytes)]
+    if any(c.count for c in htod) and not known:
+        assert math.isnan(report.htod_bytes_per_step) and math.isnan(report.htod_gbps)
+    else:
+        htod_bytes = sum(c.bytes for c in known)
+        assert report.htod_bytes_per_step == approx(htod_bytes / n)
+        known_us = sum(c.dur_us for c in known)
+        assert report.htod_gbps == approx(htod_bytes / known_us / 1e3 if known_us else 0.0)
+    assert report.htod_pinned_ms_per_step == approx(exp.pinned.dur_us / n / 1e3)
+    assert report.htod_pageable_ms_per_step == approx(exp.pageable.dur_us / n / 1e3)
+    assert report.dtoh_ms_per_step == approx(exp.dtoh.dur_us / n / 1e3)
+    assert report.collective_ms_per_step == approx(exp.collective_us / n / 1e3)
+    assert report.collective_percent == approx(100 * exp.collective_us / window)
+
+    assert report.op_time_source == exp.op_time_source
+    assert [op.name for op in report.top_ops] == [name for name, _ in exp.top_ops]
+    for op, (_, us) in zip(report.top_ops, exp.top_ops, strict=True):
+        assert op.self_ms_per_step == approx(us / n / 1e3), op.name
+        assert op.percent == approx(100 * us / window), op.name
+
+
+def test_figures_on_a_few_fixtures_in_plain_numbers() -> None:
+    """The same figures as above, written out, so a reader sees what the traces say."""
+    ddp = report_of("a100_ddp8_rank3_dataloader")
+    assert ddp.step_time_ms == approx(77.490833333)
+    assert ddp.htod_pinned_ms_per_step == approx(8.442666667)
+    assert ddp.collective_percent == approx(35.172977449)
+    alexnet = report_of("a100_alexnet_pageable_htod")
+    assert alexnet.steps_analyzed == 0 and alexnet.warnings
+    assert alexnet.htod_gbps == approx(4.403426121)  # 244,403,360 B in 55,503 us of pageable copies
+    cpu = report_of("cpu_only_rank34")
+    assert cpu.collective_percent == approx(85.087877752)
+
+
+@pytest.mark.parametrize("key", list(EXPECTED))
+def test_annotations_and_steps_are_never_operators(key: str) -> None:
+    table = table_of(key)
+    not_ops = set(table.loc[table["kind"].isin([KIND_ANNOTATION, KIND_STEP, KIND_INPUT, KIND_EXCLUDED]), "name"])
+    report = fitprof.analyze_table(table, top_k=50)
+    names = {op.name for op in report.top_ops}
+    assert not names & not_ops
+    assert not any(name.startswith(("ProfilerStep", "enumerate(DataLoader)", "## ")) for name in names)
+
+
+def test_read_trace_dispatches_here() -> None:
+    path = fixture_path(EXPECTED["cpu_only_rank34"].file)
+    pd.testing.assert_frame_equal(read_trace(path), read_kineto(path))
+
+
+# ------------------------------------------------------------------------------------- synthetic traces
+
+
+def _x(cat: str, name: str, ts: float, dur: float, pid: Any = 7, tid: Any = 7, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _write(path: Path, doc: Any) -> Path:
+    data = json.dumps(doc).encode()
+    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
+    return path
+
+
+SYNTHETIC = [
+    {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "x", "ts": 0, "dur": 999},
+    {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "python"}},
+    {"ph": "i", "name": "Record Window End", "pid": "", "tid": "", "ts": 5},
+    _x("user_annotation", "ProfilerStep#3", 100.5, 100.0),
+    _x("user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 101, 10.25),
+    _x("user_annotation", "fitprof/validation", 190, 10),
+    _x("user_annotation", "## forward ##", 112, 60),
+    _x("user_annotation", "nccl:all_reduce", 160, 2),
+    _x("cpu_op", "aten::linear", 112, 30),
+    _x("cpu_op", "aten::addmm", 113, 5),
+    _x("cuda_runtime", "cudaLaunchKernel", 115, 3, correlation=1),
+    _x("cuda_runtime", "cudaMemcpyAsync", 120, 3, correlation=2),
+    _x("cuda_runtime", "cudaLaunchKernel", 150, 1, correlation=3),  # outside every op
+    _x("cpu_op", "c10d::allreduce_", 158, 6),
+    _x("cpu_op", "record_param_comms", 159, 4),
+    _x("cuda_driver", "cuLaunchKernel", 161, 1, correlation=4),
+    _x("kernel", "void gemm()", 130, 40, pid=0, tid=7, correlation=1),
+    _x("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 125, 4, pid=0, tid=7, correlation=2, bytes=4096),
+    _x("kernel", "void relu()", 171, 2, pid=0, tid=7, correlation=3),
+    _x("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 172, 8, pid=0, tid=8, correlation=4),
+    _x("gpu_memcpy", "Memcpy DtoH (Device -> Pageable)", 181, 1, pid=0, tid=7, correlation=99, bytes=8),
+    _x("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 182, 1, pid=0, tid=7, bytes=16),
+    _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 183, 1, pid=0, tid=7),
+    _x("gpu_memcpy", "Memcpy HtoD (Host -> Device)", 184, 1, pid=0, tid=7, kind="HtoD"),
+    _x("gpu_memcpy", "Memcpy", 185, 1, pid=0, tid=7, kind="DtoH"),
+    _x("gpu_memset", "Memset (Device)", 186, 1, pid=0, tid=7, bytes=8),
+    _x("gpu_user_annotation", "ProfilerStep#3", 130, 50, pid=0, tid=7),
+    _x("python_function", "train.py(12): step", 100, 120),
+    {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 130, "cat": "ac2g", "name": "ac2g"},
+]
+
+
+@pytest.mark.parametrize("suffix", [".pt.trace.json", ".pt.trace.json.gz"])
+@pytest.mark.parametrize("bare_list", [False, True])
+def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: bool) -> None:
+    doc: Any = SYNTHETIC if bare_list else {"traceEvents": SYNTHETIC, "distributedInfo": {"rank": 1}}
+    table = read_kineto(_write(tmp_path / f"t{suffix}", doc))
+    assert table.attrs["rank"] == (None if bare_list else 1)
+    assert table.attrs["world_size"] is None
+    assert len(table) == len(SYNTHETIC) - 4  # the Trace span, the metadata, the instant and the flow event
+    rows = {(r.name, r.ts_us): r for r in table.itertuples()}
+
+    def row(name: str, ts: float) -> Any:
+        return rows[(name, ts)]
+
+    step = row("ProfilerStep#3", 100.5)
+    assert (step.kind, step.step_num, step.on_device) == (KIND_STEP, 3.0, False)
+    assert step.self_us == 100.0  # only operators lose the time of operators nested in them (make_table)
+    assert row("aten::linear", 112).self_us == 30 - 5  # less aten::addmm
+    assert row("c10d::allreduce_", 158).self_us == 6 - 4  # less record_param_comms
+    mirror = row("ProfilerStep#3", 130)
+    assert (mirror.kind, mirror.on_device) == (KIND_ANNOTATION, True)
+    assert math.isnan(mirror.step_num)
+    assert row("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 101).kind == KIND_INPUT
+    assert row("fitprof/validation", 190).kind == KIND_EXCLUDED
+    assert row("## forward ##", 112).kind == KIND_ANNOTATION
+    assert row("nccl:all_reduce", 160).kind == KIND_COLLECTIVE
+    assert row("c10d::allreduce_", 158).kind == KIND_COLLECTIVE
+    assert row("record_param_comms", 159).kind == KIND_COLLECTIVE
+    assert row("aten::addmm", 113).kind == KIND_OP
+    assert row("cudaLaunchKernel", 115).kind == KIND_OTHER
+    assert row("train.py(12): step", 100).kind == KIND_OTHER
+    assert row("train.py(12): step", 100).pid == "7" and row("train.py(12): step", 100).tid == "7"
+
+    gemm = row("void gemm()", 130)
+    assert (gemm.kind, gemm.on_device, gemm.op, gemm.launch_us, gemm.pid) == (
+        KIND_KERNEL,
+        True,
+        "aten::addmm",
+        115,
+        "0",
+    )
+    htod = row("Memcpy HtoD (Pinned -> Device)", 125)
+    assert (htod.kind, htod.copy_kind, htod.bytes, htod.op, htod.launch_us) == (
+        KIND_MEMCPY,
+        "htod_pinned",
+        4096,
+        "aten::linear",  # cudaMemcpyAsync at 120-123 lies in aten::linear (112-142), after aten::addmm (113-118)
+        120,
+    )
+    relu = row("void relu()", 171)
+    assert (relu.op, relu.launch_us) == ("", 150)  # launched outside any operator
+    nccl = row("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 172)
+    assert (nccl.kind, nccl.on_device, nccl.op, nccl.launch_us) == (KIND_COLLECTIVE, True, "record_param_comms", 161)
+    orphan = row("Memcpy DtoH (Device -> Pageable)", 181)
+    assert (orphan.copy_kind, orphan.op, orphan.bytes) == ("dtoh", "", 8)
+    assert math.isnan(orphan.launch_us)  # no runtime event with correlation 99
+    assert row("Memcpy HtoD (Pageable -> Device)", 182).copy_kind == "htod_pageable"
+    dtod = row("Memcpy DtoD (Device -> Device)", 183)
+    assert dtod.copy_kind == "dtod" and math.isnan(dtod.bytes)
+    assert row("Memcpy HtoD (Host -> Device)", 184).copy_kind == "htod"
+    assert row("Memcpy", 185).copy_kind == "dtoh"  # from args.kind
+    memset = row("Memset (Device)", 186)
+    assert (memset.kind, memset.on_device, memset.copy_kind) == (KIND_OTHER, True, "")
+    assert math.isnan(memset.bytes)
+
+
+def test_synthetic_trace_report(tmp_path: Path) -> None:
+    report = fitprof.analyze(_write(tmp_path / "t.pt.trace.json", {"traceEvents": SYNTHETIC}))
+    # The step 100.5-200.5 less the validation 190-200: 90 us; the fetch 101-111.25: 10.25 us. Device events
+    # count by launch time, or by their own start without a launch record (181-186): all in the step.
+    # HtoD: pinned 4 us (4096 B) + pageable 1 us (16 B) + ROCm-style 1 us (bytes unknown) = 6 us, 4112 B known
+    # over 5 us. DtoH: the orphan (181) and the args.kind one (185), 1 us each. Collective: the NCCL kernel, 8 us.
+    assert report.steps_analyzed == 1
+    assert report.step_time_ms == approx(0.090)
+    assert report.input_percent == approx(100 * 10.25 / 90)
+    assert report.htod_ms_per_step == approx(0.006)
+    assert report.htod_percent == approx(100 * 6 / 90)
+    assert report.htod_pinned_ms_per_step == approx(0.004)
+    assert report.htod_pageable_ms_per_step == approx(0.001)
+    assert report.htod_bytes_per_step == approx(4096 + 16)
+    assert report.htod_gbps == approx((4096 + 16) / 5 / 1e3)
+    assert report.dtoh_ms_per_step == approx(0.002)
+    assert report.collective_ms_per_step == approx(0.008)
+    assert report.collective_percent == approx(100 * 8 / 90)
+    assert report.op_time_source == "device"
+    top = [(op.name, op.self_ms_per_step) for op in report.top_ops[:4]]
+    assert top == [
+        ("aten::addmm", approx(0.040)),  # void gemm(), launched inside aten::addmm
+        ("record_param_comms", approx(0.008)),  # the NCCL kernel
+        ("aten::linear", approx(0.004)),  # the pinned copy
+        ("void relu()", approx(0.002)),  # launched outside any operator: its own name
+    ]
+
+
+def test_empty_trace_gives_an_empty_table(tmp_path: Path) -> None:
+    table = read_kineto(_write(tmp_path / "empty.json", {"traceEvents": []}))
+    assert table.empty
+    assert list(table.columns) == list(fitprof.traces.COLUMNS)
+    assert table.attrs["format"] == "kineto"
+
+
+def test_float_and_string_pids(tmp_path: Path) -> None:
+    events = [
+        _x("cpu_op", "aten::linear", 1.5, 10.25, pid="host", tid=3.0),
+        _x("cpu_op", "aten::mul", 2.125, 1.0625, pid="host", tid=3.0),
+    ]
+    table = read_kineto(_write(tmp_path / "f.json", events))
+    assert list(table["pid"]) == ["host", "host"]
+    assert list(table["tid"]) == ["3.0", "3.0"]
+    assert list(table["self_us"]) == [10.25 - 1.0625, 1.0625]
+
+
+# -------------------------------------------------------------------------------------------- bad input
+
+BAD_FILES: dict[str, tuple[str, bytes, str]] = {
+    # case: (file name, content, what the message must say)
+    "truncated gzip": ("cut.pt.trace.json.gz", gzip.compress(b'{"traceEvents": []}' * 50)[:30], "gzip"),
+    "corrupt gzip": ("bad.json.gz", b"\x1f\x8b\x08\x00" + b"\x00garbage" * 10, "gzip"),
+    "invalid json": ("bad.pt.trace.json", b'{"traceEvents": [{"ph": "X",', "JSON"),
+    "invalid json in gzip": ("bad2.json.gz", gzip.compress(b"not json at all"), "JSON"),
+    "not utf-8": ("latin.json", b'{"traceEvents": ["\xff\xfe"]}', "JSON"),
+    "object without traceEvents": ("other.json", b'{"name": "a config file"}', "traceEvents"),
+    "traceEvents not a list": ("te.json", b'{"traceEvents": {"ph": "X"}}', "traceEvents"),
+    "events not objects": ("nums.json", b"[1, 2, 3]", "event 0"),
+    "a JSON string": ("str.json", b'"hello"', "not a Chrome trace"),
+    "event without ts": ("nots.json", b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a"}]}', "ts"),
+    "event with text ts": ("textts.json", b'[{"ph": "X", "name": "a", "ts": "soon", "dur": 1}]', "ts"),
+    "empty file": ("empty.pt.trace.json", b"", "JSON"),
+    "event with object ts": ("objts.json", b'[{"ph": "X", "name": "a", "ts": {"t": 1}, "dur": 1}]', "ts"),
+    "event with list name": ("listname.json", b'[{"ph": "X", "name": ["a"], "ts": 1, "dur": 1}]', "name"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_input_raises_trace_error_naming_the_file(tmp_path: Path, case: str) -> None:
+    name, content, what = BAD_FILES[case]
+    path = tmp_path / name
+    path.write_bytes(content)
+    for read in (read_kineto, fitprof.analyze):
+        with pytest.raises(TraceError) as info:
+            read(path)
+        message = str(info.value)
+        assert name in message and what in message, message
+        assert info.value.__cause__ is None  # one clear error, no raw JSONDecodeError / EOFError chained
+        assert type(info.value) is TraceError
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    for path, what in [(tmp_path / "nope.pt.trace.json.gz", "no such file"), (tmp_path, "cannot read")]:
+        with pytest.raises(TraceError, match=what) as info:
+            read_kineto(path)
+        assert path.name in str(info.value)
+    with pytest.raises(TraceError, match=r"nope\.pt\.trace\.json"):
+        fitprof.analyze(tmp_path / "nope.pt.trace.json")
