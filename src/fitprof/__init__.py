@@ -21,12 +21,23 @@ def analyze(path: str | os.PathLike[str], *, top_k: int = 5) -> BottleneckReport
         path: an ``.xplane.pb`` (XSpace) or a Kineto ``.pt.trace.json[.gz]`` file.
         top_k: how many operators to rank by self time.
 
+    Returns:
+        The report, with ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto) when present
+        and ``host`` from the file name (XSpace).
+
     Raises:
         TraceError: if the file is not a readable trace.
         ValueError: if ``top_k`` < 1.
     """
     framework = "tensorflow" if trace_format(path) == "xspace" else "pytorch"
-    return analyze_table(read_trace(path), top_k=top_k, framework=framework, source=os.fspath(path))
+    table = read_trace(path)
+    report = analyze_table(table, top_k=top_k, framework=framework, source=os.fspath(path))
+    report.host = str(table.attrs.get("host") or "")
+    for key in ("rank", "world_size"):
+        value = table.attrs.get(key)
+        if value is not None:
+            setattr(report, key, int(value))
+    return report
 
 
 __all__ = [

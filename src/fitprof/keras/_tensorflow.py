@@ -18,7 +18,9 @@ class TFWindow:
 
     ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
     ``tf.profiler.experimental.Trace("train", step_num=n, _r=1)``, the marker xprof needs to find steps;
-    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/``.
+    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/``
+    (``session_dir``); when ``log_dir`` cannot be written it returns the temporary copy, sets ``save_error``
+    and leaves ``session_dir`` None, and ``cleanup`` deletes that copy after the analysis.
     Every call is guarded: a failure is raised as ``RuntimeError`` for the callback to turn into a warning.
     """
 
@@ -33,6 +35,8 @@ class TFWindow:
         self._tmp: str | None = None
         self._step: Any = None
         self.session_dir: Path | None = None
+        self.save_error: OSError | None = None
+        self._tmp_keep: str | None = None
 
     def start(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="fitprof-tf-")
@@ -52,30 +56,51 @@ class TFWindow:
             self._step.__exit__(None, None, None)
             self._step = None
 
-    def stop(self) -> Path:
+    def stop(self, *, drop_open_step: bool = False) -> Path:
         """Stop the profiler and return the moved ``.xplane.pb``.
+
+        Args:
+            drop_open_step: leave the open step (one that raised before it finished) out of the profile.
 
         Raises:
             RuntimeError: if stopping fails or no ``.xplane.pb`` was written.
         """
+        unfinished = None
+        if drop_open_step:
+            # Keep the open marker alive, unclosed, until the profiler has stopped: it is then never recorded.
+            unfinished, self._step = self._step, None
         self.end_step()
         tmp, self._tmp = self._tmp, None
         try:
             self._tf.profiler.experimental.stop()
         except Exception as err:
             raise RuntimeError(f"tf.profiler could not stop: {err}") from err
+        finally:
+            del unfinished
+        written = sorted(Path(tmp or ".").glob("plugins/profile/*/*.xplane.pb"))
+        if not written:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError("tf.profiler wrote no .xplane.pb")
         try:
-            written = sorted(Path(tmp or ".").glob("plugins/profile/*/*.xplane.pb"))
-            if not written:
-                raise RuntimeError("tf.profiler wrote no .xplane.pb")
             session = new_session_dir(self._log_dir)
             target = session / written[-1].name
             shutil.move(str(written[-1]), target)
-            self.session_dir = session
-            return target
-        finally:
-            if tmp:
-                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError as err:
+            # log_dir cannot be written (read-only, full disk): keep the temporary copy for the analysis.
+            self.save_error = err
+            self._tmp_keep = tmp
+            return written[-1]
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.session_dir = session
+        return target
+
+    def cleanup(self) -> None:
+        """Delete the temporary copy kept when the profile could not be saved in ``log_dir``."""
+        if self._tmp_keep:
+            shutil.rmtree(self._tmp_keep, ignore_errors=True)
+            self._tmp_keep = None
 
     def abort(self) -> None:
         """Stop a running profiler without keeping anything (used after a failure)."""

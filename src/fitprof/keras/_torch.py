@@ -22,6 +22,7 @@ class TorchKerasWindow:
         self._log_dir = log_dir
         self._window = TorchProfileWindow(warn=self._raise)
         self.session_dir: Path | None = None
+        self.save_error: OSError | None = None
 
     @staticmethod
     def _raise(message: str) -> None:
@@ -42,7 +43,7 @@ class TorchKerasWindow:
     def end_step(self) -> None:
         self._window.end_step()
 
-    def stop(self) -> Path:
+    def stop(self, *, drop_open_step: bool = False) -> Path:
         """Stop, export the Kineto trace and convert it to ``<session>/<host>.xplane.pb``; return the trace.
 
         Raises:
@@ -50,11 +51,14 @@ class TorchKerasWindow:
         """
         from fitprof.traces.xspace_write import write_xspace
 
-        path = self._window.stop()
+        path = self._window.stop(drop_open_step=drop_open_step)
         if path is None:
             raise RuntimeError("the torch profiler exported no trace")
         write_xspace(path, self._log_dir, self._session.name)
         return path
+
+    def cleanup(self) -> None:
+        """Nothing to clean: the torch window writes straight into ``log_dir``."""
 
     def abort(self) -> None:
         self._window.stop(export=False)

@@ -80,7 +80,7 @@ class FitProfiler(keras.callbacks.Callback):
         self.log_dir = os.fspath(log_dir)
         self.reports: dict[int, BottleneckReport] = {}
         self.trace_paths: dict[int, Path] = {}
-        self.session_dirs: dict[int, Path] = {}
+        self._windows: dict[int, Any] = {}
         self._writer = SummaryWriter(self.log_dir)
         self._window: Any = None  # the backend window while profiling
         self._armed = False  # this epoch still has a window to open
@@ -116,19 +116,62 @@ class FitProfiler(keras.callbacks.Callback):
             self._warn_once("start", f"FitProfiler: profiling skipped for epoch {self._epoch}: {err}")
             return
         self._window = window
+        self._guard_train_function()
 
-    def _close_window(self) -> None:
+    def _guard_train_function(self) -> None:
+        """While a window is open, wrap ``model.train_function`` so that a step that raises (an error in the
+        user's step, ``KeyboardInterrupt``) flushes and analyses the partial window before the exception goes
+        on unchanged. Keras has no exception hook; outside the window nothing is wrapped."""
+        model = getattr(self, "model", None)
+        original = getattr(model, "train_function", None)
+        if model is None or original is None or getattr(original, "_fitprof_guard", False):
+            return
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return original(*args, **kwargs)
+            except BaseException:
+                self._flush_on_exception()
+                raise
+
+        guarded._fitprof_guard = True  # type: ignore[attr-defined]
+        guarded._fitprof_original = original  # type: ignore[attr-defined]
+        model.train_function = guarded
+
+    def _unguard_train_function(self) -> None:
+        model: Any = getattr(self, "model", None)
+        fn = getattr(model, "train_function", None)
+        if fn is not None and getattr(fn, "_fitprof_guard", False):
+            model.train_function = fn._fitprof_original
+
+    def _flush_on_exception(self) -> None:
+        try:
+            self._armed = False
+            self._close_window(drop_open_step=True)  # the failing step never finished
+            self.on_epoch_end(self._epoch, None)
+        except Exception as err:
+            log.warning("FitProfiler: could not flush the window after an exception: %s", err)
+
+    def _close_window(self, *, drop_open_step: bool = False) -> None:
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
         window, self._window = self._window, None
         self._step_open = False
         if window is None:
             return
+        self._unguard_train_function()
         try:
-            self.trace_paths[self._epoch] = window.stop()
-            self.session_dirs[self._epoch] = window.session_dir
+            self.trace_paths[self._epoch] = window.stop(drop_open_step=drop_open_step)
         except Exception as err:
             self._warn_once("stop", f"FitProfiler: the window of epoch {self._epoch} was dropped: {err}")
             window.abort()
+            return
+        self._windows[self._epoch] = window
+        if window.session_dir is None:
+            self._warn_once(
+                "write",
+                f"FitProfiler: could not write the profile under {self.log_dir} ({window.save_error}); "
+                "its figures are still computed and put in the epoch logs.",
+            )
 
     # -- Keras hooks ---------------------------------------------------------------------------------------
 
@@ -137,7 +180,7 @@ class FitProfiler(keras.callbacks.Callback):
             self._close_window()
         self.reports = {}
         self.trace_paths = {}
-        self.session_dirs = {}
+        self._windows = {}
         self._steps_seen = 0
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
@@ -190,14 +233,21 @@ class FitProfiler(keras.callbacks.Callback):
         path = self.trace_paths.get(epoch)
         if path is None:
             return
+        if epoch in self.reports:
+            return  # already flushed after an exception
+        window = self._windows.get(epoch)
         report = self._analyze(path)
+        session_dir = getattr(window, "session_dir", None)
+        if window is not None and session_dir is None:
+            window.cleanup()  # the profile could not be saved in log_dir: drop the temporary copy
         if report is None:
             return
         self.reports[epoch] = report
-        try:
-            write_report_file(self.session_dirs[epoch], epoch=epoch, report=report, trace=path)
-        except OSError as err:
-            self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
+        if session_dir is not None:
+            try:
+                write_report_file(session_dir, epoch=epoch, report=report, trace=path)
+            except OSError as err:
+                self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
         scalars = report.scalars()
         if logs is not None:
             logs.update(scalars)

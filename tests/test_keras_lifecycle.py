@@ -1,0 +1,120 @@
+"""Keras lifecycle cases that must never break a fit: exceptions inside the window, a log_dir that cannot be
+written, fit twice, fit then evaluate/predict."""
+
+from __future__ import annotations
+
+import os
+import stat
+import warnings
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+from fitprof.keras import FitProfiler  # noqa: E402
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
+
+
+def _model() -> keras.Model:
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    return model
+
+
+def _data(n_batches: int = 12) -> tf.data.Dataset:
+    x = tf.random.stateless_uniform((n_batches * 8, 8), seed=(1, 2))
+    return tf.data.Dataset.from_tensor_slices((x, tf.reduce_sum(x, axis=1))).batch(8)
+
+
+def _profiler_running() -> bool:
+    try:
+        tf.profiler.experimental.start(os.devnull)
+    except Exception:  # AlreadyExistsError: somebody's profiler is still running
+        return True
+    tf.profiler.experimental.stop(save=False)
+    return False
+
+
+class Boom(Exception):
+    pass
+
+
+def test_exception_in_user_step_flushes_window_and_reaches_user(tmp_path: Path) -> None:
+    calls = {"n": 0}
+
+    def failing_gen():  # a data source that fails at batch 5, inside the window (steps 3-6)
+        for i in range(12):
+            calls["n"] += 1
+            if i == 4:
+                raise Boom("user error at batch 5")
+            yield tf.ones((8, 8)), tf.ones((8,))
+
+    ds = tf.data.Dataset.from_generator(failing_gen, output_signature=(tf.TensorSpec((8, 8)), tf.TensorSpec((8,))))
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 6))
+    with pytest.raises(Exception, match="user error at batch 5"):
+        _model().fit(ds, epochs=1, verbose=0, callbacks=[profiler])
+    assert not _profiler_running()  # stopped
+    assert 0 in profiler.reports  # the partial window was flushed and analysed
+    assert profiler.reports[0].steps_analyzed == 2  # steps 3 and 4 completed before step 5 failed
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 1
+
+
+def test_keyboard_interrupt_inside_window(tmp_path: Path) -> None:
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 3:
+                raise KeyboardInterrupt
+
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 6))
+    with pytest.raises(KeyboardInterrupt):
+        _model().fit(_data(), epochs=1, verbose=0, callbacks=[profiler, Interrupt()])
+    # The interrupt came from a hook, not the step: the window is flushed at the next fit's start.
+    hist = _model().fit(_data(), epochs=1, verbose=0, callbacks=[profiler])
+    assert not _profiler_running()
+    assert "fitprof/step_time_ms" in hist.history
+
+
+def test_unwritable_log_dir_warns_and_logs_still_get_scalars(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        # root ignores permission bits: use a path under a regular file instead, which nobody can create
+        blocker = tmp_path / "file"
+        blocker.write_text("not a directory")
+        log_dir = blocker / "logs"
+    else:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        log_dir = ro / "logs"
+    profiler = FitProfiler(log_dir, profile_batch=(2, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler])
+    assert len(hist.history["loss"]) == 2
+    assert hist.history["fitprof/steps_analyzed"] == [3.0, 3.0]
+    messages = [str(w.message) for w in caught if "FitProfiler" in str(w.message)]
+    assert sum("could not write" in m for m in messages) == 1, messages  # one warning, not one per epoch
+    assert not log_dir.exists()
+
+
+def test_fit_twice_and_evaluate_predict(tmp_path: Path) -> None:
+    model = _model()
+    profiler = FitProfiler(tmp_path / "run dir é", profile_batch=(2, 3))  # spaces and non-ASCII
+    model.fit(_data(), epochs=1, verbose=0, callbacks=[profiler])
+    model.evaluate(_data(4), verbose=0, callbacks=[profiler])
+    model.predict(_data(4), verbose=0, callbacks=[profiler])
+    hist = model.fit(_data(), epochs=2, verbose=0, callbacks=[profiler])
+    assert hist.history["fitprof/steps_analyzed"] == [2.0, 2.0]  # windows counted from this fit's start
+    assert sorted(profiler.reports) == [0, 1]
+    assert len(list((tmp_path / "run dir é").glob("plugins/profile/*/*.xplane.pb"))) == 3
+    assert not _profiler_running()
+
+
+def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
+    with pytest.warns(RuntimeWarning, match="ended inside the window"):
+        hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
+    assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
