@@ -115,11 +115,26 @@ def test_empty_table_is_no_steps() -> None:
 
 
 @pytest.mark.parametrize(
-    ("inp", "htod", "verdict"),
-    [(25, 0, "input-bound"), (5, 20, "host-to-device-bound"), (5, 5, "compute-bound"), (15, 0, "balanced")],
+    ("inp", "htod", "coll", "verdict"),
+    [
+        (25, 0, 0, "input-bound"),
+        (5, 20, 0, "host-to-device-bound"),
+        (5, 5, 0, "compute-bound"),
+        (15, 0, 0, "balanced"),
+        (5, 0, 40, "communication-bound"),
+        (30, 0, 40, "communication-bound"),
+        (45, 0, 40, "input-bound"),
+    ],
 )
-def test_verdict_thresholds(inp: float, htod: float, verdict: str) -> None:
-    assert verdict_for(inp, htod, steps=3) == verdict
+def test_verdict_thresholds(inp: float, htod: float, coll: float, verdict: str) -> None:
+    assert verdict_for(inp, htod, 3, coll) == verdict
+
+
+def test_cpu_only_gloo_trace_is_communication_bound(kineto_fixtures: Path) -> None:
+    report = analyze(kineto_fixtures / "cpu_only_rank34.pt.trace.json.gz")
+    assert report.verdict == "communication-bound"
+    assert 0 < report.collective_percent <= 100
+    assert "bucket_cap_mb" in report.advice[0]
 
 
 def test_top_k_checked() -> None:

@@ -7,6 +7,8 @@ Verdict thresholds (percent of step time), also documented in the README:
 
 * ``input-bound``: ``input_percent >= INPUT_BOUND_PERCENT`` (20) and input is the larger of input and HtoD;
 * ``host-to-device-bound``: ``htod_percent >= HTOD_BOUND_PERCENT`` (15);
+* ``communication-bound``: ``collective_percent >= COMMUNICATION_BOUND_PERCENT`` (20) and larger than input and
+  HtoD: collectives (all-reduce, ...) are not mistaken for compute;
 * ``compute-bound``: ``input_percent < 10`` and ``htod_percent < 10``: the top operator is named;
 * ``balanced``: anything in between (some input or copy wait, none dominant);
 * ``no-steps``: the trace holds no event inside an analysed step.
@@ -36,7 +38,16 @@ INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
 COMPUTE_BOUND_MAX_PERCENT = 10.0
 
-VERDICTS = ("input-bound", "host-to-device-bound", "compute-bound", "balanced", "no-steps")
+COMMUNICATION_BOUND_PERCENT = 20.0
+
+VERDICTS = (
+    "input-bound",
+    "host-to-device-bound",
+    "communication-bound",
+    "compute-bound",
+    "balanced",
+    "no-steps",
+)
 
 
 @dataclass(frozen=True)
@@ -113,6 +124,8 @@ class BottleneckReport:
             why = f"the training loop waited for input {self.input_percent:.1f}% of step time"
         elif self.verdict == "host-to-device-bound":
             why = f"host-to-device copies took {self.htod_percent:.1f}% of step time"
+        elif self.verdict == "communication-bound":
+            why = f"collective communication took {self.collective_percent:.1f}% of step time"
         elif self.verdict == "compute-bound":
             why = f"top operator {top.name} takes {top.percent:.1f}% of step time" if top else "no input or copy wait"
         else:
@@ -208,6 +221,17 @@ def _advice(report_verdict: str, framework: str, *, pageable_share: float, top: 
             "use `non_blocking=True` copies that overlap compute."
         )
         return tips
+    if report_verdict == "communication-bound":
+        if torch_like:
+            return [
+                "Overlap gradient communication with backward: tune DDP `bucket_cap_mb`, and use "
+                "`no_sync()` / gradient accumulation to all-reduce less often.",
+                "Raise the per-device batch size so each all-reduce serves more compute.",
+            ]
+        return [
+            "All-reduce less often: larger per-replica batches, or `steps_per_execution` on TPUs.",
+            "Check the interconnect: collectives should overlap the backward pass.",
+        ]
     if report_verdict == "compute-bound":
         name = f"`{top.name}`" if top else "the top operator"
         return [
@@ -219,14 +243,16 @@ def _advice(report_verdict: str, framework: str, *, pageable_share: float, top: 
     return ["Profile a later window with more steps (`profile_batch`)."]
 
 
-def verdict_for(input_percent: float, htod_percent: float, steps: int) -> str:
+def verdict_for(input_percent: float, htod_percent: float, steps: int, collective_percent: float = 0.0) -> str:
     """The verdict label from the figures, by the thresholds in this module's docstring."""
     if steps <= 0:
         return "no-steps"
-    if input_percent >= INPUT_BOUND_PERCENT and input_percent >= htod_percent:
+    if input_percent >= INPUT_BOUND_PERCENT and input_percent >= max(htod_percent, collective_percent):
         return "input-bound"
-    if htod_percent >= HTOD_BOUND_PERCENT:
+    if htod_percent >= HTOD_BOUND_PERCENT and htod_percent >= collective_percent:
         return "host-to-device-bound"
+    if collective_percent >= COMMUNICATION_BOUND_PERCENT:
+        return "communication-bound"
     if input_percent < COMPUTE_BOUND_MAX_PERCENT and htod_percent < COMPUTE_BOUND_MAX_PERCENT:
         return "compute-bound"
     return "balanced"
@@ -309,11 +335,13 @@ def analyze_table(
     dtoh_us = float(dur[dev_in & (kind == KIND_MEMCPY) & (copy_kind == "dtoh")].sum())
 
     coll = kind == KIND_COLLECTIVE
-    if (coll & dev_in).any():
+    if (coll & dev_in).any():  # device time of collective kernels launched in the steps
         sel = coll & dev_in
-    else:
-        sel = coll & host_in
-    coll_us = _union_length(ts[sel], end[sel])
+        coll_us = _union_length(ts[sel], end[sel])
+    else:  # host time blocked in collectives, clipped to the steps (never more than the step time)
+        sel = coll & ~on_device
+        coll_union = _union(ts[sel], end[sel])
+        coll_us = _overlap(coll_union, steps) - _overlap(_intersect(coll_union, steps), excluded)
 
     # Top operators by self time.
     device_ops = dev_in & np.isin(kind, [KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE])
@@ -336,7 +364,8 @@ def analyze_table(
 
     input_percent = 100.0 * input_us / step_total_us
     htod_percent = 100.0 * htod_us / step_total_us
-    verdict = verdict_for(input_percent, htod_percent, n_div if len(steps[0]) else 0)
+    collective_percent = 100.0 * coll_us / step_total_us
+    verdict = verdict_for(input_percent, htod_percent, n_div if len(steps[0]) else 0, collective_percent)
     pageable_share = pageable_us / htod_us if htod_us > 0 else 0.0
     return BottleneckReport(
         steps_analyzed=n_steps,
@@ -351,7 +380,7 @@ def analyze_table(
         htod_pageable_ms_per_step=pageable_us / n_div / 1e3,
         dtoh_ms_per_step=dtoh_us / n_div / 1e3,
         collective_ms_per_step=coll_us / n_div / 1e3,
-        collective_percent=100.0 * coll_us / step_total_us,
+        collective_percent=collective_percent,
         top_ops=top_ops,
         op_time_source=source_name,
         verdict=verdict,
