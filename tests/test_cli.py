@@ -19,7 +19,8 @@ import pytest
 
 import fitprof
 from fitprof import analyze_table, read_trace
-from fitprof._reportfile import _clean, write_report_file
+from fitprof._reportfile import clean_json as _clean
+from fitprof._reportfile import write_report_file
 from fitprof.cli import SEGMENTS, main
 
 REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
@@ -100,7 +101,7 @@ def two_ranks(tmp_path: Path) -> list[Path]:
 
 def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Path:
     """A log folder with one fitprof run per key of ``runs``: ``{(epoch, rank): trace}`` analysed and written as
-    ``<run>/plugins/profile/<session>/`` (the trace copied in, ``fitprof_report.json`` beside it), as the
+    ``<run>/plugins/profile/<session>/`` (the trace copied in) and ``<run>/plugins/fitprof/<session>.rank<r>.json``, as the
     callbacks lay them out."""
     for run, windows in runs.items():
         for (epoch, rank), trace in windows.items():
@@ -109,7 +110,7 @@ def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Pa
             copy = Path(shutil.copy(trace, session / trace.name))
             report = fitprof.analyze(copy)
             report.rank = rank
-            write_report_file(session, epoch=epoch, report=report, trace=copy, rank=rank)
+            write_report_file(root / run, session=session.name, epoch=epoch, report=report, trace=copy, rank=rank)
     return root
 
 
@@ -275,7 +276,7 @@ def test_report_rows_per_run_epoch_rank(built_logdir: Path, capsys: pytest.Captu
         for key, value in doc["report"].items():
             if key not in ("rank", "source"):
                 assert same(row[key], value), key
-        assert row["source"] == os.path.normpath(Path(row["report_file"]).parent / doc["trace"])
+        assert row["source"] == os.path.normpath(Path(row["report_file"]).parents[2] / doc["trace"])
         assert Path(row["source"]).is_file()
     spreads = [r for r in records if r["record"] == "spread"]
     assert [(s["run"], s["epoch"], s["slowest_rank"]) for s in spreads] == [("exp/ddp", 0, 1), ("exp/ddp", 1, 1)]
@@ -422,12 +423,12 @@ def _bad_inputs(tmp: Path, good_trace: Path) -> dict[str, tuple[list[str], Path,
     (tmp / "empty.xplane.pb").write_bytes(b"")
     (tmp / "notes.txt").write_text("not a trace")
     (tmp / "empty_dir").mkdir()
-    bad_run = tmp / "logs" / "run" / "plugins" / "profile" / "s1"
+    bad_run = tmp / "logs" / "run" / "plugins" / "fitprof"
     bad_run.mkdir(parents=True)
-    (bad_run / "fitprof_report.json").write_text('{"epoch": 0, "report": {"steps_')
-    odd_run = tmp / "logs2" / "run" / "plugins" / "profile" / "s1"
+    (bad_run / "s1.rank0.json").write_text('{"epoch": 0, "report": {"steps_')
+    odd_run = tmp / "logs2" / "run" / "plugins" / "fitprof"
     odd_run.mkdir(parents=True)
-    (odd_run / "fitprof_report.json").write_text(json.dumps({"epoch": 0, "report": {"verdict": "x"}}))
+    (odd_run / "s1.rank0.json").write_text(json.dumps({"epoch": 0, "report": {"verdict": "x"}}))
     cases: dict[str, tuple[list[str], Path, str]] = {
         "missing file": (["analyze", str(tmp / "nope.pt.trace.json")], tmp / "nope.pt.trace.json", "no such"),
         "missing logdir": (["report", str(tmp / "nologs")], tmp / "nologs", "no such"),
@@ -435,10 +436,10 @@ def _bad_inputs(tmp: Path, good_trace: Path) -> dict[str, tuple[list[str], Path,
         "empty dir (report)": (["report", str(tmp / "empty_dir")], tmp / "empty_dir", "no fitprof run"),
         "file as logdir": (["report", str(tmp / "notes.txt")], tmp / "notes.txt", "not a folder"),
         "unknown type": (["analyze", str(tmp / "notes.txt")], tmp / "notes.txt", "not a trace file name"),
-        "corrupt report file": (["report", str(tmp / "logs")], bad_run / "fitprof_report.json", "not a fitprof report"),
+        "corrupt report file": (["report", str(tmp / "logs")], bad_run / "s1.rank0.json", "not a fitprof report"),
         "report file of another shape": (
             ["report", str(tmp / "logs2")],
-            odd_run / "fitprof_report.json",
+            odd_run / "s1.rank0.json",
             "not a fitprof report",
         ),
     }
@@ -512,12 +513,12 @@ def test_good_and_bad_files_report_the_good(
 
 
 def test_report_good_run_and_corrupt_report(built_logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    broken = built_logdir / "broken" / "plugins" / "profile" / "s"
+    broken = built_logdir / "broken" / "plugins" / "fitprof"
     broken.mkdir(parents=True)
-    (broken / "fitprof_report.json").write_bytes(b"\xff\xfe garbage")
+    (broken / "s1.rank0.json").write_bytes(b"\xff\xfe garbage")
     rc, out, err = run_cli(capsys, "report", built_logdir, "--format", "csv")
     assert rc == 2
-    assert len(err.splitlines()) == 1 and str(broken / "fitprof_report.json") in err
+    assert len(err.splitlines()) == 1 and str(broken / "s1.rank0.json") in err
     frame = pd.read_csv(io.StringIO(out))
     assert set(frame.loc[frame["record"] == "window", "run"]) == {"exp/ddp", "single"}
 

@@ -55,9 +55,9 @@ def test_one_xplane_per_window_in_its_own_session(runs: dict[str, Any]) -> None:
     assert len(files) == 2  # two epochs, one window each
     assert len({f.parent for f in files}) == 2
     # Each session holds the report of its window, equal to what was analysed at the epoch's end.
-    records = sorted(
-        (json.loads((f.parent / "fitprof_report.json").read_text()) for f in files), key=lambda r: r["epoch"]
-    )
+    reports = sorted((runs["root"] / "fast" / "plugins" / "fitprof").glob("*.rank0.json"))
+    records = sorted((json.loads(p.read_text()) for p in reports), key=lambda r: r["epoch"])
+    assert {r["session"] for r in records} == {f.parent.name for f in files}
     assert [r["epoch"] for r in records] == [0, 1]
     for rec in records:
         assert rec["report"]["step_time_ms"] == pytest.approx(runs["fast"][rec["epoch"]].step_time_ms)

@@ -1,7 +1,7 @@
 """The ``fitprof`` command: bottleneck tables from fitprof runs (``report``) or from any trace file (``analyze``).
 
 ``fitprof report LOGDIR``
-    Finds every fitprof run below ``LOGDIR`` (a folder holding ``plugins/profile/<session>/fitprof_report.json``,
+    Finds every fitprof run below ``LOGDIR`` (a folder holding ``plugins/fitprof/<session>.rank<r>.json``,
     written by the Keras and the Lightning callbacks for each profiled window) and prints one row per run,
     epoch and rank: exactly the figures the callback logged.
 
@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from fitprof._reportfile import REPORT_FILE, _clean
+from fitprof._reportfile import REPORTS_DIR, clean_json
 from fitprof.analysis import BottleneckReport, OpStat, analyze_table
 from fitprof.traces import TraceError, read_trace, trace_format
 
@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
         "report",
         help="one row per run, epoch and rank of the fitprof runs below LOGDIR",
         description="Print the bottleneck figures the fitprof callbacks logged for every run below LOGDIR "
-        "(folders holding plugins/profile/<session>/fitprof_report.json), one row per run, epoch and rank.",
+        "(folders holding plugins/fitprof/<session>.rank<r>.json), one row per run, epoch and rank.",
     )
     rep.add_argument("logdir", metavar="LOGDIR", help="a log folder (searched at any depth)")
     common(rep)
@@ -266,7 +266,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     files = find_report_files(logdir)
     if not files:
         _error(
-            f"{logdir}: no fitprof run found (no plugins/profile/<session>/{REPORT_FILE} below it; "
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
             "for other profiles use 'fitprof analyze')"
         )
         return EXIT_BAD_INPUT
@@ -293,16 +293,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
-    """Every ``<run>/plugins/profile/<session>/fitprof_report*.json`` below ``logdir`` (any depth), sorted.
-
-    ``fitprof_report.json`` is the name the callbacks write; ``fitprof_report<anything>.json`` is accepted too,
-    so several ranks can keep one report each in a shared session folder.
-    """
+    """Every ``<run>/plugins/fitprof/*.json`` report file below ``logdir`` (any depth), sorted."""
     found = []
-    stem, _, ext = REPORT_FILE.rpartition(".")
-    for path in Path(logdir).rglob(f"{stem}*.{ext}"):
-        session = path.parent
-        if session.parent.name == "profile" and session.parent.parent.name == "plugins" and path.is_file():
+    for path in Path(logdir).rglob("*.json"):
+        if path.parent.name == REPORTS_DIR[1] and path.parent.parent.name == REPORTS_DIR[0] and path.is_file():
             found.append(path)
     return sorted(found)
 
@@ -323,10 +317,9 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
         raise _BadInput(f"{path}: not a fitprof report ('epoch' or 'rank' is not an integer)")
     if doc.get("framework"):
         report.framework = str(doc["framework"])
-    session = path.parent
-    run = session.parent.parent.parent
+    run = path.parent.parent.parent
     trace = doc.get("trace")
-    source = os.path.normpath(session / trace) if isinstance(trace, str) and trace else report.source
+    source = os.path.normpath(run / trace) if isinstance(trace, str) and trace else report.source
     rec = _record(report, record=RECORD_WINDOW, run=run.relative_to(logdir).as_posix(), epoch=epoch, rank=rank)
     rec["source"] = source
     rec["report_file"] = os.fspath(path)
@@ -435,7 +428,7 @@ def _finite(value: Any) -> bool:
 
 def _public(rec: dict[str, Any]) -> dict[str, Any]:
     """The record as strict JSON (NaN and infinities -> ``None``)."""
-    return dict(_clean(rec))
+    return dict(clean_json(rec))
 
 
 # -------------------------------------------------------------------------------------------------- output

@@ -245,7 +245,7 @@ class FitProfiler(keras.callbacks.Callback):
         self.reports[epoch] = report
         if session_dir is not None:
             try:
-                write_report_file(session_dir, epoch=epoch, report=report, trace=path)
+                write_report_file(self.log_dir, session=session_dir.name, epoch=epoch, report=report, trace=path)
             except OSError as err:
                 self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
         scalars = report.scalars()
