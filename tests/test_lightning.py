@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+import fitprof
+
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-import fitprof  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
 
@@ -237,6 +238,10 @@ def test_an_exception_inside_the_window_reaches_the_user_and_stops_the_profiler(
         _fit(tmp_path, cb, module=_Tiny(fail_at=4))
     assert not torch.autograd._profiler_enabled()
     assert not cb._window.started_here
+    # The partial window is flushed and analysed: steps 3 and 4 finished, step 5 (batch_idx 4) raised.
+    assert cb.reports[0].steps_analyzed == 2
+    assert fitprof.analyze(cb.trace_paths[0]).steps_analyzed == 2
+    assert len(list(Path(cb.trace_paths[0]).parent.glob("plugins/fitprof/*.rank0.json"))) == 1
 
 
 @pytest.mark.parametrize(

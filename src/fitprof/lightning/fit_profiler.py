@@ -19,6 +19,7 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof._config import make_config
+from fitprof._reportfile import write_report_file
 from fitprof._torch import TorchProfileWindow, session_name
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
@@ -192,7 +193,17 @@ class FitProfiler(Callback):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._abort(export=False)
+        # Flush and analyse the partial window (the failing step left out); Lightning re-raises the exception.
+        try:
+            if self._open or self._window.started_here:
+                self._stop(drop_open_step=True)
+            path, self._pending = self._pending, None
+            if path is not None and self._epoch not in self.reports:
+                self._analyse_and_log(trainer, self._epoch, path)
+        except Exception as err:  # the user's exception matters more
+            log.warning("fitprof: could not flush the window after an exception: %s", err)
+        finally:
+            self._abort(export=False)
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -269,6 +280,10 @@ class FitProfiler(Callback):
         report.rank, report.world_size = self._rank, self._world_size
         self.reports[epoch] = report
         assert self._dir is not None and self._session is not None
+        try:
+            write_report_file(self._dir, session=self._session, epoch=epoch, report=report, trace=path, rank=self._rank)
+        except OSError as err:
+            self._window.warn_once("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
         host = socket.gethostname()
         if self._world_size > 1:
             host = f"{host}_rank{self._rank}"
