@@ -158,3 +158,23 @@ def test_bad_xspace_files(tmp_path: Path, name: str, content: bytes | None, matc
     with pytest.raises(TraceError, match=match) as err:
         analyze(path)
     assert name in str(err.value)
+
+
+def test_rank_combine_names_the_straggler_and_skips_empty_ranks() -> None:
+    from fitprof._ranks import combine, pack
+
+    def rep(step: float, inp: float) -> object:
+        table = make_table(
+            [_ev("ProfilerStep#1", "step", 0, step * 1e3), _ev("next", "input", 0, step * 1e3 * inp / 100)]
+        )
+        return analyze_table(table)
+
+    vectors = [pack(rep(10, 5)), pack(None), pack(rep(30, 60))]
+    out = combine(vectors)
+    assert out["fitprof/step_time_ms"] == pytest.approx(20.0)
+    assert out["fitprof/step_time_ms_max"] == pytest.approx(30.0)
+    assert out["fitprof/step_time_ms_max_rank"] == 2.0
+    assert out["fitprof/input_percent_max"] == pytest.approx(60.0)
+    assert out["fitprof/input_percent_max_rank"] == 2.0
+    assert out["fitprof/ranks_reported"] == 2.0
+    assert combine([pack(None), pack(None)]) == {}
