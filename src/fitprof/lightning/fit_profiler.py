@@ -18,6 +18,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
+from fitprof import _ranks, metrics
 from fitprof._config import make_config
 from fitprof._reportfile import write_report_file
 from fitprof._torch import TorchProfileWindow, session_name
@@ -98,11 +99,14 @@ class FitProfiler(Callback):
         self.trace_paths: dict[int, Path] = {}
         self.xplane_paths: dict[int, Path] = {}
         self.analysis_seconds: dict[int, float] = {}
+        self.cross_rank: dict[int, dict[str, float]] = {}
         self._window = TorchProfileWindow(warn=rank_zero_warn)
+        self._rank_warned: set[str] = set()
         self._dir: Path | None = None
         # hot-path state: plain ints and bools
         self._first = self._config.first_step
         self._last = self._config.last_step
+        self._epoch_profiled = False  # the current epoch is one to profile (the same on every rank)
         self._epoch_on = False  # the current epoch has a window that has not finished
         self._open = False  # the window is open now
         self._val_annotated = False
@@ -141,7 +145,9 @@ class FitProfiler(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = int(trainer.current_epoch)
-        self._epoch_on = self._dir is not None and self._config.profiles_epoch(self._epoch)
+        self._epoch_profiled = self._dir is not None and self._config.profiles_epoch(self._epoch)
+        self._epoch_on = self._epoch_profiled
+        self._session = self._shared_session(trainer) if self._epoch_profiled else None
         if self._epoch_on and self._first == 1:
             self._start(1)
 
@@ -184,8 +190,10 @@ class FitProfiler(Callback):
             self._stop(drop_open_step=True)
         self._epoch_on = False
         path, self._pending = self._pending, None
-        if path is not None:
-            self._analyse_and_log(trainer, self._epoch, path)
+        report = None if path is None else self._analyse(self._epoch, path)
+        if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
+            self._epoch_profiled = False
+            self._publish(trainer, report)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -197,9 +205,13 @@ class FitProfiler(Callback):
         try:
             if self._open or self._window.started_here:
                 self._stop(drop_open_step=True)
+            self._epoch_profiled = False
             path, self._pending = self._pending, None
             if path is not None and self._epoch not in self.reports:
-                self._analyse_and_log(trainer, self._epoch, path)
+                report = self._analyse(self._epoch, path)
+                # No all-gather here: the other ranks may be anywhere (or gone); rank 0 logs its own figures.
+                if report is not None and trainer.is_global_zero:
+                    self._log(trainer, report)
         except Exception as err:  # the user's exception matters more
             log.warning("fitprof: could not flush the window after an exception: %s", err)
         finally:
@@ -232,9 +244,24 @@ class FitProfiler(Callback):
             k += 1
         return name
 
+    def _shared_session(self, trainer: pl.Trainer) -> str:
+        """This epoch's session name, rank 0's on every rank, so that all ranks write into one session folder.
+
+        Called in ``on_train_epoch_start`` of every profiled epoch, on every rank (a broadcast: each rank
+        choosing its own timestamp would split the ranks over two folders whenever they straddle a second).
+        """
+        name = self._new_session()
+        if _distributed():
+            try:
+                name = str(trainer.strategy.broadcast(name, src=0))
+            except Exception as err:
+                self._warn_rank("broadcast", f"fitprof: could not share the session name across ranks ({err!r}).")
+        return name
+
     def _start(self, step: int) -> None:
         assert self._dir is not None
-        self._session = self._new_session()
+        if self._session is None:
+            self._session = self._new_session()
         if self._window.start(self._dir, self._session, rank=self._rank):
             self._open = True
             self._window.begin_step(step)
@@ -267,7 +294,17 @@ class FitProfiler(Callback):
             if path is not None:
                 self.trace_paths[self._epoch] = path
 
-    def _analyse_and_log(self, trainer: pl.Trainer, epoch: int, path: Path) -> None:
+    def _warn_rank(self, key: str, message: str) -> None:
+        """Warn about a problem of this rank: through Lightning on rank 0, through ``logging`` on the others
+        (``rank_zero_warn`` would swallow them), once per key."""
+        if self._rank == 0:
+            self._window.warn_once(key, message)
+        elif key not in self._rank_warned:
+            self._rank_warned.add(key)
+            log.warning("[rank %d] %s", self._rank, message)
+
+    def _analyse(self, epoch: int, path: Path) -> BottleneckReport | None:
+        """Analyse this rank's trace; write its report file and ``.xplane.pb``. None when the analysis fails."""
         from fitprof import analyze
         from fitprof.traces.xspace_write import write_xspace
 
@@ -275,29 +312,76 @@ class FitProfiler(Callback):
         try:
             report = analyze(path, top_k=self._config.top_k)
         except Exception as err:
-            self._window.warn_once("analyze", f"fitprof: could not analyse {path} ({err!r}).")
-            return
+            self._warn_rank("analyze", f"fitprof: could not analyse {path} ({err!r}).")
+            return None
         report.rank, report.world_size = self._rank, self._world_size
         self.reports[epoch] = report
         assert self._dir is not None and self._session is not None
         try:
             write_report_file(self._dir, session=self._session, epoch=epoch, report=report, trace=path, rank=self._rank)
         except OSError as err:
-            self._window.warn_once("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
+            self._warn_rank("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
         host = socket.gethostname()
         if self._world_size > 1:
             host = f"{host}_rank{self._rank}"
         try:
             self.xplane_paths[epoch] = write_xspace(path, self._dir, self._session, host=host)
         except Exception as err:
-            self._window.warn_once("xspace", f"fitprof: could not write the .xplane.pb for {path} ({err!r}).")
+            self._warn_rank("xspace", f"fitprof: could not write the .xplane.pb for {path} ({err!r}).")
         self.analysis_seconds[epoch] = time.perf_counter() - t0
-        if trainer.is_global_zero:
+        return report
+
+    def _publish(self, trainer: pl.Trainer, report: BottleneckReport | None) -> None:
+        """Log this epoch's figures on rank 0: the cross-rank ones under DDP, else rank 0's own."""
+        if _distributed():
+            vectors = self._gather(trainer, report)
+            if vectors is not None:
+                combined = _ranks.combine(vectors)
+                self.cross_rank[self._epoch] = combined
+                if trainer.is_global_zero and combined:
+                    self._log(trainer, report, combined)
+                return
+        if report is not None and trainer.is_global_zero:
             self._log(trainer, report)
 
-    def _log(self, trainer: pl.Trainer, report: BottleneckReport) -> None:
-        scalars = {k: v for k, v in report.scalars().items() if not math.isnan(v)}
-        text = report.summary_markdown()
+    def _gather(self, trainer: pl.Trainer, report: BottleneckReport | None) -> list[list[float]] | None:
+        """All-gather every rank's :func:`fitprof._ranks.pack` vector (index = global rank); None on failure.
+
+        Runs on every rank at the end of every profiled epoch, also when this rank has no report (its window
+        was empty or its analysis failed: it sends ``pack(None)``), so the collective always completes.
+        """
+        import torch
+        import torch.distributed as dist
+
+        try:
+            vector = _ranks.pack(report)
+        except Exception:  # a malformed report must not keep this rank out of the collective
+            vector = _ranks.pack(None)
+        try:
+            backend = str(dist.get_backend())
+            # gloo / MPI take host tensors; NCCL and the others need the rank's device.
+            device = torch.device("cpu") if ("gloo" in backend or "mpi" in backend) else trainer.strategy.root_device
+            local = torch.tensor(vector, dtype=torch.float64, device=device)
+            gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+            dist.all_gather(gathered, local)
+            return [[float(x) for x in t.cpu().tolist()] for t in gathered]
+        except Exception as err:
+            self._warn_rank(
+                "gather", f"fitprof: could not gather the ranks' figures ({err!r}); rank 0 logs its own only."
+            )
+            return None
+
+    def _log(
+        self, trainer: pl.Trainer, report: BottleneckReport | None, combined: dict[str, float] | None = None
+    ) -> None:
+        scalars = {} if report is None else dict(report.scalars())
+        if combined:
+            scalars.update(combined)  # the usual figures become the means over the ranks, plus max and rank
+        scalars = {k: v for k, v in scalars.items() if not math.isnan(v)}
+        text = "" if report is None else report.summary_markdown()
+        if combined:
+            own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
+            text = f"{_ranks_line(combined, self._world_size)}\n\n{own}\n\n{text}".rstrip()
         for logger in trainer.loggers:
             try:
                 logger.log_metrics(scalars, step=trainer.global_step)
@@ -308,3 +392,27 @@ class FitProfiler(Callback):
                     f"log-{type(logger).__name__}",
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
+
+
+def _distributed() -> bool:
+    """Whether ``torch.distributed`` is initialised with more than one rank."""
+    try:
+        import torch.distributed as dist
+
+        return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    except Exception:  # a broken process group: behave as a single process
+        return False
+
+
+def _ranks_line(combined: dict[str, float], world_size: int) -> str:
+    """One line naming the rank with the longest steps and the rank with the largest input share."""
+    c = combined
+    slow, slow_ms = int(c[_ranks.STEP_TIME_MS_MAX_RANK]), c[_ranks.STEP_TIME_MS_MAX]
+    starved, starved_pct = int(c[_ranks.INPUT_PERCENT_MAX_RANK]), c[_ranks.INPUT_PERCENT_MAX]
+    return (
+        f"**Across ranks** ({int(c[_ranks.RANKS_REPORTED])} of {world_size} reported; figures are means): "
+        f"slowest rank {slow} at {slow_ms:.2f} ms/step (mean {c[metrics.STEP_TIME_MS.key]:.2f}); largest input "
+        f"share rank {starved} at {starved_pct:.1f}% (mean {c[metrics.INPUT_PERCENT.key]:.1f}%). Under DDP the "
+        "all-reduce makes every rank wait for the slowest, so step times come out alike and the input share "
+        "names the rank that starves the others."
+    )
