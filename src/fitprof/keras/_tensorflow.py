@@ -27,11 +27,12 @@ class TFWindow:
     framework = "tensorflow"
     trace_suffix = ".xplane.pb"
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, *, rank: int = 0, world: int = 1) -> None:
         import tensorflow as tf
 
         self._tf = tf
         self._log_dir = log_dir
+        self._rank, self._world = rank, world
         self._tmp: str | None = None
         self._step: Any = None
         self.session_dir: Path | None = None
@@ -84,7 +85,10 @@ class TFWindow:
             raise RuntimeError("tf.profiler wrote no .xplane.pb")
         try:
             session = new_session_dir(self._log_dir)
-            target = session / written[-1].name
+            name = written[-1].name
+            if self._world > 1:  # ranks on one host must not collide: <host>_rank<r>.xplane.pb
+                name = f"{name.removesuffix('.xplane.pb')}_rank{self._rank}.xplane.pb"
+            target = session / name
             shutil.move(str(written[-1]), target)
         except OSError as err:
             # log_dir cannot be written (read-only, full disk): keep the temporary copy for the analysis.

@@ -18,8 +18,9 @@ class TorchKerasWindow:
 
     framework = "pytorch"
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, *, rank: int = 0) -> None:
         self._log_dir = log_dir
+        self._rank = rank
         self._window = TorchProfileWindow(warn=self._raise)
         self.session_dir: Path | None = None
         self.save_error: OSError | None = None
@@ -33,7 +34,7 @@ class TorchKerasWindow:
             raise RuntimeError("another torch profiler is already running; fitprof does not start a second one")
         session = new_session_dir(self._log_dir)
         self._session = self.session_dir = session
-        if not self._window.start(self._log_dir, session.name):
+        if not self._window.start(self._log_dir, session.name, rank=self._rank):
             session.rmdir()
             raise RuntimeError("the torch profiler did not start")
 

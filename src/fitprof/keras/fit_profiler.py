@@ -10,7 +10,7 @@ from typing import Any
 
 import keras
 
-from fitprof import metrics
+from fitprof import _ranks, metrics
 from fitprof._config import DEFAULT_PROFILE_BATCH, make_config
 from fitprof._reportfile import write_report_file
 from fitprof._tbwriter import SummaryWriter
@@ -88,6 +88,9 @@ class FitProfiler(keras.callbacks.Callback):
         self._epoch = 0
         self._steps_seen = 0
         self._warned: set[str] = set()
+        self._epoch_profiled = False
+        self._in_flush = False
+        self._rank, self._world = 0, 1
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -103,10 +106,10 @@ class FitProfiler(keras.callbacks.Callback):
         if self.backend == "tensorflow":
             from fitprof.keras._tensorflow import TFWindow
 
-            return TFWindow(self.log_dir)
+            return TFWindow(self.log_dir, rank=self._rank, world=self._world)
         from fitprof.keras._torch import TorchKerasWindow
 
-        return TorchKerasWindow(self.log_dir)
+        return TorchKerasWindow(self.log_dir, rank=self._rank)
 
     def _open_window(self) -> None:
         window = self._new_window()
@@ -148,6 +151,7 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             self._armed = False
             self._close_window(drop_open_step=True)  # the failing step never finished
+            self._in_flush = True
             self.on_epoch_end(self._epoch, None)
         except Exception as err:
             log.warning("FitProfiler: could not flush the window after an exception: %s", err)
@@ -182,6 +186,9 @@ class FitProfiler(keras.callbacks.Callback):
         self.trace_paths = {}
         self._windows = {}
         self._steps_seen = 0
+        from fitprof.keras._distributed import rank_and_world
+
+        self._rank, self._world = rank_and_world(self.model, self.backend)
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
             self._warn_once(
@@ -192,7 +199,7 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
-        self._armed = self.config.profiles_epoch(epoch)
+        self._armed = self._epoch_profiled = self.config.profiles_epoch(epoch)
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if not self._armed:
@@ -230,33 +237,62 @@ class FitProfiler(keras.callbacks.Callback):
             )
             self._close_window()
         self._armed = False
+        if not self._epoch_profiled or epoch in self.reports:
+            return  # not a profiled epoch, or already flushed after an exception
+        report = None
         path = self.trace_paths.get(epoch)
-        if path is None:
+        if path is not None:
+            window = self._windows.get(epoch)
+            report = self._analyze(path)
+            session_dir = getattr(window, "session_dir", None)
+            if window is not None and session_dir is None:
+                window.cleanup()  # the profile could not be saved in log_dir: drop the temporary copy
+            if report is not None:
+                report.rank, report.world_size = self._rank, self._world
+                self.reports[epoch] = report
+                if session_dir is not None:
+                    self._write_report(session_dir.name, epoch, report, path)
+        scalars = report.scalars() if report is not None else {}
+        if self._world > 1 and not self._in_flush:
+            # Every rank takes part, with or without a report of its own, so the collective always completes.
+            scalars.update(self._cross_rank(report))
+        if not scalars:
             return
-        if epoch in self.reports:
-            return  # already flushed after an exception
-        window = self._windows.get(epoch)
-        report = self._analyze(path)
-        session_dir = getattr(window, "session_dir", None)
-        if window is not None and session_dir is None:
-            window.cleanup()  # the profile could not be saved in log_dir: drop the temporary copy
-        if report is None:
-            return
-        self.reports[epoch] = report
-        if session_dir is not None:
-            try:
-                write_report_file(self.log_dir, session=session_dir.name, epoch=epoch, report=report, trace=path)
-            except OSError as err:
-                self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
-        scalars = report.scalars()
         if logs is not None:
             logs.update(scalars)
+        if self._rank != 0:
+            return  # only rank 0 writes scalars and the summary
+        text = report.summary_markdown() if report is not None else "No report on rank 0 for this epoch."
+        if self._world > 1 and _ranks.STEP_TIME_MS_MAX_RANK in scalars:
+            text += (
+                f"\n\nAcross {int(scalars[_ranks.RANKS_REPORTED])} ranks: slowest step on rank "
+                f"{int(scalars[_ranks.STEP_TIME_MS_MAX_RANK])} ({scalars[_ranks.STEP_TIME_MS_MAX]:.2f} ms), "
+                f"highest input share on rank {int(scalars[_ranks.INPUT_PERCENT_MAX_RANK])} "
+                f"({scalars[_ranks.INPUT_PERCENT_MAX]:.1f}%)."
+            )
         try:
             self._writer.scalars(scalars, step=epoch)
-            self._writer.text(metrics.SUMMARY_TAG, report.summary_markdown(), step=epoch)
+            self._writer.text(metrics.SUMMARY_TAG, text, step=epoch)
             self._writer.flush()
         except OSError as err:
             self._warn_once("write", f"FitProfiler: could not write summaries to {self.log_dir}: {err}")
+
+    def _write_report(self, session: str, epoch: int, report: BottleneckReport, path: Path) -> None:
+        try:
+            write_report_file(self.log_dir, session=session, epoch=epoch, report=report, trace=path, rank=self._rank)
+        except OSError as err:
+            self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
+
+    def _cross_rank(self, report: BottleneckReport | None) -> dict[str, float]:
+        """Gather every rank's figures and combine them (means, max and the rank it belongs to)."""
+        from fitprof.keras._distributed import all_gather_vectors
+
+        try:
+            vectors = all_gather_vectors(self.model, self.backend, _ranks.pack(report), self._world)
+        except Exception as err:
+            self._warn_once("gather", f"FitProfiler: could not gather the figures of all ranks: {err}")
+            return {}
+        return _ranks.combine(vectors)
 
     def _analyze(self, path: Path) -> BottleneckReport | None:
         try:

@@ -6,9 +6,11 @@ needed. How events are classified (see :mod:`fitprof.traces._table` for the kind
 * steps: events carrying a ``step_num`` stat outside the ``tf_data*`` / ``tf_Compute*`` lines, i.e. the
   ``tf.profiler.experimental.Trace(..., step_num=n, _r=1)`` markers fitprof writes (xprof needs ``_r=1`` to
   find them; fitprof also accepts Keras's own ``Trace("Profiled Step", step_num=n)`` without it);
-* input: ``IteratorGetNextOp::DoCompute`` (and TF ops of type ``IteratorGetNext*``): the training loop blocked
-  on ``tf.data``, as xprof's input-pipeline analysis counts it;
-* host ops: events on ``tf_Compute*`` lines named ``<op name>:<op type>``; the table's ``name`` is the op name,
+* input: ``IteratorGetNextOp::DoCompute`` (and ``IteratorGetNextAsOptionalOp::DoCompute`` of distributed
+  iterators, TF ops of type ``IteratorGetNext*``): the training loop blocked on ``tf.data``, as xprof's
+  input-pipeline analysis counts it;
+* host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
+  scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
   as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
 * device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
@@ -38,6 +40,9 @@ from fitprof.traces._table import (
 )
 
 _COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceScatter|AllToAll)", re.IGNORECASE)
+_INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
+"""The kernels the training loop blocks in while tf.data produces its batch (``IteratorGetNextOp``,
+``IteratorGetNextAsOptionalOp`` for distributed iterators, ...)."""
 _FUNCTION_PREFIX = "StatefulPartitionedCall/"
 """Prefix of every op inside a ``tf.function`` (Keras's train step); dropped from op names for readability."""
 _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
@@ -124,7 +129,7 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                         row["kind"] = KIND_KERNEL
                     tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
                     row["op"] = tf_op.split(":")[0]
-                elif name == "IteratorGetNextOp::DoCompute":
+                elif _INPUT_EVENT.match(name):
                     row["kind"] = KIND_INPUT
                 elif "step_num" in stats and not (is_tf_data or is_compute):
                     row["kind"] = KIND_STEP
@@ -132,10 +137,10 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
                         pass
-                elif is_compute and ":" in name and not name.startswith(("ExecutorState", "Threadpool")):
+                elif (is_compute or lname.startswith("collective_ops")) and ":" in name and "::" not in name:
                     op_name, _, op_type = name.rpartition(":")
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
-                    if op_type.startswith("IteratorGetNext"):
+                    if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
                         row["kind"] = KIND_INPUT
                     elif _COLLECTIVE_TYPES.match(op_type):
                         row["kind"] = KIND_COLLECTIVE
