@@ -137,9 +137,9 @@ def xprof_input_percent(xplane: str | os.PathLike[str]) -> float:
         data = data[0]
     table = json.loads(data)[1]
     cols = [c["id"] for c in table["cols"]]
-    rows = [[c.get("v") if c else None for c in r["c"]] for r in table["rows"]]
-    step = sum(float(r[cols.index("stepTimeMs")]) for r in rows)
-    infeed = sum(float(r[cols.index("infeedTimeMs")]) for r in rows)
+    rows: list[list[Any]] = [[c.get("v") if c else None for c in r["c"]] for r in table["rows"]]
+    step = sum(float(r[cols.index("stepTimeMs")] or 0.0) for r in rows)
+    infeed = sum(float(r[cols.index("infeedTimeMs")] or 0.0) for r in rows)
     return 100.0 * infeed / step if step > 0 else float("nan")
 
 
@@ -312,9 +312,16 @@ def keras_run(
     return profiler, clock, spans, ready
 
 
-def keras_scenario(scenario: str, logdir: Path, *, base: Result | None = None, side_tools: bool = True) -> Result:
-    """Run one Keras scenario and compare. ``base``: the compute-bound result (the ablation for hidden input)."""
-    sleep = 0.020
+def keras_scenario(
+    scenario: str, logdir: Path, *, base: Result | None = None, side_tools: bool = True, sleep: float = 0.020
+) -> Result:
+    """Run one Keras scenario and compare.
+
+    Args:
+        base: the compute-bound result (calibrates ``mixed`` and ``prefetch_hidden``).
+        side_tools: also compute xprof's figure.
+        sleep: seconds of sleep per batch in ``sleep_input``.
+    """
     kw: dict[str, Any]
     if scenario == "sleep_input":
         kw = {"model_kind": "small", "batch": 64, "sleep_s": sleep}
@@ -402,7 +409,7 @@ class _NextTimer:
             finally:
                 timer.spans.append((t0, time.perf_counter()))
 
-        cls.__next__ = timed_next  # type: ignore[method-assign]
+        cls.__next__ = timed_next  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:
@@ -417,7 +424,7 @@ def _lightning_parts(
     augment: bool = False,
     workers: int = 0,
 ) -> tuple[Any, Any, Any]:
-    """(module, train loader, dataset). ``sleep_s`` is per batch, spread over the samples."""
+    """(module, train loader, dataset). ``sleep_s`` is per batch, slept in the batch's first ``__getitem__``."""
     import lightning.pytorch as pl
     import torch
     from torch import nn
@@ -425,7 +432,7 @@ def _lightning_parts(
     side, features = 8, 64
     n = batch * STEPS
 
-    class Data(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    class Data(torch.utils.data.Dataset):
         def __init__(self) -> None:
             g = np.random.default_rng(0)
             self.x = g.random((n, features), dtype=np.float32)
@@ -439,8 +446,8 @@ def _lightning_parts(
             x = self.x[i]
             if augment:
                 x = _augment_batch(x.reshape(1, side, side), self.rng, zoom=8).reshape(features)
-            if sleep_s:
-                time.sleep(sleep_s / batch)
+            if sleep_s and i % batch == 0:  # once per batch (no shuffling): one sleep, not many short ones
+                time.sleep(sleep_s)
             return torch.from_numpy(x), int(self.y[i])
 
     class Net(pl.LightningModule):
@@ -524,7 +531,10 @@ def lightning_run(
     module, loader, data = _lightning_parts(**parts)
     clock = _LightningClock()
     timer = _NextTimer(data)
-    profiler: Any = "simple" if simple else None
+    from lightning.pytorch.profilers import SimpleProfiler
+
+    # A file name keeps its summary off stdout; the figures are read from the profiler object.
+    profiler: Any = SimpleProfiler(dirpath=logdir / scenario, filename="simple") if simple else None
     callbacks: list[Any] = [clock.before, clock.after]
     fp = None
     if not simple:
@@ -547,7 +557,7 @@ def lightning_run(
     with warnings.catch_warnings(), timer.installed():
         warnings.simplefilter("ignore")
         trainer.fit(module, loader)
-    return (trainer.profiler if simple else fp), clock, timer
+    return (profiler if simple else fp), clock, timer
 
 
 def _simple_figures(profiler: Any, clock: _LightningClock) -> tuple[float, float]:
@@ -563,9 +573,16 @@ def _simple_figures(profiler: Any, clock: _LightningClock) -> tuple[float, float
     return 100.0 * window / (hi - lo), float(summary)
 
 
-def lightning_scenario(scenario: str, logdir: Path, *, base: Result | None = None, side_tools: bool = True) -> Result:
-    """Run one Lightning scenario and compare. ``base``: the compute-bound result (calibrates ``mixed``)."""
-    sleep = 0.020
+def lightning_scenario(
+    scenario: str, logdir: Path, *, base: Result | None = None, side_tools: bool = True, sleep: float = 0.020
+) -> Result:
+    """Run one Lightning scenario and compare.
+
+    Args:
+        base: the compute-bound result (calibrates ``mixed``).
+        side_tools: also compute xprof's, SimpleProfiler's (a second run) and torch-tb-profiler's figures.
+        sleep: seconds of sleep per batch in ``sleep_input`` and ``workers_hidden``.
+    """
     parts: dict[str, Any]
     if scenario == "sleep_input":
         parts = {"model_kind": "small", "batch": 32, "sleep_s": sleep}
@@ -676,9 +693,9 @@ def _versions(framework: str) -> str:
         import torch
 
         parts += [f"torch {torch.__version__}", f"lightning {lightning.__version__}"]
-    import xprof  # type: ignore[import-untyped]
+    from importlib.metadata import version
 
-    parts.append(f"xprof {getattr(xprof, '__version__', '?')}")
+    parts.append(f"xprof {version('xprof')}")
     return ", ".join(parts)
 
 

@@ -1,0 +1,216 @@
+"""How fast fitprof reads and analyses traces, against xprof's conversion and HolisticTraceAnalysis's parser.
+
+    python benchmarks/analysis_speed.py [--repeats 3] [--events 1000000] [--skip-xprof]
+
+* every Kineto fixture in ``../shared/fixtures/kineto/`` (real A100 / MI250 / CPU traces): fitprof's reader
+  (:func:`fitprof.traces.read_trace`) and analysis (:func:`fitprof.analysis.analyze_table`), median seconds and
+  events per second (complete events in the file over read + analysis time);
+* a generated Kineto trace of ``--events`` complete events (plain JSON): 1,000-op steps, each op a
+  ``cpu_op`` with a nested ``cpu_op``, a ``cudaLaunchKernel`` and its kernel (same correlation id), plus one
+  pinned host-to-device copy and a DataLoader span per step;
+* a real ``.xplane.pb`` from the Keras digits example (one epoch, steps 6-10): ``fitprof.analyze`` against
+  xprof's ``xspace_to_tool_data(..., "framework_op_stats")`` and ``"input_pipeline_analyzer"`` on a fresh copy
+  each time (the conversion caches its result beside the file; the cached second call is shown too);
+* HolisticTraceAnalysis's parser (``hta.common.trace.parse_trace_file``) on the same Kineto files, when
+  ``import hta`` works (it is not a fitprof dependency; see benchmarks/README.md for how it was made available).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT.parent / "shared" / "fixtures" / "kineto"
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
+    """Median wall time of ``fn()`` over ``repeats`` calls, and the last result."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def count_complete_events(path: Path) -> int:
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    return sum(1 for e in events if e.get("ph") == "X")
+
+
+def generate_kineto(path: Path, n_events: int, ops_per_step: int = 1000) -> int:
+    """Write a synthetic CPU+GPU Kineto trace with about ``n_events`` complete events; return the count."""
+    events: list[dict[str, Any]] = []
+    ts, corr, step = 1_000.0, 1, 0
+    per_op = 4
+    while len(events) + per_op * ops_per_step + 5 <= n_events:
+        step_start = ts
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                       "ts": step_start, "dur": 0.0})  # fmt: skip
+        step_index = len(events) - 1
+        events.append({"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": ts + 1, "dur": 200.0,
+                       "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"})  # fmt: skip
+        ts += 210
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": ts,
+                       "dur": 8.0, "args": {"correlation": corr}})  # fmt: skip
+        events.append({"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 7,
+                       "ts": ts + 5, "dur": 40.0, "args": {"correlation": corr, "bytes": 1 << 20}})  # fmt: skip
+        corr += 1
+        ts += 10
+        for k in range(ops_per_step):
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": ts,
+                           "dur": 20.0})  # fmt: skip
+            events.append({"ph": "X", "cat": "cpu_op", "name": "aten::addmm" if k % 3 else "aten::mm", "pid": 1,
+                           "tid": 1, "ts": ts + 2, "dur": 15.0})  # fmt: skip
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                           "ts": ts + 4, "dur": 6.0, "args": {"correlation": corr}})  # fmt: skip
+            events.append({"ph": "X", "cat": "kernel", "name": f"sgemm_{k % 7}", "pid": 0, "tid": 7, "ts": ts + 12,
+                           "dur": 18.0, "args": {"correlation": corr}})  # fmt: skip
+            corr += 1
+            ts += 22
+        events[step_index]["dur"] = ts - step_start
+        step += 1
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    return len(events)
+
+
+def bench_kineto(path: Path, repeats: int, hta_parse: Callable[[str], Any] | None) -> dict[str, Any]:
+    from fitprof.analysis import analyze_table
+    from fitprof.traces import read_trace
+
+    n = count_complete_events(path)
+    read_s, table = median_seconds(lambda: read_trace(path), repeats)
+    analyze_s, _ = median_seconds(lambda: analyze_table(table), repeats)
+    row: dict[str, Any] = {
+        "file": path.name,
+        "bytes": path.stat().st_size,
+        "events": n,
+        "read_s": read_s,
+        "analyze_s": analyze_s,
+        "events_per_s": n / (read_s + analyze_s),
+    }
+    if hta_parse is not None:
+        try:
+            row["hta_s"], _ = median_seconds(lambda: hta_parse(str(path)), repeats)
+        except Exception as err:  # HTA fails on some inputs (pandas 3); say so instead of a number
+            row["hta_s"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
+    return row
+
+
+def keras_xplane(tmp: Path) -> Path:
+    """Run the Keras digits example for one epoch and return its ``.xplane.pb``."""
+    logdir = tmp / "keras"
+    subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "keras_digits.py"), "--logdir", str(logdir), "--epochs", "1"],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "KERAS_BACKEND": "tensorflow"},
+    )
+    return next(logdir.glob("plugins/profile/*/*.xplane.pb"))
+
+
+def bench_xspace(xplane: Path, tmp: Path, repeats: int) -> dict[str, Any]:
+    import fitprof
+
+    row: dict[str, Any] = {"file": f"keras_digits {xplane.name}", "bytes": xplane.stat().st_size}
+    row["fitprof_s"], report = median_seconds(lambda: fitprof.analyze(xplane), repeats)
+    from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+
+    for tool in ("framework_op_stats", "input_pipeline_analyzer"):
+        fresh: list[float] = []
+        for i in range(repeats):
+            d = tmp / f"x_{tool}_{i}"
+            d.mkdir()
+            copy = d / xplane.name
+            shutil.copy(xplane, copy)
+            t0 = time.perf_counter()
+            xspace_to_tool_data([str(copy)], tool, {})
+            fresh.append(time.perf_counter() - t0)
+        row[f"xprof_{tool}_s"] = statistics.median(fresh)
+        cached, _ = median_seconds(lambda c=copy, t=tool: xspace_to_tool_data([str(c)], t, {}), repeats)  # type: ignore[misc]
+        row[f"xprof_{tool}_cached_s"] = cached
+    row["steps"] = report.steps_analyzed
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--skip-xprof", action="store_true")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+    import pandas as pd
+
+    import fitprof
+
+    hta_parse: Callable[[str], Any] | None = None
+    try:
+        from hta.common.trace import parse_trace_file
+
+        logging.getLogger("hta").setLevel(logging.ERROR)
+        hta_parse = parse_trace_file
+        import hta
+
+        hta_version = getattr(hta, "__version__", "installed")
+    except Exception as err:
+        hta_version = f"not available ({type(err).__name__})"
+    print(
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPU cores, no GPU; Python {sys.version.split()[0]}, "
+        f"fitprof {fitprof.__version__}, numpy {np.__version__}, pandas {pd.__version__}, HTA {hta_version}"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        files = sorted(FIXTURES.glob("*.json.gz")) if FIXTURES.is_dir() else []
+        gen = tmp / "generated_1m.pt.trace.json"
+        t0 = time.perf_counter()
+        n = generate_kineto(gen, args.events)
+        print(f"generated {n} events ({gen.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
+        print("| trace | size | complete events | read s | analyse s | events/s | HTA parse s |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for path in [*files, gen]:
+            row = bench_kineto(path, args.repeats, hta_parse)
+            rows.append(row)
+            hta_cell = row.get("hta_s", "–")
+            hta_cell = f"{hta_cell:.3f}" if isinstance(hta_cell, float) else hta_cell
+            print(
+                f"| {row['file']} | {row['bytes'] / 1e3:,.0f} KB | {row['events']:,} | {row['read_s']:.3f} | "
+                f"{row['analyze_s']:.3f} | {row['events_per_s']:,.0f} | {hta_cell} |",
+                flush=True,
+            )
+        if not args.skip_xprof:
+            xplane = keras_xplane(tmp)
+            row = bench_xspace(xplane, tmp, args.repeats)
+            print(
+                "\n| .xplane.pb | size | fitprof.analyze s | xprof framework_op_stats s (cached) | "
+                "xprof input_pipeline_analyzer s (cached) |\n|---|---:|---:|---:|---:|"
+            )
+            print(
+                f"| {row['file']} ({row['steps']} steps) | {row['bytes'] / 1e3:,.0f} KB | {row['fitprof_s']:.3f} | "
+                f"{row['xprof_framework_op_stats_s']:.3f} ({row['xprof_framework_op_stats_cached_s']:.3f}) | "
+                f"{row['xprof_input_pipeline_analyzer_s']:.3f} ({row['xprof_input_pipeline_analyzer_cached_s']:.3f}) |"
+            )
+    print(f"\nreproduce: python benchmarks/analysis_speed.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+
+
+if __name__ == "__main__":
+    main()
