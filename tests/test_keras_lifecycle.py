@@ -118,3 +118,122 @@ def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> Non
     with pytest.warns(RuntimeWarning, match="ended inside the window"):
         hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
     assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
+
+
+def _caught(fn) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return [str(w.message) for w in caught if "fitprof" in str(w.message).lower()]
+
+
+def test_keras_tensorboard_profiling_the_same_steps(tmp_path: Path) -> None:
+    tb = keras.callbacks.TensorBoard(str(tmp_path / "tb"), profile_batch=(3, 5), write_graph=False)
+    profiler = FitProfiler(tmp_path / "fp", profile_batch=(3, 5))
+    hist: dict = {}
+    msgs = _caught(lambda: hist.update(_model().fit(_data(), epochs=2, verbose=0, callbacks=[tb, profiler]).history))
+    assert len(hist["loss"]) == 2
+    assert sum("profiling skipped" in m for m in msgs) == 1  # warned once over both epochs
+    assert list((tmp_path / "tb").rglob("*.xplane.pb"))  # Keras's profile is intact
+    assert not _profiler_running()
+
+
+def test_profiler_that_fails_to_start_or_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_stop = tf.profiler.experimental.stop
+
+    def broken_stop(*args: object, **kwargs: object) -> None:
+        real_stop(save=False)
+        raise RuntimeError("simulated stop failure")
+
+    monkeypatch.setattr(tf.profiler.experimental, "stop", broken_stop)
+    profiler = FitProfiler(tmp_path / "a", profile_batch=(2, 3))
+    hist: dict = {}
+    msgs = _caught(lambda: hist.update(_model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler]).history))
+    assert len(hist["loss"]) == 2 and profiler.reports == {}
+    assert sum("dropped" in m and "simulated stop failure" in m for m in msgs) == 1
+    monkeypatch.undo()
+    assert not _profiler_running()
+
+    def broken_start(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("simulated start failure")
+
+    monkeypatch.setattr(tf.profiler.experimental, "start", broken_start)
+    profiler = FitProfiler(tmp_path / "b", profile_batch=(2, 3))
+    msgs = _caught(lambda: _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler]))
+    assert sum("simulated start failure" in m for m in msgs) == 1 and profiler.reports == {}
+
+
+def test_stop_training_inside_the_window_flushes_it(tmp_path: Path) -> None:
+    class StopAt4(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 3:  # step 4
+                self.model.stop_training = True
+
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 6))
+    _caught(lambda: _model().fit(_data(), epochs=3, verbose=0, callbacks=[profiler, StopAt4()]))
+    assert sorted(profiler.reports) == [0]
+    assert profiler.reports[0].steps_analyzed == 2  # steps 3 and 4
+    assert not _profiler_running()
+
+
+def test_steps_per_execution_is_said(tmp_path: Path) -> None:
+    model = _model()
+    model.compile("sgd", "mse", steps_per_execution=2)
+    msgs = _caught(
+        lambda: model.fit(_data(), epochs=1, verbose=0, callbacks=[FitProfiler(tmp_path, profile_batch=(2, 3))])
+    )
+    assert any("steps_per_execution=2" in m for m in msgs)
+
+
+def test_trace_size_warning_names_the_file(tmp_path: Path) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), max_trace_mb=0.001)
+    msgs = _caught(lambda: _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler]))
+    sized = [m for m in msgs if "max_trace_mb=0.001" in m]
+    assert len(sized) == 1 and str(profiler.trace_paths[0]) in sized[0]
+
+
+def test_keep_last_windows_keeps_scalars_and_reports(tmp_path: Path) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), keep_last_windows=2)
+    hist = _model().fit(_data(6), epochs=4, verbose=0, callbacks=[profiler]).history
+    assert len(hist["fitprof/step_time_ms"]) == 4
+    assert len(list(tmp_path.glob("plugins/profile/*"))) == 2  # the last two windows' sessions
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 2
+    assert len(list(tmp_path.glob("plugins/fitprof/*.json"))) == 4  # every window's report stays
+    assert not profiler.trace_paths[0].exists() and profiler.trace_paths[3].exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_trace_mb": 0}, ValueError),
+        ({"max_trace_mb": "big"}, TypeError),
+        ({"keep_last_windows": 0}, ValueError),
+        ({"keep_last_windows": 1.5}, TypeError),
+    ],
+)
+def test_bad_limits(kwargs: dict, error: type[Exception]) -> None:
+    with pytest.raises(error, match=next(iter(kwargs))):
+        FitProfiler(**kwargs)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
+    """RSS after epoch 4 and after epoch 14 of a tiny model profiled every epoch: growth under 40 MB, i.e. under
+    4 MB per window (a window's profile is ~20 KB; the bound leaves room for allocator noise)."""
+    rss: dict[int, float] = {}
+
+    class Rss(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            rss[epoch] = _rss_mb()
+
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), keep_last_windows=1)
+    _model().fit(_data(4), epochs=15, verbose=0, callbacks=[profiler, Rss()])
+    assert len(profiler.reports) == 15
+    growth = rss[14] - rss[4]
+    print(f"RSS epoch 4: {rss[4]:.1f} MB, epoch 14: {rss[14]:.1f} MB, growth {growth:.1f} MB")
+    assert growth < 40, rss

@@ -88,6 +88,24 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def check_optional_limit(name: str, value: Any, *, integer: bool) -> Any:
+    """``None``, or a number > 0 (an int >= 1 when ``integer``).
+
+    Raises:
+        TypeError: for a value of another type (bools are refused).
+        ValueError: for a value <= 0.
+    """
+    if value is None:
+        return None
+    allowed = "None or an int >= 1" if integer else "None or a number > 0"
+    ok_type = _is_int(value) if integer else (isinstance(value, numbers.Real) and not isinstance(value, bool))
+    if not ok_type:
+        raise TypeError(f"{name} must be {allowed}; got {value!r} of type {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be {allowed}; got {value!r}")
+    return int(value) if integer else float(value)
+
+
 def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileConfig:
     """Check the shared arguments of both callbacks (see :class:`ProfileConfig`)."""
     first, last = parse_profile_batch(profile_batch)

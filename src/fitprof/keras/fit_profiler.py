@@ -11,8 +11,9 @@ from typing import Any
 import keras
 
 from fitprof import _ranks, metrics
-from fitprof._config import DEFAULT_PROFILE_BATCH, make_config
+from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, make_config
 from fitprof._reportfile import write_report_file
+from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
 from fitprof._tbwriter import SummaryWriter
 from fitprof.analysis import BottleneckReport, analyze_table
 from fitprof.traces import read_trace
@@ -50,6 +51,10 @@ class FitProfiler(keras.callbacks.Callback):
             leaves tracing, compilation and warm-up out.
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based).
         top_k: how many operators to log by self time.
+        max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB;
+            None never warns.
+        keep_last_windows: keep the trace files of only the last N windows of a fit (older ones are deleted
+            after their analysis); the scalars and report files of every window stay. None keeps all.
 
     Raises:
         ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,
@@ -63,6 +68,8 @@ class FitProfiler(keras.callbacks.Callback):
         profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
+        max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
+        keep_last_windows: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(log_dir, (str, os.PathLike)):
@@ -70,6 +77,9 @@ class FitProfiler(keras.callbacks.Callback):
         if not os.fspath(log_dir):
             raise ValueError("log_dir must be a non-empty path; got ''")
         self.config = make_config(profile_batch, every_n_epochs, top_k)
+        self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
+        self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        self._files = WindowFiles(self.keep_last_windows)
         backend = keras.backend.backend()
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
@@ -170,6 +180,10 @@ class FitProfiler(keras.callbacks.Callback):
             window.abort()
             return
         self._windows[self._epoch] = window
+        trace = self.trace_paths[self._epoch]
+        message = oversize_message(trace, self.max_trace_mb)
+        if message:
+            self._warn_once("size", message)
         if window.session_dir is None:
             self._warn_once(
                 "write",
@@ -252,6 +266,8 @@ class FitProfiler(keras.callbacks.Callback):
                 self.reports[epoch] = report
                 if session_dir is not None:
                     self._write_report(session_dir.name, epoch, report, path)
+            if session_dir is not None:
+                self._files.add(session_dir, {path, *session_dir.glob("*.xplane.pb")})
         scalars = report.scalars() if report is not None else {}
         if self._world > 1 and not self._in_flush:
             # Every rank takes part, with or without a report of its own, so the collective always completes.
