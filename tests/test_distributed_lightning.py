@@ -1,0 +1,312 @@
+"""Lightning FitProfiler under DDP (2 CPU processes, gloo): per-rank traces and report files, one session folder
+shared by the ranks, one set of cross-rank scalars from rank 0, a planted slow rank named, a rank whose analysis
+fails, and ``fitprof report`` on the run.
+
+One real DDP run per module: this file is also the training script. Lightning's ``ddp`` strategy re-launches
+the script it runs in (``sys.argv``) for every other rank, so the test starts
+``python tests/test_distributed_lightning.py --logdir DIR`` in a subprocess (its own process group, killed on
+timeout, so a deadlock fails the test instead of hanging it).
+
+The planted problems: rank 1's ``Dataset.__getitem__`` sleeps 20 ms per batch (the straggler), and in epoch 1
+rank 1's analysis raises (``fitprof.analyze`` patched in the script), so that rank sends an empty vector to the
+all-gather while rank 0 sends its figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SLOW_RANK = 1
+SLEEP_PER_BATCH_S = 0.020
+BATCH_SIZE = 8
+BATCHES_PER_RANK = 8  # per epoch
+PROFILE_BATCH = (3, 5)  # a 3-step window
+EPOCHS = 2
+FAILING = (1, 1)  # (rank, epoch) whose analysis raises
+RUN = "ddp/version_0"  # TensorBoardLogger(save_dir=DIR, name="ddp", version=0)
+TIMEOUT_S = 300
+
+
+# ---------------------------------------------------------------------------------------------- the training run
+def _train(argv: list[str]) -> None:
+    """The DDP training script (runs as every rank)."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from torch.utils.data import DataLoader, Dataset
+
+    import fitprof
+    from fitprof.lightning import FitProfiler
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--logdir", required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # two ranks on two cores
+
+    real_analyze = fitprof.analyze
+
+    def analyze(path: Any, **kwargs: Any) -> Any:
+        name = Path(path).name
+        if f"_rank{FAILING[0]}." in name and f"_epoch{FAILING[1]}." in name:
+            raise RuntimeError("planted analysis failure")
+        return real_analyze(path, **kwargs)
+
+    fitprof.analyze = analyze  # the callback imports it at call time
+
+    class Data(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+        def __init__(self, n: int) -> None:
+            g = torch.Generator().manual_seed(0)
+            self.x, self.y = torch.randn(n, 32, generator=g), torch.randn(n, 1, generator=g)
+
+        def __len__(self) -> int:
+            return len(self.x)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
+                time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
+            return self.x[i], self.y[i]
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    profiler = FitProfiler(profile_batch=PROFILE_BATCH)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_epochs=EPOCHS,
+        logger=TensorBoardLogger(args.logdir, name="ddp", version=0),
+        callbacks=[profiler],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
+    data = DataLoader(Data(2 * BATCHES_PER_RANK * BATCH_SIZE), batch_size=BATCH_SIZE)
+    trainer.fit(Model(), data)
+    seen = {
+        "rank": trainer.global_rank,
+        "epochs_done": trainer.current_epoch,
+        "reports": sorted(profiler.reports),
+        "cross_rank": {str(e): v for e, v in profiler.cross_rank.items()},
+    }
+    Path(args.logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
+
+
+# --------------------------------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run the script once with 2 DDP ranks; return its log dir, exit status, output and wall time."""
+    pytest.importorskip("lightning.pytorch")
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    logdir = tmp_path_factory.mktemp("ddp")
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, os.fspath(Path(__file__).resolve()), "--logdir", os.fspath(logdir)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the rank it started
+        out, _ = proc.communicate()
+        pytest.fail(f"the DDP run did not finish in {TIMEOUT_S} s (deadlock?); output:\n{out[-4000:]}")
+    return {"logdir": logdir, "run": logdir / RUN, "rc": proc.returncode, "out": out, "s": time.perf_counter() - t0}
+
+
+@pytest.fixture(scope="module")
+def run_dir(ddp_run: dict[str, Any]) -> Path:
+    assert ddp_run["rc"] == 0, ddp_run["out"][-4000:]
+    return Path(ddp_run["run"])
+
+
+def _report_files(run_dir: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """(epoch, rank) -> the report file's record."""
+    out = {}
+    for path in (run_dir / "plugins" / "fitprof").glob("*.json"):
+        doc = json.loads(path.read_text())
+        out[doc["epoch"], doc["rank"]] = doc
+    return out
+
+
+def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """The fitprof scalars of the one event file that has any: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    found = {}
+    for path in run_dir.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(os.fspath(path), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = [t for t in acc.Tags()["scalars"] if t.startswith("fitprof/")]
+        if tags:
+            found[path] = {t: [(e.step, e.value) for e in acc.Scalars(t)] for t in tags}
+    assert len(found) == 1, f"fitprof scalars in {len(found)} event files: {sorted(map(str, found))}"
+    return next(iter(found.values()))
+
+
+# ------------------------------------------------------------------------------------------------------ tests
+@pytest.mark.slow
+def test_the_run_finishes_on_both_ranks(ddp_run: dict[str, Any], run_dir: Path) -> None:
+    # The planted analysis failure on rank 1 (epoch 1) did not stop the all-gather: both ranks finished both
+    # epochs and hold the same cross-rank figures.
+    seen = [json.loads((ddp_run["logdir"] / f"callback_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [s["epochs_done"] for s in seen] == [EPOCHS, EPOCHS]
+    assert seen[0]["reports"] == [0, 1] and seen[1]["reports"] == [0]
+    assert seen[0]["cross_rank"] == seen[1]["cross_rank"]
+    assert seen[0]["cross_rank"]["0"]["fitprof/ranks_reported"] == 2
+    assert seen[0]["cross_rank"]["1"]["fitprof/ranks_reported"] == 1
+    assert "[rank 1] fitprof: could not analyse" in ddp_run["out"]  # rank 1's problem is not swallowed
+
+
+@pytest.mark.slow
+def test_each_rank_writes_its_trace_with_rank_and_world_size(run_dir: Path) -> None:
+    traces = sorted(run_dir.glob("*.pt.trace.json.gz"))
+    assert len(traces) == EPOCHS * 2
+    sessions = set()
+    for epoch in range(EPOCHS):
+        mine = [p for p in traces if f"_epoch{epoch}." in p.name]
+        assert len(mine) == 2 and len({p.name for p in mine}) == 2
+        for rank in (0, 1):
+            (path,) = [p for p in mine if f"_rank{rank}." in p.name]
+            info = json.loads(gzip.decompress(path.read_bytes()))["distributedInfo"]
+            assert (info["rank"], info["world_size"], info["backend"]) == (rank, 2, "gloo")
+        sessions |= {p.name.split(".")[1] for p in mine}
+    assert len(sessions) == EPOCHS  # the two ranks of a window share its session name
+
+
+@pytest.mark.slow
+def test_one_session_folder_per_window_lists_both_ranks(run_dir: Path) -> None:
+    from tbserver import get, tensorboard, wait_for
+
+    host = socket.gethostname()  # as the callback names the files
+    folders = sorted((run_dir / "plugins" / "profile").iterdir())
+    assert len(folders) == EPOCHS
+    names = [sorted(p.name for p in folder.glob("*.xplane.pb")) for folder in folders]
+    assert names[0] == [f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]
+    assert names[1] == [f"{host}_rank0.xplane.pb"]  # rank 1's epoch-1 analysis failed before its conversion
+    with tensorboard(run_dir.parent.parent) as base:
+        runs = wait_for(lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90)
+        assert sorted(runs) == sorted(f"{RUN}/{f.name}" for f in folders)
+        hosts = get(base, "/data/plugin/profile/hosts", run=f"{RUN}/{folders[0].name}", tag="trace_viewer")
+        names = {h["hostname"] if isinstance(h, dict) else h for h in hosts}
+        assert {f"{host}_rank0", f"{host}_rank1"} <= names, hosts
+
+
+@pytest.mark.slow
+def test_rank_zero_logs_one_set_of_cross_rank_scalars(run_dir: Path) -> None:
+    scalars = _scalars(run_dir)
+    reports = _report_files(run_dir)
+    assert sorted(reports) == [(0, 0), (0, 1), (1, 0)]  # rank 1's epoch-1 analysis failed
+    for key in (
+        "fitprof/step_time_ms",
+        "fitprof/input_percent",
+        "fitprof/collective_percent",
+        "fitprof/step_time_ms_max",
+        "fitprof/step_time_ms_max_rank",
+        "fitprof/input_percent_max",
+        "fitprof/input_percent_max_rank",
+        "fitprof/ranks_reported",
+    ):
+        assert len(scalars[key]) == EPOCHS, key  # once per epoch, from rank 0 only
+    first = {k: v[0][1] for k, v in scalars.items() if len(v) == EPOCHS}
+    second = {k: v[1][1] for k, v in scalars.items() if len(v) == EPOCHS}
+    r0, r1 = reports[0, 0]["report"], reports[0, 1]["report"]
+
+    # Epoch 0: means and maxima of the two ranks' report files.
+    assert first["fitprof/ranks_reported"] == 2
+    assert first["fitprof/step_time_ms"] == pytest.approx((r0["step_time_ms"] + r1["step_time_ms"]) / 2, rel=1e-5)
+    assert first["fitprof/input_percent"] == pytest.approx((r0["input_percent"] + r1["input_percent"]) / 2, rel=1e-5)
+    slow = 0 if r0["step_time_ms"] >= r1["step_time_ms"] else 1
+    assert first["fitprof/step_time_ms_max_rank"] == slow
+    assert first["fitprof/step_time_ms_max"] == pytest.approx(max(r0["step_time_ms"], r1["step_time_ms"]), rel=1e-5)
+    assert first["fitprof/steps_analyzed"] == 2 * (PROFILE_BATCH[1] - PROFILE_BATCH[0] + 1)
+    # gloo's all-reduce (gloo:all_reduce, c10d::allreduce_) is found in both ranks' traces.
+    assert r0["collective_percent"] > 0 and r1["collective_percent"] > 0
+    assert first["fitprof/collective_percent"] > 0
+
+    # Epoch 1: rank 1 sent an empty vector, so the figures are rank 0's alone.
+    r0e1 = reports[1, 0]["report"]
+    assert second["fitprof/ranks_reported"] == 1
+    assert second["fitprof/step_time_ms"] == pytest.approx(r0e1["step_time_ms"], rel=1e-5)
+    assert second["fitprof/step_time_ms_max_rank"] == 0 and second["fitprof/input_percent_max_rank"] == 0
+
+
+@pytest.mark.slow
+def test_the_slow_rank_is_named_by_its_input_share(run_dir: Path) -> None:
+    # Rank 1 waits 20 ms per batch for data. Under DDP the gradient all-reduce makes rank 0 wait for rank 1
+    # inside every step, so both ranks' step times come out the same (which of the two is "max" is noise:
+    # fitprof/step_time_ms_max_rank is not asserted). What differs is where each rank's step time goes:
+    # rank 1 is blocked in its DataLoader, rank 0 in the all-reduce. The input share names the straggler.
+    scalars = _scalars(run_dir)
+    reports = _report_files(run_dir)
+    r0, r1 = reports[0, 0]["report"], reports[0, 1]["report"]
+    assert scalars["fitprof/input_percent_max_rank"][0][1] == SLOW_RANK
+    assert scalars["fitprof/input_percent_max"][0][1] == pytest.approx(r1["input_percent"], rel=1e-5)
+    assert r1["input_percent"] > 40 > 10 > r0["input_percent"]
+    assert r0["collective_percent"] > r1["collective_percent"]  # the fast rank waits in the all-reduce
+    assert r1["step_time_ms"] == pytest.approx(r0["step_time_ms"], rel=0.25)  # equalised by the all-reduce
+
+
+@pytest.mark.slow
+def test_summary_text_names_the_ranks(run_dir: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(os.fspath(run_dir), size_guidance={"tensors": 0})
+    acc.Reload()
+    texts = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("fitprof/summary/text_summary")]
+    assert len(texts) == EPOCHS
+    assert "**Across ranks** (2 of 2 reported" in texts[0]
+    assert f"largest input share rank {SLOW_RANK} at" in texts[0]
+    assert "(1 of 2 reported" in texts[1]
+
+
+@pytest.mark.slow
+def test_fitprof_report_gives_a_row_per_rank_and_the_spread(
+    ddp_run: dict[str, Any], run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fitprof.cli import main
+
+    capsys.readouterr()
+    assert main(["report", os.fspath(ddp_run["logdir"]), "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    rows = [r for r in records if r["record"] == "window"]
+    assert sorted((r["epoch"], r["rank"]) for r in rows) == [(0, 0), (0, 1), (1, 0)]
+    assert {r["run"] for r in rows} == {RUN}
+    (spread,) = [r for r in records if r["record"] == "spread"]  # epoch 1 has one rank: no spread
+    assert spread["epoch"] == 0 and spread["ranks"] == [0, 1]
+    epoch0 = {r["rank"]: r for r in rows if r["epoch"] == 0}
+    slowest = max(epoch0, key=lambda k: epoch0[k]["step_time_ms"])
+    assert spread["slowest_rank"] == slowest  # the longer step time, as logged in step_time_ms_max_rank
+    assert spread["input_percent_spread"] == pytest.approx(
+        abs(epoch0[1]["input_percent"] - epoch0[0]["input_percent"]), rel=1e-6
+    )
+    assert spread["input_percent_spread"] > 30
+
+
+if __name__ == "__main__":
+    _train(sys.argv[1:])
