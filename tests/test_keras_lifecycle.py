@@ -113,6 +113,12 @@ def test_fit_twice_and_evaluate_predict(tmp_path: Path) -> None:
     assert not _profiler_running()
 
 
+def test_windows_separators_in_log_dir(tmp_path: Path) -> None:
+    profiler = FitProfiler(str(tmp_path) + "\\runs\\first run", profile_batch=(2, 3))
+    _model().fit(_data(4), epochs=1, verbose=0, callbacks=[profiler])
+    assert len(list((tmp_path / "runs" / "first run").glob("plugins/profile/*/*.xplane.pb"))) == 1
+
+
 def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
     with pytest.warns(RuntimeWarning, match="ended inside the window"):

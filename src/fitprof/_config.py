@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numbers
+import os
 from dataclasses import dataclass
+from pathlib import PureWindowsPath
 from typing import Any
 
 DEFAULT_PROFILE_BATCH = (6, 10)
@@ -72,6 +74,26 @@ def parse_profile_batch(value: Any) -> tuple[int, int]:
             raise ValueError(f"profile_batch must be {allowed}; got {raw!r}")
         return first, last
     raise TypeError(f"profile_batch must be {allowed}; got {raw!r} of type {type(raw).__name__}")
+
+
+def normalize_log_dir(value: Any) -> str:
+    """Check ``log_dir`` and return it as a string path.
+
+    Windows-style separators are accepted on every system: on POSIX, ``logs\\run1`` means ``logs/run1`` (a
+    backslash in a folder name is almost never meant). ``~`` is expanded. Spaces and non-ASCII names are kept.
+
+    Raises:
+        TypeError: if it is not a ``str`` or ``os.PathLike``.
+        ValueError: if it is empty.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"log_dir must be a str or os.PathLike; got {value!r} of type {type(value).__name__}")
+    text = os.fspath(value)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"log_dir must be a non-empty path; got {value!r}")
+    if os.sep == "/" and "\\" in text:
+        text = PureWindowsPath(text).as_posix()
+    return os.path.expanduser(text)
 
 
 def check_positive_int(name: str, value: Any) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import keras
 
 from fitprof import _ranks, metrics
-from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, make_config
+from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, make_config, normalize_log_dir
 from fitprof._reportfile import write_report_file
 from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
 from fitprof._tbwriter import SummaryWriter
@@ -72,10 +72,7 @@ class FitProfiler(keras.callbacks.Callback):
         keep_last_windows: int | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(log_dir, (str, os.PathLike)):
-            raise TypeError(f"log_dir must be a str or os.PathLike; got {log_dir!r} of type {type(log_dir).__name__}")
-        if not os.fspath(log_dir):
-            raise ValueError("log_dir must be a non-empty path; got ''")
+        log_dir = normalize_log_dir(log_dir)
         self.config = make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
         self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
@@ -87,7 +84,7 @@ class FitProfiler(keras.callbacks.Callback):
                 "Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=torch."
             )
         self.backend = backend
-        self.log_dir = os.fspath(log_dir)
+        self.log_dir = log_dir
         self.reports: dict[int, BottleneckReport] = {}
         self.trace_paths: dict[int, Path] = {}
         self._windows: dict[int, Any] = {}
