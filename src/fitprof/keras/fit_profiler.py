@@ -35,9 +35,14 @@ class FitProfiler(keras.callbacks.Callback):
       ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and
       ``fitprof/top_ops/<op name>`` (ms per step) as TensorBoard scalars in ``log_dir`` (step = epoch) and in
       the epoch ``logs`` dict, so ``History`` and callbacks placed after this one (``CSVLogger``) see them;
-    * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``).
+    * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``);
+    * under ``MultiWorkerMirroredStrategy`` (one rank per worker): the cross-rank means of the figures above,
+      plus ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, the rank each belongs to
+      (``..._max_rank``) and ``fitprof/ranks_reported``; every rank's ``logs`` get them, only rank 0 writes
+      event files. Each rank writes its own ``<host>_rank<r>.xplane.pb`` and report file.
 
-    Definitions of every figure: :mod:`fitprof.metrics`. The report of each epoch stays in ``self.reports``.
+    Each window's report is also written to ``<log_dir>/plugins/fitprof/<session>.rank<r>.json`` for
+    ``fitprof report``. Definitions of every figure: :mod:`fitprof.metrics`. The report of each epoch stays in ``self.reports``.
 
     Outside the window the batch hook only compares integers, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
@@ -45,7 +50,8 @@ class FitProfiler(keras.callbacks.Callback):
     with one warning and the window is dropped.
 
     Args:
-        log_dir: the TensorBoard run directory for the profile and the scalars.
+        log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
+            read as separators on every system).
         profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
             ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
             leaves tracing, compilation and warm-up out.
