@@ -158,7 +158,9 @@ def _load(path: Path) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
         )
     if not isinstance(events, list):
         raise TraceError(f"{path}: not a Chrome trace ('traceEvents' is a {type(events).__name__}, not a list)")
-    bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
+    bad = None
+    if not set(map(type, events)) <= {dict}:  # fast path: every event a plain dict (json.loads makes them)
+        bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
     if bad is not None:
         raise TraceError(f"{path}: not a Chrome trace (event {bad} is a {type(events[bad]).__name__}, not an object)")
     return meta, events
@@ -195,9 +197,14 @@ def _field(xs: Sequence[dict[str, Any]], key: str, default: Any) -> list[Any]:
 
 def _arg(xs: Sequence[dict[str, Any]], rows: np.ndarray, key: str) -> list[Any]:
     """``args[key]`` of the events at ``rows`` (None where missing)."""
+    picked = list(map(xs.__getitem__, rows.tolist()))
+    try:  # fast path: every event has an ``args`` dict holding ``key``
+        return list(map(operator.itemgetter(key), map(operator.itemgetter("args"), picked)))
+    except (KeyError, TypeError, AttributeError):
+        pass
     out = []
-    for i in rows.tolist():
-        args = xs[i].get("args")
+    for e in picked:
+        args = e.get("args")
         out.append(args.get(key) if isinstance(args, dict) else None)
     return out
 
