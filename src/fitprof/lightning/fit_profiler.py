@@ -52,11 +52,24 @@ class FitProfiler(Callback):
     if another torch profiler (your own ``torch.profiler.profile``) is running when a window should start,
     that window is skipped with one warning. A profiler failure never stops training.
 
+    Distributed training (``torch.distributed`` initialised with more than one rank, e.g. ``strategy="ddp"``):
+    every rank profiles the same steps and writes its own trace, report file and
+    ``plugins/profile/<session>/<host>_rank<global rank>.xplane.pb``; the ranks of one window share its session
+    folder (rank 0 picks the name at epoch start and broadcasts it). At the end of each profiled epoch every
+    rank all-gathers :func:`fitprof._ranks.pack` of its report (a float64 tensor; on the CPU for gloo, on the
+    rank's device otherwise), also when its window was empty or its analysis failed, so the collective always
+    completes. Rank 0 logs the cross-rank figures.
+
     Logged metrics (rank zero, at ``on_train_epoch_end``, ``step=trainer.global_step``; see
     :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``,
     ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``, ``fitprof/collective_percent``,
     ``fitprof/steps_analyzed`` and ``fitprof/top_ops/<op>`` (ms per step); with a ``TensorBoardLogger``
-    also the text ``fitprof/summary`` (verdict, advice, top-operator table).
+    also the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
+    are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
+    ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, their ``..._max_rank`` (global rank) and
+    ``fitprof/ranks_reported`` are added (:func:`fitprof._ranks.combine`); the summary starts with a line
+    naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
+    figure that names a rank starved of data.
 
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
@@ -73,6 +86,8 @@ class FitProfiler(Callback):
         trace_paths: the Kineto trace of each profiled epoch.
         xplane_paths: the ``.xplane.pb`` of each profiled epoch.
         analysis_seconds: wall time of the end-of-epoch analysis + XSpace conversion, per epoch (s).
+        cross_rank: with several ranks, the cross-rank scalars of each profiled epoch (the same on every rank;
+            empty when no rank reported).
 
     Raises:
         TypeError: if an argument has the wrong type (e.g. ``top_k=1.5``, ``log_dir=3``).
