@@ -197,14 +197,9 @@ def _field(xs: Sequence[dict[str, Any]], key: str, default: Any) -> list[Any]:
 
 def _arg(xs: Sequence[dict[str, Any]], rows: np.ndarray, key: str) -> list[Any]:
     """``args[key]`` of the events at ``rows`` (None where missing)."""
-    picked = list(map(xs.__getitem__, rows.tolist()))
-    try:  # fast path: every event has an ``args`` dict holding ``key``
-        return list(map(operator.itemgetter(key), map(operator.itemgetter("args"), picked)))
-    except (KeyError, TypeError, AttributeError):
-        pass
     out = []
-    for e in picked:
-        args = e.get("args")
+    for i in rows.tolist():
+        args = xs[i].get("args")
         out.append(args.get(key) if isinstance(args, dict) else None)
     return out
 
