@@ -24,7 +24,9 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -106,6 +108,7 @@ class TorchProfileWindow:
 
     Attributes:
         trace_path: the trace exported by the last :meth:`stop`, or None.
+        temporary: the last trace is a temporary copy (the directory could not be written); delete it after use.
         started_here: True while a window that this object started is open.
     """
 
@@ -128,6 +131,7 @@ class TorchProfileWindow:
         self._path: Path | None = None
         self.trace_path: Path | None = None
         self.step_num: int | None = None
+        self.temporary = False
 
     # ----------------------------------------------------------------------------------------------- state
     @property
@@ -265,12 +269,26 @@ class TorchProfileWindow:
             return None
         if not export or path is None:
             return None
+        self.temporary = False
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(os.fspath(path))  # a ``.gz`` name makes torch gzip it
         except Exception as err:
-            self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
-            return None
+            # log_dir cannot be written (read-only, full disk): analyse from a temporary copy instead, so the
+            # figures still reach the loggers; the caller deletes it (``temporary`` is True).
+            fallback = Path(tempfile.mkdtemp(prefix="fitprof-")) / path.name
+            try:
+                prof.export_chrome_trace(os.fspath(fallback))
+            except Exception:
+                self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
+                shutil.rmtree(fallback.parent, ignore_errors=True)
+                return None
+            self.warn_once(
+                "export",
+                f"fitprof: could not write the trace to {path} ({err!r}); it is analysed from a temporary "
+                "copy, which is then deleted.",
+            )
+            path, self.temporary = fallback, True
         if dropped is not None:
             try:
                 _drop_events(path, dropped)

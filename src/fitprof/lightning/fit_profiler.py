@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -19,8 +20,9 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _ranks, metrics
-from fitprof._config import make_config
+from fitprof._config import check_optional_limit, make_config, normalize_log_dir
 from fitprof._reportfile import write_report_file
+from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
 from fitprof._torch import TorchProfileWindow, session_name
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
@@ -79,6 +81,11 @@ class FitProfiler(Callback):
             skips five warm-up steps.
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based epoch index).
         top_k: how many operators to rank and log.
+        max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB; None
+            never warns.
+        keep_last_windows: keep the trace files of only the last N windows (older traces and ``.xplane.pb``
+            files are deleted after their analysis); the logged scalars and report files of every window stay.
+            None keeps all.
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
@@ -104,12 +111,15 @@ class FitProfiler(Callback):
         profile_batch: int | tuple[int, int] | str = (6, 10),
         every_n_epochs: int = 1,
         top_k: int = 5,
+        max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
+        keep_last_windows: int | None = None,
     ) -> None:
         super().__init__()
-        if log_dir is not None and not isinstance(log_dir, (str, os.PathLike)):
-            raise TypeError(f"log_dir must be a path (str or os.PathLike) or None; got {log_dir!r}")
+        self.log_dir = None if log_dir is None else normalize_log_dir(log_dir)
         self._config = make_config(profile_batch, every_n_epochs, top_k)
-        self.log_dir = None if log_dir is None else os.fspath(log_dir)
+        self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
+        self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        self._files = WindowFiles(self.keep_last_windows)
         self.reports: dict[int, BottleneckReport] = {}
         self.trace_paths: dict[int, Path] = {}
         self.xplane_paths: dict[int, Path] = {}
@@ -292,6 +302,9 @@ class FitProfiler(Callback):
         path = self._window.stop(drop_open_step=drop_open_step)
         if path is not None:
             self.trace_paths[self._epoch] = self._pending = path
+            message = oversize_message(path, self.max_trace_mb)
+            if message:
+                self._warn_rank("size", message)
 
     def _warn_short(self, steps_done: int) -> None:
         self._window.warn_once(
@@ -332,6 +345,10 @@ class FitProfiler(Callback):
         report.rank, report.world_size = self._rank, self._world_size
         self.reports[epoch] = report
         assert self._dir is not None and self._session is not None
+        if self._window.temporary:  # log_dir cannot be written: the figures are logged, nothing is kept
+            shutil.rmtree(path.parent, ignore_errors=True)
+            self.analysis_seconds[epoch] = time.perf_counter() - t0
+            return report
         try:
             write_report_file(self._dir, session=self._session, epoch=epoch, report=report, trace=path, rank=self._rank)
         except OSError as err:
@@ -343,6 +360,8 @@ class FitProfiler(Callback):
             self.xplane_paths[epoch] = write_xspace(path, self._dir, self._session, host=host)
         except Exception as err:
             self._warn_rank("xspace", f"fitprof: could not write the .xplane.pb for {path} ({err!r}).")
+        xplane = self.xplane_paths.get(epoch)
+        self._files.add(xplane.parent if xplane else None, [p for p in (path, xplane) if p is not None])
         self.analysis_seconds[epoch] = time.perf_counter() - t0
         return report
 

@@ -1,0 +1,180 @@
+"""Lightning lifecycle cases that must never break a run (issue "never break a training run")."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("lightning.pytorch")
+
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
+
+from fitprof.lightning import FitProfiler  # noqa: E402
+from test_lightning import _fit, _loader, _Tiny  # noqa: E402
+
+
+def _messages(fn: Any) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return [str(w.message) for w in caught if "fitprof" in str(w.message).lower()]
+
+
+def test_keep_last_windows_and_trace_size_warning(tmp_path: Path) -> None:
+    cb = FitProfiler(profile_batch=(2, 3), keep_last_windows=2, max_trace_mb=0.001)
+    msgs = _messages(lambda: _fit(tmp_path, cb, max_epochs=4, limit_train_batches=5))
+    assert sorted(cb.reports) == [0, 1, 2, 3]
+    assert len(list(tmp_path.glob("*.pt.trace.json.gz"))) == 2  # the last two windows' traces
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 2
+    assert len(list(tmp_path.glob("plugins/profile/*"))) == 2  # no empty session left in the Profile tab
+    assert len(list(tmp_path.glob("plugins/fitprof/*.json"))) == 4  # every window's report stays
+    sized = [m for m in msgs if "max_trace_mb=0.001" in m]
+    assert len(sized) == 1 and str(cb.trace_paths[0]) in sized[0]
+
+
+def test_unwritable_log_dir_still_logs_the_figures(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, so nothing can be created under it, even by root")
+    cb = FitProfiler(log_dir=blocker / "logs", profile_batch=(2, 3))
+    logger = CSVLogger(tmp_path / "csv", name="run", version=0)
+    msgs = _messages(lambda: _fit(tmp_path, cb, max_epochs=2, limit_train_batches=5, logger=logger))
+    assert sorted(cb.reports) == [0, 1]
+    with open(Path(logger.log_dir) / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [float(r["fitprof/steps_analyzed"]) for r in rows if r.get("fitprof/steps_analyzed")] == [2.0, 2.0]
+    assert sum("could not write the trace" in m for m in msgs) == 1
+    leftovers = [p for p in Path(tempfile.gettempdir()).glob("fitprof-*") if any(p.glob("*.pt.trace.json.gz"))]
+    assert leftovers == []  # the temporary copies were deleted after their analysis
+
+
+def test_max_steps_inside_the_window_flushes_it(tmp_path: Path) -> None:
+    cb = FitProfiler(profile_batch=(3, 8))
+    _messages(lambda: _fit(tmp_path, cb, max_steps=5))
+    assert cb.reports[0].steps_analyzed == 3  # steps 3-5
+    assert not torch.autograd._profiler_enabled()
+
+
+def test_should_stop_inside_the_window_flushes_it(tmp_path: Path) -> None:
+    class StopAt4(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if batch_idx == 3:
+                trainer.should_stop = True
+
+    cb = FitProfiler(profile_batch=(3, 8))
+    trainer = pl.Trainer(
+        callbacks=[cb, StopAt4()], max_epochs=3, default_root_dir=tmp_path, logger=False,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
+    )  # fmt: skip
+    _messages(lambda: trainer.fit(_Tiny(), _loader()))
+    assert sorted(cb.reports) == [0]
+    assert cb.reports[0].steps_analyzed in (1, 2)  # steps 3-4 (Lightning may end the epoch right after step 4)
+    assert not torch.autograd._profiler_enabled()
+
+
+def test_keyboard_interrupt_inside_the_window(tmp_path: Path) -> None:
+    class Interrupt(_Tiny):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if batch_idx == 4:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    cb = FitProfiler(profile_batch=(3, 8))
+    try:
+        _messages(lambda: _fit(tmp_path, cb, module=Interrupt()))
+    except (KeyboardInterrupt, SystemExit):
+        pass  # Lightning shuts down gracefully or re-raises, depending on version
+    assert not torch.autograd._profiler_enabled()
+    assert cb.reports[0].steps_analyzed == 2  # steps 3 and 4 finished; step 5 was interrupted
+
+
+def test_advanced_profiler_alongside(tmp_path: Path) -> None:
+    cb = FitProfiler(profile_batch=(2, 4))
+    trainer = _fit(tmp_path, cb, max_epochs=1, profiler="advanced")
+    assert trainer.state.finished and cb.reports[0].steps_analyzed == 3
+
+
+def test_fit_twice_then_validate_and_predict(tmp_path: Path) -> None:
+    cb = FitProfiler(profile_batch=(2, 3))
+    module = _Tiny()
+    trainer = pl.Trainer(
+        callbacks=[cb], max_epochs=1, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+    )  # fmt: skip
+    trainer.fit(module, _loader(6))
+    trainer.validate(module, _loader(3), verbose=False)
+    trainer2 = pl.Trainer(
+        callbacks=[cb], max_epochs=2, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False,
+    )  # fmt: skip
+    trainer2.fit(module, _loader(6))
+    assert sorted(cb.reports) == [0, 1]  # each fit counts from its own start; the second fit ran 2 epochs
+    assert all(r.steps_analyzed == 2 for r in cb.reports.values())
+    assert not torch.autograd._profiler_enabled()
+
+
+def test_gradient_accumulation_and_manual_optimization(tmp_path: Path) -> None:
+    cb = FitProfiler(profile_batch=(2, 5))
+    _fit(tmp_path / "acc", cb, accumulate_grad_batches=2)
+    assert cb.reports[0].steps_analyzed == 4  # steps are batches, whether or not the optimizer stepped
+
+    class TwoOptimizers(_Tiny):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.other = torch.nn.Linear(8, 2)
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            for opt, layer in zip(self.optimizers(), (self.layer, self.other), strict=True):
+                loss = torch.nn.functional.cross_entropy(layer(x), y)
+                opt.zero_grad()
+                self.manual_backward(loss)
+                opt.step()
+
+        def configure_optimizers(self) -> Any:
+            return [torch.optim.SGD(self.layer.parameters(), 0.1), torch.optim.SGD(self.other.parameters(), 0.1)]
+
+    cb2 = FitProfiler(profile_batch=(2, 5))
+    _fit(tmp_path / "manual", cb2, module=TwoOptimizers())
+    assert cb2.reports[0].steps_analyzed == 4
+
+
+def test_windows_separators_spaces_and_non_ascii(tmp_path: Path) -> None:
+    cb = FitProfiler(log_dir=str(tmp_path) + "\\runs\\première exécution", profile_batch=(2, 3))
+    _fit(tmp_path, cb)
+    target = tmp_path / "runs" / "première exécution"
+    assert len(list(target.glob("plugins/profile/*/*.xplane.pb"))) == 1
+    assert len(list(target.glob("*.pt.trace.json.gz"))) == 1
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
+    """RSS after epoch 4 and after epoch 14, a window every epoch: growth under 40 MB (measured far less)."""
+    rss: dict[int, float] = {}
+
+    class Rss(pl.Callback):
+        def on_train_epoch_end(self, trainer, pl_module):
+            rss[trainer.current_epoch] = _rss_mb()
+
+    cb = FitProfiler(profile_batch=(2, 3), keep_last_windows=1)
+    trainer = pl.Trainer(
+        callbacks=[cb, Rss()], max_epochs=15, default_root_dir=tmp_path, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(_Tiny(), _loader(5))
+    assert len(cb.reports) == 15
+    growth = rss[14] - rss[4]
+    print(f"RSS epoch 4: {rss[4]:.1f} MB, epoch 14: {rss[14]:.1f} MB, growth {growth:.1f} MB")
+    assert growth < 40, rss
