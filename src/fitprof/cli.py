@@ -43,6 +43,8 @@ EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 FORMATS = ("table", "json", "csv", "markdown")
 
+STRAGGLER_INPUT_SPREAD = 10.0
+"""Input-share spread (percentage points) above which the most input-bound rank is named the straggler."""
 RECORD_TRACE = "trace"
 """``record`` of a row from ``fitprof analyze`` (one trace file)."""
 RECORD_WINDOW = "window"
@@ -394,9 +396,14 @@ def _spreads(
             continue
         slowest = max(group, key=lambda r: r["step_time_ms"])
         fastest = min(group, key=lambda r: r["step_time_ms"])
-        inputs = [r["input_percent"] for r in group if _finite(r["input_percent"])]
+        with_input = [r for r in group if _finite(r["input_percent"])]
+        inputs = [r["input_percent"] for r in with_input]
         step_spread = slowest["step_time_ms"] - fastest["step_time_ms"]
         input_spread = max(inputs) - min(inputs) if inputs else math.nan
+        most_input = max(with_input, key=lambda r: r["input_percent"]) if with_input else slowest
+        # Synchronous training (DDP, MultiWorkerMirrored) makes fast ranks wait in the all-reduce, so step times
+        # come out alike; a rank that waits for its input much more than the others is then the straggler.
+        straggler = most_input if _finite(input_spread) and input_spread >= STRAGGLER_INPUT_SPREAD else slowest
         out.append(
             {
                 "record": RECORD_SPREAD,
@@ -412,8 +419,18 @@ def _spreads(
                 "slowest_source": slowest["source"],
                 "fastest_rank": fastest["rank"],
                 "fastest_step_time_ms": fastest["step_time_ms"],
+                "most_input_bound_rank": most_input["rank"],
+                "input_percent_max": most_input["input_percent"],
+                "straggler_rank": straggler["rank"],
                 "headline": (
-                    f"rank {slowest['rank']} is the slowest: {slowest['step_time_ms']:.2f} ms/step, "
+                    f"straggler: rank {straggler['rank']}"
+                    + (
+                        f" (input {most_input['input_percent']:.1f}% of its step time, {input_spread:.1f} points "
+                        "more than the least input-bound rank)"
+                        if straggler is most_input and straggler is not slowest
+                        else ""
+                    )
+                    + f"; slowest step: rank {slowest['rank']}, {slowest['step_time_ms']:.2f} ms/step, "
                     f"{step_spread:.2f} ms more than rank {fastest['rank']} ({fastest['step_time_ms']:.2f} ms); "
                     f"input share spread {_fmt(input_spread, '.1f')} points."
                 ),
@@ -506,8 +523,20 @@ _CSV_SPREAD_COLUMNS = (
     "fastest_rank",
     "fastest_step_time_ms",
     "slowest_source",
+    "most_input_bound_rank",
+    "input_percent_max",
+    "straggler_rank",
 )
-_INT_COLUMNS = ("epoch", "rank", "world_size", "steps_analyzed", "slowest_rank", "fastest_rank")
+_INT_COLUMNS = (
+    "epoch",
+    "rank",
+    "world_size",
+    "steps_analyzed",
+    "slowest_rank",
+    "fastest_rank",
+    "most_input_bound_rank",
+    "straggler_rank",
+)
 
 
 def _csv(records: Sequence[dict[str, Any]]) -> str:
@@ -610,7 +639,8 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
                 f"{'- ' if markdown else '  '}{s['run']}{epoch}: step time spread "
                 f"{_fmt(s['step_time_ms_spread'], '.2f')} ms, input share spread "
                 f"{_fmt(s['input_percent_spread'], '.1f')} points; slowest: rank {s['slowest_rank']} "
-                f"({_fmt(s['slowest_step_time_ms'], '.2f')} ms/step, {s['slowest_source']})"
+                f"({_fmt(s['slowest_step_time_ms'], '.2f')} ms/step, {s['slowest_source']}); "
+                f"straggler: rank {s['straggler_rank']}"
             )
         lines.append("")
     while lines and not lines[-1]:
