@@ -13,11 +13,20 @@ def hostname() -> str:
     return socket.gethostname() or "localhost"
 
 
+def session_taken(log_dir: str | os.PathLike[str], name: str) -> bool:
+    """Whether a window of ``log_dir`` already used session ``name``: its folder exists, or its report file
+    does (the folder of an old window may have been removed by ``keep_last_windows``; its report stays)."""
+    root = Path(log_dir)
+    return (root / "plugins" / "profile" / name).exists() or any(
+        (root / "plugins" / "fitprof").glob(f"{name}.rank*.json")
+    )
+
+
 def new_session_dir(log_dir: str | os.PathLike[str]) -> Path:
     """Create and return a fresh session folder under ``<log_dir>/plugins/profile/``.
 
     Named like TensorFlow's (``YYYY_MM_DD_HH_MM_SS``, which xprof sorts by), with ``_1``, ``_2``, ... added
-    when a folder of that second exists already, so two windows never share a session folder.
+    when that name is taken (:func:`session_taken`), so two windows never share a session folder or a report.
 
     Raises:
         OSError: if the folder cannot be created.
@@ -27,6 +36,8 @@ def new_session_dir(log_dir: str | os.PathLike[str]) -> Path:
     stamp = time.strftime("%Y_%m_%d_%H_%M_%S")
     for i in range(1000):
         candidate = root / (stamp if i == 0 else f"{stamp}_{i}")
+        if session_taken(log_dir, candidate.name):
+            continue
         try:
             candidate.mkdir()
         except FileExistsError:

@@ -23,6 +23,7 @@ from fitprof import _ranks, metrics
 from fitprof._config import check_optional_limit, make_config, normalize_log_dir
 from fitprof._reportfile import write_report_file
 from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
+from fitprof._session import session_taken
 from fitprof._torch import TorchProfileWindow, session_name
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
@@ -264,7 +265,7 @@ class FitProfiler(Callback):
         profile_dir = self._dir / "plugins" / "profile"
         name = session_name(profile_dir, suffix=f"epoch{self._epoch}")
         base, k = name, 2
-        while any(self._dir.glob(f"*.{name}.pt.trace.json*")):
+        while any(self._dir.glob(f"*.{name}.pt.trace.json*")) or session_taken(self._dir, name):
             name = f"{base}_{k}"
             k += 1
         return name
