@@ -15,7 +15,7 @@ the ground truth in the same run, independently of any profiler:
 * input share, tf.data hidden by prefetch (``map(num_parallel_calls=4).prefetch(4)``): the production spans
   overlap compute, so they are not the wait. The wait for batch ``k`` is how long after step ``k`` started
   (``on_train_batch_begin``) its batch became ready (the end of its production span), or 0 if it was ready
-  before; an upper bound. The slowdown against the same model with a fast input (step time with the slow
+  before (it counts the step's dispatch, not the hand-back of the batch). The slowdown against the same model with a fast input (step time with the slow
   stage removed, ``(T - T0) / T``) is printed for information: on 2 cores it also holds CPU contention
   from the pipeline's Python calls, which is not waiting.
 * planted operator: the truth is "the planted operator ranks first"; its share by ablation (step time with and
@@ -346,9 +346,9 @@ def keras_scenario(
     produce_pct = clipped_share(spans, lo, hi)
     truth, how = produce_pct, "batch production spans / wall"
     extra: dict[str, Any] = {"produce_pct": produce_pct}
-    # The wait for batch k is at most how long after step k started (on_train_batch_begin) its batch became
-    # ready (the end of its production span), 0 if it was ready before: an upper bound, since the step asks
-    # for its batch after Python has dispatched the traced function.
+    # How long after step k started (on_train_batch_begin) its batch became ready (the end of its last Python
+    # call), 0 if it was ready before. It counts Python's dispatch of the traced step (too much) but not the
+    # hand-back from the last call to the step (too little): not a strict bound either way.
     waits = [max(0.0, ready[k] - clock.post[k]) for k in range(FIRST - 1, LAST)]
     extra["upper_pct"] = 100.0 * sum(waits) / (hi - lo)
     if scenario == "prefetch_hidden":
