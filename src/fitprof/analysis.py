@@ -356,7 +356,15 @@ def analyze_table(
         sub = table.loc[sel & (kind != KIND_INPUT)]
         names = sub["name"]
         self_us = sub["self_us"]
-    ranked = self_us.groupby(names.to_numpy()).sum().sort_values(ascending=False, kind="stable").head(top_k)
+    totals = self_us.groupby(names.to_numpy()).sum()
+    if source_name == "host":
+        # One collective is often recorded on two threads at once (the caller and the backend's worker):
+        # count the time it spans, clipped to the steps, not the sum over threads.
+        coll_sub = sub[sub["kind"] == KIND_COLLECTIVE]
+        for name, group in coll_sub.groupby("name"):
+            g_start = group["ts_us"].to_numpy(dtype=float)
+            totals[name] = _overlap(_union(g_start, g_start + group["dur_us"].to_numpy(dtype=float)), steps)
+    ranked = totals.sort_values(ascending=False, kind="stable").head(top_k)
     step_time_us = step_total_us / n_div
     top_ops = [
         OpStat(str(name), float(v) / n_div / 1e3, 100.0 * float(v) / step_total_us) for name, v in ranked.items()
