@@ -185,10 +185,12 @@ def test_stop_training_inside_the_window_flushes_it(tmp_path: Path) -> None:
 def test_steps_per_execution_is_said(tmp_path: Path) -> None:
     model = _model()
     model.compile("sgd", "mse", steps_per_execution=2)
-    msgs = _caught(
-        lambda: model.fit(_data(), epochs=1, verbose=0, callbacks=[FitProfiler(tmp_path, profile_batch=(2, 3))])
-    )
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 5))
+    msgs = _caught(lambda: model.fit(_data(), epochs=1, verbose=0, callbacks=[profiler]))
     assert any("steps_per_execution=2" in m for m in msgs)
+    # Keras calls on_train_batch_begin at batches 0, 2, 4, ...: the window opens at the first call inside it
+    # (step 3) and marks each execution of two batches as one step (3-4, 5-6).
+    assert profiler.reports[0].steps_analyzed == 2
 
 
 def test_trace_size_warning_names_the_file(tmp_path: Path) -> None:

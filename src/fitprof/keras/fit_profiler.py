@@ -228,7 +228,7 @@ class FitProfiler(keras.callbacks.Callback):
                 self._armed = False
                 self._close_window()
                 return
-        elif step == self.config.first_step:
+        elif self.config.first_step <= step <= self.config.last_step:  # >=: steps_per_execution skips numbers
             self._open_window()
             if self._window is None:
                 self._armed = False
