@@ -106,7 +106,9 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
             is_compute = lname.startswith("tf_Compute")
             for ev in line.events:
                 name = ev.name
-                stats = dict(ev.stats)
+                # Stats cost a C call each; only device events and host events outside the TF executor and
+                # tf.data lines (where steps and annotations live) need them.
+                stats = dict(ev.stats) if on_device or not (is_tf_data or is_compute) else {}
                 row: dict[str, Any] = {
                     "name": name,
                     "ts_us": ev.start_ns / 1e3,
