@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fitprof._torch import session_name
+from fitprof._session import session_name
 from fitprof.traces.xspace_write import kineto_to_xspace, write_xspace
 
 BASE_NS = 1_790_000_000_000_000_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 import time
@@ -44,3 +45,21 @@ def new_session_dir(log_dir: str | os.PathLike[str]) -> Path:
             continue
         return candidate
     raise OSError(f"could not create a new session folder under {root}")
+
+
+def session_name(directory: str | os.PathLike[str] | None = None, suffix: str = "") -> str:
+    """A session name ``YYYY_MM_DD_HH_MM_SS[_suffix]`` (TF's run-folder format), unique in ``directory``.
+
+    Timestamps have one-second resolution, so when ``<directory>/<name>`` exists already ``_2``, ``_3``, ...
+    is appended until it does not.
+    """
+    name = datetime.datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
+    if suffix:
+        name = f"{name}_{suffix}"
+    if directory is None:
+        return name
+    base, n = name, 2
+    while (Path(directory) / name).exists():
+        name = f"{base}_{n}"
+        n += 1
+    return name

@@ -19,7 +19,6 @@ here.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import gzip
 import json
 import logging
@@ -36,6 +35,7 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
+from fitprof._session import session_name
 from fitprof.traces._table import VALIDATION_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -60,24 +60,6 @@ def global_rank() -> int:
         return int(os.environ.get("RANK", "0"))
     except ValueError:
         return 0
-
-
-def session_name(directory: str | os.PathLike[str] | None = None, suffix: str = "") -> str:
-    """A session name ``YYYY_MM_DD_HH_MM_SS[_suffix]`` (TF's run-folder format), unique in ``directory``.
-
-    Timestamps have one-second resolution, so when ``<directory>/<name>`` exists already ``_2``, ``_3``, ...
-    is appended until it does not.
-    """
-    name = datetime.datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
-    if suffix:
-        name = f"{name}_{suffix}"
-    if directory is None:
-        return name
-    base, n = name, 2
-    while (Path(directory) / name).exists():
-        name = f"{base}_{n}"
-        n += 1
-    return name
 
 
 def trace_file_name(session: str, rank: int, host: str | None = None) -> str:

@@ -23,8 +23,8 @@ from fitprof import _ranks, metrics
 from fitprof._config import check_optional_limit, make_config, normalize_log_dir
 from fitprof._reportfile import write_report_file
 from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
-from fitprof._session import session_taken
-from fitprof._torch import TorchProfileWindow, session_name
+from fitprof._session import session_name, session_taken
+from fitprof._torch import TorchProfileWindow
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
 

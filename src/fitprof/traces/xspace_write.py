@@ -321,7 +321,7 @@ def write_xspace(
     Args:
         trace: a ``.pt.trace.json[.gz]`` path, the parsed trace dict, or its list of events.
         run_dir: the TensorBoard run directory (where the run's event files are).
-        session: the session folder name; one per profiled window (see :func:`fitprof._torch.session_name`).
+        session: the session folder name; one per profiled window (see :func:`fitprof._session.session_name`).
         host: the file's host name, which xprof lists under "Hosts" (default: this machine's host name).
             Give ``<host>_rank<r>`` when several ranks of one host write into the same session.
 
