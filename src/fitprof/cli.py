@@ -23,7 +23,6 @@ written when no file could be reported. This module imports no framework.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import io
 import json
@@ -31,13 +30,14 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fitprof import analyze
 from fitprof._reportfile import REPORTS_DIR, clean_json
-from fitprof.analysis import BottleneckReport, OpStat, analyze_table
-from fitprof.traces import TraceError, read_trace, trace_format
+from fitprof.analysis import BottleneckReport, OpStat
+from fitprof.traces import TraceError, trace_format
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -214,39 +214,11 @@ def _trace_files(path: Path) -> list[Path]:
 def _analyze_file(path: Path, top_k: int) -> BottleneckReport:
     """:func:`fitprof.analyze` plus the rank: from the trace's ``distributedInfo`` (Kineto) or, for an XSpace,
     from a ``_rank<N>`` suffix of the file name (how fitprof names a multi-rank run's ``.xplane.pb``)."""
-    fmt = trace_format(path)
-    if fmt == "xspace":
-        with _native_stderr_silenced():  # xprof's C++ parser logs its own lines for bad bytes; we print one
-            table = read_trace(path)
-    else:
-        table = read_trace(path)
-    framework = "tensorflow" if fmt == "xspace" else "pytorch"  # as fitprof.analyze() labels it
-    report = analyze_table(table, top_k=top_k, framework=framework, source=os.fspath(path))
-    rank, world_size = table.attrs.get("rank"), table.attrs.get("world_size")
-    if rank is None and fmt == "xspace":
+    report = analyze(path, top_k=top_k)
+    if report.rank is None and trace_format(path) == "xspace":
         m = _RANK_IN_NAME.search(path.name.removesuffix(".xplane.pb"))
-        rank = int(m.group(1)) if m else None
-    report.rank, report.world_size = rank, world_size
-    report.host = str(table.attrs.get("host", "") or "")
+        report.rank = int(m.group(1)) if m else None
     return report
-
-
-@contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
-    """Send file descriptor 2 to ``os.devnull`` meanwhile (C++ logging bypasses ``sys.stderr``)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def _analyze_spread_label(group: list[dict[str, Any]]) -> str:
