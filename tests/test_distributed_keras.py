@@ -66,9 +66,8 @@ def test_mirrored_strategy_two_logical_cpus(tmp_path: Path) -> None:
     assert _scalars(tmp_path)["fitprof/steps_analyzed"] == [4.0, 4.0]
 
 
-@pytest.fixture(scope="module")
-def mwms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    logdir = tmp_path_factory.mktemp("mwms")
+def _run_mwms(logdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Both workers to the end; their results (rank order) and, for a worker that failed, its stderr tail."""
     ports = ",".join(str(p) for p in _free_ports(2))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     procs = [
@@ -81,17 +80,34 @@ def mwms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )
         for i in range(2)
     ]
-    results = []
-    for p in procs:
+    results, failures = [], []
+    for i, p in enumerate(procs):
         try:
             out, err = p.communicate(timeout=300)
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
             raise
-        assert p.returncode == 0, err[-3000:]
-        results.append(_result(out))
-    return {"logdir": logdir, "results": sorted(results, key=lambda r: r["rank"])}
+        if p.returncode == 0:
+            results.append(_result(out))
+        else:
+            failures.append(f"worker {i} exited {p.returncode}:\n{err[-3000:]}")
+    return sorted(results, key=lambda r: r["rank"]), failures
+
+
+@pytest.fixture(scope="module")
+def mwms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two MultiWorkerMirroredStrategy workers on localhost. TensorFlow's cluster set-up on 2 shared cores can
+    fail on its own (once in a fresh-clone CI check: a worker "stopped sending heartbeats" while both were
+    starting); then the pair is run once more, in a fresh folder, and both failures are reported if it fails
+    again."""
+    logdir = tmp_path_factory.mktemp("mwms")
+    results, failures = _run_mwms(logdir)
+    if failures:
+        logdir = tmp_path_factory.mktemp("mwms_retry")
+        results, failures_again = _run_mwms(logdir)
+        assert not failures_again, "\n\n".join(failures + failures_again)
+    return {"logdir": logdir, "results": results}
 
 
 def test_mwms_two_workers_write_distinct_profiles(mwms: dict[str, Any]) -> None:
