@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,24 +71,31 @@ def _run_mwms(logdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Both workers to the end; their results (rank order) and, for a worker that failed, its stderr tail."""
     ports = ",".join(str(p) for p in _free_ports(2))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), "mwms", str(logdir), str(i), ports, "1"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for i in range(2)
-    ]
+    # Output to files, not pipes: polling (below) must not leave a worker blocked on a full pipe.
+    outs = [(logdir / f".worker{i}.out", logdir / f".worker{i}.err") for i in range(2)]
+    procs = []
+    for i, (out_path, err_path) in enumerate(outs):
+        with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), "mwms", str(logdir), str(i), ports, "1"],
+                    stdout=out_f,
+                    stderr=err_f,
+                    env=env,
+                )
+            )
+    # A worker whose peer died waits for it forever: once one fails, the other gets 30 s, then is killed.
+    deadline = time.monotonic() + 300
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if any(p.poll() not in (None, 0) for p in procs):
+            deadline = min(deadline, time.monotonic() + 30)
+        time.sleep(0.5)
     results, failures = [], []
     for i, p in enumerate(procs):
-        try:
-            out, err = p.communicate(timeout=300)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        out, err = outs[i][0].read_text(), outs[i][1].read_text()
         if p.returncode == 0:
             results.append(_result(out))
         else:
