@@ -1,5 +1,15 @@
-"""Keras 3 adapter: ``from fitprof.keras import FitProfiler``."""
+"""Keras 3 adapter: ``from fitprof.keras import FitProfiler``.
 
-from fitprof.keras.fit_profiler import FitProfiler
+Importing this package imports Keras; a missing Keras raises ``ModuleNotFoundError`` with the ``pip install`` line
+that fixes it, as ``fitprof.lightning`` does for torch and Lightning.
+"""
+
+from __future__ import annotations
+
+from fitprof._imports import require
+
+require("keras", "fitprof.keras")
+
+from fitprof.keras.fit_profiler import FitProfiler  # noqa: E402
 
 __all__ = ["FitProfiler"]
