@@ -217,11 +217,26 @@ def test_keep_last_windows_keeps_scalars_and_reports(tmp_path: Path) -> None:
         ({"max_trace_mb": "big"}, TypeError),
         ({"keep_last_windows": 0}, ValueError),
         ({"keep_last_windows": 1.5}, TypeError),
+        ({"ranks": []}, ValueError),
+        ({"ranks": [0, -1]}, ValueError),
+        ({"ranks": "0"}, TypeError),
+        ({"ranks": [True]}, TypeError),
     ],
 )
 def test_bad_limits(kwargs: dict, error: type[Exception]) -> None:
     with pytest.raises(error, match=next(iter(kwargs))):
         FitProfiler(**kwargs)
+
+
+def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
+    """One process is rank 0: ranks=[1] profiles nothing there and says nothing about it; ranks=0 profiles."""
+    left_out = FitProfiler(tmp_path / "out", profile_batch=(2, 3), ranks=[1])
+    msgs = _caught(lambda: _model().fit(_data(), epochs=1, verbose=0, callbacks=[left_out]))
+    assert (left_out.ranks, left_out.reports, msgs) == (frozenset({1}), {}, [])
+    assert not list((tmp_path / "out").glob("plugins/profile/*/*.xplane.pb"))
+    chosen = FitProfiler(tmp_path / "in", profile_batch=(2, 3), ranks=0)
+    _model().fit(_data(), epochs=1, verbose=0, callbacks=[chosen])
+    assert chosen.reports[0].steps_analyzed == 2
 
 
 def _rss_mb() -> float:

@@ -39,6 +39,22 @@ def test_keep_last_windows_and_trace_size_warning(tmp_path: Path) -> None:
     assert len(sized) == 1 and str(cb.trace_paths[0]) in sized[0]
 
 
+def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
+    left_out = FitProfiler(profile_batch=(2, 3), ranks=[1])  # one process: rank 0
+    assert _messages(lambda: _fit(tmp_path / "out", left_out, max_epochs=1, limit_train_batches=5)) == []
+    assert (left_out.reports, left_out.trace_paths) == ({}, {})
+    assert not list((tmp_path / "out").rglob("*.pt.trace.json.gz"))
+    chosen = FitProfiler(profile_batch=(2, 3), ranks=(0, 1))
+    _fit(tmp_path / "in", chosen, max_epochs=1, limit_train_batches=5)
+    assert chosen.reports[0].steps_analyzed == 2
+
+
+@pytest.mark.parametrize(("ranks", "error"), [([], ValueError), (-1, ValueError), ("all", TypeError), (1.0, TypeError)])
+def test_bad_ranks(ranks: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match="ranks must be None, an int >= 0 or a non-empty list"):
+        FitProfiler(ranks=ranks)
+
+
 def test_unwritable_log_dir_still_logs_the_figures(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a file, so nothing can be created under it, even by root")

@@ -128,6 +128,26 @@ def check_optional_limit(name: str, value: Any, *, integer: bool) -> Any:
     return int(value) if integer else float(value)
 
 
+def check_ranks(value: Any) -> frozenset[int] | None:
+    """``ranks``: ``None`` (every rank profiles), one global rank, or a non-empty collection of global ranks.
+
+    Raises:
+        TypeError: for a value of another type, or a member that is not an int (bools are refused).
+        ValueError: for an empty collection or a rank < 0.
+    """
+    if value is None:
+        return None
+    allowed = "None, an int >= 0 or a non-empty list of ints >= 0 (global ranks)"
+    members = [value] if _is_int(value) else value
+    if isinstance(value, (str, bytes)) or not isinstance(members, (list, tuple, set, frozenset, range)):
+        raise TypeError(f"ranks must be {allowed}; got {value!r} of type {type(value).__name__}")
+    if not all(_is_int(r) for r in members):
+        raise TypeError(f"ranks must be {allowed}; got {value!r}")
+    if not members or any(r < 0 for r in members):
+        raise ValueError(f"ranks must be {allowed}; got {value!r}")
+    return frozenset(int(r) for r in members)
+
+
 def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileConfig:
     """Check the shared arguments of both callbacks (see :class:`ProfileConfig`)."""
     first, last = parse_profile_batch(profile_batch)

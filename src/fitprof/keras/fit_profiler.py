@@ -11,7 +11,7 @@ from typing import Any
 import keras
 
 from fitprof import _ranks, metrics
-from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, make_config, normalize_log_dir
+from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, check_ranks, make_config, normalize_log_dir
 from fitprof._reportfile import write_report_file
 from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
 from fitprof._tbwriter import SummaryWriter
@@ -61,10 +61,16 @@ class FitProfiler(keras.callbacks.Callback):
             None never warns.
         keep_last_windows: keep the trace files of only the last N windows of a fit (older ones are deleted
             after their analysis); the scalars and report files of every window stay. None keeps all.
+        ranks: the global ranks (worker indices under ``MultiWorkerMirroredStrategy``) that profile: an int or a
+            list of ints; None (default) profiles every rank. A rank left out opens no window but still takes
+            part in the epoch-end gather, so the other ranks' cross-rank figures complete
+            (``fitprof/ranks_reported`` counts the ranks that profiled). ``ranks=[0]`` avoids a TensorFlow 2.21
+            profiler bug that can abort a non-chief worker when its window stops (see the README, "Distributed
+            training"); a warning names it on such a worker.
 
     Raises:
         ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,
-            or a Keras backend other than TensorFlow or torch.
+            an empty ``ranks`` or a rank < 0, or a Keras backend other than TensorFlow or torch.
         TypeError: for arguments of the wrong type.
     """
 
@@ -76,9 +82,11 @@ class FitProfiler(keras.callbacks.Callback):
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
+        ranks: int | list[int] | tuple[int, ...] | None = None,
     ) -> None:
         super().__init__()
         log_dir = normalize_log_dir(log_dir)
+        self.ranks = check_ranks(ranks)
         self.config = make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
         self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
@@ -114,6 +122,9 @@ class FitProfiler(keras.callbacks.Callback):
             import warnings
 
             warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _profiles_rank(self) -> bool:
+        return self.ranks is None or self._rank in self.ranks
 
     def _new_window(self) -> Any:
         if self.backend == "tensorflow":
@@ -206,6 +217,13 @@ class FitProfiler(keras.callbacks.Callback):
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
+        if self.backend == "tensorflow" and self._rank > 0 and self._profiles_rank():
+            self._warn_once(
+                "tf-non-chief",
+                f"FitProfiler: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow 2.21's profiler can "
+                "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
+                "that end on another thread). Pass ranks=[0] to profile the chief only.",
+            )
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
             self._warn_once(
@@ -216,7 +234,9 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
-        self._armed = self._epoch_profiled = self.config.profiles_epoch(epoch)
+        # Every rank marks the epoch (all take part in the epoch-end gather); only the chosen ranks profile it.
+        self._epoch_profiled = self.config.profiles_epoch(epoch)
+        self._armed = self._epoch_profiled and self._profiles_rank()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if not self._armed:
@@ -326,7 +346,7 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:
             self._close_window()
-        if not self.trace_paths and self._warned.isdisjoint({"start", "stop"}):
+        if not self.trace_paths and self._warned.isdisjoint({"start", "stop"}) and self._profiles_rank():
             steps = self._steps_seen or (self.params or {}).get("steps")
             self._warn_once(
                 "never",

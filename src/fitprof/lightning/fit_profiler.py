@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _ranks, metrics
-from fitprof._config import check_optional_limit, make_config, normalize_log_dir
+from fitprof._config import check_optional_limit, check_ranks, make_config, normalize_log_dir
 from fitprof._reportfile import write_report_file
 from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
 from fitprof._session import session_name, session_taken
@@ -87,6 +87,9 @@ class FitProfiler(Callback):
         keep_last_windows: keep the trace files of only the last N windows (older traces and ``.xplane.pb``
             files are deleted after their analysis); the logged scalars and report files of every window stay.
             None keeps all.
+        ranks: the global ranks that profile: an int or a list of ints; None (default) profiles every rank. A
+            rank left out opens no window but still takes part in the epoch-end all-gather
+            (``fitprof/ranks_reported`` counts the ranks that profiled).
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
@@ -99,7 +102,8 @@ class FitProfiler(Callback):
 
     Raises:
         TypeError: if an argument has the wrong type (e.g. ``top_k=1.5``, ``log_dir=3``).
-        ValueError: if ``profile_batch`` is malformed or out of range, or ``every_n_epochs`` / ``top_k`` < 1.
+        ValueError: if ``profile_batch`` is malformed or out of range, ``every_n_epochs`` / ``top_k`` < 1, or
+            ``ranks`` is empty or holds a rank < 0.
 
     Example::
 
@@ -114,8 +118,10 @@ class FitProfiler(Callback):
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
+        ranks: int | list[int] | tuple[int, ...] | None = None,
     ) -> None:
         super().__init__()
+        self.ranks = check_ranks(ranks)
         self.log_dir = None if log_dir is None else normalize_log_dir(log_dir)
         self._config = make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
@@ -172,7 +178,8 @@ class FitProfiler(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = int(trainer.current_epoch)
         self._epoch_profiled = self._dir is not None and self._config.profiles_epoch(self._epoch)
-        self._epoch_on = self._epoch_profiled
+        # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
+        self._epoch_on = self._epoch_profiled and (self.ranks is None or self._rank in self.ranks)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
         if self._epoch_on and self._first == 1:
             self._start(1)
