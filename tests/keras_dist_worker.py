@@ -1,7 +1,7 @@
 """One process of the Keras distributed tests (run by tests/test_distributed_keras.py, not collected by pytest).
 
 python keras_dist_worker.py mirrored LOGDIR
-python keras_dist_worker.py mwms LOGDIR TASK_INDEX PORT0,PORT1 [SLOW_TASK]
+python keras_dist_worker.py mwms LOGDIR TASK_INDEX PORT0,PORT1 [SLOW_TASK [RANKS]]   (RANKS: "0" or "0,1")
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if mode == "mwms":
         {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": task}}
     )
 slow_task = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+ranks = [int(r) for r in sys.argv[6].split(",")] if len(sys.argv) > 6 else None
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -57,7 +58,7 @@ ds = ds.with_options(options)
 with strategy.scope():
     model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(4)])
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-profiler = FitProfiler(logdir, profile_batch=(3, 6))
+profiler = FitProfiler(logdir, profile_batch=(3, 6), ranks=ranks)
 if mode == "mirrored":
     hist = model.fit(ds, epochs=2, verbose=0, callbacks=[profiler]).history
 else:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,24 @@ def test_mirrored_strategy_two_logical_cpus(tmp_path: Path) -> None:
     assert _scalars(tmp_path)["fitprof/steps_analyzed"] == [4.0, 4.0]
 
 
-def _run_mwms(logdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Both workers to the end; their results (rank order) and, for a worker that failed, its stderr tail."""
+def _tf_profiler_crash(returncode: int | None, stderr: str) -> bool:
+    """A worker killed by a signal while TensorFlow's profiler was stopping (faulthandler names the frame).
+
+    TensorFlow 2.21's ``TraceMeRecorder::Consume`` keeps raw pointers to "end" events of activities that start on
+    one thread and end on another, and the vector holding every thread's events can reallocate before they are
+    used (abort in ``SplitEventTracker::FindStartAndMerge``, "double free or corruption" or "free(): invalid
+    pointer", seen in a core dump here). On a non-chief MultiWorkerMirroredStrategy worker every all-reduce makes
+    such an activity (``CollectiveExecutor::CompleteParams`` ends on a gRPC thread), so its window stop can abort
+    the process: in 3 of 24 worker pairs on this 2-core machine under CPU load (0 of 6 quiet), and in both tries of
+    one CI run. It is a TensorFlow bug, not fitprof's; the README's distributed section says so.
+    """
+    return returncode is not None and returncode < 0 and "profiler_v2.py" in stderr and " in stop" in stderr
+
+
+def _run_mwms(logdir: Path, ranks: str | None = None) -> tuple[list[dict[str, Any]], list[str], bool]:
+    """Both workers to the end (task 1 the planted straggler; ``ranks`` passed on to ``FitProfiler``): their
+    results in rank order, each with its ``stderr``; for a worker that failed, its stderr tail; and whether a
+    worker died of TensorFlow's profiler crash (then its peer fails too, its collective aborted)."""
     ports = ",".join(str(p) for p in _free_ports(2))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     # Output to files, not pipes: polling (below) must not leave a worker blocked on a full pipe.
@@ -78,7 +95,8 @@ def _run_mwms(logdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
         with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, str(WORKER), "mwms", str(logdir), str(i), ports, "1"],
+                    [sys.executable, "-X", "faulthandler", str(WORKER), "mwms", str(logdir), str(i), ports, "1"]
+                    + ([ranks] if ranks else []),
                     stdout=out_f,
                     stderr=err_f,
                     env=env,
@@ -90,32 +108,55 @@ def _run_mwms(logdir: Path) -> tuple[list[dict[str, Any]], list[str]]:
         if any(p.poll() not in (None, 0) for p in procs):
             deadline = min(deadline, time.monotonic() + 30)
         time.sleep(0.5)
-    results, failures = [], []
+    results, failures, tf_crash = [], [], False
     for i, p in enumerate(procs):
         if p.poll() is None:
             p.kill()
         p.wait()
         out, err = outs[i][0].read_text(), outs[i][1].read_text()
         if p.returncode == 0:
-            results.append(_result(out))
+            results.append({**_result(out), "stderr": err})
         else:
+            tf_crash = tf_crash or _tf_profiler_crash(p.returncode, err)
+            err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("Extension modules:"))
             failures.append(f"worker {i} exited {p.returncode}:\n{err[-3000:]}")
-    return sorted(results, key=lambda r: r["rank"]), failures
+    return sorted(results, key=lambda r: r["rank"]), failures, tf_crash
+
+
+MWMS_TRIES = 6
+
+
+def _mwms_pair(tmp_path_factory: pytest.TempPathFactory, name: str, ranks: str | None = None) -> dict[str, Any]:
+    """Two MultiWorkerMirroredStrategy workers on localhost, run again (fresh folder, fresh ports) only when a
+    worker died of TensorFlow's profiler crash (see ``_tf_profiler_crash``), up to ``MWMS_TRIES`` times. Any other
+    failure fails at once; every try's failures are reported, and the crashes that were retried are named in a
+    warning, so a CI log shows them."""
+    all_failures: list[str] = []
+    for attempt in range(1, MWMS_TRIES + 1):
+        logdir = tmp_path_factory.mktemp(f"{name}{attempt}")
+        results, failures, tf_crash = _run_mwms(logdir, ranks)
+        if not failures:
+            if all_failures:
+                warnings.warn(
+                    f"MultiWorkerMirroredStrategy pair: TensorFlow's profiler crashed a worker in {attempt - 1} "
+                    f"of {attempt} tries:\n" + "\n\n".join(f[:80] + " ... " + f[-400:] for f in all_failures),
+                    stacklevel=1,
+                )
+            return {"logdir": logdir, "results": results, "tries": attempt}
+        all_failures += [f"try {attempt}: {f}" for f in failures]
+        if not tf_crash:
+            break
+    pytest.fail("\n\n".join(all_failures))
 
 
 @pytest.fixture(scope="module")
 def mwms(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Two MultiWorkerMirroredStrategy workers on localhost. TensorFlow's cluster set-up on 2 shared cores can
-    fail on its own (once in a fresh-clone CI check: a worker "stopped sending heartbeats" while both were
-    starting); then the pair is run once more, in a fresh folder, and both failures are reported if it fails
-    again."""
-    logdir = tmp_path_factory.mktemp("mwms")
-    results, failures = _run_mwms(logdir)
-    if failures:
-        logdir = tmp_path_factory.mktemp("mwms_retry")
-        results, failures_again = _run_mwms(logdir)
-        assert not failures_again, "\n\n".join(failures + failures_again)
-    return {"logdir": logdir, "results": results}
+    return _mwms_pair(tmp_path_factory, "mwms")
+
+
+@pytest.fixture(scope="module")
+def mwms_chief_only(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _mwms_pair(tmp_path_factory, "mwms_chief", ranks="0")
 
 
 def test_mwms_two_workers_write_distinct_profiles(mwms: dict[str, Any]) -> None:
@@ -160,3 +201,20 @@ def test_report_shows_one_row_per_rank_and_the_slowest(
     spreads = [r for r in records if r["record"] == "spread"]
     assert len(spreads) == 2
     assert [s["straggler_rank"] for s in spreads] == [1, 1]  # named by its input share, not by step time
+
+
+def test_non_chief_worker_warns_of_the_tensorflow_profiler_bug(mwms: dict[str, Any]) -> None:
+    r0, r1 = mwms["results"]
+    assert "Pass ranks=[0]" in r1["stderr"] and "Pass ranks=[0]" not in r0["stderr"]
+
+
+def test_ranks_0_profiles_the_chief_only_and_the_gather_completes(mwms_chief_only: dict[str, Any]) -> None:
+    logdir: Path = mwms_chief_only["logdir"]
+    r0, r1 = mwms_chief_only["results"]  # both workers finished: rank 1 joined every epoch-end gather
+    assert (r0["rank"], r1["rank"]) == (0, 1) and r1["reports"] == {} and sorted(r0["reports"]) == ["0", "1"]
+    xplanes = sorted(p.name for p in logdir.glob("plugins/profile/*/*.xplane.pb"))
+    assert len(xplanes) == 2 and all(n.endswith("_rank0.xplane.pb") for n in xplanes)
+    assert sorted(json.loads(p.read_text())["rank"] for p in logdir.glob("plugins/fitprof/*.json")) == [0, 0]
+    assert _scalars(logdir)["fitprof/ranks_reported"] == [1.0, 1.0]
+    assert r1["history"]["fitprof/ranks_reported"] == [1.0, 1.0]  # rank 1's logs still get the cross-rank figures
+    assert "Pass ranks=[0]" not in r1["stderr"]  # a rank that does not profile has nothing to warn about
