@@ -76,8 +76,8 @@ def _tf_profiler_crash(returncode: int | None, stderr: str) -> bool:
     used (abort in ``SplitEventTracker::FindStartAndMerge``, "double free or corruption" or "free(): invalid
     pointer", seen in a core dump here). On a non-chief MultiWorkerMirroredStrategy worker every all-reduce makes
     such an activity (``CollectiveExecutor::CompleteParams`` ends on a gRPC thread), so its window stop can abort
-    the process: in 3 of 24 worker pairs on this 2-core machine under CPU load (0 of 6 quiet), and in both tries of
-    one CI run. It is a TensorFlow bug, not fitprof's; the README's distributed section says so.
+    the process: in 7 of 46 worker pairs on this 2-core machine (3 of 24 under CPU load, 4 of 22 quiet), and in
+    both tries of one CI run. It is a TensorFlow bug, not fitprof's; the README's distributed section says so.
     """
     return returncode is not None and returncode < 0 and "profiler_v2.py" in stderr and " in stop" in stderr
 
@@ -123,7 +123,7 @@ def _run_mwms(logdir: Path, ranks: str | None = None) -> tuple[list[dict[str, An
     return sorted(results, key=lambda r: r["rank"]), failures, tf_crash
 
 
-MWMS_TRIES = 6
+MWMS_TRIES = 10
 
 
 def _mwms_pair(tmp_path_factory: pytest.TempPathFactory, name: str, ranks: str | None = None) -> dict[str, Any]:
