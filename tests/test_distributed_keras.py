@@ -130,7 +130,8 @@ def _mwms_pair(tmp_path_factory: pytest.TempPathFactory, name: str, ranks: str |
     """Two MultiWorkerMirroredStrategy workers on localhost, run again (fresh folder, fresh ports) only when a
     worker died of TensorFlow's profiler crash (see ``_tf_profiler_crash``), up to ``MWMS_TRIES`` times. Any other
     failure fails at once; every try's failures are reported, and the crashes that were retried are named in a
-    warning, so a CI log shows them."""
+    warning, so a CI log shows them. (An earlier fresh-clone failure, worker 0 reporting that worker 1 "stopped
+    sending heartbeats", was most likely this crash: worker 1's stderr was not kept then.)"""
     all_failures: list[str] = []
     for attempt in range(1, MWMS_TRIES + 1):
         logdir = tmp_path_factory.mktemp(f"{name}{attempt}")

@@ -229,14 +229,46 @@ def test_bad_limits(kwargs: dict, error: type[Exception]) -> None:
 
 
 def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
-    """One process is rank 0: ranks=[1] profiles nothing there and says nothing about it; ranks=0 profiles."""
+    """One process is rank 0 of 1: ranks=[1] profiles nothing, and rank 0 says that rank 1 does not exist."""
     left_out = FitProfiler(tmp_path / "out", profile_batch=(2, 3), ranks=[1])
     msgs = _caught(lambda: _model().fit(_data(), epochs=1, verbose=0, callbacks=[left_out]))
-    assert (left_out.ranks, left_out.reports, msgs) == (frozenset({1}), {}, [])
+    assert (left_out.ranks, left_out.reports) == (frozenset({1}), {})
+    assert msgs == ["FitProfiler: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled."]
     assert not list((tmp_path / "out").glob("plugins/profile/*/*.xplane.pb"))
     chosen = FitProfiler(tmp_path / "in", profile_batch=(2, 3), ranks=0)
     _model().fit(_data(), epochs=1, verbose=0, callbacks=[chosen])
     assert chosen.reports[0].steps_analyzed == 2
+
+
+def test_a_fit_after_an_exception_joins_the_gather_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 of 2 (the other rank's vector empty): a window flushed after an exception is not gathered (the other
+    ranks may be anywhere), but every profiled epoch of the next fit is, as on a rank that never profiled."""
+    from fitprof import _ranks
+    from fitprof.keras import _distributed
+
+    gathers: list[int] = []
+
+    def gather(model, backend, vector, world):
+        gathers.append(len(vector))
+        return [vector, _ranks.pack(None)]
+
+    monkeypatch.setattr(_distributed, "rank_and_world", lambda model, backend: (0, 2))
+    monkeypatch.setattr(_distributed, "all_gather_vectors", gather)
+
+    def failing_gen():
+        for i in range(12):
+            if i == 4:
+                raise Boom("user error at batch 5")
+            yield tf.ones((8, 8)), tf.ones((8,))
+
+    ds = tf.data.Dataset.from_generator(failing_gen, output_signature=(tf.TensorSpec((8, 8)), tf.TensorSpec((8,))))
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 6))
+    model = _model()
+    with pytest.raises(Exception, match="user error at batch 5"):
+        model.fit(ds, epochs=1, verbose=0, callbacks=[profiler])
+    assert (profiler.reports[0].steps_analyzed, gathers) == (2, [])  # steps 3-4; step 5 raised
+    hist = model.fit(_data(), epochs=2, verbose=0, callbacks=[profiler]).history
+    assert len(gathers) == 2 and hist["fitprof/ranks_reported"] == [1.0, 1.0]
 
 
 def _rss_mb() -> float:

@@ -40,8 +40,9 @@ def test_keep_last_windows_and_trace_size_warning(tmp_path: Path) -> None:
 
 
 def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
-    left_out = FitProfiler(profile_batch=(2, 3), ranks=[1])  # one process: rank 0
-    assert _messages(lambda: _fit(tmp_path / "out", left_out, max_epochs=1, limit_train_batches=5)) == []
+    left_out = FitProfiler(profile_batch=(2, 3), ranks=[1])  # one process: rank 0 of 1
+    msgs = _messages(lambda: _fit(tmp_path / "out", left_out, max_epochs=1, limit_train_batches=5))
+    assert msgs == ["fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled."]
     assert (left_out.reports, left_out.trace_paths) == ({}, {})
     assert not list((tmp_path / "out").rglob("*.pt.trace.json.gz"))
     chosen = FitProfiler(profile_batch=(2, 3), ranks=(0, 1))

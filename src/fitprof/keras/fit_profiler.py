@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ class FitProfiler(keras.callbacks.Callback):
         keep_last_windows: keep the trace files of only the last N windows of a fit (older ones are deleted
             after their analysis); the scalars and report files of every window stay. None keeps all.
         ranks: the global ranks (worker indices under ``MultiWorkerMirroredStrategy``) that profile: an int or a
-            list of ints; None (default) profiles every rank. A rank left out opens no window but still takes
+            list, tuple, set or range of ints; None (default) profiles every rank. Rank 0 warns when none of
+            them exists in the run. A rank left out opens no window but still takes
             part in the epoch-end gather, so the other ranks' cross-rank figures complete
             (``fitprof/ranks_reported`` counts the ranks that profiled). ``ranks=[0]`` avoids a TensorFlow 2.21
             profiler bug that can abort a non-chief worker when its window stops (see the README, "Distributed
@@ -82,7 +84,7 @@ class FitProfiler(keras.callbacks.Callback):
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
-        ranks: int | list[int] | tuple[int, ...] | None = None,
+        ranks: int | Collection[int] | None = None,
     ) -> None:
         super().__init__()
         log_dir = normalize_log_dir(log_dir)
@@ -214,15 +216,22 @@ class FitProfiler(keras.callbacks.Callback):
         self.trace_paths = {}
         self._windows = {}
         self._steps_seen = 0
+        self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
         if self.backend == "tensorflow" and self._rank > 0 and self._profiles_rank():
             self._warn_once(
                 "tf-non-chief",
-                f"FitProfiler: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow 2.21's profiler can "
+                f"FitProfiler: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow's profiler (2.21) can "
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
+            )
+        if self.ranks is not None and self._rank == 0 and min(self.ranks) >= self._world:
+            self._warn_once(
+                "ranks",
+                f"FitProfiler: ranks={sorted(self.ranks)} names no rank of this run (ranks 0-{self._world - 1}); "
+                "nothing is profiled.",
             )
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ class FitProfiler(Callback):
     that window is skipped with one warning. A profiler failure never stops training.
 
     Distributed training (``torch.distributed`` initialised with more than one rank, e.g. ``strategy="ddp"``):
-    every rank profiles the same steps and writes its own trace, report file and
+    every rank in ``ranks`` (default: all) profiles the same steps and writes its own trace, report file and
     ``plugins/profile/<session>/<host>_rank<global rank>.xplane.pb``; the ranks of one window share its session
     folder (rank 0 picks the name at epoch start and broadcasts it). At the end of each profiled epoch every
     rank all-gathers :func:`fitprof._ranks.pack` of its report (a float64 tensor; on the CPU for gloo, on the
@@ -87,7 +88,8 @@ class FitProfiler(Callback):
         keep_last_windows: keep the trace files of only the last N windows (older traces and ``.xplane.pb``
             files are deleted after their analysis); the logged scalars and report files of every window stay.
             None keeps all.
-        ranks: the global ranks that profile: an int or a list of ints; None (default) profiles every rank. A
+        ranks: the global ranks that profile: an int or a list, tuple, set or range of ints; None (default)
+            profiles every rank (rank 0 warns when none of them exists in the run). A
             rank left out opens no window but still takes part in the epoch-end all-gather
             (``fitprof/ranks_reported`` counts the ranks that profiled).
 
@@ -118,7 +120,7 @@ class FitProfiler(Callback):
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
-        ranks: int | list[int] | tuple[int, ...] | None = None,
+        ranks: int | Collection[int] | None = None,
     ) -> None:
         super().__init__()
         self.ranks = check_ranks(ranks)
@@ -173,6 +175,11 @@ class FitProfiler(Callback):
         self._dir = Path(log_dir)
         self._rank = int(trainer.global_rank)
         self._world_size = int(trainer.world_size)
+        if self.ranks is not None and min(self.ranks) >= self._world_size:
+            rank_zero_warn(
+                f"fitprof: ranks={sorted(self.ranks)} names no rank of this run (ranks 0-{self._world_size - 1}); "
+                "nothing is profiled."
+            )
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
