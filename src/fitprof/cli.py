@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import analyze
-from fitprof._reportfile import REPORTS_DIR, clean_json
+from fitprof._reportfile import REPORTS_DIR, clean_json, read_report_doc, trace_inside
 from fitprof.analysis import BottleneckReport, OpStat
 from fitprof.traces import TraceError, trace_format
+from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -136,6 +137,20 @@ def _parser() -> argparse.ArgumentParser:
     ana.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
     common(ana)
     ana.add_argument("--top-k", type=_positive_int, default=5, metavar="N", help="operators to rank (default: 5)")
+    ana.add_argument(
+        "--max-trace-mb",
+        type=_positive_float,
+        default=DEFAULT_MAX_TRACE_MB,
+        metavar="MB",
+        help=f"refuse a trace bigger than MB, inflated for a .gz (default: {DEFAULT_MAX_TRACE_MB:g})",
+    )
+    ana.add_argument(
+        "--max-events",
+        type=_positive_int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"refuse a trace with more than N events (default: {DEFAULT_MAX_EVENTS:,})",
+    )
     ana.set_defaults(handler=_cmd_analyze)
     return parser
 
@@ -147,6 +162,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
     return value
 
 
@@ -182,7 +207,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             continue
         for path in files:
             try:
-                report = _analyze_file(path, args.top_k)
+                report = _analyze_file(path, args.top_k, max_trace_mb=args.max_trace_mb, max_events=args.max_events)
             except (TraceError, OSError, ValueError, ImportError) as err:
                 _error(_describe(path, err))
                 bad = True
@@ -211,10 +236,10 @@ def _trace_files(path: Path) -> list[Path]:
     return [path]
 
 
-def _analyze_file(path: Path, top_k: int) -> BottleneckReport:
+def _analyze_file(path: Path, top_k: int, **bounds: Any) -> BottleneckReport:
     """:func:`fitprof.analyze` plus the rank: from the trace's ``distributedInfo`` (Kineto) or, for an XSpace,
     from a ``_rank<N>`` suffix of the file name (how fitprof names a multi-rank run's ``.xplane.pb``)."""
-    report = analyze(path, top_k=top_k)
+    report = analyze(path, top_k=top_k, **bounds)
     if report.rank is None and trace_format(path) == "xspace":
         m = _RANK_IN_NAME.search(path.name.removesuffix(".xplane.pb"))
         report.rank = int(m.group(1)) if m else None
@@ -276,14 +301,10 @@ def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
 
 
 def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
-    """The row of one ``fitprof_report.json`` (see :mod:`fitprof._reportfile`)."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise _BadInput(f"{path}: not a fitprof report (not UTF-8 text)") from None
-    except json.JSONDecodeError as err:
-        raise _BadInput(f"{path}: not a fitprof report (not valid JSON: {err})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("report"), dict):
+    """The row of one ``fitprof_report.json`` (see :mod:`fitprof._reportfile`), read with its bounds: the file
+    stays inside ``logdir``, and so does the trace path it names (else the row's source is the report's own)."""
+    doc = read_report_doc(path, logdir)
+    if not isinstance(doc.get("report"), dict):
         raise _BadInput(f"{path}: not a fitprof report (no 'report' object)")
     report = _report_from_dict(doc["report"], path)
     epoch, rank = doc.get("epoch"), doc.get("rank", report.rank)
@@ -292,8 +313,7 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     if doc.get("framework"):
         report.framework = str(doc["framework"])
     run = path.parent.parent.parent
-    trace = doc.get("trace")
-    source = os.path.normpath(run / trace) if isinstance(trace, str) and trace else report.source
+    source = trace_inside(run, doc.get("trace"), logdir) or report.source
     rec = _record(report, record=RECORD_WINDOW, run=run.relative_to(logdir).as_posix(), epoch=epoch, rank=rank)
     rec["source"] = source
     rec["report_file"] = os.fspath(path)

@@ -35,20 +35,21 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import json
 import operator
 import os
 import re
-import zlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
 from fitprof.traces import TraceError
+from fitprof.traces._limits import Limits, count_objects, read_bounded
 from fitprof.traces._table import (
     KIND_ANNOTATION,
     KIND_COLLECTIVE,
@@ -77,11 +78,17 @@ _ARGS_KIND = {"htod": "htod", "dtoh": "dtoh", "dtod": "dtod", "ptop": "dtod", "1
 """``args.kind`` of a copy: ROCm writes ``HtoD`` etc.; HIP's ``hipMemcpyKind`` numbers also appear."""
 
 
-def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_kineto(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> pd.DataFrame:
     """Read a Kineto Chrome trace (``.pt.trace.json``, optionally gzipped) into an event table.
 
     Args:
         path: the trace file. Gzip is recognised by its magic bytes, whatever the file is called.
+        max_trace_mb: the bound on the file's size, inflated, in MB (default 512; see
+            :mod:`fitprof.traces._limits`). A gzip file is inflated in a stream that stops at the bound.
+        max_events: the bound on the JSON objects in the trace (each event and each ``args``; default
+            10,000,000), counted before it is parsed.
 
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
@@ -91,10 +98,13 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
             JSON but not a trace (no ``traceEvents`` list of event objects, or a complete event without a
-            numeric ``ts``). The message names the file.
+            numeric ``ts``), or passes a bound (the message names the bound and how to raise it). The message
+            names the file.
+        ValueError: if a bound is not a positive number.
     """
+    limits = Limits.of(max_trace_mb, max_events)
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
-        meta, events = _load(Path(path))
+        meta, events = _load(Path(path), limits)
         frame = _frame(events, path)
         del events
     table = make_table(frame)
@@ -128,42 +138,78 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
-def _load(path: Path) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
-    """The trace's top-level metadata and its event list, or :class:`TraceError`."""
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys the table uses; every other key is skipped by the decoder without being built."""
+
+    correlation: int | float | str | None = None
+    nbytes: int | float | str | None = msgspec.field(default=None, name="bytes")
+    kind: int | float | str | None = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a Chrome trace event the table uses (the others are skipped while decoding)."""
+
+    ph: str | None = None
+    cat: str | int | float | None = ""
+    name: str | int | float | None = ""
+    pid: str | int | float | None = ""
+    tid: str | int | float | None = ""
+    ts: int | float | str | None = None
+    dur: int | float | str | None = 0.0
+    args: _Args | None = None
+
+
+class _Trace(msgspec.Struct, gc=False):
+    traceEvents: list[_Event]
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_DECODER = msgspec.json.Decoder(_Trace | list[_Event])
+_AT_EVENT = re.compile(r" - at `\$(?:\.traceEvents)?\[(\d+)\]\.?(.*)`$")
+_MAX_INFO_BYTES = 1 << 16
+"""``distributedInfo`` longer than this is ignored (a real one is ~200 bytes: backend, rank, world size)."""
+
+
+def _load(path: Path, limits: Limits) -> tuple[Mapping[str, Any], list[_Event]]:
+    """The trace's ``distributedInfo`` and its events (decoded into :class:`_Event`), or :class:`TraceError`.
+
+    The bounds of :mod:`fitprof.traces._limits` are checked first: the (inflated) size while the file is read,
+    the number of JSON objects before it is parsed.
+    """
+    data = read_bounded(path, limits, TraceError)
+    count_objects(data, path, limits, TraceError)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except OSError as err:
-        raise TraceError(f"{path}: cannot read the file ({err.strerror or err})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as err:
-            raise TraceError(f"{path}: truncated or corrupt gzip ({err})") from None
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        doc = _DECODER.decode(data)
+    except msgspec.ValidationError as err:
+        raise TraceError(f"{path}: not a Chrome trace ({_where(err)})") from None
+    except msgspec.DecodeError as err:
         raise TraceError(f"{path}: not valid JSON ({err})") from None
-    if isinstance(doc, dict):
-        if "traceEvents" not in doc:
-            raise TraceError(f"{path}: not a Chrome trace (the JSON object has no 'traceEvents')")
-        meta, events = doc, doc["traceEvents"]
-    elif isinstance(doc, list):
-        meta, events = {}, doc
-    else:
+    except RecursionError:
         raise TraceError(
-            f"{path}: not a Chrome trace (the JSON is a {type(doc).__name__}, not an object with 'traceEvents' "
-            "or a list of events)"
-        )
-    if not isinstance(events, list):
-        raise TraceError(f"{path}: not a Chrome trace ('traceEvents' is a {type(events).__name__}, not a list)")
-    bad = None
-    if not set(map(type, events)) <= {dict}:  # fast path: every event a plain dict (json.loads makes them)
-        bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
-    if bad is not None:
-        raise TraceError(f"{path}: not a Chrome trace (event {bad} is a {type(events[bad]).__name__}, not an object)")
-    return meta, events
+            f"{path}: not a Chrome trace (JSON nested deeper than the parser's limit of about "
+            f"{sys.getrecursionlimit():,} levels; a Chrome trace nests 4)"
+        ) from None
+    del data
+    if isinstance(doc, list):
+        return {}, doc
+    info: Any = None
+    raw = doc.distributedInfo
+    if len(raw) <= _MAX_INFO_BYTES:
+        with contextlib.suppress(ValueError, RecursionError):
+            info = json.loads(bytes(raw))
+    return ({"distributedInfo": info} if isinstance(info, dict) else {}), doc.traceEvents
+
+
+def _where(err: msgspec.ValidationError) -> str:
+    """msgspec's message with its JSON path told as "event N" (how the rest of this module names events)."""
+    text = str(err)
+    m = _AT_EVENT.search(text)
+    if m:
+        field = f" {m.group(2)}" if m.group(2) else ""
+        return f"event {m.group(1)}{field}: {text[: m.start()]}"
+    if "missing required field `traceEvents`" in text:
+        return "the JSON object has no 'traceEvents'"
+    return text.replace("`$`", "the document").replace("`$.traceEvents`", "'traceEvents'")
 
 
 def _numbers(values: list[Any], what: str, path: str | os.PathLike[str]) -> np.ndarray:
@@ -187,20 +233,17 @@ def _float_or_nan(value: Any) -> float:
         return np.nan
 
 
-def _field(xs: Sequence[dict[str, Any]], key: str, default: Any) -> list[Any]:
-    """``key`` of every event (``default`` where missing); the fast path assumes it is always there."""
-    try:
-        return list(map(operator.itemgetter(key), xs))
-    except KeyError:
-        return [e.get(key, default) for e in xs]
+def _field(xs: Sequence[_Event], key: str) -> list[Any]:
+    """``key`` of every event (the decoder filled in the default where the trace has none)."""
+    return list(map(operator.attrgetter(key), xs))
 
 
-def _arg(xs: Sequence[dict[str, Any]], rows: np.ndarray, key: str) -> list[Any]:
+def _arg(xs: Sequence[_Event], rows: np.ndarray, key: str) -> list[Any]:
     """``args[key]`` of the events at ``rows`` (None where missing)."""
     out = []
     for i in rows.tolist():
-        args = xs[i].get("args")
-        out.append(args.get(key) if isinstance(args, dict) else None)
+        args = xs[i].args
+        out.append(None if args is None else getattr(args, key))
     return out
 
 
@@ -221,19 +264,19 @@ def _strings(values: list[Any], what: str, path: str | os.PathLike[str]) -> tupl
     return np.asarray(codes, dtype=np.int64), names
 
 
-def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd.DataFrame:
+def _frame(events: Sequence[_Event], path: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per complete event, every table column except ``self_us``."""
-    xs = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+    xs = [e for e in events if e.ph == "X" and e.cat != "Trace"]
     n = len(xs)
     if not n:
         return pd.DataFrame()  # make_table adds the columns
-    ts = _numbers(_field(xs, "ts", None), "ts", path)
-    dur = _numbers(_field(xs, "dur", 0.0), "dur", path)
-    cat_code, cats = _strings(_field(xs, "cat", ""), "cat", path)
-    name_code, names = _strings(_field(xs, "name", ""), "name", path)
+    ts = _numbers(_field(xs, "ts"), "ts", path)
+    dur = _numbers(_field(xs, "dur"), "dur", path)
+    cat_code, cats = _strings(_field(xs, "cat"), "cat", path)
+    name_code, names = _strings(_field(xs, "name"), "name", path)
     name = names[name_code]
-    pid_code, pids = _strings(_field(xs, "pid", ""), "pid", path)
-    tid_code, tids = _strings(_field(xs, "tid", ""), "tid", path)
+    pid_code, pids = _strings(_field(xs, "pid"), "pid", path)
+    tid_code, tids = _strings(_field(xs, "tid"), "tid", path)
     thread = pid_code * len(tids) + tid_code
 
     # Classify each distinct (category, name) pair once, then spread the answers over the events.
@@ -248,7 +291,7 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
     nbytes = np.full(n, np.nan)
     copies = np.flatnonzero(kind == KIND_MEMCPY)
     if len(copies):
-        nbytes[copies] = pd.to_numeric(pd.Series(_arg(xs, copies, "bytes"), dtype=object), errors="coerce").to_numpy(
+        nbytes[copies] = pd.to_numeric(pd.Series(_arg(xs, copies, "nbytes"), dtype=object), errors="coerce").to_numpy(
             dtype=np.float64
         )
         unknown = copies[copy_kind[copies] == ""]
@@ -315,7 +358,7 @@ def _copy_kind(name: str) -> str:
 
 
 def _link_launches(
-    xs: Sequence[dict[str, Any]],
+    xs: Sequence[_Event],
     ts: np.ndarray,
     dur: np.ndarray,
     cat: np.ndarray,
