@@ -15,7 +15,8 @@ Output formats (``--format``): ``table`` (default, aligned text, then each row's
 ``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
 say, NaN as ``null``) and ``csv`` (one flat row per record, the top operator only).
 
-Bad input (a missing path, a truncated, corrupt or foreign file) gives one ``fitprof: error: <path>: <what>``
+Bad input (a missing path, a truncated, corrupt or foreign file, a trace past ``--max-trace-mb`` /
+``--max-events``, a report file that leads outside ``LOGDIR``) gives one ``fitprof: error: <path>: <what>``
 line on stderr per file and exit status 2; the other files are still reported. Nothing is printed or
 written when no file could be reported. This module imports no framework.
 """
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import analyze
+from fitprof._parallel import default_jobs, ordered_map
 from fitprof._reportfile import REPORTS_DIR, clean_json, read_report_doc, trace_inside
 from fitprof.analysis import BottleneckReport, OpStat
 from fitprof.traces import TraceError, trace_format
@@ -111,6 +113,14 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
         p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+        p.add_argument(
+            "--jobs",
+            type=_positive_int,
+            default=default_jobs(),
+            metavar="N",
+            help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
+            f"{default_jobs()} here)",
+        )
 
     rep = sub.add_parser(
         "report",
@@ -196,29 +206,36 @@ def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    records: list[dict[str, Any]] = []
-    bad = False
+    work: list[Path | str] = []  # the files to analyse, in order, and the error line of each bad argument
     for arg in args.traces:
         try:
-            files = _trace_files(Path(arg))
+            work += _trace_files(Path(arg))
         except _BadInput as err:
-            _error(str(err))
+            work.append(str(err))
+    tasks = [(p, args.top_k, args.max_trace_mb, args.max_events) for p in work if isinstance(p, Path)]
+    results = iter(ordered_map(_analyze_task, tasks, args.jobs))
+    records: list[dict[str, Any]] = []
+    bad = False
+    for item in work:
+        report, error = (None, item) if isinstance(item, str) else next(results)
+        if report is None:
+            _error(error or "")
             bad = True
             continue
-        for path in files:
-            try:
-                report = _analyze_file(path, args.top_k, max_trace_mb=args.max_trace_mb, max_events=args.max_events)
-            except (TraceError, OSError, ValueError, ImportError) as err:
-                _error(_describe(path, err))
-                bad = True
-                continue
-            except Exception as err:  # a reader bug on odd input: still one line, never a traceback
-                _error(f"{path}: could not analyse ({type(err).__name__}: {err})")
-                bad = True
-                continue
-            records.append(_record(report, record=RECORD_TRACE, run=os.fspath(path), epoch=None, rank=report.rank))
+        records.append(_record(report, record=RECORD_TRACE, run=os.fspath(item), epoch=None, rank=report.rank))
     records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
     return _finish(args, records, bad)
+
+
+def _analyze_task(task: tuple[Path, int, float, int]) -> tuple[BottleneckReport | None, str | None]:
+    """The report of one file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+    path, top_k, max_trace_mb, max_events = task
+    try:
+        return _analyze_file(path, top_k, max_trace_mb=max_trace_mb, max_events=max_events), None
+    except (TraceError, OSError, ValueError, ImportError) as err:
+        return None, _describe(path, err)
+    except Exception as err:  # a reader bug on odd input: still one line, never a traceback
+        return None, f"{path}: could not analyse ({type(err).__name__}: {err})"
 
 
 def _trace_files(path: Path) -> list[Path]:
@@ -271,12 +288,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
     bad = False
-    for path in files:
-        try:
-            records.append(_window_record(path, logdir))
-        except (_BadInput, OSError, ValueError) as err:
-            _error(_describe(path, err))
+    for record, error in ordered_map(_report_task, [(path, logdir) for path in files], args.jobs):
+        if record is None:
+            _error(error or "")
             bad = True
+        else:
+            records.append(record)
     records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
     records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
     status = _finish(args, records, bad)
@@ -289,6 +306,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
             _error(_describe(args.plot, err))
             return EXIT_BAD_INPUT
     return status
+
+
+def _report_task(task: tuple[Path, Path]) -> tuple[dict[str, Any] | None, str | None]:
+    """The row of one report file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+    path, logdir = task
+    try:
+        return _window_record(path, logdir), None
+    except (_BadInput, OSError, ValueError) as err:
+        return None, _describe(path, err)
 
 
 def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
