@@ -375,3 +375,28 @@ def test_hostile_report_file_gives_one_error_line(
     assert cli.main(["report", str(logdir)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith(f"fitprof: error: {path}: ") and what in err
+
+
+@pytest.mark.parametrize("batch", [1, 7, 1000])
+def test_batched_decoding_gives_the_same_table(
+    tmp_path: Path, kineto_fixtures: Path, batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The events are decoded a batch at a time (to bound memory); names, threads and launch links that span
+    batches come out as in one batch."""
+    from fitprof.traces import kineto
+
+    seed = _write(tmp_path / "seed.pt.trace.json", json.dumps(kineto_seed(steps=20)).encode())
+    paths = [seed, kineto_fixtures / "a100_alexnet_pageable_htod.json.gz"]
+    whole = [kineto.read_kineto(p) for p in paths]
+    monkeypatch.setattr(kineto, "_BATCH", batch)
+    for path, expected in zip(paths, whole, strict=True):
+        table = kineto.read_kineto(path)
+        assert table.equals(expected) and table.attrs == expected.attrs
+    bad = json.loads(seed.read_text())
+    bad["traceEvents"][30]["ts"] = "soon"
+    n_complete = sum(1 for e in bad["traceEvents"][:30] if e["ph"] == "X" and e["cat"] != "Trace")
+    with pytest.raises(TraceError, match=f"complete event {n_complete} has ts 'soon'"):
+        kineto.read_kineto(_write(seed, json.dumps(bad).encode()))
+    bad["traceEvents"][30] = 5
+    with pytest.raises(TraceError, match="event 30: Expected `object`, got `int`"):
+        kineto.read_kineto(_write(seed, json.dumps(bad).encode()))

@@ -110,10 +110,10 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
             if head != b"\x1f\x8b" or not inflate:
                 if size > limits.max_bytes:
                     raise error(too_big(path, f"the file is {_mb(size)}, more than", limits))
-                data = bytearray(head)
-                data += fh.read(limits.max_bytes + 1 - len(head))  # a file that grew meanwhile stops at the bound
-                if len(data) > limits.max_bytes:
-                    raise error(too_big(path, "the file is bigger than", limits))
+                data = bytearray(size)  # read in place: one copy of the file in memory, never two
+                fh.seek(0)
+                got = fh.readinto(data)
+                del data[got:]  # a file that shrank meanwhile; one that grew is read up to its size at the check
                 return data
             fh.seek(0)
             return _inflate(fh, path, limits, error)
