@@ -133,12 +133,16 @@ def generate_kineto_stream(path: Path, target_mb: float, ops_per_step: int = 100
 
 
 _CHILD = """
-import json, resource, sys, time
+import json, sys, time
 import fitprof
+def peak_rss_kb():  # VmHWM starts afresh at exec; ru_maxrss would carry the parent's peak
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
 t0 = time.perf_counter()
 report = fitprof.analyze(sys.argv[1], max_trace_mb=1e9, max_events=10**9)
 took = time.perf_counter() - t0
-print(json.dumps({"s": took, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+print(json.dumps({"s": took, "peak_kb": peak_rss_kb(),
                   "steps": report.steps_analyzed}))
 """
 

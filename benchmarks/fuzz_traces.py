@@ -9,7 +9,7 @@
 * bombs: ``.pt.trace.json.gz`` files that inflate to ``--bomb-mb`` MB (whitespace inside ``traceEvents``, as in
   the issue) or less (``{}`` events, numbers, deep nesting), each read by ``fitprof analyze`` in a fresh process
   under the default bound and with ``--max-trace-mb`` raised past the inflated size; prints the outcome, the wall
-  time and the process's peak RSS (``resource.getrusage`` of the child, as ``/usr/bin/time -v`` reports it).
+  time and the process's peak RSS (the child's own ``VmHWM``: ``ru_maxrss`` would carry this parent's peak).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fuzz_traces  # noqa: E402
 
-_LAUNCH = (
-    "import atexit, resource, runpy, sys; "
-    "atexit.register(lambda: print('peak_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)); "
-    "sys.argv = ['fitprof', *sys.argv[1:]]; runpy.run_module('fitprof.cli', run_name='__main__')"
+_LAUNCH = fuzz_traces.PEAK_RSS_SOURCE + (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print('peak_kb', peak_rss_kb(), file=sys.stderr))\n"
+    "sys.argv = ['fitprof', *sys.argv[1:]]\nrunpy.run_module('fitprof.cli', run_name='__main__')\n"
 )
 
 

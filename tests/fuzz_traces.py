@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import inspect
 import json
 import random
 import zlib
@@ -338,6 +339,26 @@ SMALL_FIXTURES = ("cpu_only_rank34.pt.trace.json.gz", "mi250_rocm_minitoy_train.
 # --------------------------------------------------------------------------------------------------- run
 
 
+def peak_rss_kb() -> int:
+    """This process's peak resident set in kB: Linux's ``VmHWM``, which starts afresh at ``exec``. (``getrusage``'s
+    ``ru_maxrss`` does not: a child started by fork + exec reports at least its parent's peak, hiding its own.)
+    ``ru_maxrss`` where there is no ``/proc``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+PEAK_RSS_SOURCE = inspect.getsource(peak_rss_kb)
+"""The source of :func:`peak_rss_kb`, for a ``python -c`` child to define it too."""
+
+
 def run(n: int, seed: int, workdir: Path, root: Path, shared_kineto: Path, **bounds: Any) -> dict[str, Any]:
     """Analyse ``n`` mutants with :func:`fitprof.analyze` under ``bounds``; what happened, as a JSON-able dict.
 
@@ -345,7 +366,6 @@ def run(n: int, seed: int, workdir: Path, root: Path, shared_kineto: Path, **bou
     ``baseline_kb`` / ``peak_kb``: this process's peak RSS before the first mutant (after one read of the seed)
     and after the last; ``slowest_s`` and its mutant.
     """
-    import resource
     import time
     from collections import Counter
 
@@ -358,7 +378,7 @@ def run(n: int, seed: int, workdir: Path, root: Path, shared_kineto: Path, **bou
     fitprof.analyze(warm)
     (workdir / XSPACE_NAME).write_bytes(xspace[0][1])
     fitprof.analyze(workdir / XSPACE_NAME)
-    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    baseline = peak_rss_kb()
     outcomes: Counter[str] = Counter()
     failures: list[str] = []
     slowest = (0.0, "")
@@ -384,7 +404,7 @@ def run(n: int, seed: int, workdir: Path, root: Path, shared_kineto: Path, **bou
         "outcomes": dict(outcomes),
         "failures": failures,
         "baseline_kb": baseline,
-        "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "peak_kb": peak_rss_kb(),
         "slowest_s": slowest[0],
         "slowest": slowest[1],
     }

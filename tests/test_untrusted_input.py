@@ -2,7 +2,7 @@
 
 The fuzz test runs a seeded mutator (``fuzz_traces.py``) over small seed traces: every mutant must give a report
 or a :class:`~fitprof.traces.TraceError`, with the memory Python allocates for it (``tracemalloc``) under a bound.
-The decompression bombs run in a child process whose peak RSS (``resource.getrusage``) is read back. A longer run
+The decompression bombs run in a child process whose peak RSS (Linux's ``VmHWM``) is read back. A longer run
 of the same mutator is ``benchmarks/fuzz_traces.py``.
 """
 
@@ -28,7 +28,7 @@ from fitprof._reportfile import check_session, write_report_file
 from fitprof.traces import TraceError, read_trace
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 from fitprof.traces.xspace_write import xplane_classes
-from fuzz_traces import bomb, byte_mutation, json_mutation, kineto_seed, xspace_seed
+from fuzz_traces import PEAK_RSS_SOURCE, bomb, byte_mutation, json_mutation, kineto_seed, xspace_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_KINETO = ROOT.parent / "shared" / "fixtures" / "kineto"
@@ -106,20 +106,23 @@ def test_fuzzed_report_files_give_a_row_or_one_error_line(tmp_path: Path, capsys
 
 # ------------------------------------------------------------------------------------------------ bombs
 
-_CHILD = """
-import json, resource, sys
+_CHILD = (
+    PEAK_RSS_SOURCE
+    + """
+import json, sys
 import fitprof
 from fitprof.traces import TraceError
 fitprof.analyze(sys.argv[1])  # imports and first-call costs are paid before the baseline
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = peak_rss_kb()
 try:
     fitprof.analyze(sys.argv[2], max_trace_mb=float(sys.argv[3]), max_events=int(sys.argv[4]))
     error = None
 except TraceError as err:
     error = str(err)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = peak_rss_kb()
 print(json.dumps({"before_kb": before, "after_kb": after, "error": error}))
 """
+)
 
 
 def _read_in_child(seed: Path, path: Path, max_trace_mb: float, max_events: int) -> dict[str, Any]:
