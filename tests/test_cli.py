@@ -3,6 +3,7 @@ on a real Keras example run and on built log folders, the plot, and every kind o
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -19,9 +20,9 @@ import pytest
 
 import fitprof
 from fitprof import analyze_table, read_trace
-from fitprof._reportfile import clean_json as _clean
-from fitprof._reportfile import write_report_file
 from fitprof.cli import SEGMENTS, main
+from fitprof.report_files import clean_json as _clean
+from fitprof.report_files import write_report_file
 
 REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -108,8 +109,7 @@ def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Pa
             session = root / run / "plugins" / "profile" / f"2026_01_01_00_00_0{epoch}_rank{rank}"
             session.mkdir(parents=True)
             copy = Path(shutil.copy(trace, session / trace.name))
-            report = fitprof.analyze(copy)
-            report.rank = rank
+            report = dataclasses.replace(fitprof.analyze(copy), rank=rank)
             write_report_file(root / run, session=session.name, epoch=epoch, report=report, trace=copy, rank=rank)
     return root
 

@@ -16,16 +16,8 @@ import pandas as pd
 
 from fitprof.traces._table import (
     COLUMNS,
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
     KINDS,
+    Kind,
     make_table,
 )
 
@@ -67,15 +59,7 @@ def read_trace(path: str | os.PathLike[str]) -> pd.DataFrame:
 __all__ = [
     "COLUMNS",
     "KINDS",
-    "KIND_ANNOTATION",
-    "KIND_COLLECTIVE",
-    "KIND_EXCLUDED",
-    "KIND_INPUT",
-    "KIND_KERNEL",
-    "KIND_MEMCPY",
-    "KIND_OP",
-    "KIND_OTHER",
-    "KIND_STEP",
+    "Kind",
     "TraceError",
     "make_table",
     "read_trace",
