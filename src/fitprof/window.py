@@ -4,7 +4,7 @@ logger) as callables.
 
 For each profiled window, at the end of its epoch:
 
-1. :meth:`WindowPipeline.analyse`: read and analyse the trace into a complete
+1. :meth:`WindowPipeline.analyze`: read and analyse the trace into a complete
    :class:`~fitprof.analysis.BottleneckReport` (framework from the trace format; host, rank and world size
    passed in), warn once when the trace is over ``max_trace_mb``, write the report file
    (:mod:`fitprof.report_files`), write the ``.xplane.pb`` of a Kineto trace
@@ -73,7 +73,7 @@ class WindowPipeline:
         for results in (self.reports, self.trace_paths, self.xplane_paths, self.analysis_seconds, self.cross_rank):
             results.clear()
 
-    def analyse(
+    def analyze(
         self,
         epoch: int,
         trace: Path,

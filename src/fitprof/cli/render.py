@@ -69,7 +69,7 @@ _CSV_COLUMNS = (
     "input_percent",
     "htod_ms_per_step",
     "htod_percent",
-    "htod_gbps",
+    "htod_gb_per_s",
     "collective_percent",
     "top_op",
     "top_op_ms_per_step",

@@ -289,7 +289,7 @@ class FitProfiler(keras.callbacks.Callback):
         if closed is not None:
             window, trace = closed
             session = window.session_dir.name if window.session_dir is not None else None
-            report = self._pipeline.analyse(
+            report = self._pipeline.analyze(
                 epoch,
                 trace,
                 log_dir=self.log_dir,

@@ -233,18 +233,10 @@ class FitProfiler(Callback):
             self._stop(drop_open_step=True)
         self._epoch_on = False
         path, self._pending = self._pending, None
-        report = None if path is None else self._analyse(self._epoch, path)
+        report = None if path is None else self._analyze(self._epoch, path)
         if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
             self._epoch_profiled = False
-            gather = (lambda vector: _all_gather(trainer, vector)) if _distributed() else None
-            self._pipeline.publish(
-                self._epoch,
-                report,
-                rank=self._rank,
-                world_size=self._world_size,
-                gather=gather,
-                log=lambda scalars, text: self._log(trainer, scalars, text),
-            )
+            self._publish(trainer, report, gather=_distributed())
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -259,16 +251,9 @@ class FitProfiler(Callback):
             self._epoch_profiled = False
             path, self._pending = self._pending, None
             if path is not None and self._epoch not in self.reports:
-                report = self._analyse(self._epoch, path)
+                report = self._analyze(self._epoch, path)
                 # No all-gather here: the other ranks may be anywhere (or gone); rank 0 logs its own figures.
-                self._pipeline.publish(
-                    self._epoch,
-                    report,
-                    rank=self._rank,
-                    world_size=self._world_size,
-                    gather=None,
-                    log=lambda scalars, text: self._log(trainer, scalars, text),
-                )
+                self._publish(trainer, report, gather=False)
         except Exception as err:  # the user's exception matters more
             log.warning("fitprof: could not flush the window after an exception: %s", err)
         finally:
@@ -351,11 +336,11 @@ class FitProfiler(Callback):
         else:
             log.warning("[rank %d] %s", self._rank, message)
 
-    def _analyse(self, epoch: int, path: Path) -> BottleneckReport | None:
+    def _analyze(self, epoch: int, path: Path) -> BottleneckReport | None:
         """Analyse this rank's trace and write its report file and ``.xplane.pb`` (the shared pipeline)."""
         assert self._dir is not None and self._session is not None
         temporary = self._window.temporary  # log_dir cannot be written: the figures are logged, nothing is kept
-        return self._pipeline.analyse(
+        return self._pipeline.analyze(
             epoch,
             path,
             log_dir=self._dir,
@@ -363,6 +348,17 @@ class FitProfiler(Callback):
             rank=self._rank,
             world_size=self._world_size,
             discard=lambda: shutil.rmtree(path.parent, ignore_errors=True),
+        )
+
+    def _publish(self, trainer: pl.Trainer, report: BottleneckReport | None, *, gather: bool) -> None:
+        """Hand this epoch's report to the shared pipeline: cross-rank gather when ``gather``, log on rank 0."""
+        self._pipeline.publish(
+            self._epoch,
+            report,
+            rank=self._rank,
+            world_size=self._world_size,
+            gather=(lambda vector: _all_gather(trainer, vector)) if gather else None,
+            log=lambda scalars, text: self._log(trainer, scalars, text),
         )
 
     def _log(self, trainer: pl.Trainer, scalars: dict[str, float], text: str) -> None:

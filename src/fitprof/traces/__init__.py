@@ -18,12 +18,9 @@ from fitprof.traces._table import (
     COLUMNS,
     KINDS,
     Kind,
+    TraceError,
     make_table,
 )
-
-
-class TraceError(ValueError):
-    """A file that is not a readable trace (missing, truncated, corrupt, or of another format)."""
 
 
 def trace_format(path: str | os.PathLike[str]) -> str:

@@ -35,6 +35,10 @@ import numpy as np
 import pandas as pd
 
 
+class TraceError(ValueError):
+    """A file that is not a readable trace (missing, truncated, corrupt, or of another format)."""
+
+
 class Kind(str, enum.Enum):
     """What the analysis treats an event as: the ``kind`` column's values.
 

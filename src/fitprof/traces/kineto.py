@@ -48,12 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fitprof.traces import TraceError
-from fitprof.traces._table import (
-    VALIDATION_ANNOTATION,
-    Kind,
-    make_table,
-)
+from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
 
 _DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""

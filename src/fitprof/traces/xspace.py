@@ -92,7 +92,7 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         TraceError: if the file is missing, empty, or not an XSpace protobuf.
     """
-    from fitprof.traces import TraceError
+    from fitprof.traces._table import TraceError
     from fitprof.traces.xspace_write import xplane_classes
 
     p = Path(path)
