@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -178,3 +179,45 @@ def test_rank_combine_names_the_straggler_and_skips_empty_ranks() -> None:
     assert out["fitprof/input_percent_max_rank"] == 2.0
     assert out["fitprof/ranks_reported"] == 2.0
     assert combine([pack(None), pack(None)]) == {}
+
+
+def test_the_summary_line_names_the_straggler_as_fitprof_report_does() -> None:
+    """Rank 0 has the slowest step, rank 1 waits for input 55 points more: both the TensorBoard text and the CLI's
+    spread (one definition, :func:`fitprof.cross_rank.spread`) name rank 1 the straggler."""
+    from fitprof.cross_rank import RankFigures, combine, pack, spread, summary_line
+
+    def rep(step: float, inp: float) -> Any:
+        table = make_table(
+            [_ev("ProfilerStep#1", "step", 0, step * 1e3), _ev("next", "input", 0, step * 1e3 * inp / 100)]
+        )
+        return analyze_table(table, framework="pytorch", rank=0, world_size=2)
+
+    vectors = [pack(rep(30, 5)), pack(rep(28, 60))]
+    line = summary_line(vectors, combine(vectors), world_size=2)
+    assert "slowest rank 0 at 30.00 ms/step" in line
+    assert "Straggler: rank 1 (input share 55.0 points above the least input-bound rank)" in line
+    s = spread([RankFigures(0, 30.0, 5.0), RankFigures(1, 28.0, 60.0)])
+    assert s is not None and (s.slowest.rank, s.most_input_bound.rank, s.straggler.rank) == (0, 1, 1)
+    # Under the 10-point threshold the slowest rank is the straggler.
+    s = spread([RankFigures(0, 30.0, 5.0), RankFigures(1, 28.0, 14.0)])
+    assert s is not None and s.straggler.rank == 0
+
+
+def test_the_report_is_built_complete_and_frozen(tmp_path: Path) -> None:
+    """``analyze`` of an XSpace named ``<host>_rank<N>.xplane.pb`` gives host, rank and framework in the report
+    itself; the report cannot be changed afterwards."""
+    import dataclasses
+
+    from fitprof.traces.xspace_write import write_xspace
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10_000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 1_000, "dur": 8_000},
+    ]
+    path = write_xspace(events, tmp_path, "s", host="node7_rank3")
+    report = analyze(path)
+    assert (report.framework, report.host, report.rank, report.world_size) == ("tensorflow", "node7", 3, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.rank = 1  # type: ignore[misc]
+    with pytest.raises(ValueError, match="framework must be one of"):
+        analyze_table(make_table([_ev("op", "op", 0, 1_000)]), framework="torch")
