@@ -15,12 +15,21 @@ from fitprof.traces import TraceError, read_trace
 __version__ = "0.1.0"
 
 
-def analyze(path: str | os.PathLike[str], *, top_k: int = 5) -> BottleneckReport:
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    top_k: int = 5,
+    host: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> BottleneckReport:
     """Read one trace file and compute its bottleneck report.
 
     Args:
         path: an ``.xplane.pb`` (XSpace) or a Kineto ``.pt.trace.json[.gz]`` file.
         top_k: how many operators to rank by self time.
+        host, rank, world_size: where the trace was recorded, when the caller knows (the callbacks do); None:
+            from the trace, as below.
 
     Returns:
         The report: ``framework`` from the format (XSpace: ``"tensorflow"``, Kineto: ``"pytorch"``);
@@ -32,14 +41,16 @@ def analyze(path: str | os.PathLike[str], *, top_k: int = 5) -> BottleneckReport
         ValueError: if ``top_k`` < 1.
     """
     table = read_trace(path)
-    host, rank = split_rank(str(table.attrs.get("host") or ""))
-    rank = table.attrs.get("rank", rank)
-    world_size = table.attrs.get("world_size")
+    named_host, named_rank = split_rank(str(table.attrs.get("host") or ""))
+    if rank is None:
+        rank = table.attrs.get("rank", named_rank)
+    if world_size is None:
+        world_size = table.attrs.get("world_size")
     return analyze_table(
         table,
         top_k=top_k,
         source=os.fspath(path),
-        host=host,
+        host=named_host if host is None else host,
         rank=None if rank is None else int(rank),
         world_size=None if world_size is None else int(world_size),
     )

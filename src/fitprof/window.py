@@ -4,7 +4,8 @@ logger) as callables.
 
 For each profiled window, at the end of its epoch:
 
-1. :meth:`WindowPipeline.analyze`: read and analyse the trace into a complete
+1. :meth:`WindowPipeline.analyze`: read and analyse the trace with :func:`fitprof.analyze` (the very function
+   ``fitprof analyze`` runs, so a trace gives the same figures there) into a complete
    :class:`~fitprof.analysis.BottleneckReport` (framework from the trace format; host, rank and world size
    passed in), warn once when the trace is over ``max_trace_mb``, write the report file
    (:mod:`fitprof.report_files`), write the ``.xplane.pb`` of a Kineto trace
@@ -24,13 +25,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import fitprof
 from fitprof import cross_rank
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, rank_host
 from fitprof._warn import WarnOnce
-from fitprof.analysis import BottleneckReport, analyze_table
+from fitprof.analysis import BottleneckReport
 from fitprof.report_files import write_report_file
-from fitprof.traces import read_trace, trace_format
+from fitprof.traces import trace_format
 
 Gather = Callable[[list[float]], list[list[float]]]
 """All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
@@ -103,9 +105,9 @@ class WindowPipeline:
         if message:
             self.warn("size", message)
         host = hostname()
-        try:
-            report: BottleneckReport | None = analyze_table(
-                read_trace(trace), top_k=self.top_k, source=str(trace), host=host, rank=rank, world_size=world_size
+        try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
+            report: BottleneckReport | None = fitprof.analyze(
+                trace, top_k=self.top_k, host=host, rank=rank, world_size=world_size
             )
         except Exception as err:
             self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
