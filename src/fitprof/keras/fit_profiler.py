@@ -12,7 +12,15 @@ from typing import Any
 import keras
 
 from fitprof import metrics
-from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, check_ranks, make_config, normalize_log_dir
+from fitprof._config import (
+    DEFAULT_PROFILE_BATCH,
+    check_optional_limit,
+    check_ranks,
+    make_config,
+    normalize_log_dir,
+    profiles_rank,
+    unknown_ranks_message,
+)
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
@@ -131,7 +139,7 @@ class FitProfiler(keras.callbacks.Callback):
         return self._pipeline.trace_paths
 
     def _profiles_rank(self) -> bool:
-        return self.ranks is None or self._rank in self.ranks
+        return profiles_rank(self.ranks, self._rank)
 
     def _new_window(self) -> Any:
         if self.backend == "tensorflow":
@@ -226,12 +234,9 @@ class FitProfiler(keras.callbacks.Callback):
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
-        if self.ranks is not None and self._rank == 0 and min(self.ranks) >= self._world:
-            self._warn_once(
-                "ranks",
-                f"FitProfiler: ranks={sorted(self.ranks)} names no rank of this run (ranks 0-{self._world - 1}); "
-                "nothing is profiled.",
-            )
+        unknown = unknown_ranks_message(self.ranks, self._world)
+        if unknown and self._rank == 0:
+            self._warn_once("ranks", f"FitProfiler: {unknown}")
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
             self._warn_once(

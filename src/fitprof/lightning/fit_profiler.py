@@ -17,7 +17,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof._config import check_optional_limit, check_ranks, make_config, normalize_log_dir
+from fitprof._config import (
+    check_optional_limit,
+    check_ranks,
+    make_config,
+    normalize_log_dir,
+    profiles_rank,
+    unknown_ranks_message,
+)
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
@@ -178,18 +185,16 @@ class FitProfiler(Callback):
         self._dir = Path(log_dir)
         self._rank = int(trainer.global_rank)
         self._world_size = int(trainer.world_size)
-        if self.ranks is not None and min(self.ranks) >= self._world_size:
-            rank_zero_warn(
-                f"fitprof: ranks={sorted(self.ranks)} names no rank of this run (ranks 0-{self._world_size - 1}); "
-                "nothing is profiled."
-            )
+        unknown = unknown_ranks_message(self.ranks, self._world_size)
+        if unknown:
+            rank_zero_warn(f"fitprof: {unknown}")
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = int(trainer.current_epoch)
         self._epoch_profiled = self._dir is not None and self._config.profiles_epoch(self._epoch)
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
-        self._epoch_on = self._epoch_profiled and (self.ranks is None or self._rank in self.ranks)
+        self._epoch_on = self._epoch_profiled and profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
         if self._epoch_on and self._first == 1:
             self._start(1)
