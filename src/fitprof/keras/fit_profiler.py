@@ -11,16 +11,7 @@ from typing import Any
 
 import keras
 
-from fitprof import metrics
-from fitprof._config import (
-    DEFAULT_PROFILE_BATCH,
-    check_optional_limit,
-    check_ranks,
-    make_config,
-    normalize_log_dir,
-    profiles_rank,
-    unknown_ranks_message,
-)
+from fitprof import _config, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
@@ -87,7 +78,7 @@ class FitProfiler(keras.callbacks.Callback):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] = "logs",
-        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
+        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -95,11 +86,11 @@ class FitProfiler(keras.callbacks.Callback):
         ranks: int | Collection[int] | None = None,
     ) -> None:
         super().__init__()
-        log_dir = normalize_log_dir(log_dir)
-        self.ranks = check_ranks(ranks)
-        self.config = make_config(profile_batch, every_n_epochs, top_k)
-        self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
-        self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        log_dir = _config.normalize_log_dir(log_dir)
+        self.ranks = _config.check_ranks(ranks)
+        self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
+        self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
+        self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         backend = keras.backend.backend()
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
@@ -139,7 +130,7 @@ class FitProfiler(keras.callbacks.Callback):
         return self._pipeline.trace_paths
 
     def _profiles_rank(self) -> bool:
-        return profiles_rank(self.ranks, self._rank)
+        return _config.profiles_rank(self.ranks, self._rank)
 
     def _new_window(self) -> Any:
         if self.backend == "tensorflow":
@@ -234,7 +225,7 @@ class FitProfiler(keras.callbacks.Callback):
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
-        unknown = unknown_ranks_message(self.ranks, self._world)
+        unknown = _config.unknown_ranks_message(self.ranks, self._world)
         if unknown and self._rank == 0:
             self._warn_once("ranks", f"FitProfiler: {unknown}")
         spe = getattr(self.model, "steps_per_execution", 1) or 1

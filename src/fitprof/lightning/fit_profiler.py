@@ -17,14 +17,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof._config import (
-    check_optional_limit,
-    check_ranks,
-    make_config,
-    normalize_log_dir,
-    profiles_rank,
-    unknown_ranks_message,
-)
+from fitprof import _config
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
@@ -127,14 +120,14 @@ class FitProfiler(Callback):
         ranks: int | Collection[int] | None = None,
     ) -> None:
         super().__init__()
-        self.ranks = check_ranks(ranks)
-        self.log_dir = None if log_dir is None else normalize_log_dir(log_dir)
-        self._config = make_config(profile_batch, every_n_epochs, top_k)
-        self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
-        self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        self.ranks = _config.check_ranks(ranks)
+        self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
+        self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
+        self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
+        self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         self._warn_rank = WarnOnce(self._emit_warning)
         self._pipeline = WindowPipeline(
-            top_k=self._config.top_k,
+            top_k=self.config.top_k,
             max_trace_mb=self.max_trace_mb,
             keep_last_windows=self.keep_last_windows,
             warn=self._warn_rank,
@@ -148,8 +141,8 @@ class FitProfiler(Callback):
         self._window = TorchProfileWindow(warn=self._warn_rank)
         self._dir: Path | None = None
         # hot-path state: plain ints and bools
-        self._first = self._config.first_step
-        self._last = self._config.last_step
+        self._first = self.config.first_step
+        self._last = self.config.last_step
         self._epoch_profiled = False  # the current epoch is one to profile (the same on every rank)
         self._epoch_on = False  # the current epoch has a window that has not finished
         self._open = False  # the window is open now
@@ -185,16 +178,16 @@ class FitProfiler(Callback):
         self._dir = Path(log_dir)
         self._rank = int(trainer.global_rank)
         self._world_size = int(trainer.world_size)
-        unknown = unknown_ranks_message(self.ranks, self._world_size)
+        unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
         if unknown:
             rank_zero_warn(f"fitprof: {unknown}")
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = int(trainer.current_epoch)
-        self._epoch_profiled = self._dir is not None and self._config.profiles_epoch(self._epoch)
+        self._epoch_profiled = self._dir is not None and self.config.profiles_epoch(self._epoch)
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
-        self._epoch_on = self._epoch_profiled and profiles_rank(self.ranks, self._rank)
+        self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
         if self._epoch_on and self._first == 1:
             self._start(1)
