@@ -338,6 +338,3 @@ def _finish(args: argparse.Namespace, records: list[dict[str, Any]], bad: bool) 
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "FORMATS", "SEGMENTS", "main", "render"]
 
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
