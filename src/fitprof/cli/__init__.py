@@ -337,4 +337,3 @@ def _finish(args: argparse.Namespace, records: list[dict[str, Any]], bad: bool) 
 
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "FORMATS", "SEGMENTS", "main", "render"]
-
