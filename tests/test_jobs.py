@@ -10,7 +10,7 @@ import pytest
 import fitprof
 from fitprof import cli
 from fitprof._parallel import default_jobs, ordered_map
-from fitprof._reportfile import write_report_file
+from fitprof.report_files import write_report_file
 from fuzz_traces import kineto_seed
 
 

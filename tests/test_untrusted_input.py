@@ -24,7 +24,8 @@ import pytest
 
 import fitprof
 from fitprof import cli
-from fitprof._reportfile import check_session, write_report_file
+from fitprof._session import check_session
+from fitprof.report_files import write_report_file
 from fitprof.traces import TraceError, read_trace
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 from fitprof.traces.xspace_write import xplane_classes

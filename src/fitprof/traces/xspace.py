@@ -13,8 +13,8 @@ window take 86 ms to read, against 5 ms for the protobuf walk.) How events are c
   input-pipeline analysis counts it;
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
-  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
-* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
+  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
+* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
 """
@@ -30,14 +30,7 @@ import pandas as pd
 
 from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded, too_many
 from fitprof.traces._table import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
+    Kind,
     make_table,
 )
 
@@ -136,7 +129,7 @@ def read_xspace(
             the bound and how to raise it).
         ValueError: if a bound is not a positive number.
     """
-    from fitprof.traces import TraceError
+    from fitprof.traces._table import TraceError
     from fitprof.traces.xspace_write import xplane_classes
 
     limits = Limits.of(max_trace_mb, max_events)
@@ -190,24 +183,24 @@ def read_xspace(
                 if on_device:
                     kind = _copy_kind(name, stats.get("memcpy_details", ""))
                     if kind or name.lower().startswith("memcpy"):
-                        row["kind"] = KIND_MEMCPY
+                        row["kind"] = Kind.MEMCPY
                         row["copy_kind"] = kind
                         m = _BYTES.search(stats.get("memcpy_details", ""))
                         if m:
                             row["bytes"] = float(m.group(1))
                     elif "nccl" in name.lower() or "rccl" in name.lower():
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_KERNEL
+                        row["kind"] = Kind.KERNEL
                     tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
                     op = op_names.get(tf_op)
                     if op is None:  # one str per op name, shared by its kernels
                         op = op_names[tf_op] = tf_op.split(":")[0]
                     row["op"] = op
                 elif _INPUT_EVENT.match(name):
-                    row["kind"] = KIND_INPUT
+                    row["kind"] = Kind.INPUT
                 elif "step_num" in stats and not (is_tf_data or is_compute):
-                    row["kind"] = KIND_STEP
+                    row["kind"] = Kind.STEP
                     try:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
@@ -216,15 +209,15 @@ def read_xspace(
                     op_name, _, op_type = name.rpartition(":")
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
-                        row["kind"] = KIND_INPUT
+                        row["kind"] = Kind.INPUT
                     elif _COLLECTIVE_TYPES.match(op_type):
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_OP
+                        row["kind"] = Kind.OP
                 elif "_r" in stats and not is_tf_data:
-                    row["kind"] = KIND_ANNOTATION
+                    row["kind"] = Kind.ANNOTATION
                 else:
-                    row["kind"] = KIND_OTHER
+                    row["kind"] = Kind.OTHER
                 rows.append(row)
     if not has_host_plane:
         raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
