@@ -106,7 +106,7 @@ def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]
                 f"bound of {MAX_XSPACE_STRING_BYTES:,} on one XSpace string (no profiler writes names that long)"
             )
         if n_events > limits.max_events:
-            raise error(too_many(path, f"the XSpace holds more than {n_events:,} events", limits))
+            raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
 
 
 def read_xspace(
@@ -140,7 +140,7 @@ def read_xspace(
     if not data:
         raise TraceError(f"{p}: empty file, not an XSpace")
     try:
-        space = xplane_classes()["XSpace"].FromString(bytes(data))
+        space = xplane_classes()["XSpace"].FromString(data)  # a bytearray is read in place, not copied
     except Exception as err:  # DecodeError and friends: not this message type
         raise TraceError(f"{p}: not an XSpace protobuf ({type(err).__name__}: {err})") from None
     del data
