@@ -14,6 +14,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
+from fitprof import FitProfilerWarning  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
@@ -121,7 +122,7 @@ def test_windows_separators_in_log_dir(tmp_path: Path) -> None:
 
 def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
-    with pytest.warns(RuntimeWarning, match="ended inside the window"):
+    with pytest.warns(FitProfilerWarning, match="ended inside the window"):
         hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
     assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
 
@@ -233,7 +234,7 @@ def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
     left_out = FitProfiler(tmp_path / "out", profile_batch=(2, 3), ranks=[1])
     msgs = _caught(lambda: _model().fit(_data(), epochs=1, verbose=0, callbacks=[left_out]))
     assert (left_out.ranks, left_out.reports) == (frozenset({1}), {})
-    assert msgs == ["FitProfiler: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled."]
+    assert msgs == ["fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled."]
     assert not list((tmp_path / "out").glob("plugins/profile/*/*.xplane.pb"))
     chosen = FitProfiler(tmp_path / "in", profile_batch=(2, 3), ranks=0)
     _model().fit(_data(), epochs=1, verbose=0, callbacks=[chosen])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,7 @@ class FitProfiler(keras.callbacks.Callback):
             )
         self.backend = backend
         self.log_dir = log_dir
-        self._warn_once = WarnOnce(_warn)
+        self._warn_once = WarnOnce()
         self._pipeline = WindowPipeline(
             top_k=self.config.top_k,
             max_trace_mb=self.max_trace_mb,
@@ -146,7 +145,7 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             window.start()
         except Exception as err:
-            self._warn_once("start", f"FitProfiler: profiling skipped for epoch {self._epoch}: {err}")
+            self._warn_once("start", f"fitprof: profiling skipped for epoch {self._epoch}: {err}")
             return
         self._window = window
         self._guard_train_function()
@@ -184,7 +183,7 @@ class FitProfiler(keras.callbacks.Callback):
             self._in_flush = True
             self.on_epoch_end(self._epoch, None)
         except Exception as err:
-            log.warning("FitProfiler: could not flush the window after an exception: %s", err)
+            log.warning("fitprof: could not flush the window after an exception: %s", err)
 
     def _close_window(self, *, drop_open_step: bool = False) -> None:
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
@@ -196,13 +195,13 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             self._closed[self._epoch] = (window, window.stop(drop_open_step=drop_open_step))
         except Exception as err:
-            self._warn_once("stop", f"FitProfiler: the window of epoch {self._epoch} was dropped: {err}")
+            self._warn_once("stop", f"fitprof: the window of epoch {self._epoch} was dropped: {err}")
             window.abort()
             return
         if window.session_dir is None:
             self._warn_once(
                 "write",
-                f"FitProfiler: could not write the profile under {self.log_dir} "
+                f"fitprof: could not write the profile under {self.log_dir} "
                 f"({getattr(window, 'save_error', None)}); its figures are still computed and put in the epoch logs.",
             )
 
@@ -218,21 +217,23 @@ class FitProfiler(keras.callbacks.Callback):
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
+        self._warn_once.reset()  # a new fit warns again when a cause repeats
+        self._warn_once.rank = self._rank  # only rank 0 issues Python warnings; the others log
         if self.backend == "tensorflow" and self._rank > 0 and self._profiles_rank():
             self._warn_once(
                 "tf-non-chief",
-                f"FitProfiler: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow's profiler (2.21) can "
+                f"fitprof: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow's profiler (2.21) can "
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
         unknown = _config.unknown_ranks_message(self.ranks, self._world)
         if unknown and self._rank == 0:
-            self._warn_once("ranks", f"FitProfiler: {unknown}")
+            self._warn_once("ranks", f"fitprof: {unknown}")
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
             self._warn_once(
                 "spe",
-                f"FitProfiler: steps_per_execution={int(spe)}: Keras runs {int(spe)} batches per call, so each "
+                f"fitprof: steps_per_execution={int(spe)}: Keras runs {int(spe)} batches per call, so each "
                 "profiled step holds that many batches and step_time_ms is per execution, not per batch.",
             )
 
@@ -273,7 +274,7 @@ class FitProfiler(keras.callbacks.Callback):
         if self._window is not None:
             self._warn_once(
                 "short",
-                f"FitProfiler: epoch {epoch} ended inside the window (profile_batch="
+                f"fitprof: epoch {epoch} ended inside the window (profile_batch="
                 f"{self.config.first_step},{self.config.last_step}); the steps profiled so far are analysed.",
             )
             self._close_window()
@@ -314,7 +315,7 @@ class FitProfiler(keras.callbacks.Callback):
             self._events.text(metrics.SUMMARY_TAG, text, step=self._epoch)
             self._events.flush()
         except OSError as err:
-            self._warn_once("write", f"FitProfiler: could not write summaries to {self.log_dir}: {err}")
+            self._warn_once("write", f"fitprof: could not write summaries to {self.log_dir}: {err}")
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:
@@ -323,12 +324,7 @@ class FitProfiler(keras.callbacks.Callback):
             steps = self._steps_seen or (self.params or {}).get("steps")
             self._warn_once(
                 "never",
-                f"FitProfiler: nothing was profiled: the window starts at step {self.config.first_step} but "
+                f"fitprof: nothing was profiled: the window starts at step {self.config.first_step} but "
                 f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
             )
         self._events.close()
-
-
-def _warn(message: str) -> None:
-    log.warning(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
