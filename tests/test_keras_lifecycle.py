@@ -96,7 +96,7 @@ def test_unwritable_log_dir_warns_and_logs_still_get_scalars(tmp_path: Path) -> 
         hist = _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler])
     assert len(hist.history["loss"]) == 2
     assert hist.history["fitprof/steps_analyzed"] == [3.0, 3.0]
-    messages = [str(w.message) for w in caught if "FitProfiler" in str(w.message)]
+    messages = [str(w.message) for w in caught if str(w.message).startswith("fitprof: ")]
     assert sum("could not write" in m for m in messages) == 1, messages  # one warning, not one per epoch
     assert not log_dir.exists()
 
@@ -293,3 +293,101 @@ def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     growth = rss[14] - rss[4]
     print(f"RSS epoch 4: {rss[4]:.1f} MB, epoch 14: {rss[14]:.1f} MB, growth {growth:.1f} MB")
     assert growth < 40, rss
+
+
+class _RaiseIn(keras.callbacks.Callback):
+    """Raises ``Boom`` in one hook, at one epoch or batch."""
+
+    def __init__(self, hook: str, at: int) -> None:
+        super().__init__()
+        setattr(self, hook, self._raise)
+        self.at = at
+
+    def _raise(self, index: int, logs: dict | None = None) -> None:
+        if index == self.at:
+            raise Boom(f"raised at {index}")
+
+
+@pytest.mark.parametrize(
+    ("hook", "at", "profile_batch", "steps"),
+    [
+        ("on_train_batch_end", 4, (3, 6), 3),  # after step 5 ran: steps 3-5 are kept
+        ("on_train_batch_begin", 5, (3, 6), 3),  # listed after FitProfiler: step 6 was marked but never ran
+        ("on_epoch_end", 0, (11, 12), 2),  # listed before FitProfiler: the window still open at the epoch's end
+    ],
+)
+def test_an_exception_outside_train_function_stops_the_profiler(
+    tmp_path: Path, hook: str, at: int, profile_batch: tuple[int, int], steps: int
+) -> None:
+    """Another callback raising ends fit without on_train_end: the profiler is stopped and the partial window
+    analysed before the exception reaches the user, unchanged."""
+    profiler = FitProfiler(tmp_path, profile_batch=profile_batch)
+    order = [_RaiseIn(hook, at), profiler] if hook == "on_epoch_end" else [profiler, _RaiseIn(hook, at)]
+    with pytest.raises(Boom, match=f"raised at {at}"):
+        _model().fit(_data(), epochs=2, verbose=0, callbacks=order)
+    assert not _profiler_running()  # a new tf.profiler.experimental.start succeeds
+    assert profiler.reports[0].steps_analyzed == steps
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 1
+
+
+def test_an_exception_in_on_epoch_begin_leaves_no_profiler(tmp_path: Path) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3))
+    with pytest.raises(Boom):
+        _model().fit(_data(4), epochs=3, verbose=0, callbacks=[profiler, _RaiseIn("on_epoch_begin", 1)])
+    assert not _profiler_running()
+    assert sorted(profiler.reports) == [0]
+
+
+def test_a_step_marker_that_fails_drops_the_window_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fitprof.profilers.tensorflow import TFProfileWindow
+
+    original = TFProfileWindow.begin_step
+
+    def failing(self: TFProfileWindow, step: int) -> None:
+        if step == 4:
+            raise RuntimeError("marker broke")
+        original(self, step)
+
+    monkeypatch.setattr(TFProfileWindow, "begin_step", failing)
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler])
+    messages = [str(w.message) for w in caught if issubclass(w.category, FitProfilerWarning)]
+    assert messages == [
+        "fitprof: could not mark step 4 (RuntimeError('marker broke')); the window of epoch 0 was dropped."
+    ]
+    assert len(hist.history["loss"]) == 2 and not _profiler_running()
+    assert sorted(profiler.reports) == []  # both epochs' windows broke at step 4: nothing half-marked is analysed
+    assert not list(tmp_path.glob("plugins/profile/*"))
+
+
+def test_warnings_one_channel_one_category_pointing_at_user_code_again_each_fit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), ranks=[1])
+    for _ in range(2):  # a later fit warns again when the cause repeats
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING"):
+            warnings.simplefilter("always")
+            _model().fit(_data(4), epochs=2, verbose=0, callbacks=[profiler])
+        ours = [w for w in caught if "fitprof" in str(w.message)]
+        assert [(w.category, str(w.message)) for w in ours] == [
+            (FitProfilerWarning, "fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled.")
+        ]
+        assert ours[0].filename == __file__  # stacklevel points at the fit call, not into Keras
+        assert not [r for r in caplog.records if "fitprof" in r.getMessage()]  # not printed twice through logging
+        caplog.clear()
+
+
+def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """python -W error (here for fitprof's category only: Keras warns of its own in this fit): the warning goes to
+    logging instead of raising out of a hook."""
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
+    with warnings.catch_warnings(), caplog.at_level("WARNING"):
+        warnings.simplefilter("error", FitProfilerWarning)
+        hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
+    assert hist.history["fitprof/steps_analyzed"] == [4.0]
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitprof: ")]
+    assert len(logged) == 1 and "ended inside the window" in logged[0]

@@ -126,9 +126,9 @@ class WindowPipeline:
                 self.warn("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
         files = [trace]
         if trace_format(trace) == "kineto":
-            from fitprof.traces.xspace_write import write_xspace
+            try:  # the trace, its report and figures are kept whatever happens to its XSpace copy
+                from fitprof.traces.xspace_write import write_xspace
 
-            try:
                 xplane = write_xspace(trace, log_dir, session, host=rank_host(host, rank, world_size))
                 self.xplane_paths[epoch] = xplane
                 files.append(xplane)
