@@ -391,3 +391,36 @@ def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.
     assert hist.history["fitprof/steps_analyzed"] == [4.0]
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitprof: ")]
     assert len(logged) == 1 and "ended inside the window" in logged[0]
+
+
+def test_keras_without_tensorflow_names_tensorflow() -> None:
+    """An import error names the package really missing: Keras is installed, its TensorFlow backend is not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['tensorflow'] = None\n"
+        "try:\n    import fitprof.keras\n"
+        "except ModuleNotFoundError as err:\n    print('ERR', err.name, '|', err)\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("ERR"))
+    assert line.startswith("ERR tensorflow | fitprof.keras needs `tensorflow` (imported by `keras`), which is not")
+    assert "keras is not installed" not in line and "pip install 'fitprof[keras]' tensorflow" in line
+
+
+def test_initial_epoch_numbers_epochs_as_keras_does(tmp_path: Path) -> None:
+    """A resume with initial_epoch: Keras numbers epochs from initial_epoch and steps from 1 in each epoch;
+    every_n_epochs and the event-file steps follow Keras's epoch numbers."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), every_n_epochs=2)
+    hist = _model().fit(_data(4), epochs=5, initial_epoch=1, verbose=0, callbacks=[profiler])
+    assert sorted(profiler.reports) == [2, 4] and all(r.steps_analyzed == 2 for r in profiler.reports.values())
+    assert len(hist.history["loss"]) == 4
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    logged = acc.Tensors("fitprof/steps_analyzed")
+    assert [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in logged] == [(2, 2.0), (4, 2.0)]

@@ -257,3 +257,33 @@ def test_resume_past_the_window_start_says_so(tmp_path: Path) -> None:
         "that epoch is not profiled."
     ]
     assert sorted(cb.reports) == [1] and cb.reports[1].steps_analyzed == 4
+
+
+def test_warnings_one_category_at_user_code_again_each_fit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from fitprof import FitProfilerWarning
+
+    cb = FitProfiler(profile_batch=(2, 3), ranks=[1])
+    for i in range(2):  # a later fit warns again when the cause repeats
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING"):
+            warnings.simplefilter("always")
+            _fit(tmp_path / str(i), cb, max_epochs=2, limit_train_batches=5)
+        ours = [w for w in caught if "fitprof" in str(w.message)]
+        assert [(w.category, str(w.message)) for w in ours] == [
+            (FitProfilerWarning, "fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled.")
+        ]
+        assert Path(ours[0].filename).name == "test_lightning.py"  # the trainer.fit call, not Lightning's loop
+        assert not [r for r in caplog.records if "fitprof" in r.getMessage()]  # one channel
+        caplog.clear()
+
+
+def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """python -W error (for fitprof's category: Lightning warns of its own here): the warning goes to logging."""
+    from fitprof import FitProfilerWarning
+
+    cb = FitProfiler(profile_batch=(3, 50))
+    with warnings.catch_warnings(), caplog.at_level("WARNING"):
+        warnings.simplefilter("error", FitProfilerWarning)
+        _fit(tmp_path, cb, max_epochs=1, limit_train_batches=5)
+    assert cb.reports[0].steps_analyzed == 3  # steps 3-5
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitprof: ")]
+    assert len(logged) == 1 and "ended after step 5" in logged[0]
