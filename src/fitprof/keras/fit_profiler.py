@@ -377,7 +377,7 @@ class FitProfiler(keras.callbacks.Callback):
         except ModuleNotFoundError as err:  # the event-file writer is optional (Keras on torch needs no TensorFlow)
             self._warn_once(
                 "tensorboard",
-                f"fitprof: `{err.name or 'tensorboard'}` is not installed, so the figures are not written to an "
+                f"fitprof: `{(err.name or 'tensorboard').split('.')[0]}` is not installed, so the figures are not written to an "
                 f"event file in {self.log_dir} (they still reach the epoch logs and History): pip install tensorboard",
             )
         except OSError as err:
