@@ -73,7 +73,9 @@ def test_keyboard_interrupt_inside_window(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 6))
     with pytest.raises(KeyboardInterrupt):
         _model().fit(_data(), epochs=1, verbose=0, callbacks=[profiler, Interrupt()])
-    # The interrupt came from a hook, not the step: the window is flushed at the next fit's start.
+    # The interrupt came from a hook, not the step: fit's callback list is wrapped while the window is open.
+    assert not _profiler_running()
+    assert profiler.reports[0].steps_analyzed == 2  # steps 3 and 4 had run
     hist = _model().fit(_data(), epochs=1, verbose=0, callbacks=[profiler])
     assert not _profiler_running()
     assert "fitprof/step_time_ms" in hist.history

@@ -47,8 +47,10 @@ class FitProfiler(keras.callbacks.Callback):
 
     Outside the window the batch hook only compares integers, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
-    Profiling never stops training: a profiler that cannot start (another one running) or stop is reported
-    with one warning and the window is dropped.
+    Profiling never stops training: a profiler that cannot start (another one running) or stop, or a step marker
+    that fails, is reported with one warning and the window is dropped. Warnings are
+    :class:`fitprof.FitProfilerWarning` (``"fitprof: ..."``), once per problem per ``fit``, pointing at the
+    ``fit`` call; under ``-W error`` they go to ``logging``.
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are

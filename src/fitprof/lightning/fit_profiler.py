@@ -50,7 +50,13 @@ class FitProfiler(Callback):
     ``Trainer(profiler="pytorch")`` (Lightning's ``PyTorchProfiler``, which starts and stops torch.profiler
     on its own schedule, validation included) the callback turns itself off for the run with one warning;
     if another torch profiler (your own ``torch.profiler.profile``) is running when a window should start,
-    that window is skipped with one warning. A profiler failure never stops training.
+    that window is skipped with one warning. A profiler failure never stops training. Warnings are
+    :class:`fitprof.FitProfilerWarning` (``"fitprof: ..."``), once per problem per ``fit``, pointing at the
+    ``fit`` call, on rank 0 (other ranks log them); under ``-W error`` they go to ``logging``.
+
+    Resuming with ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch (Lightning then calls no
+    ``on_train_epoch_start``): the epoch starts at its first resumed batch, steps numbered ``batch_idx + 1`` as
+    Lightning numbers them; the window is profiled when its first step lies ahead (else one warning).
 
     Distributed training (``torch.distributed`` initialised with more than one rank, e.g. ``strategy="ddp"``):
     every rank in ``ranks`` (default: all) profiles the same steps and writes its own trace, report file and
