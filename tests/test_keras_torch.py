@@ -182,7 +182,7 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
     assert sorted(out["traces"]) == ["0", "1"]
     for trace in out["traces"].values():  # the Kineto traces were kept and read back
         assert fitprof.analyze(trace).steps_analyzed == 3
-    assert not list(tmp_path.glob("*.tfevents*")) and not list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))
+    assert not list(tmp_path.glob("*.tfevents*")) and not list(tmp_path.glob("plugins/profile/*"))  # no empty session
     assert out["raised"] == "bad batch 5"
     assert out["running_after_raise"] is False
     assert out["flushed"] == {"0": 1}  # step 3 complete; step 4's span held the failing fetch of batch 5
