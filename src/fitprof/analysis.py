@@ -282,7 +282,7 @@ def analyze_table(
     """
     if top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
-    warnings: list[str] = []
+    warnings: list[str] = [str(w) for w in table.attrs.get("warnings") or []]  # the reader's (repaired names)
     ts = table["ts_us"].to_numpy(dtype=float)
     end = ts + table["dur_us"].to_numpy(dtype=float)
     kind = table["kind"].to_numpy()

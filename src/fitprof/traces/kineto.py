@@ -24,7 +24,14 @@ How each event is classified (``kind`` column), by its category (``cat``) and na
                                 ``args.kind``; ``bytes`` from ``args.bytes`` (NaN when absent, as on ROCm)
 ``gpu_memset``, ``cuda_sync``   ``other`` on the device
 anything else                   ``other`` on the host (``cuda_runtime``, ``cuda_driver``, ``python_function``, ...)
+none (legacy layout)            read as ``cpu_op`` (so ``ProfilerStep#N`` is a step, the DataLoader span input,
+                                every other name an operator); on a ``"CUDA functions"`` row (any
+                                ``"<device> functions"`` but ``"CPU functions"``) as ``kernel`` / ``gpu_memcpy``
 =============================== ==============================================================================
+
+The legacy autograd-profiler export (``torch.autograd.profiler.profile(use_kineto=False)``, torch before Kineto)
+is a bare list of events with ``"pid": "CPU functions"`` and no ``cat``: its operators and ``record_function``
+spans are one kind of event there, so both count as operators, as that profiler's own tables count them.
 
 Device events are linked to the host runtime call that launched them (``cuda_runtime`` / ``cuda_driver``, same
 ``args.correlation``): ``launch_us`` is that call's start and ``op`` the innermost ``cpu_op`` on the call's
@@ -49,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof.traces import TraceError
+from fitprof.traces._repair import loads_repaired, repaired_names_warning
 from fitprof.traces._table import (
     KIND_ANNOTATION,
     KIND_COLLECTIVE,
@@ -86,7 +94,8 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
         ``format`` (``"kineto"``), ``path``, and ``rank`` / ``world_size`` from the trace's ``distributedInfo``
-        (``None`` when the trace does not say).
+        (``None`` when the trace does not say); ``warnings`` (a list of str, which the analysis copies into the
+        report) when names that torch's writer left unescaped had to be repaired to read the file.
 
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
@@ -94,7 +103,8 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
             numeric ``ts``). The message names the file.
     """
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
-        meta, events = _load(Path(path))
+        repaired: list[str] = []
+        meta, events = _load(Path(path), repaired)
         frame = _frame(events, path)
         del events
     table = make_table(frame)
@@ -106,6 +116,8 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
         "rank": _int_or_none(dist.get("rank")),
         "world_size": _int_or_none(dist.get("world_size")),
     }
+    if repaired:
+        table.attrs["warnings"] = [repaired_names_warning(repaired)]
     return table
 
 
@@ -128,8 +140,12 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
-def _load(path: Path) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
-    """The trace's top-level metadata and its event list, or :class:`TraceError`."""
+def _load(path: Path, repaired: list[str] | None = None) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
+    """The trace's top-level metadata and its event list, or :class:`TraceError`.
+
+    A file that is invalid JSON only because of event names that its writer left unescaped is read after
+    :func:`fitprof.traces._repair.loads_repaired`; the names repaired are added to ``repaired``.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -144,7 +160,12 @@ def _load(path: Path) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise TraceError(f"{path}: not valid JSON ({err})") from None
+        fixed = loads_repaired(data)  # a name torch's writer left unescaped (pytorch/pytorch#146900)
+        if fixed is None:
+            raise TraceError(f"{path}: not valid JSON ({err})") from None
+        doc, names = fixed
+        if repaired is not None:
+            repaired += names
     if isinstance(doc, dict):
         if "traceEvents" not in doc:
             raise TraceError(f"{path}: not a Chrome trace (the JSON object has no 'traceEvents')")
@@ -233,6 +254,8 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
     name_code, names = _strings(_field(xs, "name", ""), "name", path)
     name = names[name_code]
     pid_code, pids = _strings(_field(xs, "pid", ""), "pid", path)
+    if "" in cats:  # events without a category: the legacy autograd-profiler layout
+        cat_code, cats = _legacy_categories(cat_code, cats, pid_code, pids, name)
     tid_code, tids = _strings(_field(xs, "tid", ""), "tid", path)
     thread = pid_code * len(tids) + tid_code
 
@@ -272,6 +295,37 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
             "step_num": step_num,
         }
     )
+
+
+_LEGACY_HOST_PID = "CPU functions"
+"""``pid`` of every host event in the legacy autograd-profiler export (``EventList.export_chrome_trace``);
+its kernels sit on ``"CUDA functions"`` (``"<device> functions"`` for other devices)."""
+
+
+def _legacy_categories(
+    cat_code: np.ndarray, cats: np.ndarray, pid_code: np.ndarray, pids: np.ndarray, name: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Categories for the events that have none, as Kineto would have written them.
+
+    The legacy autograd profiler (``torch.autograd.profiler.profile(use_kineto=False)``, every torch before
+    Kineto) writes a bare list of ``{"name", "ph": "X", "ts", "dur", "tid", "pid": "CPU functions"}`` events,
+    operators and ``record_function`` spans alike, and its kernels under ``"pid": "CUDA functions"``. An event
+    without ``cat`` is read as a ``cpu_op`` (so ``ProfilerStep#N``, the DataLoader span and collectives keep
+    their kinds, and every other name is an operator), except on a ``"<device> functions"`` row other than
+    ``"CPU functions"``: a ``kernel``, or a ``gpu_memcpy`` when named ``Memcpy ...``.
+    """
+    missing = cats[cat_code] == ""
+    pid = pids[pid_code]
+    device = missing & np.array(
+        [isinstance(p, str) and p.endswith(" functions") and p != _LEGACY_HOST_PID for p in pid.tolist()], dtype=bool
+    )
+    effective = cats[cat_code].astype(object)
+    effective[missing] = "cpu_op"
+    if device.any():
+        copies = np.char.startswith(name[device].astype(str), "Memcpy")
+        effective[device] = np.where(copies, "gpu_memcpy", "kernel")
+    codes, uniques = pd.factorize(pd.Series(effective, dtype=object), use_na_sentinel=False)
+    return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)
 
 
 def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
