@@ -252,8 +252,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         except (_BadInput, OSError, ValueError) as err:
             _error(_describe(path, err))
             bad = True
-    records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
-    records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
+    _number_fits(records)
+    records.sort(key=lambda r: (r["run"], r["fit"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
+    records += _spreads(records, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
@@ -297,7 +298,55 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     rec = _record(report, record=RECORD_WINDOW, run=run.relative_to(logdir).as_posix(), epoch=epoch, rank=rank)
     rec["source"] = source
     rec["report_file"] = os.fspath(path)
+    session = doc.get("session")
+    rec["session"] = session if isinstance(session, str) and session else path.name.partition(".rank")[0]
     return rec
+
+
+_SESSION_SUFFIX = re.compile(r"^(.*?)(?:_(\d+))?$")
+
+
+def _session_order(session: str) -> tuple[str, int]:
+    """Sort key of a session name ``YYYY_MM_DD_HH_MM_SS[_n]``: its time, then ``n`` as a number (``_10`` after
+    ``_9``)."""
+    m = _SESSION_SUFFIX.match(session)
+    stamp, n = (m.group(1), int(m.group(2))) if m and m.group(2) and len(m.group(1)) >= 19 else (session, 0)
+    return stamp, n
+
+
+def _number_fits(records: list[dict[str, Any]]) -> None:
+    """Set ``fit`` (1, 2, ...) on the window records: several ``fit`` calls into one run directory each write
+    their windows there, epochs counted from their own start.
+
+    Per run and rank, windows in session (time) order: a window whose epoch is not after the previous window's
+    starts the next fit. (A resumed fit that goes on counting epochs reads as the same fit: its rows differ by
+    epoch.)
+    """
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault((rec["run"], rec["rank"]), []).append(rec)
+    for group in groups.values():
+        group.sort(key=lambda r: (_session_order(r["session"]), r["epoch"]))
+        fit, last = 1, None
+        for rec in group:
+            if last is not None and rec["epoch"] <= last:
+                fit += 1
+            rec["fit"], last = fit, rec["epoch"]
+
+
+def _several_fits(rows: Iterable[dict[str, Any]]) -> bool:
+    return any((r.get("fit") or 1) > 1 for r in rows)
+
+
+def _fit_labeller(records: list[dict[str, Any]]) -> Callable[[list[dict[str, Any]]], str]:
+    """The spread label of a group of rows: its run, and its fit when the run holds several."""
+    several = {r["run"] for r in records if (r.get("fit") or 1) > 1}
+
+    def label(group: list[dict[str, Any]]) -> str:
+        run = group[0]["run"]
+        return f"{run} (fit {group[0]['fit']})" if run in several else run
+
+    return label
 
 
 def _report_from_dict(data: dict[str, Any], path: Path) -> BottleneckReport:
@@ -344,7 +393,7 @@ def _record(report: BottleneckReport, *, record: str, run: str, epoch: int | Non
     """One output record: where it comes from, then every :class:`BottleneckReport` field and its headline."""
     fields = report.to_dict()
     fields["rank"] = rank
-    out: dict[str, Any] = {"record": record, "run": run, "epoch": epoch}
+    out: dict[str, Any] = {"record": record, "run": run, "epoch": epoch, "fit": None, "session": None}
     out.update({k: fields[k] for k in _LEADING_KEYS if k in fields})
     out.update(fields)
     out["headline"] = report.headline()
@@ -485,6 +534,8 @@ _CSV_COLUMNS = (
     "headline",
     "advice",
     "source",
+    "fit",
+    "session",
 )
 _CSV_SPREAD_COLUMNS = (
     "ranks",
@@ -501,6 +552,7 @@ _CSV_SPREAD_COLUMNS = (
 )
 _INT_COLUMNS = (
     "epoch",
+    "fit",
     "rank",
     "world_size",
     "steps_analyzed",
@@ -559,13 +611,15 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     ranks = {r["rank"] for r in rows if r["rank"] is not None}
     show_rank = len(ranks) > 1 or bool(ranks - {0})
     show_epoch = any(r["epoch"] is not None for r in rows)
+    show_fit = _several_fits(rows)  # several fits into one run directory: tell them apart
     header = ["run"]
-    header += ["epoch"] * show_epoch + ["rank"] * show_rank
+    header += ["fit", "session"] * show_fit + ["epoch"] * show_epoch + ["rank"] * show_rank
     header += ["framework", "steps", "step ms", "input %", "HtoD ms/step", "HtoD %", "top op", "top %", "verdict"]
     body = []
     for r in rows:
         top = r["top_ops"][0] if r["top_ops"] else None
         cells = [r["run"]]
+        cells += [_fmt(r.get("fit"), "d"), r.get("session") or "-"] * show_fit
         cells += [_fmt(r["epoch"], "d")] * show_epoch + [_fmt(r["rank"], "d")] * show_rank
         cells += [
             r["framework"] or "-",
@@ -579,7 +633,7 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
             r["verdict"],
         ]
         body.append(cells)
-    left = {"run", "framework", "top op", "verdict"}
+    left = {"run", "session", "framework", "top op", "verdict"}
     lines = _markdown_table(header, body, left) if markdown else _plain_table(header, body, left)
     lines.append("")
     for run, group in _by_run(rows):
@@ -587,6 +641,8 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
         bullet = "- " if markdown else "  "
         for r in group:
             where = []
+            if show_fit and r.get("fit") is not None:
+                where.append(f"fit {r['fit']} ({r['session']})")
             if r["epoch"] is not None:
                 where.append(f"epoch {r['epoch']}")
             if show_rank and r["rank"] is not None:
@@ -690,11 +746,13 @@ def plot_breakdown(records: Sequence[dict[str, Any]], path: str | os.PathLike[st
     colors = {"input wait": "tab:orange", "host-to-device": "tab:green", "other/compute": "tab:blue"}
     for ax, (run, group) in zip(axes, runs, strict=True):
         several_ranks = len({r["rank"] for r in group}) > 1
+        several_fits = _several_fits(group)
         labels: list[str] = []
         parts: dict[str, list[float]] = {name: [] for name in SEGMENTS}
         totals: list[float] = []
         for r in group:
             label = str(r["epoch"]) if r["epoch"] is not None else "-"
+            label = f"{label}\nfit {r['fit']}" if several_fits else label
             labels.append(f"{label}\nrank {r['rank']}" if several_ranks else label)
             step = r["step_time_ms"] if _finite(r["step_time_ms"]) else 0.0
             inp = r["input_ms_per_step"] if _finite(r["input_ms_per_step"]) else 0.0

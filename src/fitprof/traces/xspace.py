@@ -21,6 +21,7 @@ window take 86 ms to read, against 5 ms for the protobuf walk.) How events are c
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from pathlib import Path
@@ -46,6 +47,16 @@ _INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
 ``IteratorGetNextAsOptionalOp`` for distributed iterators, ...)."""
 _FUNCTION_PREFIX = "StatefulPartitionedCall/"
 """Prefix of every op inside a ``tf.function`` (Keras's train step); dropped from op names for readability."""
+_TF_OP = re.compile(r"(?P<name>[A-Za-z0-9.][\w.\-/>]*):(?P<type>\w+)")
+"""A TF op's event on a ``tf_Compute`` line, ``<op name>:<op type>`` (TF's node-name characters); C++ scopes
+(``CollectiveOpV2Kernel::Run``) and XLA's ``end: <hlo op>`` completion marks are not ops."""
+_HLO_OP = "hlo_op"
+"""Stat naming the HLO instruction of an XLA thunk: XLA's CPU runtime records one event per thunk (``MatMul.4``,
+``multiply_add_fusion.7``) on the thread that ran it (``tf_Compute``, ``tf_numa_*_Eigen``, JAX's threads), with
+``hlo_op`` and ``hlo_module``; device kernels carry it too (read as the kernel's op)."""
+_ASYNC_OP = "ExecutorState::ProcessAsync::Start"
+"""TF's executor span of an asynchronous op (stats ``name`` and ``kernel_type``): Keras's ``jit_compile=True``
+step calls its XLA cluster through one (``StatefulPartitionedCall``)."""
 _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
 
 
@@ -86,6 +97,24 @@ def _copy_kind(name: str, details: str) -> str:
     return ""
 
 
+def _name_clusters(calls: list[dict[str, Any]], modules: list[tuple[float, str]]) -> None:
+    """Make each TF async op within which HLO ops ran on its line an operator named after their ``hlo_module``
+    (the XLA cluster it runs: ``a_inference_one_step_on_data_1131__.7`` for Keras's ``jit_compile=True`` step).
+
+    Its self time is then its span less the HLO ops run on its own line: the cluster's dispatch and the time it
+    waits for the HLO ops on other threads (``tf_numa_*_Eigen``), which count on their own lines.
+    """
+    if not calls or not modules:
+        return
+    modules.sort()
+    starts = [m[0] for m in modules]
+    for row in calls:
+        i = bisect.bisect_left(starts, row["ts_us"])
+        if i < len(modules) and starts[i] <= row["ts_us"] + row["dur_us"]:
+            row["kind"] = KIND_OP
+            row["name"] = modules[i][1] or row["name"]
+
+
 def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
     """Read one ``.xplane.pb`` file into an event table.
 
@@ -122,6 +151,7 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
         has_host_plane |= not on_device
         event_meta = dict(plane.event_metadata)
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        xla = _HLO_OP in stat_names.values()  # XLA-compiled work runs on this plane (also on tf_Compute lines)
         for line in plane.lines:
             lname = line.name
             if on_device and not lname.lower().startswith("stream"):
@@ -131,7 +161,9 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
             base_ns = line.timestamp_ns
             # Stats are only needed on device events and on host lines outside the TF executor and tf.data
             # (where step markers and annotations live); most events are on those lines and skip them.
-            want_stats = on_device or not (is_tf_data or is_compute)
+            want_stats = on_device or not (is_tf_data or is_compute) or (xla and is_compute)
+            calls: list[dict[str, Any]] = []  # TF async ops of this line that may call an XLA cluster
+            modules: list[tuple[float, str]] = []  # (start, hlo_module) of this line's HLO ops
             for ev in line.events:
                 meta = event_meta.get(ev.metadata_id)
                 name = meta.name if meta is not None else ""
@@ -160,14 +192,27 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     row["op"] = tf_op.split(":")[0]
                 elif _INPUT_EVENT.match(name):
                     row["kind"] = KIND_INPUT
+                elif _HLO_OP in stats and not is_tf_data:
+                    row["kind"] = KIND_OP  # an XLA thunk (HLO op) run on a host thread
+                    row["name"] = stats[_HLO_OP] or name
+                    modules.append((row["ts_us"], stats.get("hlo_module", "")))
+                elif (
+                    xla
+                    and is_compute
+                    and name == _ASYNC_OP
+                    and not stats.get("kernel_type", "").startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext"))
+                ):
+                    row["kind"] = KIND_OTHER  # an XLA cluster's call when HLO ops run inside it (below)
+                    row["name"] = stats.get("name") or name
+                    calls.append(row)
                 elif "step_num" in stats and not (is_tf_data or is_compute):
                     row["kind"] = KIND_STEP
                     try:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
                         pass
-                elif (is_compute or lname.startswith("collective_ops")) and ":" in name and "::" not in name:
-                    op_name, _, op_type = name.rpartition(":")
+                elif (is_compute or lname.startswith("collective_ops")) and (tf_op := _TF_OP.fullmatch(name)):
+                    op_name, op_type = tf_op["name"], tf_op["type"]
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
                         row["kind"] = KIND_INPUT
@@ -180,6 +225,7 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                 else:
                     row["kind"] = KIND_OTHER
                 rows.append(row)
+            _name_clusters(calls, modules)
     if not has_host_plane:
         raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
     table = make_table(rows)
