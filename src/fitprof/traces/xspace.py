@@ -211,8 +211,8 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
                         pass
-                elif (is_compute or lname.startswith("collective_ops")) and (tf_op := _TF_OP.fullmatch(name)):
-                    op_name, op_type = tf_op["name"], tf_op["type"]
+                elif (is_compute or lname.startswith("collective_ops")) and (op_match := _TF_OP.fullmatch(name)):
+                    op_name, op_type = op_match["name"], op_match["type"]
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
                         row["kind"] = KIND_INPUT
