@@ -315,7 +315,8 @@ def _odd_names(prof: Any) -> list[str]:
 
 
 def _python_export_available(prof: Any) -> bool:
-    """Whether this torch's ``export_chrome_trace`` can write the trace from Python (torch >= 2.13)."""
+    """Whether this torch's ``export_chrome_trace`` can write the trace from Python (``use_python_export``, which
+    torch 2.13 has)."""
     try:
         return "use_python_export" in inspect.signature(prof.export_chrome_trace).parameters
     except (TypeError, ValueError):

@@ -14,6 +14,11 @@ window take 86 ms to read, against 5 ms for the protobuf walk.) How events are c
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
   as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
+* XLA-compiled work (Keras ``jit_compile=True``; by event shape, so JAX's CPU runtime too): a host event carrying
+  an ``hlo_op`` stat (one XLA thunk, on ``tf_Compute``, ``tf_numa_*_Eigen`` or any thread) -> ``KIND_OP`` named by
+  that HLO instruction (``MatMul.4``); the TF async op (``ExecutorState::ProcessAsync::Start``) within which HLO
+  ops run on its line -> ``KIND_OP`` named by their ``hlo_module`` (the compiled cluster); XLA's ``end: <op>``
+  marks are not TF ops;
 * device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
@@ -112,7 +117,7 @@ def _name_clusters(calls: list[dict[str, Any]], modules: list[tuple[float, str]]
         i = bisect.bisect_left(starts, row["ts_us"])
         if i < len(modules) and starts[i] <= row["ts_us"] + row["dur_us"]:
             row["kind"] = KIND_OP
-            row["name"] = modules[i][1] or row["name"]
+            row["name"] = modules[i][1] or row["name"]  # an HLO op without its module: keep the executor's name
 
 
 def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -203,7 +208,6 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     and not stats.get("kernel_type", "").startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext"))
                 ):
                     row["kind"] = KIND_OTHER  # an XLA cluster's call when HLO ops run inside it (below)
-                    row["name"] = stats.get("name") or name
                     calls.append(row)
                 elif "step_num" in stats and not (is_tf_data or is_compute):
                     row["kind"] = KIND_STEP
