@@ -55,10 +55,13 @@ def test_legacy_export_by_torch_is_analysed_with_its_operators(tmp_path: Path) -
 
 
 def test_legacy_device_rows_are_kernels(tmp_path: Path) -> None:
-    """Kernels of the legacy layout sit on ``"CUDA functions"``: device time, not host operators."""
+    """Kernels of the legacy layout sit on ``"CUDA functions"``: device time, not host operators, attributed to
+    the operator its ``cpu_to_cuda`` flow arrow starts from."""
     events = [
         {"name": "ProfilerStep#1", "ph": "X", "ts": 0, "dur": 100, "tid": 1, "pid": "CPU functions", "args": {}},
         {"name": "aten::mm", "ph": "X", "ts": 10, "dur": 20, "tid": 1, "pid": "CPU functions", "args": {}},
+        {"name": "aten::mm", "ph": "s", "ts": 10, "tid": 1, "pid": "CPU functions", "id": 0, "cat": "cpu_to_cuda"},
+        {"name": "volta_sgemm", "ph": "f", "ts": 15, "tid": 0, "pid": "CUDA functions", "id": 0, "cat": "cpu_to_cuda"},
         {"name": "volta_sgemm", "ph": "X", "ts": 15, "dur": 50, "tid": 0, "pid": "CUDA functions", "args": {}},
         {"name": "Memcpy HtoD (Pageable -> Device)", "ph": "X", "ts": 70, "dur": 5, "tid": 0,
          "pid": "CUDA functions", "args": {}},
@@ -68,11 +71,13 @@ def test_legacy_device_rows_are_kernels(tmp_path: Path) -> None:
     table = read_trace(path).set_index("name")
     assert table.loc["aten::mm", "kind"] == "op" and not table.loc["aten::mm", "on_device"]
     assert table.loc["volta_sgemm", "kind"] == "kernel" and table.loc["volta_sgemm", "on_device"]
+    assert table.loc["volta_sgemm", "op"] == "aten::mm" and table.loc["volta_sgemm", "launch_us"] == 10  # flow
     memcpy = table.loc["Memcpy HtoD (Pageable -> Device)"]
     assert memcpy["kind"] == "memcpy" and memcpy["copy_kind"] == "htod_pageable"
     report = fitprof.analyze(path)
     assert report.htod_ms_per_step == pytest.approx(0.005)
     assert report.device_busy_percent == pytest.approx(55.0)
+    assert [(o.name, o.self_ms_per_step) for o in report.top_ops][:1] == [("aten::mm", pytest.approx(0.05))]
 
 
 def test_bare_list_without_steps_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -26,7 +26,8 @@ How each event is classified (``kind`` column), by its category (``cat``) and na
 anything else                   ``other`` on the host (``cuda_runtime``, ``cuda_driver``, ``python_function``, ...)
 none (legacy layout)            read as ``cpu_op`` (so ``ProfilerStep#N`` is a step, the DataLoader span input,
                                 every other name an operator); on a ``"CUDA functions"`` row (any
-                                ``"<device> functions"`` but ``"CPU functions"``) as ``kernel`` / ``gpu_memcpy``
+                                ``"<device> functions"`` but ``"CPU functions"``) as ``kernel`` / ``gpu_memcpy``,
+                                linked to their operator by the layout's ``cpu_to_cuda`` flow arrows
 =============================== ==============================================================================
 
 The legacy autograd-profiler export (``torch.autograd.profiler.profile(use_kineto=False)``, torch before Kineto)
@@ -254,7 +255,8 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
     name_code, names = _strings(_field(xs, "name", ""), "name", path)
     name = names[name_code]
     pid_code, pids = _strings(_field(xs, "pid", ""), "pid", path)
-    if "" in cats:  # events without a category: the legacy autograd-profiler layout
+    legacy = "" in cats  # events without a category: the legacy autograd-profiler layout
+    if legacy:
         cat_code, cats = _legacy_categories(cat_code, cats, pid_code, pids, name)
     tid_code, tids = _strings(_field(xs, "tid", ""), "tid", path)
     thread = pid_code * len(tids) + tid_code
@@ -279,6 +281,8 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
             copy_kind[i] = _ARGS_KIND.get(str(kind_arg).lower(), "")
 
     launch_us, op = _link_launches(xs, ts, dur, cat, name, thread, on_device)
+    if legacy and on_device.any():
+        _link_legacy_flows(events, ts, name, tids[tid_code], on_device, launch_us, op)
     return pd.DataFrame(
         {
             "name": name,
@@ -326,6 +330,41 @@ def _legacy_categories(
         effective[device] = np.where(copies, "gpu_memcpy", "kernel")
     codes, uniques = pd.factorize(pd.Series(effective, dtype=object), use_na_sentinel=False)
     return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)
+
+
+def _link_legacy_flows(
+    events: Sequence[dict[str, Any]],
+    ts: np.ndarray,
+    name: np.ndarray,
+    tid: np.ndarray,
+    on_device: np.ndarray,
+    launch_us: np.ndarray,
+    op: np.ndarray,
+) -> None:
+    """Link the legacy layout's kernels to their operators through its flow arrows, in place.
+
+    That writer draws each launch as a ``"ph": "s"`` event at the operator's start (named after the operator)
+    and a ``"ph": "f"`` event at the kernel's start (named after the kernel, same ``id``, ``cat``
+    ``cpu_to_cuda``): ``op`` becomes the operator's name and ``launch_us`` its start.
+    """
+    starts: dict[Any, dict[str, Any]] = {}
+    ends: dict[tuple[str, float, str], Any] = {}
+    for e in events:
+        ph = e.get("ph")
+        if ph not in ("s", "f") or not str(e.get("cat", "")).startswith("cpu_to_"):
+            continue
+        if ph == "s":
+            starts[e.get("id")] = e
+        else:
+            t = _float_or_nan(e.get("ts"))
+            ends[(str(e.get("name", "")), t, str(e.get("tid", "")))] = e.get("id")
+    if not starts or not ends:
+        return
+    for i in np.flatnonzero(on_device).tolist():
+        start = starts.get(ends.get((name[i], float(ts[i]), tid[i])))
+        if start is not None:
+            op[i] = str(start.get("name", ""))
+            launch_us[i] = _float_or_nan(start.get("ts"))
 
 
 def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
