@@ -303,7 +303,8 @@ def _odd_names(prof: Any) -> list[str]:
     That writer (``export_chrome_trace`` without ``use_python_export``, torch 2.13) leaves ``"`` unescaped
     (invalid JSON), writes ``\\`` as ``/``, drops newlines and writes ``unknown`` for a name holding a tab,
     another control character or a non-ASCII character (pytorch/pytorch#146900). The names come from the
-    profiler's own activity list (about 2 ms per 1,000 events); [] when it cannot be read.
+    profiler's own activity list; [] when it cannot be read. Cost, measured on a 4,025-event window (5 steps of
+    an 8-layer MLP, 2 busy CPU cores, 12 interleaved repeats): the export's median went from 95 ms to 115 ms.
     """
     try:
         results = prof.profiler.kineto_results
