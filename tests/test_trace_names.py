@@ -171,3 +171,37 @@ def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
     assert _annotation_names(profiler.trace_paths[0]).count('load "train"\t\\ étape') == 5
     assert profiler.xplane_paths[0].is_file()
     assert not [w for w in caught if "fitprof" in str(w.message)]
+
+
+def test_odd_operator_names_keep_every_output_on_its_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In the legacy layout ``record_function`` spans are operators: names with a tab, a newline, a ``|`` and a
+    backslash reach the top operators exactly (json) and one escaped line per row (table, Markdown)."""
+    from fitprof.cli import main
+
+    names = ("tab\tname", "two\nlines", "pipe|name", "C:\\data")
+    x = torch.randn(64, 64)
+    with torch.autograd.profiler.profile() as prof:
+        for step in range(STEPS):
+            with record_function(f"ProfilerStep#{step}"):
+                for name in names:
+                    with record_function(name):
+                        for _ in range(20):
+                            (x @ x).relu_()
+    path = tmp_path / "legacy.json"
+    prof.function_events.export_chrome_trace(str(path))
+    report = fitprof.analyze(path, top_k=200)
+    assert set(names) <= {o.name for o in report.top_ops}
+    repaired = [n for n in names if n != "pipe|name"]  # a "|" is valid JSON: nothing to repair
+    assert report.warnings and all(repr(n) in report.warnings[0] for n in repaired)
+
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)[0]
+    assert rec["steps_analyzed"] == STEPS
+    assert main(["analyze", str(path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) > 2 and table[2].split()[-1] == rec["verdict"]  # the row is one line
+    markdown = fitprof.analyze(path, top_k=200).summary_markdown().splitlines()
+    rows = [line for line in markdown if line.startswith("| ") and "ms/step" not in line]
+    assert len(rows) == len(report.top_ops)
+    assert "| pipe\\|name |" in "\n".join(rows) and "| two\\nlines |" in "\n".join(rows)
+    assert "| tab\\tname |" in "\n".join(rows)

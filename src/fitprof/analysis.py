@@ -28,6 +28,7 @@ A trace without step markers is analysed as one span, from its first to its last
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -151,7 +152,7 @@ class BottleneckReport:
         if self.verdict == "no-steps":
             return "no-steps: no training step was found in the profile."
         top = self.top_ops[0] if self.top_ops else None
-        top_text = f"top operator {top.name} takes {top.percent:.1f}%" if top else "no operator recorded"
+        top_text = f"top operator {one_line(top.name)} takes {top.percent:.1f}%" if top else "no operator recorded"
         if self.verdict == "input-bound":
             why = f"the training loop waited for input {self.input_percent:.1f}% of step time"
         elif self.verdict == "host-to-device-bound":
@@ -189,7 +190,7 @@ class BottleneckReport:
     def _top_host_text(self) -> str:
         if not self.top_host_op:
             return ""
-        return f"; top host operator {self.top_host_op} {self.top_host_op_percent:.1f}%"
+        return f"; top host operator {one_line(self.top_host_op)} {self.top_host_op_percent:.1f}%"
 
     def _pageable_text(self) -> str:
         if self.htod_ms_per_step > 0 and self.htod_pageable_ms_per_step > 0:
@@ -218,9 +219,21 @@ class BottleneckReport:
                 f"| operator ({self.op_time_source} self time) | ms/step | % of step |",
                 "|---|---:|---:|",
             ]
-            lines += [f"| {o.name} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |" for o in self.top_ops]
+            lines += [
+                f"| {one_line(o.name).replace('|', chr(92) + '|')} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |"
+                for o in self.top_ops
+            ]
         lines += [f"\n_{w}_" for w in self.warnings]
         return "\n".join(lines)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def one_line(name: str) -> str:
+    """``name`` for a table cell or a line of text: tabs, newlines and other control characters written as
+    Python escapes (``\\t``, ``\\n``, ``\\x07``), so a ``record_function`` name never breaks a row."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], name)
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from fitprof import analyze
 from fitprof._reportfile import REPORTS_DIR, clean_json
-from fitprof.analysis import BottleneckReport, OpStat
+from fitprof.analysis import BottleneckReport, OpStat, one_line
 from fitprof.traces import TraceError, trace_format
 
 EXIT_OK = 0
@@ -597,7 +597,9 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _short(name: str, width: int = _NAME_WIDTH) -> str:
-    """``name`` cut in the middle to ``width`` characters (both ends of op and kernel names say something)."""
+    """``name`` on one line (:func:`fitprof.analysis.one_line`), cut in the middle to ``width`` characters (both
+    ends of op and kernel names say something)."""
+    name = one_line(name)
     if len(name) <= width:
         return name
     head = (width - 1) // 3

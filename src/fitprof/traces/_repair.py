@@ -24,8 +24,9 @@ from typing import Any
 
 _KINETO_NAME = re.compile(r'^(?P<head>[ \t]*"name": ")(?P<value>.*)(?P<tail>",[ \t]*\r?)$', re.MULTILINE)
 """A ``"name"`` line of Kineto's C++ writer: the value runs to the line's last ``",``."""
-_LEGACY_NAME = re.compile(r'(?P<head>\{"name": ")(?P<value>.*?)(?P<tail>", "ph": ")')
-"""A ``"name"`` field of the legacy autograd-profiler writer: the value runs to the next ``", "ph": "``."""
+_LEGACY_NAME = re.compile(r'(?P<head>\{"name": ")(?P<value>.*?)(?P<tail>", "ph": ")', re.DOTALL)
+"""A ``"name"`` field of the legacy autograd-profiler writer: the value (raw, newlines included) runs to the next
+``", "ph": "``."""
 
 
 def _valid(value: str) -> bool:
