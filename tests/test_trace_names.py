@@ -23,8 +23,9 @@ torch = pytest.importorskip("torch")
 
 from torch.autograd.profiler import record_function  # noqa: E402
 
-from fitprof import _torch  # noqa: E402
-from fitprof._torch import TorchProfileWindow  # noqa: E402
+from fitprof._warn import WarnOnce  # noqa: E402
+from fitprof.profilers import torch as _torch  # noqa: E402
+from fitprof.profilers.torch import TorchProfileWindow  # noqa: E402
 
 ODD_NAMES = (
     'load "train"',
@@ -44,7 +45,7 @@ def _profile_window(directory: Path, names: tuple[str, ...] = ODD_NAMES) -> tupl
     """A real torch window of ``STEPS`` steps, each running every name as a ``record_function`` around a matmul;
     returns the exported trace and the warnings the window gave."""
     messages: list[str] = []
-    window = TorchProfileWindow(warn=messages.append)
+    window = TorchProfileWindow(warn=WarnOnce(messages.append))
     assert window.start(directory, "s", rank=0)
     x = torch.randn(32, 32)
     for step in range(1, STEPS + 1):

@@ -16,22 +16,11 @@ import pandas as pd
 
 from fitprof.traces._table import (
     COLUMNS,
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
     KINDS,
+    Kind,
+    TraceError,
     make_table,
 )
-
-
-class TraceError(ValueError):
-    """A file that is not a readable trace (missing, truncated, corrupt, or of another format)."""
 
 
 def trace_format(path: str | os.PathLike[str]) -> str:
@@ -67,15 +56,7 @@ def read_trace(path: str | os.PathLike[str]) -> pd.DataFrame:
 __all__ = [
     "COLUMNS",
     "KINDS",
-    "KIND_ANNOTATION",
-    "KIND_COLLECTIVE",
-    "KIND_EXCLUDED",
-    "KIND_INPUT",
-    "KIND_KERNEL",
-    "KIND_MEMCPY",
-    "KIND_OP",
-    "KIND_OTHER",
-    "KIND_STEP",
+    "Kind",
     "TraceError",
     "make_table",
     "read_trace",

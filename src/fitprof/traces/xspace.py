@@ -13,13 +13,13 @@ window take 86 ms to read, against 5 ms for the protobuf walk.) How events are c
   input-pipeline analysis counts it;
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
-  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
+  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
 * XLA-compiled work (Keras ``jit_compile=True``; by event shape, so JAX's CPU runtime too): a host event carrying
-  an ``hlo_op`` stat (one XLA thunk, on ``tf_Compute``, ``tf_numa_*_Eigen`` or any thread) -> ``KIND_OP`` named by
+  an ``hlo_op`` stat (one XLA thunk, on ``tf_Compute``, ``tf_numa_*_Eigen`` or any thread) -> ``Kind.OP`` named by
   that HLO instruction (``MatMul.4``); the TF async op (``ExecutorState::ProcessAsync::Start``) within which HLO
-  ops run on its line -> ``KIND_OP`` named by their ``hlo_module`` (the compiled cluster); XLA's ``end: <op>``
+  ops run on its line -> ``Kind.OP`` named by their ``hlo_module`` (the compiled cluster); XLA's ``end: <op>``
   marks are not TF ops;
-* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
+* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
 """
@@ -35,14 +35,7 @@ from typing import Any
 import pandas as pd
 
 from fitprof.traces._table import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
+    Kind,
     make_table,
 )
 
@@ -116,7 +109,7 @@ def _name_clusters(calls: list[dict[str, Any]], modules: list[tuple[float, str]]
     for row in calls:
         i = bisect.bisect_left(starts, row["ts_us"])
         if i < len(modules) and starts[i] <= row["ts_us"] + row["dur_us"]:
-            row["kind"] = KIND_OP
+            row["kind"] = Kind.OP
             row["name"] = modules[i][1] or row["name"]  # an HLO op without its module: keep the executor's name
 
 
@@ -133,7 +126,7 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         TraceError: if the file is missing, empty, or not an XSpace protobuf.
     """
-    from fitprof.traces import TraceError
+    from fitprof.traces._table import TraceError
     from fitprof.traces.xspace_write import xplane_classes
 
     p = Path(path)
@@ -184,21 +177,21 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                 if on_device:
                     kind = _copy_kind(name, stats.get("memcpy_details", ""))
                     if kind or name.lower().startswith("memcpy"):
-                        row["kind"] = KIND_MEMCPY
+                        row["kind"] = Kind.MEMCPY
                         row["copy_kind"] = kind
                         m = _BYTES.search(stats.get("memcpy_details", ""))
                         if m:
                             row["bytes"] = float(m.group(1))
                     elif "nccl" in name.lower() or "rccl" in name.lower():
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_KERNEL
+                        row["kind"] = Kind.KERNEL
                     tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
                     row["op"] = tf_op.split(":")[0]
                 elif _INPUT_EVENT.match(name):
-                    row["kind"] = KIND_INPUT
+                    row["kind"] = Kind.INPUT
                 elif _HLO_OP in stats and not is_tf_data:
-                    row["kind"] = KIND_OP  # an XLA thunk (HLO op) run on a host thread
+                    row["kind"] = Kind.OP  # an XLA thunk (HLO op) run on a host thread
                     row["name"] = stats[_HLO_OP] or name
                     modules.append((row["ts_us"], stats.get("hlo_module", "")))
                 elif (
@@ -207,10 +200,10 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     and name == _ASYNC_OP
                     and not stats.get("kernel_type", "").startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext"))
                 ):
-                    row["kind"] = KIND_OTHER  # an XLA cluster's call when HLO ops run inside it (below)
+                    row["kind"] = Kind.OTHER  # an XLA cluster's call when HLO ops run inside it (below)
                     calls.append(row)
                 elif "step_num" in stats and not (is_tf_data or is_compute):
-                    row["kind"] = KIND_STEP
+                    row["kind"] = Kind.STEP
                     try:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
@@ -219,15 +212,15 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     op_name, op_type = op_match["name"], op_match["type"]
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
-                        row["kind"] = KIND_INPUT
+                        row["kind"] = Kind.INPUT
                     elif _COLLECTIVE_TYPES.match(op_type):
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_OP
+                        row["kind"] = Kind.OP
                 elif "_r" in stats and not is_tf_data:
-                    row["kind"] = KIND_ANNOTATION
+                    row["kind"] = Kind.ANNOTATION
                 else:
-                    row["kind"] = KIND_OTHER
+                    row["kind"] = Kind.OTHER
                 rows.append(row)
             _name_clusters(calls, modules)
     if not has_host_plane:
