@@ -5,8 +5,7 @@ torch's C++ (Kineto) writer puts a ``record_function`` name between quotes as it
 invalid JSON (pytorch/pytorch#146900). It also writes ``\\`` as ``/``, drops newlines and writes a name holding a
 tab, another control character or any non-ASCII character as ``unknown``; those names stay valid JSON and cannot
 be restored from the file. The legacy autograd-profiler writer (``EventList.export_chrome_trace``) escapes
-nothing either. :func:`loads_repaired` re-escapes such names in the two layouts those writers produce and
-parses the result:
+nothing either. :func:`repair_names` re-escapes such names in the two layouts those writers produce:
 
 * Kineto's, one field per line: ``    "name": "<raw>",`` (the raw name has no line break, as the writer drops
   them), repaired from the line's ``"name": "`` to its last ``",``;
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 _KINETO_NAME = re.compile(r'^(?P<head>[ \t]*"name": ")(?P<value>.*)(?P<tail>",[ \t]*\r?)$', re.MULTILINE)
 """A ``"name"`` line of Kineto's C++ writer: the value runs to the line's last ``",``."""
@@ -64,29 +62,6 @@ def repair_names(text: str) -> tuple[str, list[str]]:
     if not repaired:
         text = _LEGACY_NAME.sub(fix, text)
     return text, list(repaired)
-
-
-def loads_repaired(data: bytes | str) -> tuple[Any, list[str]] | None:
-    """Parse a trace whose names made it invalid JSON, after :func:`repair_names`.
-
-    Args:
-        data: the trace's JSON text (UTF-8 bytes or str) that :func:`json.loads` refused.
-
-    Returns:
-        ``(document, repaired names)``, or None when repairing the names does not make it valid JSON (or no name
-        needed a repair: the fault is elsewhere).
-    """
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-    except UnicodeDecodeError:
-        return None
-    text, names = repair_names(text)
-    if not names:
-        return None
-    try:
-        return json.loads(text), names
-    except (ValueError, RecursionError):
-        return None
 
 
 def name_list(names: list[str], *, limit: int = 10) -> str:

@@ -42,21 +42,23 @@ thread that encloses it ("" when none does).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
-import gzip
 import json
 import operator
 import os
 import re
-import zlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from fitprof.traces._repair import loads_repaired, repaired_names_warning
+from fitprof.traces._limits import Limits, count_objects, read_bounded
+from fitprof.traces._repair import repair_names, repaired_names_warning
 from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
 
 _DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
@@ -73,11 +75,17 @@ _ARGS_KIND = {"htod": "htod", "dtoh": "dtoh", "dtod": "dtod", "ptop": "dtod", "1
 """``args.kind`` of a copy: ROCm writes ``HtoD`` etc.; HIP's ``hipMemcpyKind`` numbers also appear."""
 
 
-def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_kineto(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> pd.DataFrame:
     """Read a Kineto Chrome trace (``.pt.trace.json``, optionally gzipped) into an event table.
 
     Args:
         path: the trace file. Gzip is recognised by its magic bytes, whatever the file is called.
+        max_trace_mb: the bound on the file's size, inflated, in MB (default 512; see
+            :mod:`fitprof.traces._limits`). A gzip file is inflated in a stream that stops at the bound.
+        max_events: the bound on the JSON objects in the trace (each event and each ``args``; default
+            10,000,000), counted before it is parsed.
 
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
@@ -88,11 +96,14 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
             JSON but not a trace (no ``traceEvents`` list of event objects, or a complete event without a
-            numeric ``ts``). The message names the file.
+            numeric ``ts``), or passes a bound (the message names the bound and how to raise it). The message
+            names the file.
+        ValueError: if a bound is not a positive number.
     """
+    limits = Limits.of(max_trace_mb, max_events)
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
         repaired: list[str] = []
-        meta, events = _load(Path(path), repaired)
+        meta, events = _load(Path(path), limits, repaired)
         frame = _frame(events, path)
         del events
     table = make_table(frame)
@@ -128,55 +139,233 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
-def _load(path: Path, repaired: list[str] | None = None) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
-    """The trace's top-level metadata and its event list, or :class:`TraceError`.
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys the table uses; every other key is skipped by the decoder without being built."""
 
-    A file that is invalid JSON only because of event names that its writer left unescaped is read after
-    :func:`fitprof.traces._repair.loads_repaired`; the names repaired are added to ``repaired``.
+    correlation: int | float | str | None = None
+    nbytes: int | float | str | None = msgspec.field(default=None, name="bytes")
+    kind: int | float | str | None = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a Chrome trace event the table uses (the others are skipped while decoding)."""
+
+    ph: str | None = None
+    cat: str | int | float | None = ""
+    name: str | int | float | None = ""
+    pid: str | int | float | None = ""
+    tid: str | int | float | None = ""
+    ts: int | float | str | None = None
+    dur: int | float | str | None = 0.0
+    args: _Args | None = None
+    id: int | float | str | None = None
+
+
+class _Trace(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw]
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Probe(msgspec.Struct, gc=False):
+    """Any JSON object (its fields are skipped): an event, before its fields are read."""
+
+
+class _ProbeTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_Probe]
+
+
+_PROBE = msgspec.json.Decoder(_ProbeTrace | list[_Probe])
+"""First pass: the document's shape, every event an object (a value that is not stops it at once); 24 bytes an
+event, and events are at most the objects counted before."""
+_DECODER = msgspec.json.Decoder(_Trace | list[msgspec.Raw])
+"""Second pass: each event kept as a raw slice of the text (56 bytes an event)."""
+_BATCH_DECODER = msgspec.json.Decoder(list[_Event])
+"""Second pass, a batch of events at a time: only the fields the table uses."""
+_BATCH = 1 << 16
+_AT_EVENT = re.compile(r" - at `\$(?:\.traceEvents)?\[(\d+)\]\.?(.*)`$")
+_MAX_INFO_BYTES = 1 << 16
+"""``distributedInfo`` longer than this is ignored (a real one is ~200 bytes: backend, rank, world size)."""
+
+
+@dataclasses.dataclass
+class _Columns:
+    """The complete events (``"ph": "X"``, not ``"cat": "Trace"``) as columns, in file order.
+
+    ``*_code`` index the matching unique values (``cats``, ``names``, ...: ``str``, "" for a missing one, in the
+    order of first appearance, as :func:`pandas.factorize` gives them); ``correlation`` and ``nbytes`` are
+    ``args.correlation`` / ``args.bytes`` as numbers (NaN where missing or not numeric); ``kind_arg`` holds
+    ``args.kind`` by row where present.
     """
+
+    ts: np.ndarray
+    dur: np.ndarray
+    cat_code: np.ndarray
+    cats: np.ndarray
+    name_code: np.ndarray
+    names: np.ndarray
+    pid_code: np.ndarray
+    pids: np.ndarray
+    tid_code: np.ndarray
+    tids: np.ndarray
+    correlation: np.ndarray
+    nbytes: np.ndarray
+    kind_arg: dict[int, Any]
+    flows: list[tuple[str, str, float, str, Any]] = dataclasses.field(default_factory=list)
+    """The legacy layout's launch arrows (``"ph": "s"`` / ``"f"``, ``cat`` ``cpu_to_*``): ``(ph, name, ts, tid,
+    id)``."""
+
+
+class _Interner:
+    """Codes for the values of one column across batches, in the order of first appearance."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+
+    def codes(self, values: list[Any]) -> np.ndarray:
+        codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        ids = self.ids
+        lut = np.array([ids.setdefault(u, len(ids)) for u in uniques], dtype=np.int64)
+        return lut[codes] if len(lut) else np.zeros(0, dtype=np.int64)
+
+    def strings(self) -> np.ndarray:
+        return np.array(["" if u is None else str(u) for u in self.ids], dtype=object)
+
+
+def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tuple[Mapping[str, Any], _Columns]:
+    """The trace's ``distributedInfo`` and its complete events as columns, or :class:`TraceError`.
+
+    A file that is invalid JSON only because of event names its writer left unescaped (torch's writers,
+    pytorch/pytorch#146900) is read after :func:`fitprof.traces._repair.repair_names`; the names repaired are
+    added to ``repaired``.
+
+    The bounds of :mod:`fitprof.traces._limits` are checked first: the (inflated) size while the file is read,
+    the number of JSON objects before it is parsed. Memory: the text, 56 bytes an event for the first pass, then
+    the columns (about 70 bytes an event), which grow as the raw events are let go batch by batch.
+    """
+    data = read_bounded(path, limits, TraceError)
+    count_objects(data, path, limits, TraceError)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except OSError as err:
-        raise TraceError(f"{path}: cannot read the file ({err.strerror or err})") from None
-    if data[:2] == b"\x1f\x8b":
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as err:
-            raise TraceError(f"{path}: truncated or corrupt gzip ({err})") from None
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        fixed = loads_repaired(data)  # a name torch's writer left unescaped (pytorch/pytorch#146900)
-        if fixed is None:
-            raise TraceError(f"{path}: not valid JSON ({err})") from None
-        doc, names = fixed
-        if repaired is not None:
-            repaired += names
-    if isinstance(doc, dict):
-        if "traceEvents" not in doc:
-            raise TraceError(f"{path}: not a Chrome trace (the JSON object has no 'traceEvents')")
-        meta, events = doc, doc["traceEvents"]
-    elif isinstance(doc, list):
-        meta, events = {}, doc
+            _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
+        except msgspec.DecodeError:
+            text, names = repair_names(data.decode("utf-8", "surrogateescape"))
+            if not names:
+                raise
+            data = bytearray(text.encode("utf-8", "surrogateescape"))
+            _PROBE.decode(data)
+            if repaired is not None:
+                repaired += names
+        doc = _DECODER.decode(data)
+    except msgspec.ValidationError as err:
+        raise TraceError(f"{path}: not a Chrome trace ({_where(err)})") from None
+    except msgspec.DecodeError as err:
+        raise TraceError(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise _too_deep(path) from None
+    del data  # the raw events keep the text alive until the last batch is decoded
+    meta: dict[str, Any] = {}
+    if isinstance(doc, list):
+        raws = doc
     else:
-        raise TraceError(
-            f"{path}: not a Chrome trace (the JSON is a {type(doc).__name__}, not an object with 'traceEvents' "
-            "or a list of events)"
+        raws = doc.traceEvents
+        raw = doc.distributedInfo
+        if len(raw) <= _MAX_INFO_BYTES:
+            with contextlib.suppress(ValueError, RecursionError):
+                info = json.loads(bytes(raw))
+                if isinstance(info, dict):
+                    meta["distributedInfo"] = info
+    del doc
+    return meta, _columns(raws, path)
+
+
+def _too_deep(path: Path) -> TraceError:
+    return TraceError(
+        f"{path}: not a Chrome trace (JSON nested deeper than the parser's limit of about "
+        f"{sys.getrecursionlimit():,} levels; a Chrome trace nests 4)"
+    )
+
+
+def _columns(raws: list[Any], path: Path) -> _Columns:
+    """Decode the raw events a batch at a time into columns; each batch's raw events are let go once decoded."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "cat", "name", "pid", "tid", "corr", "bytes")}
+    interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
+    kind_arg: dict[int, Any] = {}
+    flows: list[tuple[str, str, float, str, Any]] = []
+    done = 0  # complete events so far
+    for start in range(0, len(raws), _BATCH):
+        stop = min(start + _BATCH, len(raws))
+        payload = b"[" + b",".join(raws[start:stop]) + b"]"
+        raws[start:stop] = [None] * (stop - start)
+        try:
+            events = _BATCH_DECODER.decode(payload)
+        except msgspec.ValidationError as err:
+            raise TraceError(f"{path}: not a Chrome trace ({_where(err, start)})") from None
+        except msgspec.DecodeError as err:
+            raise TraceError(f"{path}: not valid JSON (in events {start}-{stop - 1}: {err})") from None
+        except RecursionError:
+            raise _too_deep(path) from None
+        del payload
+        xs = [e for e in events if e.ph == "X" and e.cat != "Trace"]
+        flows += (
+            (e.ph, str(e.name), _float_or_nan(e.ts), str(e.tid), e.id)
+            for e in events
+            if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.startswith("cpu_to_")
         )
-    if not isinstance(events, list):
-        raise TraceError(f"{path}: not a Chrome trace ('traceEvents' is a {type(events).__name__}, not a list)")
-    bad = None
-    if not set(map(type, events)) <= {dict}:  # fast path: every event a plain dict (json.loads makes them)
-        bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
-    if bad is not None:
-        raise TraceError(f"{path}: not a Chrome trace (event {bad} is a {type(events[bad]).__name__}, not an object)")
-    return meta, events
+        del events
+        if not xs:
+            continue
+        parts["ts"].append(_numbers(_field(xs, "ts"), "ts", path, done))
+        parts["dur"].append(_numbers(_field(xs, "dur"), "dur", path, done))
+        for key, interner in interners.items():
+            parts[key].append(interner.codes(_field(xs, key)))
+        args = _field(xs, "args")
+        parts["corr"].append(_numeric([None if a is None else a.correlation for a in args]))
+        parts["bytes"].append(_numeric([None if a is None else a.nbytes for a in args]))
+        kind_arg.update((done + i, a.kind) for i, a in enumerate(args) if a is not None and a.kind is not None)
+        done += len(xs)
+
+    def joined(key: str, dtype: Any) -> np.ndarray:
+        return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=dtype)
+
+    return _Columns(
+        ts=joined("ts", np.float64),
+        dur=joined("dur", np.float64),
+        cat_code=joined("cat", np.int64),
+        cats=interners["cat"].strings(),
+        name_code=joined("name", np.int64),
+        names=interners["name"].strings(),
+        pid_code=joined("pid", np.int64),
+        pids=interners["pid"].strings(),
+        tid_code=joined("tid", np.int64),
+        tids=interners["tid"].strings(),
+        correlation=joined("corr", np.float64),
+        nbytes=joined("bytes", np.float64),
+        kind_arg=kind_arg,
+        flows=flows,
+    )
 
 
-def _numbers(values: list[Any], what: str, path: str | os.PathLike[str]) -> np.ndarray:
-    """``values`` as float64; a missing or non-numeric entry raises :class:`TraceError`."""
+def _numeric(values: list[Any]) -> np.ndarray:
+    """Numbers as float64, NaN for a missing or non-numeric value (``pandas.to_numeric(errors="coerce")``)."""
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _where(err: msgspec.ValidationError, first: int = 0) -> str:
+    """msgspec's message with its JSON path told as "event N" (how the rest of this module names events);
+    ``first``: the index of the batch's first event in the trace."""
+    text = str(err)
+    m = _AT_EVENT.search(text)
+    if m:
+        field = f" {m.group(2)}" if m.group(2) else ""
+        return f"event {first + int(m.group(1))}{field}: {text[: m.start()]}"
+    if "missing required field `traceEvents`" in text:
+        return "the JSON object has no 'traceEvents'"
+    return text.replace("`$`", "the document").replace("`$.traceEvents`", "'traceEvents'")
+
+
+def _numbers(values: list[Any], what: str, path: str | os.PathLike[str], first: int = 0) -> np.ndarray:
+    """``values`` as float64; a missing or non-numeric entry raises :class:`TraceError` (``first``: the index of
+    the first value's complete event in the trace, for the message)."""
     try:
         out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
@@ -184,7 +373,7 @@ def _numbers(values: list[Any], what: str, path: str | os.PathLike[str]) -> np.n
     bad = np.flatnonzero(~np.isfinite(out))
     if len(bad):
         raise TraceError(
-            f"{os.fspath(path)}: not a Chrome trace (complete event {bad[0]} has {what} {values[bad[0]]!r})"
+            f"{os.fspath(path)}: not a Chrome trace (complete event {first + bad[0]} has {what} {values[bad[0]]!r})"
         )
     return out
 
@@ -196,56 +385,25 @@ def _float_or_nan(value: Any) -> float:
         return np.nan
 
 
-def _field(xs: Sequence[dict[str, Any]], key: str, default: Any) -> list[Any]:
-    """``key`` of every event (``default`` where missing); the fast path assumes it is always there."""
-    try:
-        return list(map(operator.itemgetter(key), xs))
-    except KeyError:
-        return [e.get(key, default) for e in xs]
+def _field(xs: Sequence[_Event], key: str) -> list[Any]:
+    """``key`` of every event (the decoder filled in the default where the trace has none)."""
+    return list(map(operator.attrgetter(key), xs))
 
 
-def _arg(xs: Sequence[dict[str, Any]], rows: np.ndarray, key: str) -> list[Any]:
-    """``args[key]`` of the events at ``rows`` (None where missing)."""
-    out = []
-    for i in rows.tolist():
-        args = xs[i].get("args")
-        out.append(args.get(key) if isinstance(args, dict) else None)
-    return out
-
-
-def _strings(values: list[Any], what: str, path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Factorise ``values``: integer codes and the unique values as ``str`` ("" for missing ones).
-
-    Raises:
-        TraceError: if a value is a list or an object (not a name or a number).
-    """
-    try:
-        codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
-    except TypeError:  # unhashable: a list or dict where a name belongs
-        bad = next(i for i, v in enumerate(values) if isinstance(v, (list, dict)))
-        raise TraceError(
-            f"{os.fspath(path)}: not a Chrome trace (complete event {bad} has {what} {values[bad]!r})"
-        ) from None
-    names = np.array(["" if u is None else str(u) for u in uniques], dtype=object)
-    return np.asarray(codes, dtype=np.int64), names
-
-
-def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd.DataFrame:
+def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per complete event, every table column except ``self_us``."""
-    xs = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
-    n = len(xs)
+    n = len(cols.ts)
     if not n:
         return pd.DataFrame()  # make_table adds the columns
-    ts = _numbers(_field(xs, "ts", None), "ts", path)
-    dur = _numbers(_field(xs, "dur", 0.0), "dur", path)
-    cat_code, cats = _strings(_field(xs, "cat", ""), "cat", path)
-    name_code, names = _strings(_field(xs, "name", ""), "name", path)
+    ts, dur = cols.ts, cols.dur
+    cat_code, cats = cols.cat_code, cols.cats
+    name_code, names = cols.name_code, cols.names
     name = names[name_code]
-    pid_code, pids = _strings(_field(xs, "pid", ""), "pid", path)
+    pid_code, pids = cols.pid_code, cols.pids
+    tid_code, tids = cols.tid_code, cols.tids
     legacy = "" in cats  # events without a category: the legacy autograd-profiler layout
     if legacy:
         cat_code, cats = _legacy_categories(cat_code, cats, pid_code, pids, name)
-    tid_code, tids = _strings(_field(xs, "tid", ""), "tid", path)
     thread = pid_code * len(tids) + tid_code
 
     # Classify each distinct (category, name) pair once, then spread the answers over the events.
@@ -260,16 +418,14 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
     nbytes = np.full(n, np.nan)
     copies = np.flatnonzero(kind == Kind.MEMCPY)
     if len(copies):
-        nbytes[copies] = pd.to_numeric(pd.Series(_arg(xs, copies, "bytes"), dtype=object), errors="coerce").to_numpy(
-            dtype=np.float64
-        )
+        nbytes[copies] = cols.nbytes[copies]
         unknown = copies[copy_kind[copies] == ""]
-        for i, kind_arg in zip(unknown, _arg(xs, unknown, "kind"), strict=True):  # no direction in the name
-            copy_kind[i] = _ARGS_KIND.get(str(kind_arg).lower(), "")
+        for i in unknown.tolist():  # no direction in the name
+            copy_kind[i] = _ARGS_KIND.get(str(cols.kind_arg.get(i)).lower(), "")
 
-    launch_us, op = _link_launches(xs, ts, dur, cat, name, thread, on_device)
+    launch_us, op = _link_launches(cols.correlation, ts, dur, cat, name, thread, on_device)
     if legacy and on_device.any():
-        _link_legacy_flows(events, ts, name, tids[tid_code], on_device, launch_us, op)
+        _link_legacy_flows(cols.flows, ts, name, tids[tid_code], on_device, launch_us, op)
     return pd.DataFrame(
         {
             "name": name,
@@ -320,7 +476,7 @@ def _legacy_categories(
 
 
 def _link_legacy_flows(
-    events: Sequence[dict[str, Any]],
+    flows: list[tuple[str, str, float, str, Any]],
     ts: np.ndarray,
     name: np.ndarray,
     tid: np.ndarray,
@@ -334,24 +490,14 @@ def _link_legacy_flows(
     and a ``"ph": "f"`` event at the kernel's start (named after the kernel, same ``id``, ``cat``
     ``cpu_to_cuda``): ``op`` becomes the operator's name and ``launch_us`` its start.
     """
-    starts: dict[Any, dict[str, Any]] = {}
-    ends: dict[tuple[str, float, str], Any] = {}
-    for e in events:
-        ph = e.get("ph")
-        if ph not in ("s", "f") or not str(e.get("cat", "")).startswith("cpu_to_"):
-            continue
-        if ph == "s":
-            starts[e.get("id")] = e
-        else:
-            t = _float_or_nan(e.get("ts"))
-            ends[(str(e.get("name", "")), t, str(e.get("tid", "")))] = e.get("id")
+    starts = {fid: (fname, t) for ph, fname, t, _, fid in flows if ph == "s"}
+    ends = {(fname, t, ftid): fid for ph, fname, t, ftid, fid in flows if ph == "f"}
     if not starts or not ends:
         return
     for i in np.flatnonzero(on_device).tolist():
         start = starts.get(ends.get((name[i], float(ts[i]), tid[i])))
         if start is not None:
-            op[i] = str(start.get("name", ""))
-            launch_us[i] = _float_or_nan(start.get("ts"))
+            op[i], launch_us[i] = start
 
 
 def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
@@ -395,7 +541,7 @@ def _copy_kind(name: str) -> str:
 
 
 def _link_launches(
-    xs: Sequence[dict[str, Any]],
+    correlation: np.ndarray,
     ts: np.ndarray,
     dur: np.ndarray,
     cat: np.ndarray,
@@ -412,14 +558,10 @@ def _link_launches(
     if not len(runtime) or not len(device):
         return launch_us, op
 
-    def correlation(rows: np.ndarray) -> pd.Index:
-        values = pd.Series(_arg(xs, rows, "correlation"), dtype=object)
-        return pd.Index(pd.to_numeric(values, errors="coerce"), dtype=np.float64)
-
-    rt_corr = correlation(runtime)
+    rt_corr = pd.Index(correlation[runtime], dtype=np.float64)
     keep = ~rt_corr.isna() & ~rt_corr.duplicated()
     runtime, rt_corr = runtime[keep], rt_corr[keep]
-    hit = rt_corr.get_indexer(correlation(device))
+    hit = rt_corr.get_indexer(pd.Index(correlation[device], dtype=np.float64))
     linked = hit >= 0
     device, launcher = device[linked], runtime[hit[linked]]
     if not len(device):
