@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import analyze
-from fitprof._parallel import default_jobs, ordered_map
+from fitprof._parallel import auto_jobs, default_jobs, ordered_map
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
 from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
@@ -95,10 +95,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--jobs",
             type=_positive_int,
-            default=default_jobs(),
+            default=None,
             metavar="N",
             help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
-            f"{default_jobs()} here)",
+            f"{default_jobs()} here, when the files hold 32 MB or more, else 1)",
         )
 
     rep = sub.add_parser(
@@ -192,7 +192,8 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         except _BadInput as err:
             work.append(str(err))
     tasks = [(p, args.top_k, args.max_trace_mb, args.max_events) for p in work if isinstance(p, Path)]
-    results = iter(ordered_map(_analyze_task, tasks, args.jobs))
+    jobs = args.jobs or auto_jobs([t[0] for t in tasks])
+    results = iter(ordered_map(_analyze_task, tasks, jobs))
     records: list[dict[str, Any]] = []
     bad = False
     for item in work:
@@ -257,7 +258,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
     bad = False
-    for record, error in ordered_map(_report_task, [(path, logdir) for path in files], args.jobs):
+    jobs = args.jobs or auto_jobs(files)
+    for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
         if record is None:
             _error(error or "")
             bad = True
