@@ -106,13 +106,28 @@ def write_report_file(
     return path
 
 
+def is_report_file(rel: str) -> bool:
+    """Whether the ``/``-separated path ``rel`` names a report file (``.../plugins/fitprof/<name>.json``)."""
+    parts = rel.split("/")
+    return len(parts) >= 3 and tuple(parts[-3:-1]) == REPORTS_DIR and parts[-1].endswith(".json")
+
+
 def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
-    """Every ``<run>/plugins/fitprof/*.json`` report file below ``logdir`` (any depth), sorted."""
+    """Every ``<run>/plugins/fitprof/*.json`` report file below ``logdir`` (any depth), sorted.
+
+    ``logdir`` is walked as TensorBoard walks a log dir to find its runs (``tf.io.gfile.walk``: every folder at
+    any depth, symbolic links to folders followed), so every run TensorBoard lists is found; a link back to
+    one of its own parent folders is not entered again.
+    """
     found = []
-    for path in Path(logdir).rglob("*.json"):
-        if path.parent.name == REPORTS_DIR[1] and path.parent.parent.name == REPORTS_DIR[0] and path.is_file():
-            found.append(path)
-    return sorted(found)
+    for folder, dirs, names in os.walk(logdir, followlinks=True):
+        here = Path(folder)
+        real = os.path.realpath(here)
+        if any(os.path.realpath(parent) == real for parent in list(here.parents)[: len(here.parts) - 1]):
+            dirs[:] = []  # a symbolic link loop
+            continue
+        found += [here / name for name in names if is_report_file(f"{here.parent.name}/{here.name}/{name}")]
+    return sorted(p for p in found if p.is_file())
 
 
 def read_report_file(path: str | os.PathLike[str]) -> ReportFile:

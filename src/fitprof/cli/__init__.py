@@ -18,6 +18,10 @@ say, NaN as ``null``) and ``csv`` (one flat row per record, the top operator onl
 Bad input (a missing path, a truncated, corrupt or foreign file) gives one ``fitprof: error: <path>: <what>``
 line on stderr per file and exit status 2; the other files are still reported. Nothing is printed or
 written when no file could be reported. This module imports no framework.
+
+``LOGDIR`` and ``TRACE`` may be URLs (``s3://``, ``gs://``, ``hdfs://``, ``memory://``...): they are read
+through fsspec (the scheme's package, e.g. ``s3fs``, must be installed; the error says which), the files
+fitprof needs copied to a temporary folder; every path printed is the URL.
 """
 
 from __future__ import annotations
@@ -25,16 +29,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fitprof import analyze
+from fitprof import _fs, analyze
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
 from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
 from fitprof.cross_rank import RankFigures, Spread, spread
-from fitprof.report_files import ReportFileError, find_report_files, read_report_file
+from fitprof.report_files import ReportFileError, find_report_files, is_report_file, read_report_file
 from fitprof.traces import TraceError
 
 EXIT_OK = 0
@@ -150,27 +155,51 @@ def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     bad = False
-    for arg in args.traces:
-        try:
-            files = _trace_files(Path(arg))
-        except _BadInput as err:
-            _error(str(err))
-            bad = True
-            continue
-        for path in files:
+    with tempfile.TemporaryDirectory(prefix="fitprof-cli-") as tmp:
+        for n, arg in enumerate(args.traces):
             try:
-                report = analyze(path, top_k=args.top_k)
-            except (TraceError, OSError, ValueError, ImportError) as err:
-                _error(_describe(path, err))
+                files = _remote_trace_files(arg, Path(tmp, str(n))) if _fs.is_remote(arg) else _local_traces(arg)
+            except _BadInput as err:
+                _error(str(err))
                 bad = True
                 continue
-            except Exception as err:  # a reader bug on odd input: still one line, never a traceback
-                _error(f"{path}: could not analyse ({type(err).__name__}: {err})")
-                bad = True
-                continue
-            records.append(_record(report, record=RECORD_TRACE, run=os.fspath(path), epoch=None, rank=report.rank))
+            for name, path in files:
+                try:
+                    report = analyze(path, top_k=args.top_k)
+                except (TraceError, OSError, ValueError, ImportError) as err:
+                    _error(_describe(name, err).replace(os.fspath(path), name))
+                    bad = True
+                    continue
+                except Exception as err:  # a reader bug on odd input: still one line, never a traceback
+                    _error(f"{name}: could not analyse ({type(err).__name__}: {err})")
+                    bad = True
+                    continue
+                rec = _record(report, record=RECORD_TRACE, run=name, epoch=None, rank=report.rank)
+                rec["source"] = name
+                records.append(rec)
     records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
     return _finish(args, records, bad)
+
+
+def _local_traces(arg: str) -> list[tuple[str, Path]]:
+    """``(name, file)`` of the trace files one local ``analyze`` argument stands for (``file://`` read as a path)."""
+    return [(os.fspath(p), p) for p in _trace_files(Path(_fs.local_path(arg)))]
+
+
+def _remote_trace_files(url: str, tmp: Path) -> list[tuple[str, Path]]:
+    """``(URL, local copy)`` of the trace files one URL argument stands for (a file, or a session folder's
+    ``*.xplane.pb``), copied through fsspec into ``tmp``."""
+    tmp.mkdir(parents=True)
+    try:
+        files = _fs.fetch(url, tmp, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
+    except (OSError, ValueError) as err:
+        raise _BadInput(_describe(url, err)) from None
+    if not files:
+        raise _BadInput(
+            f"{url}: no .xplane.pb file in this folder (analyze takes trace files or a "
+            "plugins/profile/<session> folder; for a log folder use 'fitprof report')"
+        )
+    return files
 
 
 def _trace_files(path: Path) -> list[Path]:
@@ -197,7 +226,23 @@ def _analyze_spread_label(group: list[dict[str, Any]]) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    logdir = Path(args.logdir)
+    if not _fs.is_remote(args.logdir):
+        return _report(args, Path(_fs.local_path(args.logdir)))
+    with tempfile.TemporaryDirectory(prefix="fitprof-cli-") as tmp:
+        try:  # only the report files are copied: a few KB per window
+            _fs.fetch(args.logdir, Path(tmp), is_report_file)
+        except (OSError, ValueError) as err:
+            _error(_describe(args.logdir, err))
+            return EXIT_BAD_INPUT
+        return _report(args, Path(tmp), url=args.logdir.rstrip("/"))
+
+
+def _report(args: argparse.Namespace, logdir: Path, *, url: str | None = None) -> int:
+    """``fitprof report`` of a local folder; ``url``: the folder is a copy of that URL's report files, and every
+    path printed names the URL."""
+    shown = (
+        (lambda p: os.fspath(p)) if url is None else (lambda p: _fs.join(url, Path(p).relative_to(logdir).as_posix()))
+    )
     if not logdir.exists():
         _error(f"{logdir}: no such folder")
         return EXIT_BAD_INPUT
@@ -207,7 +252,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     files = find_report_files(logdir)
     if not files:
         _error(
-            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
+            f"{url or logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
             "for other profiles use 'fitprof analyze')"
         )
         return EXIT_BAD_INPUT
@@ -215,16 +260,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     bad = False
     for path in files:
         try:
-            records.append(_window_record(path, logdir))
+            rec = _window_record(path, logdir)
+            if url is not None:
+                rec["report_file"] = shown(path)
+                if Path(rec["source"]).is_relative_to(logdir):
+                    rec["source"] = shown(rec["source"])
+            records.append(rec)
         except (ReportFileError, OSError, ValueError) as err:
-            _error(_describe(path, err))
+            _error(_describe(shown(path), err).replace(os.fspath(path), shown(path)))
             bad = True
     records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
     records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
-            here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
+            here = (
+                url.rpartition("/")[2] if url else (logdir.resolve().name or os.fspath(logdir))
+            )  # a title better than "." for LOGDIR itself
             windows = [{**r, "run": here} if r["run"] == "." else r for r in records if r["record"] == RECORD_WINDOW]
             plot_breakdown(windows, args.plot)
         except (OSError, ValueError, ImportError) as err:
