@@ -31,6 +31,13 @@ from fitprof.cli import main as cli_main
 fsspec = pytest.importorskip("fsspec")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _child_env(backend: str) -> dict[str, str]:
+    """The child runs in another working directory: this checkout's ``src`` first, as an absolute path."""
+    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=path)
 
 
 def _files(root: Path) -> list[str]:
@@ -245,9 +252,9 @@ KERAS_SCRIPT = textwrap.dedent(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         keras_digits.build_model().fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
-    fs, root = fsspec.core.url_to_fs({url!r})
     copied = []
     if {copy!r}:
+        fs, root = fsspec.core.url_to_fs({url!r})
         for path in fs.find(root):
             rel = path[len(root) + 1 :]
             local = os.path.join({out!r}, *rel.split("/"))
@@ -276,7 +283,7 @@ def _keras_torch(tmp_path: Path, url: str, *, copy: bool) -> tuple[dict[str, Any
         capture_output=True,
         text=True,
         cwd=work,
-        env=dict(os.environ, KERAS_BACKEND="torch"),
+        env=_child_env("torch"),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -371,7 +378,7 @@ def _keras_tf(tmp_path: Path, url: str) -> tuple[dict[str, Any], Path, Path, str
         capture_output=True,
         text=True,
         cwd=work,
-        env=dict(os.environ, KERAS_BACKEND="tensorflow"),
+        env=_child_env("tensorflow"),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

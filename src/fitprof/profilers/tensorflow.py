@@ -139,7 +139,9 @@ class GFileStore:
     def put(self, local: Path, rel: str) -> None:
         target = f"{self.url}/{rel}"
         self._gfile.makedirs(target.rpartition("/")[0])
-        self._gfile.copy(str(local), target, overwrite=True)
+        if self._gfile.exists(target):  # TensorFlow's ram:// appends to a file written over: replace it
+            self._gfile.remove(target)
+        self._gfile.copy(str(local), target)
 
     def remove(self, rel: str) -> None:
         target = f"{self.url}/{rel}"
