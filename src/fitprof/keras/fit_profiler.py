@@ -191,8 +191,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._close_window(drop_open_step=True)  # the failing step never finished
             self._in_flush = True
             self.on_epoch_end(self._epoch, None)
-            self._events.close()
-            self._close_mirror()
+            if self._mirror is not None:  # no on_train_end follows: copy to the URL, delete the staging folder
+                self._events.close()
+                self._close_mirror()
         except Exception as err:
             log.warning("FitProfiler: could not flush the window after an exception: %s", err)
 
