@@ -456,3 +456,27 @@ def test_report_follows_folder_links_as_tensorboard_does(tmp_path: Path, capsys:
     assert cli_main(["report", str(logs), "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert {r["run"] for r in records} == tb_runs
+
+
+def test_cli_names_the_url_and_the_missing_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["report", "nosuchfs://bucket/logs"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "fitprof: error: nosuchfs://bucket/logs: no filesystem is known for 'nosuchfs://' (install the fsspec "
+        "filesystem for 'nosuchfs://')"
+    ]
+    missing = _memory_url() + "/run/x.xplane.pb"
+    empty = _memory_url() + "/run/session"
+    fsspec.filesystem("memory").makedirs(empty.removeprefix("memory://"), exist_ok=True)
+    fsspec.filesystem("memory").pipe_file(empty.removeprefix("memory://") + "/notes.txt", b"x")
+    assert cli_main(["analyze", missing, empty]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"fitprof: error: {missing}: no such file or folder",
+        f"fitprof: error: {empty}: no .xplane.pb file in this folder (analyze takes trace files or a "
+        "plugins/profile/<session> folder; for a log folder use 'fitprof report')",
+    ]
+    assert _files(tmp_path) == []

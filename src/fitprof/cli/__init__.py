@@ -19,9 +19,10 @@ Bad input (a missing path, a truncated, corrupt or foreign file) gives one ``fit
 line on stderr per file and exit status 2; the other files are still reported. Nothing is printed or
 written when no file could be reported. This module imports no framework.
 
-``LOGDIR`` and ``TRACE`` may be URLs (``s3://``, ``gs://``, ``hdfs://``, ``memory://``...): they are read
-through fsspec (the scheme's package, e.g. ``s3fs``, must be installed; the error says which), the files
-fitprof needs copied to a temporary folder; every path printed is the URL.
+``LOGDIR`` and ``TRACE`` may be URLs (``s3://``, ``gs://``, ``hdfs://``, ``memory://``...; ``file://`` is a
+local path): the files the command needs (the report files, the named traces) are copied through fsspec into a
+temporary folder and read there; every path printed names the URL. A scheme whose package (e.g. ``s3fs``) is
+missing is one error line naming the package.
 """
 
 from __future__ import annotations
@@ -76,7 +77,68 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits for --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    with tempfile.TemporaryDirectory(prefix="fitprof-cli-") as tmp:
+        bad = _fetch_urls(args, Path(tmp))
+        if bad and getattr(args, "logdir", None) is not None:
+            return EXIT_BAD_INPUT
+        try:
+            status = handler(args)
+        finally:
+            _SHOWN.clear()
+    return EXIT_BAD_INPUT if bad else status
+
+
+_SHOWN: dict[str, str] = {}
+"""Local copy -> the URL it came from, while a command reads URLs (:func:`_fetch_urls`)."""
+
+
+def _shown(text: str) -> str:
+    """``text`` with each local copy's path replaced by its URL."""
+    for local in sorted(_SHOWN, key=len, reverse=True):
+        text = text.replace(local, _SHOWN[local])
+    return text
+
+
+def _fetch_urls(args: argparse.Namespace, tmp: Path) -> bool:
+    """Copy what the URL arguments name into ``tmp`` (through fsspec) and point ``args`` at the copies; a
+    ``file://`` URL becomes its path. Returns whether an argument could not be fetched (its error printed)."""
+    bad = False
+    if getattr(args, "logdir", None) is not None:
+        if _fs.is_remote(args.logdir):
+            url = args.logdir.rstrip("/")
+            local = tmp / (url.rpartition("/")[2] or "logdir")  # its name: the --plot title of LOGDIR itself
+            local.mkdir()
+            try:  # only the report files: a few KB per window
+                _fs.fetch(url, local, is_report_file)
+            except (OSError, ValueError) as err:
+                _error(_describe(url, err))
+                bad = True
+            _SHOWN[os.fspath(local)] = url
+            args.logdir = os.fspath(local)
+        else:
+            args.logdir = _fs.local_path(args.logdir)
+    traces = []
+    for n, arg in enumerate(getattr(args, "traces", None) or []):
+        if not _fs.is_remote(arg):
+            traces.append(_fs.local_path(arg))
+            continue
+        local = tmp / str(n)
+        local.mkdir()
+        try:  # a trace file, or a session folder's *.xplane.pb
+            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
+        except (OSError, ValueError) as err:
+            _error(_describe(arg, err))
+            bad = True
+            continue
+        if len(files) == 1 and files[0][0] == arg:  # one file
+            _SHOWN[os.fspath(files[0][1])] = arg
+            traces.append(os.fspath(files[0][1]))
+        else:
+            _SHOWN[os.fspath(local)] = arg.rstrip("/")
+            traces.append(os.fspath(local))
+    if hasattr(args, "traces"):
+        args.traces = traces
+    return bad
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -134,7 +196,7 @@ def _positive_int(text: str) -> int:
 
 def _error(message: str) -> None:
     """One line on stderr (whitespace in the message, e.g. a reader's newline, is collapsed)."""
-    print(f"fitprof: error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"fitprof: error: {' '.join(_shown(message).split())}", file=sys.stderr)
 
 
 def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
@@ -155,51 +217,27 @@ def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     bad = False
-    with tempfile.TemporaryDirectory(prefix="fitprof-cli-") as tmp:
-        for n, arg in enumerate(args.traces):
+    for arg in args.traces:
+        try:
+            files = _trace_files(Path(arg))
+        except _BadInput as err:
+            _error(str(err))
+            bad = True
+            continue
+        for path in files:
             try:
-                files = _remote_trace_files(arg, Path(tmp, str(n))) if _fs.is_remote(arg) else _local_traces(arg)
-            except _BadInput as err:
-                _error(str(err))
+                report = analyze(path, top_k=args.top_k)
+            except (TraceError, OSError, ValueError, ImportError) as err:
+                _error(_describe(path, err))
                 bad = True
                 continue
-            for name, path in files:
-                try:
-                    report = analyze(path, top_k=args.top_k)
-                except (TraceError, OSError, ValueError, ImportError) as err:
-                    _error(_describe(name, err).replace(os.fspath(path), name))
-                    bad = True
-                    continue
-                except Exception as err:  # a reader bug on odd input: still one line, never a traceback
-                    _error(f"{name}: could not analyse ({type(err).__name__}: {err})")
-                    bad = True
-                    continue
-                rec = _record(report, record=RECORD_TRACE, run=name, epoch=None, rank=report.rank)
-                rec["source"] = name
-                records.append(rec)
+            except Exception as err:  # a reader bug on odd input: still one line, never a traceback
+                _error(f"{path}: could not analyse ({type(err).__name__}: {err})")
+                bad = True
+                continue
+            records.append(_record(report, record=RECORD_TRACE, run=os.fspath(path), epoch=None, rank=report.rank))
     records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
     return _finish(args, records, bad)
-
-
-def _local_traces(arg: str) -> list[tuple[str, Path]]:
-    """``(name, file)`` of the trace files one local ``analyze`` argument stands for (``file://`` read as a path)."""
-    return [(os.fspath(p), p) for p in _trace_files(Path(_fs.local_path(arg)))]
-
-
-def _remote_trace_files(url: str, tmp: Path) -> list[tuple[str, Path]]:
-    """``(URL, local copy)`` of the trace files one URL argument stands for (a file, or a session folder's
-    ``*.xplane.pb``), copied through fsspec into ``tmp``."""
-    tmp.mkdir(parents=True)
-    try:
-        files = _fs.fetch(url, tmp, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
-    except (OSError, ValueError) as err:
-        raise _BadInput(_describe(url, err)) from None
-    if not files:
-        raise _BadInput(
-            f"{url}: no .xplane.pb file in this folder (analyze takes trace files or a "
-            "plugins/profile/<session> folder; for a log folder use 'fitprof report')"
-        )
-    return files
 
 
 def _trace_files(path: Path) -> list[Path]:
@@ -226,23 +264,7 @@ def _analyze_spread_label(group: list[dict[str, Any]]) -> str:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    if not _fs.is_remote(args.logdir):
-        return _report(args, Path(_fs.local_path(args.logdir)))
-    with tempfile.TemporaryDirectory(prefix="fitprof-cli-") as tmp:
-        try:  # only the report files are copied: a few KB per window
-            _fs.fetch(args.logdir, Path(tmp), is_report_file)
-        except (OSError, ValueError) as err:
-            _error(_describe(args.logdir, err))
-            return EXIT_BAD_INPUT
-        return _report(args, Path(tmp), url=args.logdir.rstrip("/"))
-
-
-def _report(args: argparse.Namespace, logdir: Path, *, url: str | None = None) -> int:
-    """``fitprof report`` of a local folder; ``url``: the folder is a copy of that URL's report files, and every
-    path printed names the URL."""
-    shown = (
-        (lambda p: os.fspath(p)) if url is None else (lambda p: _fs.join(url, Path(p).relative_to(logdir).as_posix()))
-    )
+    logdir = Path(args.logdir)
     if not logdir.exists():
         _error(f"{logdir}: no such folder")
         return EXIT_BAD_INPUT
@@ -252,7 +274,7 @@ def _report(args: argparse.Namespace, logdir: Path, *, url: str | None = None) -
     files = find_report_files(logdir)
     if not files:
         _error(
-            f"{url or logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
             "for other profiles use 'fitprof analyze')"
         )
         return EXIT_BAD_INPUT
@@ -260,23 +282,16 @@ def _report(args: argparse.Namespace, logdir: Path, *, url: str | None = None) -
     bad = False
     for path in files:
         try:
-            rec = _window_record(path, logdir)
-            if url is not None:
-                rec["report_file"] = shown(path)
-                if Path(rec["source"]).is_relative_to(logdir):
-                    rec["source"] = shown(rec["source"])
-            records.append(rec)
+            records.append(_window_record(path, logdir))
         except (ReportFileError, OSError, ValueError) as err:
-            _error(_describe(shown(path), err).replace(os.fspath(path), shown(path)))
+            _error(_describe(path, err))
             bad = True
     records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
     records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
-            here = (
-                url.rpartition("/")[2] if url else (logdir.resolve().name or os.fspath(logdir))
-            )  # a title better than "." for LOGDIR itself
+            here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
             windows = [{**r, "run": here} if r["run"] == "." else r for r in records if r["record"] == RECORD_WINDOW]
             plot_breakdown(windows, args.plot)
         except (OSError, ValueError, ImportError) as err:
@@ -375,6 +390,8 @@ def _finish(args: argparse.Namespace, records: list[dict[str, Any]], bad: bool) 
     status = EXIT_BAD_INPUT if bad else EXIT_OK
     if not records:
         return EXIT_BAD_INPUT
+    if _SHOWN:  # name the URLs, not the local copies
+        records = [{k: _shown(v) if isinstance(v, str) else v for k, v in r.items()} for r in records]
     text = render(records, args.format)
     if args.out:
         try:
