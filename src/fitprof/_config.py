@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import PureWindowsPath
 from typing import Any
 
+from fitprof import _fs
+
 DEFAULT_PROFILE_BATCH = (6, 10)
 """Steps 6-10 of every profiled epoch (1-based, inclusive): skips 5 steps of compilation and warm-up."""
 
@@ -77,8 +79,10 @@ def parse_profile_batch(value: Any) -> tuple[int, int]:
 
 
 def normalize_log_dir(value: Any) -> str:
-    """Check ``log_dir`` and return it as a string path.
+    """Check ``log_dir`` and return it as a string path or URL.
 
+    A URL (``s3://bucket/run``, ``gs://...``, ``memory://...``) is kept as it is (fitprof records locally and
+    copies there, see :mod:`fitprof._fs`); a ``file://`` URL becomes its local path. For local paths,
     Windows-style separators are accepted on every system: on POSIX, ``logs\\run1`` means ``logs/run1`` (a
     backslash in a folder name is almost never meant). ``~`` is expanded. Spaces and non-ASCII names are kept.
 
@@ -91,6 +95,9 @@ def normalize_log_dir(value: Any) -> str:
     text = os.fspath(value)
     if not isinstance(text, str) or not text:
         raise ValueError(f"log_dir must be a non-empty path; got {value!r}")
+    if _fs.is_remote(text):
+        return text
+    text = _fs.local_path(text)
     if os.sep == "/" and "\\" in text:
         text = PureWindowsPath(text).as_posix()
     return os.path.expanduser(text)

@@ -113,19 +113,35 @@ def write_report_file(
     return path
 
 
+def is_report_file(rel: str) -> bool:
+    """Whether the ``/``-separated path ``rel`` names a report file (``.../plugins/fitprof/<name>.json``)."""
+    parts = rel.split("/")
+    return len(parts) >= 3 and tuple(parts[-3:-1]) == REPORTS_DIR and parts[-1].endswith(".json")
+
+
 def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
-    """Every ``<run>/plugins/fitprof/*.json`` report file below ``logdir`` (any depth), sorted."""
+    """Every ``<run>/plugins/fitprof/*.json`` report file below ``logdir`` (any depth), sorted.
+
+    ``logdir`` is walked as TensorBoard walks a log dir to find its runs (``tf.io.gfile.walk``: every folder at
+    any depth, symbolic links to folders followed), so every run TensorBoard lists is found; a link back to
+    one of its own parent folders is not entered again.
+    """
     found = []
-    for path in Path(logdir).rglob("*.json"):
-        if path.parent.name == REPORTS_DIR[1] and path.parent.parent.name == REPORTS_DIR[0] and path.is_file():
-            found.append(path)
-    return sorted(found)
+    for folder, dirs, names in os.walk(logdir, followlinks=True):
+        here = Path(folder)
+        real = os.path.realpath(here)
+        if any(os.path.realpath(parent) == real for parent in list(here.parents)[: len(here.parts) - 1]):
+            dirs[:] = []  # a symbolic link loop
+            continue
+        found += [here / name for name in names if is_report_file(f"{here.parent.name}/{here.name}/{name}")]
+    return sorted(p for p in found if p.is_file())
 
 
 def read_report_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[str] | None = None) -> ReportFile:
     """Read one report file back, with bounds: it may have been damaged or tampered with.
 
-    The file must lie inside ``logdir`` (default: its run folder) once links are followed and be at most
+    A report file that is itself a symbolic link must point inside ``logdir`` (default: its run folder); folders
+    reached through links count as inside, as TensorBoard's log-dir walk lists them. The file must be at most
     :data:`MAX_REPORT_BYTES`; its ``session``, when present, must be a plain name
     (:func:`fitprof._session.check_session`). Its ``trace`` is joined to the run folder only where the result stays
     inside ``logdir`` (the path is computed, never opened); else the report's own ``source`` stands for it (a
@@ -140,7 +156,9 @@ def read_report_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[
     run = path.parent.parent.parent
     root = Path(run if logdir is None else logdir).resolve()
     real = path.resolve()
-    if not real.is_relative_to(root):
+    # A folder reached through a link is part of the log dir, as TensorBoard's walk has it; a report file that is
+    # itself a link may only point inside the log dir.
+    if path.is_symlink() and not real.is_relative_to(root):
         raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
     with open(real, "rb") as fh:
         data = fh.read(MAX_REPORT_BYTES + 1)
@@ -185,11 +203,23 @@ def trace_inside(run_dir: Path, trace: object, root: str | os.PathLike[str]) -> 
     """
     if not isinstance(trace, str) or not trace or "\0" in trace or os.path.isabs(trace):
         return None
+    if ".." in Path(trace).parts:
+        return None
     joined = os.path.normpath(run_dir / trace)
+    # Without `..` the path stays inside the run folder; the run folder must lie inside root by its own words (it
+    # was found by walking root, following folder links as TensorBoard does).
     top = os.path.normpath(os.path.abspath(root))
-    if os.path.commonpath([os.path.realpath(joined), os.path.realpath(top)]) != os.path.realpath(top):
+    if not (os.path.commonpath([os.path.abspath(joined), top]) == top or _walked_into(run_dir, root)):
         return None
     return joined
+
+
+def _walked_into(run_dir: Path, root: str | os.PathLike[str]) -> bool:
+    """Whether ``run_dir`` lies inside ``root`` once both are resolved, or was reached from it through links."""
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([os.path.realpath(run_dir), real_root]) == real_root or os.path.abspath(
+        run_dir
+    ).startswith(os.path.abspath(root) + os.sep)
 
 
 def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> BottleneckReport:

@@ -19,26 +19,33 @@ Bad input (a missing path, a truncated, corrupt or foreign file, a trace past ``
 ``--max-events``, a report file that leads outside ``LOGDIR``) gives one ``fitprof: error: <path>: <what>``
 line on stderr per file and exit status 2; the other files are still reported. Nothing is printed or
 written when no file could be reported. This module imports no framework.
+
+``LOGDIR`` and ``TRACE`` may be URLs (``s3://``, ``gs://``, ``hdfs://``, ``memory://``...; ``file://`` is a
+local path): the files the command needs (the report files, the named traces) are copied through fsspec into a
+temporary folder and read there; every path printed names the URL. A scheme whose package (e.g. ``s3fs``) is
+missing is one error line naming the package.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fitprof import analyze
+from fitprof import _fs, analyze
 from fitprof._parallel import auto_jobs, default_jobs, ordered_map
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
 from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
 from fitprof.cross_rank import RankFigures, Spread, spread
-from fitprof.report_files import ReportFileError, find_report_files, read_report_file
+from fitprof.report_files import ReportFileError, find_report_files, is_report_file, read_report_file
 from fitprof.traces import TraceError
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
@@ -76,7 +83,75 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits for --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    urls = [a for a in [getattr(args, "logdir", None), *(getattr(args, "traces", None) or [])] if a is not None]
+    with contextlib.ExitStack() as stack:
+        # A temporary folder only when there is a URL to copy: local paths are read where they are.
+        tmp = (
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="fitprof-cli-"))
+            if any(map(_fs.is_remote, urls))
+            else ""
+        )
+        bad = _fetch_urls(args, Path(tmp))
+        if bad and getattr(args, "logdir", None) is not None:
+            return EXIT_BAD_INPUT
+        try:
+            status = handler(args)
+        finally:
+            _SHOWN.clear()
+    return EXIT_BAD_INPUT if bad else status
+
+
+_SHOWN: dict[str, str] = {}
+"""Local copy -> the URL it came from, while a command reads URLs (:func:`_fetch_urls`)."""
+
+
+def _shown(text: str) -> str:
+    """``text`` with each local copy's path replaced by its URL."""
+    for local in sorted(_SHOWN, key=len, reverse=True):
+        text = text.replace(local, _SHOWN[local])
+    return text
+
+
+def _fetch_urls(args: argparse.Namespace, tmp: Path) -> bool:
+    """Copy what the URL arguments name into ``tmp`` (through fsspec) and point ``args`` at the copies; a
+    ``file://`` URL becomes its path. Returns whether an argument could not be fetched (its error printed)."""
+    bad = False
+    if getattr(args, "logdir", None) is not None:
+        if _fs.is_remote(args.logdir):
+            url = args.logdir.rstrip("/")
+            local = tmp / (url.rpartition("/")[2] or "logdir")  # its name: the --plot title of LOGDIR itself
+            local.mkdir()
+            try:  # only the report files: a few KB per window
+                _fs.fetch(url, local, is_report_file)
+            except (OSError, ValueError) as err:
+                _error(_describe(url, err))
+                bad = True
+            _SHOWN[os.fspath(local)] = url
+            args.logdir = os.fspath(local)
+        else:
+            args.logdir = _fs.local_path(args.logdir)
+    traces = []
+    for n, arg in enumerate(getattr(args, "traces", None) or []):
+        if not _fs.is_remote(arg):
+            traces.append(_fs.local_path(arg))
+            continue
+        local = tmp / str(n)
+        local.mkdir()
+        try:  # a trace file, or a session folder's *.xplane.pb
+            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
+        except (OSError, ValueError) as err:
+            _error(_describe(arg, err))
+            bad = True
+            continue
+        if len(files) == 1 and files[0][0] == arg:  # one file
+            _SHOWN[os.fspath(files[0][1])] = arg
+            traces.append(os.fspath(files[0][1]))
+        else:
+            _SHOWN[os.fspath(local)] = arg.rstrip("/")
+            traces.append(os.fspath(local))
+    if hasattr(args, "traces"):
+        args.traces = traces
+    return bad
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -166,7 +241,7 @@ def _positive_float(text: str) -> float:
 
 def _error(message: str) -> None:
     """One line on stderr (whitespace in the message, e.g. a reader's newline, is collapsed)."""
-    print(f"fitprof: error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"fitprof: error: {' '.join(_shown(message).split())}", file=sys.stderr)
 
 
 def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
@@ -424,6 +499,8 @@ def _finish(args: argparse.Namespace, records: list[dict[str, Any]], bad: bool) 
     status = EXIT_BAD_INPUT if bad else EXIT_OK
     if not records:
         return EXIT_BAD_INPUT
+    if _SHOWN:  # name the URLs, not the local copies
+        records = [{k: _shown(v) if isinstance(v, str) else v for k, v in r.items()} for r in records]
     text = render(records, args.format)
     if args.out:
         try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import keras
 
-from fitprof import _config, metrics
+from fitprof import _config, _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
@@ -54,7 +54,12 @@ class FitProfiler(keras.callbacks.Callback):
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
-            read as separators on every system).
+            read as separators on every system). A URL (``gs://``, ``s3://``, ``memory://``...; see the README,
+            "Remote log directories") is written as Keras's ``TensorBoard`` callback writes it: through
+            ``tf.io.gfile`` on TensorFlow, fsspec on torch. The fit records into a local staging folder, copied
+            to the URL at the end of each profiled epoch and deleted at the end of the fit (``trace_paths``
+            then name the staging copies). A filesystem that cannot be opened or written gives one warning; the
+            figures still reach the epoch ``logs``.
         profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
             ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
             leaves tracing, compilation and warm-up out.
@@ -110,7 +115,9 @@ class FitProfiler(keras.callbacks.Callback):
             warn=self._warn_once,
         )
         self._closed: dict[int, tuple[Any, Path]] = {}  # epoch -> (stopped window, its trace), until analysed
-        self._events = TBEventFile(self.log_dir)
+        self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
+        self._run_dir = self.log_dir  # where the windows and the event file write (the staging folder for a URL)
+        self._events = TBEventFile(self._run_dir)
         self._window: Any = None  # the backend window while profiling
         self._guards: list[tuple[Any, str, Any, Any, bool]] = []  # what is wrapped while the window is open
         self._armed = False  # this epoch still has a window to open
@@ -140,10 +147,10 @@ class FitProfiler(keras.callbacks.Callback):
         if self.backend == "tensorflow":
             from fitprof.profilers.tensorflow import TFProfileWindow
 
-            return TFProfileWindow(self.log_dir, epoch=self._epoch, rank=self._rank, world=self._world)
+            return TFProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world)
         from fitprof.keras._torch_backend import TorchKerasWindow
 
-        return TorchKerasWindow(self.log_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once)
+        return TorchKerasWindow(self._run_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once)
 
     def _open_window(self) -> None:
         window = self._new_window()
@@ -225,6 +232,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._close_window(drop_open_step=drop_open_step)
             self._in_flush = True
             self.on_epoch_end(self._epoch, None)
+            if self._mirror is not None:  # no on_train_end follows: copy to the URL, delete the staging folder
+                self._events.close()
+                self._close_mirror()
         except Exception as err:
             log.warning("fitprof: could not flush the window after an exception: %s", err)
 
@@ -257,6 +267,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._closed = {}
         self._steps_seen = 0
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
+        self._open_run_dir()
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
@@ -351,7 +362,7 @@ class FitProfiler(keras.callbacks.Callback):
             report = self._pipeline.analyze(
                 epoch,
                 trace,
-                log_dir=self.log_dir,
+                log_dir=self._run_dir,
                 session=session,
                 rank=self._rank,
                 world_size=self._world,
@@ -364,6 +375,8 @@ class FitProfiler(keras.callbacks.Callback):
         )
         if logs is not None:
             logs.update(scalars)
+        if closed is not None and (self._mirror is None or self._mirror.sync()):
+            self._say_where(epoch, self.log_dir, closed[0].session_dir)
 
     def _gather(self, vector: list[float]) -> list[list[float]]:
         from fitprof.keras import _distributed
@@ -407,6 +420,36 @@ class FitProfiler(keras.callbacks.Callback):
                 f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
             )
         self._events.close()
+        self._close_mirror()
+
+    def _open_run_dir(self) -> None:
+        """A URL ``log_dir``: a fresh local staging folder for this fit, copied there through ``tf.io.gfile``
+        (TensorFlow backend, as Keras's ``TensorBoard`` callback) or fsspec (torch backend)."""
+        self._close_mirror()
+        if _fs.is_remote(self.log_dir):
+            if self.backend == "tensorflow":
+                from fitprof.profilers.tensorflow import GFileStore
+
+                self._mirror = _fs.Mirror(self.log_dir, self._warn_once, GFileStore)
+            else:
+                self._mirror = _fs.Mirror(self.log_dir, self._warn_once)
+            self._run_dir = str(self._mirror.local)
+            self._events = TBEventFile(self._run_dir)
+
+    def _say_where(self, epoch: int, url: str, session_dir: Path | None) -> None:
+        """TensorFlow logged "Collecting XSpace to repository: <temp folder>": one line naming where it really is."""
+        if session_dir is not None and self.backend == "tensorflow":
+            where = (
+                _fs.join(url, "plugins", "profile", session_dir.name)
+                if _fs.is_remote(url)
+                else os.path.join(url, "plugins", "profile", session_dir.name)
+            )
+            print(f"fitprof: the profile of epoch {epoch} is in {where}", file=sys.stderr)
+
+    def _close_mirror(self) -> None:
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            mirror.close()
 
 
 _GUARDED_HOOKS = (

@@ -16,7 +16,7 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof import _config
+from fitprof import _config, _fs
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
@@ -79,7 +79,11 @@ class FitProfiler(Callback):
 
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
-            ``trainer.default_root_dir`` without a logger.
+            ``trainer.default_root_dir`` without a logger. A URL (``s3://``, ``gs://``, ``memory://``...; see
+            the README, "Remote log directories") is written through fsspec: the window records into a local
+            staging folder, copied to the URL at the end of each profiled epoch and deleted at ``teardown``
+            (``trace_paths`` and ``xplane_paths`` then name the staging copies). A filesystem that cannot be
+            opened or written gives one warning; the figures are still logged.
         profile_batch: the steps to profile in each profiled epoch, 1-based and inclusive: an int ``n``
             (step ``n`` only), a ``(first, last)`` pair or a ``"first,last"`` string. Default ``(6, 10)``
             skips five warm-up steps.
@@ -145,6 +149,7 @@ class FitProfiler(Callback):
         self.cross_rank: dict[int, dict[str, float]] = self._pipeline.cross_rank
         self._window = TorchProfileWindow(warn=self._warn_rank)
         self._dir: Path | None = None
+        self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         # hot-path state: plain ints and bools
         self._first = self.config.first_step
         self._last = self.config.last_step
@@ -183,7 +188,13 @@ class FitProfiler(Callback):
         log_dir = self.log_dir
         if log_dir is None:
             log_dir = trainer.log_dir or trainer.default_root_dir  # trainer.log_dir: call on every rank
-        self._dir = Path(log_dir)
+        log_dir = os.fspath(log_dir)
+        self._close_mirror()
+        if _fs.is_remote(log_dir):  # record locally, copy to the URL at each profiled epoch's end
+            self._mirror = _fs.Mirror(log_dir, self._warn_rank)
+            self._dir = self._mirror.local
+        else:
+            self._dir = Path(_fs.local_path(log_dir))
         self._world_size = int(trainer.world_size)
         unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
         if unknown and self._rank == 0:
@@ -269,6 +280,8 @@ class FitProfiler(Callback):
         if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
             self._epoch_profiled = False
             self._publish(trainer, report, gather=_distributed())
+        if path is not None and self._mirror is not None:
+            self._mirror.sync()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -290,10 +303,12 @@ class FitProfiler(Callback):
             log.warning("fitprof: could not flush the window after an exception: %s", err)
         finally:
             self._abort(export=False)
+            self._close_mirror()
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._abort()
+        self._close_mirror()
 
     # -------------------------------------------------------------------------------------------- internal
     def _epoch_ends_after_this(self, trainer: pl.Trainer, n: int) -> bool:
@@ -359,6 +374,12 @@ class FitProfiler(Callback):
             path = self._window.stop(export=export, drop_open_step=True)
             if path is not None:
                 self.trace_paths[self._epoch] = path
+
+    def _close_mirror(self) -> None:
+        """Copy what is left to a URL log dir and delete the local staging folder."""
+        mirror, self._mirror = self._mirror, None
+        if mirror is not None:
+            mirror.close()
 
     def _analyze(self, epoch: int, path: Path) -> BottleneckReport | None:
         """Analyse this rank's trace and write its report file and ``.xplane.pb`` (the shared pipeline)."""

@@ -111,3 +111,39 @@ class TFProfileWindow:
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+class GFileStore:
+    """A remote run directory through ``tf.io.gfile`` (``gs://``, ``s3://`` with tensorflow-io, ``hdfs://``,
+    ``ram://``...), as Keras's ``TensorBoard`` callback writes: the :class:`fitprof._fs.Mirror` store of Keras on
+    TensorFlow.
+
+    Raises:
+        OSError: when TensorFlow has no filesystem for the URL's scheme (the message names the URL).
+    """
+
+    def __init__(self, url: str) -> None:
+        import tensorflow as tf
+
+        self.url = url.rstrip("/")
+        self._gfile = tf.io.gfile
+        try:
+            self._gfile.makedirs(self.url)
+        except tf.errors.UnimplementedError as err:
+            scheme = self.url.partition("://")[0]
+            raise OSError(
+                f"TensorFlow has no filesystem for '{scheme}://' ({err.message.strip()}; for s3:// and hdfs:// "
+                "pip install tensorflow-io)"
+            ) from None
+
+    def put(self, local: Path, rel: str) -> None:
+        target = f"{self.url}/{rel}"
+        self._gfile.makedirs(target.rpartition("/")[0])
+        if self._gfile.exists(target):  # TensorFlow's ram:// appends to a file written over: replace it
+            self._gfile.remove(target)
+        self._gfile.copy(str(local), target)
+
+    def remove(self, rel: str) -> None:
+        target = f"{self.url}/{rel}"
+        if self._gfile.exists(target):
+            self._gfile.remove(target)
