@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Collection
 from pathlib import Path
@@ -16,7 +17,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
-from fitprof.window import WindowPipeline
+from fitprof.window import EpochLog, WindowPipeline, every_key
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,18 @@ class FitProfiler(keras.callbacks.Callback):
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
         ranks: int | Collection[int] | None = None,
+        verbose: bool = True,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
     ) -> None:
         super().__init__()
         log_dir = _config.normalize_log_dir(log_dir)
+        self.verbose = _config.check_flag("verbose", verbose)
+        self.torch_options = _config.torch_options(
+            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops
+        )
         self.ranks = _config.check_ranks(ranks)
         self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
@@ -100,6 +110,11 @@ class FitProfiler(keras.callbacks.Callback):
         self.backend = backend
         self.log_dir = log_dir
         self._warn_once = WarnOnce(_warn)
+        if backend == "tensorflow" and any(self.torch_options.values()):
+            on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
+            self._warn_once(
+                "torch-options", f"FitProfiler: {on} apply to the torch backend only; ignored on TensorFlow."
+            )
         self._pipeline = WindowPipeline(
             top_k=self.config.top_k,
             max_trace_mb=self.max_trace_mb,
@@ -116,6 +131,8 @@ class FitProfiler(keras.callbacks.Callback):
         self._epoch_profiled = False
         self._in_flush = False
         self._rank, self._world = 0, 1
+        self._logged: dict[int, dict[str, float]] = {}  # epoch -> the scalars it published
+        self._csv_loggers: list[Any] = []  # the fit's CSVLoggers, whose columns are fixed at their first epoch
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -139,7 +156,9 @@ class FitProfiler(keras.callbacks.Callback):
             return TFProfileWindow(self.log_dir, epoch=self._epoch, rank=self._rank, world=self._world)
         from fitprof.keras._torch_backend import TorchKerasWindow
 
-        return TorchKerasWindow(self.log_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once)
+        return TorchKerasWindow(
+            self.log_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once, options=self.torch_options
+        )
 
     def _open_window(self) -> None:
         window = self._new_window()
@@ -213,6 +232,8 @@ class FitProfiler(keras.callbacks.Callback):
             self._close_window()
         self._pipeline.clear()
         self._closed = {}
+        self._logged = {}
+        self._csv_loggers = _csv_loggers(sys._getframe(1))
         self._steps_seen = 0
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         from fitprof.keras._distributed import rank_and_world
@@ -278,8 +299,13 @@ class FitProfiler(keras.callbacks.Callback):
             )
             self._close_window()
         self._armed = False
-        if not self._epoch_profiled or epoch in self.reports:
-            return  # not a profiled epoch, or already flushed after an exception
+        if self._epoch_profiled and epoch not in self.reports:  # not flushed already after an exception
+            self._logged[epoch] = self._analyze_and_publish(epoch)
+        if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
+            logs.update(every_key(self._logged.get(epoch, {}), self.config.top_k, self._world))
+            _no_val_columns(self._csv_loggers, logs)
+
+    def _analyze_and_publish(self, epoch: int) -> dict[str, float]:
         report = None
         closed = self._closed.pop(epoch, None)
         if closed is not None:
@@ -296,22 +322,24 @@ class FitProfiler(keras.callbacks.Callback):
             )
         # Every rank takes part in the gather, with or without a report of its own, so it always completes.
         gather = self._gather if self._world > 1 and not self._in_flush else None
-        scalars = self._pipeline.publish(
+        return self._pipeline.publish(
             epoch, report, rank=self._rank, world_size=self._world, gather=gather, log=self._log
         )
-        if logs is not None:
-            logs.update(scalars)
 
     def _gather(self, vector: list[float]) -> list[list[float]]:
         from fitprof.keras import _distributed
 
         return _distributed.all_gather_vectors(self.model, self.backend, vector, self._world)
 
-    def _log(self, scalars: dict[str, float], text: str) -> None:
-        """Write the scalars and the summary to fitprof's event file in ``log_dir`` (rank 0, step = epoch)."""
+    def _log(self, entry: EpochLog) -> None:
+        """Rank 0: write the scalars (by rank and, for TensorBoard, the operators by name) and the summary to
+        fitprof's event file in ``log_dir`` (step = epoch); print the one-line summary when ``verbose`` and
+        ``fit(verbose != 0)``."""
+        if self.verbose and (self.params or {}).get("verbose", 1) != 0:
+            print(entry.line, flush=True)
         try:
-            self._events.scalars(scalars, step=self._epoch)
-            self._events.text(metrics.SUMMARY_TAG, text, step=self._epoch)
+            self._events.scalars({**entry.scalars, **entry.op_scalars}, step=entry.epoch)
+            self._events.text(metrics.SUMMARY_TAG, entry.text, step=entry.epoch)
             self._events.flush()
         except OSError as err:
             self._warn_once("write", f"FitProfiler: could not write summaries to {self.log_dir}: {err}")
@@ -327,6 +355,37 @@ class FitProfiler(keras.callbacks.Callback):
                 f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
             )
         self._events.close()
+
+
+def _csv_loggers(frame: Any) -> list[Any]:
+    """The ``keras.callbacks.CSVLogger`` instances of the fit, read from the ``CallbackList`` that called
+    ``on_train_begin`` (``frame`` is its frame); empty when the caller is something else."""
+    try:
+        caller = frame.f_locals.get("self")
+        if not isinstance(caller, keras.callbacks.CallbackList):
+            return []
+        return [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.CSVLogger)]
+    except Exception:
+        return []
+
+
+def _no_val_columns(csv_loggers: list[Any], logs: dict[str, Any]) -> None:
+    """Keep ``val_fitprof/*`` columns out of a ``CSVLogger`` placed after FitProfiler.
+
+    At its first epoch end ``CSVLogger`` fixes its columns to the sorted keys of ``logs`` and, when none starts
+    with ``val_`` (no validation in that epoch), adds ``val_<key>`` for every key (keras 3.15
+    ``callbacks/csv_logger.py``): columns that stay ``NA`` for fitprof's keys, since validation is never
+    profiled. For each CSVLogger that has not fixed its columns yet, set them as it would, without the
+    ``val_fitprof/*`` ones. A CSVLogger placed before FitProfiler has fixed them already and is left alone."""
+    keys = sorted(logs)
+    if any(k.startswith("val_") for k in keys):
+        return  # CSVLogger adds nothing
+    for cb in csv_loggers:
+        try:
+            if cb.keys is None:
+                cb.keys = keys + [f"val_{k}" for k in keys if not k.startswith(metrics.PREFIX)]
+        except Exception:
+            continue
 
 
 def _warn(message: str) -> None:
