@@ -34,8 +34,10 @@ class FitProfiler(keras.callbacks.Callback):
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
       ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and
-      ``fitprof/top_ops/<op name>`` (ms per step) as TensorBoard scalars in ``log_dir`` (step = epoch) and in
-      the epoch ``logs`` dict, so ``History`` and callbacks placed after this one (``CSVLogger``) see them;
+      ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
+      scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
+      was profiled), so ``History`` and callbacks placed after this one (``CSVLogger``) see the same keys every
+      epoch; TensorBoard also gets ``fitprof/top_ops/<op name>``;
     * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``);
     * under ``MultiWorkerMirroredStrategy`` (one rank per worker): the cross-rank means of the figures above,
       plus ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, the rank each belongs to
@@ -69,6 +71,14 @@ class FitProfiler(keras.callbacks.Callback):
             (``fitprof/ranks_reported`` counts the ranks that profiled). ``ranks=[0]`` avoids a TensorFlow 2.21
             profiler bug that can abort a non-chief worker when its window stops (see the README, "Distributed
             training"); a warning names it on such a worker.
+        verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
+            verdict; :func:`fitprof.window.summary_line`). Also quiet under ``fit(verbose=0)``.
+        record_shapes: torch backend only (ignored, with one warning, on TensorFlow): record operator input
+            shapes (``torch.profiler.profile(record_shapes=...)``).
+        profile_memory: torch only: record allocations and frees.
+        with_stack: torch only: record Python and C++ stacks (the largest traces).
+        with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
+            recorded). The four are off by default; their measured cost is in the README.
 
     Raises:
         ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,

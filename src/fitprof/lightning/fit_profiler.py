@@ -61,11 +61,13 @@ class FitProfiler(Callback):
     rank's device otherwise), also when its window was empty or its analysis failed, so the collective always
     completes. Rank 0 logs the cross-rank figures.
 
-    Logged metrics (rank zero, at ``on_train_epoch_end``, ``step=trainer.global_step``; see
-    :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``,
-    ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``, ``fitprof/collective_percent``,
-    ``fitprof/steps_analyzed`` and ``fitprof/top_ops/<op>`` (ms per step); with a ``TensorBoardLogger``
-    also the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
+    Logged metrics (``pl_module.log`` in ``on_train_epoch_end`` of each profiled epoch, on every rank with the
+    same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
+    epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
+    (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
+    ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and ``fitprof/top_op_<i>_ms`` (ms per step, the
+    i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
+    the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
     are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
     ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, their ``..._max_rank`` (global rank) and
     ``fitprof/ranks_reported`` are added (:func:`fitprof.cross_rank.combine`); the summary starts with a line
@@ -89,6 +91,13 @@ class FitProfiler(Callback):
             profiles every rank (rank 0 warns when none of them exists in the run). A
             rank left out opens no window but still takes part in the epoch-end all-gather
             (``fitprof/ranks_reported`` counts the ranks that profiled).
+        verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
+            verdict; :func:`fitprof.window.summary_line`).
+        record_shapes: torch only: record operator input shapes (``torch.profiler.profile(record_shapes=...)``).
+        profile_memory: torch only: record allocations and frees.
+        with_stack: torch only: record Python and C++ stacks (the largest traces).
+        with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
+            recorded). The four are off by default; their measured cost is in the README.
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
