@@ -44,6 +44,7 @@ def _one(option: str, root: Path) -> tuple[int, int, float]:
     g = torch.Generator().manual_seed(0)
     ds = torch.utils.data.TensorDataset(torch.randn(12 * 32, 64, generator=g), torch.randint(0, 10, (12 * 32,)))
     trainer = pl.Trainer(
+        callbacks=[fp],
         max_epochs=1,
         logger=False,
         enable_progress_bar=False,

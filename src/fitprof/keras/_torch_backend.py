@@ -8,9 +8,7 @@ fetch and one step, so step time and input share keep their meaning.
 
 The fetch is Keras's ``TorchEpochIterator.__next__`` (``keras/src/trainers/epoch_iterator.py``): it resumes
 Keras's step generator and calls ``next()`` on a torch ``DataLoader`` wrapped around the data adapter's
-iterator. torch annotates only that inner ``DataLoader.__next__``; with ``PyDataset(workers>0,
-use_multiprocessing=False)`` the main thread also waits outside it (for the GIL, held by the worker threads'
-Python code). While a window is open, :class:`TorchKerasWindow` wraps the whole fetch in
+iterator. torch annotates only that inner ``DataLoader.__next__``. While a window is open, :class:`TorchKerasWindow` wraps the whole fetch in
 :data:`INPUT_ANNOTATION`, a ``DataLoader``-style name that the Kineto reader files as input (nested spans are
 united, never counted twice). Outside the window nothing is wrapped. The ``.xplane.pb`` is written at the
 epoch's end by :class:`fitprof.window.WindowPipeline`, as for Lightning.
