@@ -365,6 +365,7 @@ class FitProfiler(keras.callbacks.Callback):
                 f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
             )
         self._events.close()
+        self._csv_loggers = []  # hold no other callback (or its open file) past the fit: deepcopy / pickle
 
 
 def _csv_loggers(frame: Any) -> list[Any]:
