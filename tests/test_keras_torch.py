@@ -19,6 +19,7 @@ pytest.importorskip("torch")
 pytest.importorskip("keras")
 
 import fitprof
+from fitprof.keras._torch_backend import INPUT_ANNOTATION
 
 SCRIPT = textwrap.dedent(
     """
@@ -77,7 +78,8 @@ def test_same_scalars_as_tensorflow_backend(torch_run: dict) -> None:
     for epoch, scalars in torch_run["reports"].items():
         logged = acc.Tensors("fitprof/step_time_ms")[int(epoch)]
         assert float(tensor_util.make_ndarray(logged.tensor_proto)) == pytest.approx(scalars["fitprof/step_time_ms"])
-        assert any(k.startswith("fitprof/top_ops/aten::") for k in scalars)
+        assert "fitprof/top_op_1_ms" in scalars  # logs: operators by rank; TensorBoard: also by name
+    assert any(t.startswith("fitprof/top_ops/aten::") for t in tags)
     assert "fitprof/input_percent" in torch_run["history_keys"]
 
 
@@ -89,9 +91,12 @@ def test_traces_and_xspace_per_window(torch_run: dict) -> None:
         assert trace.endswith(".pt.trace.json.gz") and "_rank0." in trace
         report = fitprof.analyze(trace)
         assert report.steps_analyzed == 4
-        # Every step span holds exactly one DataLoader fetch (Keras's torch DataLoader).
+        # Every step span holds exactly one fetch: Keras's whole fetch (fitprof's annotation) around torch's
+        # DataLoader span.
         table = fitprof.read_trace(trace)
-        assert (table["kind"] == "input").sum() == 4
+        inputs = table[table["kind"] == "input"]
+        assert (inputs["name"] == INPUT_ANNOTATION).sum() == 4
+        assert inputs["name"].str.startswith("enumerate(DataLoader)#_SingleProcessDataLoaderIter").sum() == 4
         assert report.scalars()["fitprof/step_time_ms"] == pytest.approx(
             torch_run["reports"][epoch]["fitprof/step_time_ms"]
         )

@@ -117,6 +117,33 @@ def check_positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+TORCH_OPTIONS = ("record_shapes", "profile_memory", "with_stack", "with_flops")
+"""The ``torch.profiler.profile`` options both torch-backed callbacks pass through (off by default)."""
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool.
+
+    Raises:
+        TypeError: if it is not a bool (``0`` / ``1`` / ``None`` are refused: say ``True`` or ``False``).
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r} of type {type(value).__name__}")
+    return value
+
+
+def torch_options(**options: Any) -> dict[str, bool]:
+    """Check the torch profiler options (:data:`TORCH_OPTIONS`, each a bool) and return them by name.
+
+    Raises:
+        TypeError: for a value that is not a bool, or a name not in :data:`TORCH_OPTIONS`.
+    """
+    unknown = set(options) - set(TORCH_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown torch profiler options {sorted(unknown)}; allowed: {list(TORCH_OPTIONS)}")
+    return {name: check_flag(name, value) for name, value in options.items()}
+
+
 def check_optional_limit(name: str, value: Any, *, integer: bool) -> Any:
     """``None``, or a number > 0 (an int >= 1 when ``integer``).
 

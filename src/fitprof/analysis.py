@@ -132,7 +132,8 @@ class BottleneckReport:
     """``top_host_op``'s self time over step time (%)."""
 
     def scalars(self) -> dict[str, float]:
-        """The figures under their logged keys (``fitprof/step_time_ms``, ..., ``fitprof/top_ops/<op>``)."""
+        """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
+        ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<len(top_ops)>_ms`` (ms per step; see :mod:`fitprof.metrics`)."""
         out = {
             metrics.STEP_TIME_MS.key: self.step_time_ms,
             metrics.INPUT_PERCENT.key: self.input_percent,
@@ -141,9 +142,14 @@ class BottleneckReport:
             metrics.COLLECTIVE_PERCENT.key: self.collective_percent,
             metrics.STEPS_ANALYZED.key: float(self.steps_analyzed),
         }
-        for op in self.top_ops:
-            out[metrics.top_op_key(op.name)] = op.self_ms_per_step
+        for i, op in enumerate(self.top_ops, start=1):
+            out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
         return out
+
+    def op_scalars(self) -> dict[str, float]:
+        """The top operators' self time per step (ms) under their names, ``fitprof/top_ops/<op name>``: the
+        TensorBoard-only keys (see :data:`fitprof.metrics.TOP_OP`)."""
+        return {metrics.top_op_key(op.name): op.self_ms_per_step for op in self.top_ops}
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (``top_ops`` as a list of dicts)."""
@@ -218,12 +224,12 @@ class BottleneckReport:
         if self.top_ops:
             lines += [
                 "",
-                f"| operator ({self.op_time_source} self time) | ms/step | % of step |",
-                "|---|---:|---:|",
+                f"| # | operator ({self.op_time_source} self time) | ms/step | % of step |",
+                "|---:|---|---:|---:|",
             ]
-            lines += [
-                f"| {one_line(o.name).replace('|', chr(92) + '|')} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |"
-                for o in self.top_ops
+            lines += [  # '#' is the i of the logged key fitprof/top_op_<i>_ms
+                f"| {i} | {one_line(o.name).replace('|', chr(92) + '|')} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |"
+                for i, o in enumerate(self.top_ops, start=1)
             ]
         lines += [f"\n_{w}_" for w in self.warnings]
         return "\n".join(lines)

@@ -42,6 +42,8 @@ STEP_TIME_MS_MAX_RANK = metrics.PREFIX + "step_time_ms_max_rank"
 INPUT_PERCENT_MAX = metrics.PREFIX + "input_percent_max"
 INPUT_PERCENT_MAX_RANK = metrics.PREFIX + "input_percent_max_rank"
 RANKS_REPORTED = metrics.PREFIX + "ranks_reported"
+EXTRA_KEYS = (STEP_TIME_MS_MAX, STEP_TIME_MS_MAX_RANK, INPUT_PERCENT_MAX, INPUT_PERCENT_MAX_RANK, RANKS_REPORTED)
+"""The keys :func:`combine` adds to the usual figures."""
 
 STRAGGLER_INPUT_SPREAD = 10.0
 """Input-share spread (percentage points) above which the most input-bound rank is named the straggler."""

@@ -54,13 +54,22 @@ STEPS_ANALYZED = Metric(
     "steps",
     "Number of training steps the figures of this epoch are computed from.",
 )
+TOP_OP_RANKED = Metric(
+    PREFIX + "top_op_<i>_ms",
+    "ms per step",
+    "Self time per step of the i-th operator (1 = the largest, i = 1..`top_k`) ranked by self time: device "
+    "self time (kernels attributed to the operator that launched them) when the trace has device events, host "
+    "self time (duration less nested operators) otherwise. Step markers and user annotations are never "
+    "operators. The key names the rank, not the operator, so the same keys come every epoch (History, CSV "
+    "columns, monitors); the names are in the text summary and in `fitprof/top_ops/<op name>`.",
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
     "ms per step",
-    "Self time per step of each of the `top_k` operators ranked by self time: device self time (kernels "
-    "attributed to the operator that launched them) when the trace has device events, host self time "
-    "(duration less nested operators) otherwise. Step markers and user annotations are never operators.",
+    "The same self time per step under the operator's name: TensorBoard only (the Keras event file, the "
+    "Lightning `TensorBoardLogger`), where a key that comes and goes between epochs costs nothing and each "
+    "operator keeps its own curve. Never in Keras `logs` nor Lightning's logged metrics.",
 )
 SUMMARY_TAG = PREFIX + "summary"
 
@@ -71,8 +80,24 @@ ALL: tuple[Metric, ...] = (
     HTOD_PERCENT,
     COLLECTIVE_PERCENT,
     STEPS_ANALYZED,
+    TOP_OP_RANKED,
     TOP_OP,
 )
+
+BASE_KEYS: tuple[str, ...] = (
+    STEP_TIME_MS.key,
+    INPUT_PERCENT.key,
+    HTOD_MS_PER_STEP.key,
+    HTOD_PERCENT.key,
+    COLLECTIVE_PERCENT.key,
+    STEPS_ANALYZED.key,
+)
+"""The keys every analysed window logs, whatever its operators."""
+
+
+def top_op_rank_key(i: int) -> str:
+    """The stable key of the i-th operator by self time (1-based): ``fitprof/top_op_<i>_ms``."""
+    return f"{PREFIX}top_op_{i}_ms"
 
 
 def top_op_key(op_name: str) -> str:

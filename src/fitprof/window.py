@@ -13,8 +13,13 @@ For each profiled window, at the end of its epoch:
    delete the trace files of windows beyond ``keep_last_windows``;
 2. :meth:`WindowPipeline.publish`, on every rank that marked the epoch (with or without a report, so the
    collective always completes): gather every rank's figures (:func:`fitprof.cross_rank.pack`) with the
-   adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 hand the scalars and
-   the Markdown summary to the adapter's ``log``. Non-finite figures (a window without steps) are never logged.
+   adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 hand an
+   :class:`EpochLog` (the scalars, the named operator scalars for TensorBoard, the Markdown summary and the
+   one-line summary) to the adapter's ``log``. Non-finite figures (a window without steps) are never logged.
+
+The logged keys are the same in every epoch (:func:`logged_keys`): the operators go by rank
+(``fitprof/top_op_<i>_ms``), so ``History``, ``CSVLogger`` columns and ``monitor=`` keys never come and go; only
+TensorBoard also gets them by name (``fitprof/top_ops/<op name>``), where a key that comes and goes costs nothing.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import fitprof
-from fitprof import cross_rank
+from fitprof import cross_rank, metrics
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce
@@ -37,8 +43,71 @@ from fitprof.traces import trace_format
 
 Gather = Callable[[list[float]], list[list[float]]]
 """All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
-Log = Callable[[dict[str, float], str], None]
-"""Log the scalars and the Markdown summary of one epoch (rank 0 only)."""
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    """What rank 0 logs at the end of one profiled epoch.
+
+    Attributes:
+        epoch: the 0-based epoch.
+        scalars: the figures under the stable keys of :func:`logged_keys` (finite values only).
+        op_scalars: the top operators under their names, ``fitprof/top_ops/<op name>`` (ms per step), for
+            TensorBoard only.
+        text: the Markdown summary (verdict, advice, operator table) for TensorBoard's Text tab.
+        line: the one-line summary printed on rank 0 (:func:`summary_line`).
+    """
+
+    epoch: int
+    scalars: dict[str, float]
+    op_scalars: dict[str, float] = field(default_factory=dict)
+    text: str = ""
+    line: str = ""
+
+
+Log = Callable[[EpochLog], None]
+"""Log one epoch's :class:`EpochLog` (rank 0 only)."""
+
+
+def logged_keys(top_k: int, world_size: int = 1) -> tuple[str, ...]:
+    """Every scalar key a callback logs for an epoch, in order: the same set in every epoch of a fit.
+
+    Args:
+        top_k: how many operators are ranked (``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms``).
+        world_size: with more than one rank, the cross-rank keys (``fitprof/step_time_ms_max``, ...) follow.
+    """
+    keys = metrics.BASE_KEYS + tuple(metrics.top_op_rank_key(i) for i in range(1, top_k + 1))
+    return keys + (cross_rank.EXTRA_KEYS if world_size > 1 else ())
+
+
+def every_key(scalars: dict[str, float], top_k: int, world_size: int = 1) -> dict[str, float]:
+    """``scalars`` with every key of :func:`logged_keys`, NaN where this epoch has no figure (not profiled, no
+    step analysed, fewer operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
+    out = {key: math.nan for key in logged_keys(top_k, world_size)}
+    out.update(scalars)
+    return out
+
+
+def summary_line(epoch: int, scalars: dict[str, float], report: BottleneckReport | None) -> str:
+    """The one line printed per profiled epoch on rank 0, e.g.
+    ``fitprof epoch 3: 12.40 ms/step, input 71.8%, HtoD 0.0%, top op aten::mm 2.10 ms -> input-bound``.
+
+    The figures are those logged (cross-rank means with several ranks); the top operator and the verdict are
+    rank 0's own report's (left out when rank 0 has none).
+    """
+    parts = [f"fitprof epoch {epoch}: {scalars.get(metrics.STEP_TIME_MS.key, math.nan):.2f} ms/step"]
+    parts.append(f"input {scalars.get(metrics.INPUT_PERCENT.key, math.nan):.1f}%")
+    parts.append(f"HtoD {scalars.get(metrics.HTOD_PERCENT.key, math.nan):.1f}%")
+    ranks = scalars.get(cross_rank.RANKS_REPORTED)
+    if ranks is not None:
+        parts.append(f"means over {int(ranks)} ranks")
+    line = ", ".join(parts)
+    if report is not None:
+        if report.top_ops:
+            top = report.top_ops[0]
+            line += f", top op {top.name} {top.self_ms_per_step:.2f} ms"
+        line += f" -> {report.verdict}"
+    return line
 
 
 class WindowPipeline:
@@ -163,7 +232,7 @@ class WindowPipeline:
         gather: Gather | None,
         log: Log,
     ) -> dict[str, float]:
-        """Gather and combine the ranks' figures, and log them on rank 0.
+        """Gather and combine the ranks' figures, and log them on rank 0 (one :class:`EpochLog` to ``log``).
 
         Call it on every rank at the end of every profiled epoch (``gather`` None: no cross-rank figures, e.g. a
         single process, or a flush after an exception, when the other ranks may be anywhere).
@@ -196,5 +265,6 @@ class WindowPipeline:
         if combined and vectors is not None:
             own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
             text = f"{cross_rank.summary_line(vectors, combined, world_size)}\n\n{own}\n\n{text}".rstrip()
-        log(scalars, text)
+        ops = {} if report is None else {k: v for k, v in report.op_scalars().items() if math.isfinite(v)}
+        log(EpochLog(epoch, scalars, ops, text, summary_line(epoch, scalars, report)))
         return scalars

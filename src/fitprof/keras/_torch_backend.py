@@ -4,7 +4,13 @@
 
 On the torch backend Keras fetches each batch in Python before ``on_train_batch_begin``, so a step span
 ``[begin(n), begin(n+1))`` holds step ``n``'s compute and step ``n+1``'s fetch: every span still holds one
-fetch and one step, so step time and input share keep their meaning. The ``.xplane.pb`` is written at the
+fetch and one step, so step time and input share keep their meaning.
+
+The fetch is Keras's ``TorchEpochIterator.__next__`` (``keras/src/trainers/epoch_iterator.py``): it resumes
+Keras's step generator and calls ``next()`` on a torch ``DataLoader`` wrapped around the data adapter's
+iterator. torch annotates only that inner ``DataLoader.__next__``. While a window is open, :class:`TorchKerasWindow` wraps the whole fetch in
+:data:`INPUT_ANNOTATION`, a ``DataLoader``-style name that the Kineto reader files as input (nested spans are
+united, never counted twice). Outside the window nothing is wrapped. The ``.xplane.pb`` is written at the
 epoch's end by :class:`fitprof.window.WindowPipeline`, as for Lightning.
 """
 
@@ -12,20 +18,71 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
+
+from torch.autograd.profiler import record_function
 
 from fitprof._session import new_session_dir
 from fitprof._warn import WarnOnce
 from fitprof.profilers.torch import TorchProfileWindow, profiler_running
 
+INPUT_ANNOTATION = "enumerate(DataLoader)#keras.TorchEpochIterator.__next__"
+"""The span around each batch fetch of Keras's torch fit loop while a window is open: the Kineto reader files
+``enumerate(DataLoader)#...__next__`` spans as input (:data:`fitprof.traces._table.Kind.INPUT`)."""
+
+
+class _FetchAnnotation:
+    """Wrap ``TorchEpochIterator.__next__`` in :data:`INPUT_ANNOTATION` between :meth:`install` and
+    :meth:`uninstall` (the class attribute is set and then restored, so nothing is left behind)."""
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self._cls: Any = None
+        self._own: Any = self._MISSING
+
+    def install(self) -> None:
+        try:
+            from keras.src.backend.torch.trainer import TorchEpochIterator
+        except Exception:  # Keras moved it: torch's own DataLoader span still counts the inner fetch
+            return
+        if getattr(TorchEpochIterator.__next__, "_fitprof_input", False):
+            return
+        inherited = TorchEpochIterator.__next__
+
+        def __next__(iterator: Any) -> Any:
+            with record_function(INPUT_ANNOTATION):
+                return inherited(iterator)
+
+        __next__._fitprof_input = True  # type: ignore[attr-defined]
+        self._own = TorchEpochIterator.__dict__.get("__next__", self._MISSING)
+        self._cls = TorchEpochIterator
+        TorchEpochIterator.__next__ = __next__
+
+    def uninstall(self) -> None:
+        cls, self._cls = self._cls, None
+        if cls is None:
+            return
+        if self._own is self._MISSING:
+            del cls.__next__
+        else:
+            cls.__next__ = self._own
+        self._own = self._MISSING
+
 
 class TorchKerasWindow:
     """One profiled window of a Keras model on the torch backend."""
 
-    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, warn: WarnOnce) -> None:
+    def __init__(
+        self, log_dir: str, *, epoch: int, rank: int = 0, warn: WarnOnce, options: dict[str, bool] | None = None
+    ) -> None:
+        """``options``: the ``torch.profiler.profile`` flags (``record_shapes``, ``profile_memory``,
+        ``with_stack``, ``with_flops``), passed to :class:`~fitprof.profilers.torch.TorchProfileWindow`."""
         self._log_dir = log_dir
         self._epoch = epoch
         self._rank = rank
-        self._window = TorchProfileWindow(warn=warn)
+        self._window = TorchProfileWindow(warn=warn, **(options or {}))
+        self._fetch = _FetchAnnotation()
         self.session_dir: Path | None = None
         self._trace: Path | None = None
 
@@ -39,6 +96,7 @@ class TorchKerasWindow:
             session.rmdir()
             raise RuntimeError("the torch profiler did not start")
         self.session_dir = session
+        self._fetch.install()
 
     def begin_step(self, step: int) -> None:
         self._window.begin_step(step)
@@ -53,6 +111,7 @@ class TorchKerasWindow:
         Raises:
             RuntimeError: if the profiler could not stop or export.
         """
+        self._fetch.uninstall()
         path = self._window.stop(drop_open_step=drop_open_step)
         if path is None:
             raise RuntimeError("the torch profiler exported no trace")
@@ -67,4 +126,5 @@ class TorchKerasWindow:
             self._trace = None
 
     def abort(self) -> None:
+        self._fetch.uninstall()
         self._window.stop(export=False)

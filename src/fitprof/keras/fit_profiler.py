@@ -17,7 +17,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
-from fitprof.window import WindowPipeline
+from fitprof.window import EpochLog, WindowPipeline, every_key
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,10 @@ class FitProfiler(keras.callbacks.Callback):
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
       ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and
-      ``fitprof/top_ops/<op name>`` (ms per step) as TensorBoard scalars in ``log_dir`` (step = epoch) and in
-      the epoch ``logs`` dict, so ``History`` and callbacks placed after this one (``CSVLogger``) see them;
+      ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
+      scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
+      was profiled), so ``History`` and callbacks placed after this one (``CSVLogger``) see the same keys every
+      epoch; TensorBoard also gets ``fitprof/top_ops/<op name>``;
     * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``);
     * under ``MultiWorkerMirroredStrategy`` (one rank per worker): the cross-rank means of the figures above,
       plus ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, the rank each belongs to
@@ -76,6 +78,14 @@ class FitProfiler(keras.callbacks.Callback):
             (``fitprof/ranks_reported`` counts the ranks that profiled). ``ranks=[0]`` avoids a TensorFlow 2.21
             profiler bug that can abort a non-chief worker when its window stops (see the README, "Distributed
             training"); a warning names it on such a worker.
+        verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
+            verdict; :func:`fitprof.window.summary_line`). Also quiet under ``fit(verbose=0)``.
+        record_shapes: torch backend only (ignored, with one warning, on TensorFlow): record operator input
+            shapes (``torch.profiler.profile(record_shapes=...)``).
+        profile_memory: torch only: record allocations and frees.
+        with_stack: torch only: record Python and C++ stacks (the largest traces).
+        with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
+            recorded). The four are off by default; their measured cost is in the README.
 
     Raises:
         ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,
@@ -92,9 +102,18 @@ class FitProfiler(keras.callbacks.Callback):
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
         ranks: int | Collection[int] | None = None,
+        verbose: bool = True,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
     ) -> None:
         super().__init__()
         log_dir = _config.normalize_log_dir(log_dir)
+        self.verbose = _config.check_flag("verbose", verbose)
+        self.torch_options = _config.torch_options(
+            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops
+        )
         self.ranks = _config.check_ranks(ranks)
         self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
@@ -108,6 +127,9 @@ class FitProfiler(keras.callbacks.Callback):
         self.backend = backend
         self.log_dir = log_dir
         self._warn_once = WarnOnce()
+        if backend == "tensorflow" and any(self.torch_options.values()):
+            on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
+            self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on TensorFlow.")
         self._pipeline = WindowPipeline(
             top_k=self.config.top_k,
             max_trace_mb=self.max_trace_mb,
@@ -127,6 +149,8 @@ class FitProfiler(keras.callbacks.Callback):
         self._epoch_profiled = False
         self._in_flush = False
         self._rank, self._world = 0, 1
+        self._logged: dict[int, dict[str, float]] = {}  # epoch -> the scalars it published
+        self._csv_loggers: list[Any] = []  # the fit's CSVLoggers, whose columns are fixed at their first epoch
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -150,7 +174,9 @@ class FitProfiler(keras.callbacks.Callback):
             return TFProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world)
         from fitprof.keras._torch_backend import TorchKerasWindow
 
-        return TorchKerasWindow(self._run_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once)
+        return TorchKerasWindow(
+            self._run_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once, options=self.torch_options
+        )
 
     def _open_window(self) -> None:
         window = self._new_window()
@@ -265,6 +291,8 @@ class FitProfiler(keras.callbacks.Callback):
             self._close_window()
         self._pipeline.clear()
         self._closed = {}
+        self._logged = {}
+        self._csv_loggers = _csv_loggers(sys._getframe(1))
         self._steps_seen = 0
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         self._open_run_dir()
@@ -352,8 +380,13 @@ class FitProfiler(keras.callbacks.Callback):
             )
             self._close_window()
         self._armed = False
-        if not self._epoch_profiled or epoch in self.reports:
-            return  # not a profiled epoch, or already flushed after an exception
+        if self._epoch_profiled and epoch not in self.reports:  # not flushed already after an exception
+            self._logged[epoch] = self._analyze_and_publish(epoch)
+        if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
+            logs.update(every_key(self._logged.get(epoch, {}), self.config.top_k, self._world))
+            _no_val_columns(self._csv_loggers, logs)
+
+    def _analyze_and_publish(self, epoch: int) -> dict[str, float]:
         report = None
         closed = self._closed.pop(epoch, None)
         if closed is not None:
@@ -370,24 +403,27 @@ class FitProfiler(keras.callbacks.Callback):
             )
         # Every rank takes part in the gather, with or without a report of its own, so it always completes.
         gather = self._gather if self._world > 1 and not self._in_flush else None
-        scalars = self._pipeline.publish(
+        logged = self._pipeline.publish(
             epoch, report, rank=self._rank, world_size=self._world, gather=gather, log=self._log
         )
-        if logs is not None:
-            logs.update(scalars)
         if closed is not None and (self._mirror is None or self._mirror.sync()):
             self._say_where(epoch, self.log_dir, closed[0].session_dir)
+        return logged
 
     def _gather(self, vector: list[float]) -> list[list[float]]:
         from fitprof.keras import _distributed
 
         return _distributed.all_gather_vectors(self.model, self.backend, vector, self._world)
 
-    def _log(self, scalars: dict[str, float], text: str) -> None:
-        """Write the scalars and the summary to fitprof's event file in ``log_dir`` (rank 0, step = epoch)."""
+    def _log(self, entry: EpochLog) -> None:
+        """Rank 0: write the scalars (by rank and, for TensorBoard, the operators by name) and the summary to
+        fitprof's event file in ``log_dir`` (step = epoch); print the one-line summary when ``verbose`` and
+        ``fit(verbose != 0)``."""
+        if self.verbose and (self.params or {}).get("verbose", 1) != 0:
+            print(entry.line, flush=True)
         try:
-            self._events.scalars(scalars, step=self._epoch)
-            self._events.text(metrics.SUMMARY_TAG, text, step=self._epoch)
+            self._events.scalars({**entry.scalars, **entry.op_scalars}, step=entry.epoch)
+            self._events.text(metrics.SUMMARY_TAG, entry.text, step=entry.epoch)
             self._events.flush()
         except ModuleNotFoundError as err:  # the event-file writer is optional (Keras on torch needs no TensorFlow)
             self._warn_once(
@@ -421,6 +457,7 @@ class FitProfiler(keras.callbacks.Callback):
             )
         self._events.close()
         self._close_mirror()
+        self._csv_loggers = []  # hold no other callback (or its open file) past the fit: deepcopy / pickle
 
     def _open_run_dir(self) -> None:
         """A URL ``log_dir``: a fresh local staging folder for this fit, copied there through ``tf.io.gfile``
@@ -450,6 +487,37 @@ class FitProfiler(keras.callbacks.Callback):
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
+
+
+def _csv_loggers(frame: Any) -> list[Any]:
+    """The ``keras.callbacks.CSVLogger`` instances of the fit, read from the ``CallbackList`` that called
+    ``on_train_begin`` (``frame`` is its frame); empty when the caller is something else."""
+    try:
+        caller = frame.f_locals.get("self")
+        if not isinstance(caller, keras.callbacks.CallbackList):
+            return []
+        return [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.CSVLogger)]
+    except Exception:
+        return []
+
+
+def _no_val_columns(csv_loggers: list[Any], logs: dict[str, Any]) -> None:
+    """Keep ``val_fitprof/*`` columns out of a ``CSVLogger`` placed after FitProfiler.
+
+    At its first epoch end ``CSVLogger`` fixes its columns to the sorted keys of ``logs`` and, when none starts
+    with ``val_`` (no validation in that epoch), adds ``val_<key>`` for every key (keras 3.15
+    ``callbacks/csv_logger.py``): columns that stay ``NA`` for fitprof's keys, since validation is never
+    profiled. For each CSVLogger that has not fixed its columns yet, set them as it would, without the
+    ``val_fitprof/*`` ones. A CSVLogger placed before FitProfiler has fixed them already and is left alone."""
+    keys = sorted(logs)
+    if any(k.startswith("val_") for k in keys):
+        return  # CSVLogger adds nothing
+    for cb in csv_loggers:
+        try:
+            if cb.keys is None:
+                cb.keys = keys + [f"val_{k}" for k in keys if not k.startswith(metrics.PREFIX)]
+        except Exception:
+            continue
 
 
 _GUARDED_HOOKS = (

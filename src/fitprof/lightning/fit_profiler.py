@@ -16,14 +16,14 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof import _config, _fs
+from fitprof import _config, _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.torch import TorchProfileWindow
-from fitprof.window import WindowPipeline
+from fitprof.window import EpochLog, WindowPipeline
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,13 @@ class FitProfiler(Callback):
     rank's device otherwise), also when its window was empty or its analysis failed, so the collective always
     completes. Rank 0 logs the cross-rank figures.
 
-    Logged metrics (rank zero, at ``on_train_epoch_end``, ``step=trainer.global_step``; see
-    :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``,
-    ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``, ``fitprof/collective_percent``,
-    ``fitprof/steps_analyzed`` and ``fitprof/top_ops/<op>`` (ms per step); with a ``TensorBoardLogger``
-    also the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
+    Logged metrics (``pl_module.log`` in ``on_train_epoch_end`` of each profiled epoch, on every rank with the
+    same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
+    epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
+    (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
+    ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and ``fitprof/top_op_<i>_ms`` (ms per step, the
+    i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
+    the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
     are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
     ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, their ``..._max_rank`` (global rank) and
     ``fitprof/ranks_reported`` are added (:func:`fitprof.cross_rank.combine`); the summary starts with a line
@@ -98,6 +100,13 @@ class FitProfiler(Callback):
             profiles every rank (rank 0 warns when none of them exists in the run). A
             rank left out opens no window but still takes part in the epoch-end all-gather
             (``fitprof/ranks_reported`` counts the ranks that profiled).
+        verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
+            verdict; :func:`fitprof.window.summary_line`).
+        record_shapes: torch only: record operator input shapes (``torch.profiler.profile(record_shapes=...)``).
+        profile_memory: torch only: record allocations and frees.
+        with_stack: torch only: record Python and C++ stacks (the largest traces).
+        with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
+            recorded). The four are off by default; their measured cost is in the README.
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
@@ -127,9 +136,18 @@ class FitProfiler(Callback):
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
         keep_last_windows: int | None = None,
         ranks: int | Collection[int] | None = None,
+        verbose: bool = True,
+        record_shapes: bool = False,
+        profile_memory: bool = False,
+        with_stack: bool = False,
+        with_flops: bool = False,
     ) -> None:
         super().__init__()
         self.ranks = _config.check_ranks(ranks)
+        self.verbose = _config.check_flag("verbose", verbose)
+        self.torch_options = _config.torch_options(
+            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops
+        )
         self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
         self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
@@ -147,7 +165,7 @@ class FitProfiler(Callback):
         self.xplane_paths: dict[int, Path] = self._pipeline.xplane_paths
         self.analysis_seconds: dict[int, float] = self._pipeline.analysis_seconds
         self.cross_rank: dict[int, dict[str, float]] = self._pipeline.cross_rank
-        self._window = TorchProfileWindow(warn=self._warn_rank)
+        self._window = TorchProfileWindow(warn=self._warn_rank, **self.torch_options)
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         # hot-path state: plain ints and bools
@@ -279,7 +297,7 @@ class FitProfiler(Callback):
         report = None if path is None else self._analyze(self._epoch, path)
         if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
             self._epoch_profiled = False
-            self._publish(trainer, report, gather=_distributed())
+            self._publish(trainer, report, gather=_distributed(), pl_module=pl_module)
         if path is not None and self._mirror is not None:
             self._mirror.sync()
 
@@ -298,7 +316,7 @@ class FitProfiler(Callback):
             if path is not None and self._epoch not in self.reports:
                 report = self._analyze(self._epoch, path)
                 # No all-gather here: the other ranks may be anywhere (or gone); rank 0 logs its own figures.
-                self._publish(trainer, report, gather=False)
+                self._publish(trainer, report, gather=False, pl_module=None)
         except Exception as err:  # the user's exception matters more
             log.warning("fitprof: could not flush the window after an exception: %s", err)
         finally:
@@ -395,29 +413,72 @@ class FitProfiler(Callback):
             discard=lambda: shutil.rmtree(path.parent, ignore_errors=True),
         )
 
-    def _publish(self, trainer: pl.Trainer, report: BottleneckReport | None, *, gather: bool) -> None:
-        """Hand this epoch's report to the shared pipeline: cross-rank gather when ``gather``, log on rank 0."""
-        self._pipeline.publish(
+    def _publish(
+        self,
+        trainer: pl.Trainer,
+        report: BottleneckReport | None,
+        *,
+        gather: bool,
+        pl_module: pl.LightningModule | None,
+    ) -> None:
+        """Hand this epoch's report to the shared pipeline (cross-rank gather when ``gather``), then log.
+
+        From ``on_train_epoch_end`` (``pl_module`` given) every rank logs the scalars through
+        ``pl_module.log`` with the same, already gathered values (``sync_dist=False``): they reach
+        ``trainer.callback_metrics`` / ``logged_metrics`` on every rank (so ``EarlyStopping`` and
+        ``ModelCheckpoint(monitor=...)`` work under DDP) and every logger on rank 0, each row with its epoch. After
+        an exception (``pl_module`` None, where ``log`` is not allowed) rank 0 writes them to the loggers directly.
+        """
+        scalars = self._pipeline.publish(
             self._epoch,
             report,
             rank=self._rank,
             world_size=self._world_size,
             gather=(lambda vector: _all_gather(trainer, vector)) if gather else None,
-            log=lambda scalars, text: self._log(trainer, scalars, text),
+            log=lambda entry: self._log(trainer, pl_module, entry),
         )
+        if pl_module is None or not scalars:
+            return
+        try:
+            for key, value in scalars.items():
+                pl_module.log(
+                    key,
+                    value,
+                    prog_bar=key in _PROGRESS_BAR_KEYS,
+                    on_step=False,
+                    on_epoch=True,
+                    sync_dist=False,  # gathered already: the same value on every rank
+                    batch_size=1,
+                )
+        except Exception as err:
+            self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
 
-    def _log(self, trainer: pl.Trainer, scalars: dict[str, float], text: str) -> None:
-        """Log through every logger of the trainer; the summary goes to TensorBoard loggers' Text tab."""
+    def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, entry: EpochLog) -> None:
+        """Rank 0: the one-line summary (``verbose``), and for TensorBoard loggers the operators by name and the
+        Markdown summary (Text tab). Without ``pl_module`` (after an exception) also the scalars, to every
+        logger."""
+        if self.verbose:
+            if pl_module is not None:
+                pl_module.print(entry.line)
+            else:
+                print(entry.line, flush=True)
         for logger in trainer.loggers:
             try:
-                logger.log_metrics(scalars, step=trainer.global_step)
+                if pl_module is None:
+                    logger.log_metrics({**entry.scalars, "epoch": float(entry.epoch)}, step=trainer.global_step)
                 if isinstance(logger, TensorBoardLogger):
-                    logger.experiment.add_text(SUMMARY_TAG, text, global_step=trainer.global_step)
+                    for key, value in entry.op_scalars.items():
+                        logger.experiment.add_scalar(key, value, global_step=trainer.global_step)
+                    logger.experiment.add_text(SUMMARY_TAG, entry.text, global_step=trainer.global_step)
             except Exception as err:
                 self._warn_rank(
                     f"log-{type(logger).__name__}",
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
+
+
+_PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
+"""The figures also shown in Lightning's progress bar (``trainer.progress_bar_metrics``)."""
 
 
 def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:

@@ -71,12 +71,16 @@ class TorchProfileWindow:
     """Start, mark and stop one torch.profiler window at a time.
 
     The window records CPU activity, plus CUDA when a CUDA device is available. Nothing else is recorded by
-    default (no stacks, shapes or memory): a 5-step window of a small model is tens of KB gzipped.
+    default (no stacks, shapes, memory or FLOPs): a 5-step window of a small model is tens of KB gzipped. The
+    four options are ``torch.profiler.profile``'s own, as Lightning's ``PyTorchProfiler`` passes them; their
+    measured cost is in the README's arguments table.
 
     Args:
-        record_shapes: record operator input shapes (bigger traces).
-        profile_memory: record allocations (bigger traces).
-        with_stack: record Python stacks (traces ~20x bigger).
+        record_shapes: record operator input shapes (``Input Dims`` in each op's args).
+        profile_memory: record tensor allocations and frees (``[memory]`` instant events).
+        with_stack: record the Python and C++ stack of each operator (``python_function`` events).
+        with_flops: estimate the FLOPs of matrix multiplications and convolutions (``flops`` in each op's
+            args; torch records shapes for it).
         warn: the caller's :class:`~fitprof._warn.WarnOnce` (default: a new one that logs), so each distinct
             problem is warned once.
 
@@ -92,11 +96,13 @@ class TorchProfileWindow:
         record_shapes: bool = False,
         profile_memory: bool = False,
         with_stack: bool = False,
+        with_flops: bool = False,
         warn: WarnOnce | None = None,
     ) -> None:
         self.record_shapes = record_shapes
         self.profile_memory = profile_memory
         self.with_stack = with_stack
+        self.with_flops = with_flops
         self.warn_once = warn or WarnOnce(log.warning)
         self._prof: profile | None = None
         self._step: record_function | None = None
@@ -142,6 +148,7 @@ class TorchProfileWindow:
                 record_shapes=self.record_shapes,
                 profile_memory=self.profile_memory,
                 with_stack=self.with_stack,
+                with_flops=self.with_flops,
             )
             prof.start()
         except Exception as err:

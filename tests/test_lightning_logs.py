@@ -1,0 +1,163 @@
+"""Lightning: fitprof's figures reach ``callback_metrics`` / ``logged_metrics``, the progress bar, a monitoring
+callback and ``metrics.csv`` with their epoch; the one-line summary; the torch profiler options read back from
+the trace (issue 12, kind 5)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pl = pytest.importorskip("lightning.pytorch")
+
+from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
+
+from fitprof.lightning import FitProfiler  # noqa: E402
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _loader(batches: int = 12) -> Any:
+    g = torch.Generator().manual_seed(0)
+    ds = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,)))
+    return torch.utils.data.DataLoader(ds, batch_size=4)
+
+
+def _fit(tmp_path: Path, callbacks: list[Any], **kwargs: Any) -> Any:
+    opts: dict[str, Any] = dict(
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
+    opts.update(kwargs)
+    trainer = pl.Trainer(callbacks=callbacks, **opts)
+    trainer.fit(_Tiny(), _loader())
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, FitProfiler, ModelCheckpoint]:
+    tmp = tmp_path_factory.mktemp("lightning_logs")
+    fp = FitProfiler(profile_batch=(3, 5), every_n_epochs=2, top_k=3, verbose=False)
+    ckpt = ModelCheckpoint(dirpath=tmp / "ckpt", monitor="fitprof/input_percent", mode="min", save_top_k=1)
+    loggers = [CSVLogger(tmp, name="csv"), TensorBoardLogger(tmp, name="tb")]
+    trainer = _fit(tmp, [fp, ckpt], max_epochs=3, logger=loggers, enable_checkpointing=True)
+    return tmp, trainer, fp, ckpt
+
+
+def test_figures_reach_callback_metrics_progress_bar_and_a_monitor(run: tuple[Path, Any, Any, Any]) -> None:
+    _, trainer, fp, ckpt = run
+    assert sorted(fp.reports) == [0, 2]
+    last = fp.reports[2]
+    for metrics in (trainer.callback_metrics, trainer.logged_metrics):
+        assert float(metrics["fitprof/step_time_ms"]) == pytest.approx(last.step_time_ms, rel=1e-6)
+        assert float(metrics["fitprof/top_op_1_ms"]) == pytest.approx(last.top_ops[0].self_ms_per_step, rel=1e-6)
+        assert not [k for k in metrics if k.startswith("fitprof/top_ops/")]
+    assert float(trainer.progress_bar_metrics["fitprof/input_percent"]) == pytest.approx(last.input_percent, rel=1e-6)
+    # ModelCheckpoint(monitor="fitprof/input_percent") saw the figures: its best score is the lower of the two.
+    best = min(fp.reports[0].input_percent, last.input_percent)
+    assert float(ckpt.best_model_score) == pytest.approx(best, rel=1e-6)
+
+
+def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> None:
+    tmp, _, fp, _ = run
+    (path,) = tmp.glob("csv/version_*/metrics.csv")
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("fitprof/step_time_ms")]
+    assert [int(r["epoch"]) for r in rows] == [0, 2]
+    for row in rows:
+        report = fp.reports[int(row["epoch"])]
+        assert float(row["fitprof/step_time_ms"]) == pytest.approx(report.step_time_ms, rel=1e-6)
+        for i, op in enumerate(report.top_ops, start=1):
+            assert float(row[f"fitprof/top_op_{i}_ms"]) == pytest.approx(op.self_ms_per_step, rel=1e-6)
+
+
+def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, Any]) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tmp, _, fp, _ = run
+    (run_dir,) = tmp.glob("tb/version_*")
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    top = fp.reports[0].top_ops[0]
+    by_name = acc.Scalars(f"fitprof/top_ops/{top.name}")
+    assert by_name[0].value == pytest.approx(top.self_ms_per_step, rel=1e-5)
+    assert [e.value for e in acc.Scalars("fitprof/step_time_ms")] == pytest.approx(
+        [fp.reports[0].step_time_ms, fp.reports[2].step_time_ms], rel=1e-5
+    )
+
+
+def test_one_line_summary_on_rank_zero_unless_turned_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    fp = FitProfiler(profile_batch=(3, 5))
+    _fit(tmp_path / "on", [fp])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fitprof epoch")]
+    r = fp.reports[0]
+    assert lines == [
+        f"fitprof epoch 0: {r.step_time_ms:.2f} ms/step, input {r.input_percent:.1f}%, HtoD {r.htod_percent:.1f}%, "
+        f"top op {r.top_ops[0].name} {r.top_ops[0].self_ms_per_step:.2f} ms -> {r.verdict}"
+    ]
+    fp = FitProfiler(profile_batch=(3, 5), verbose=False)
+    _fit(tmp_path / "off", [fp])
+    assert sorted(fp.reports) == [0]
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("fitprof epoch")]
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+
+
+def test_torch_profiler_options_reach_the_trace(tmp_path: Path) -> None:
+    plain = FitProfiler(profile_batch=(3, 5), verbose=False)
+    _fit(tmp_path / "plain", [plain])
+    rich = FitProfiler(profile_batch=(3, 5), verbose=False, record_shapes=True, profile_memory=True, with_stack=True)
+    _fit(tmp_path / "rich", [rich])
+    flops = FitProfiler(profile_batch=(3, 5), verbose=False, with_flops=True)
+    _fit(tmp_path / "flops", [flops])
+
+    def features(events: list[dict[str, Any]]) -> dict[str, bool]:
+        ops = [e for e in events if e.get("cat") == "cpu_op"]
+        return {
+            "record_shapes": any("Input Dims" in e.get("args", {}) for e in ops),
+            "profile_memory": any(e.get("name") == "[memory]" for e in events),
+            "with_stack": any(e.get("cat") == "python_function" for e in events),
+        }
+
+    assert features(_events(plain.trace_paths[0])) == dict.fromkeys(
+        ("record_shapes", "profile_memory", "with_stack"), False
+    )
+    assert all(features(_events(rich.trace_paths[0])).values())
+    # torch 2.13 keeps FLOP counts in memory (key_averages) and writes none to the trace; with_flops records the
+    # operator shapes it counts from, and those reach the trace.
+    assert features(_events(flops.trace_paths[0])) == {
+        "record_shapes": True,
+        "profile_memory": False,
+        "with_stack": False,
+    }
+    # The figures come from the same kind of window either way.
+    assert rich.reports[0].steps_analyzed == plain.reports[0].steps_analyzed == flops.reports[0].steps_analyzed == 3
+
+
+def test_torch_options_must_be_bools() -> None:
+    with pytest.raises(TypeError, match="with_flops must be True or False; got 'yes'"):
+        FitProfiler(with_flops="yes")  # type: ignore[arg-type]
