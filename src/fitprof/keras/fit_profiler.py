@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import warnings
@@ -12,6 +13,7 @@ from typing import Any
 import keras
 
 from fitprof import _config, metrics
+from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
@@ -116,6 +118,18 @@ class FitProfiler(keras.callbacks.Callback):
         self._epoch_profiled = False
         self._in_flush = False
         self._rank, self._world = 0, 1
+        self._coverage = FitCoverage(self.config)
+        self._last_begun = 0  # the last step marked in the open window
+        self._step_seen = 0  # the last step seen in this profiled epoch (steps counted when Keras gives none)
+        self._spe = 1
+        self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copy and pickle (``copy.deepcopy``, ``pickle.dumps``) before, after and between fits: a window being
+        profiled and the other callbacks of the running fit are not copied (the copy has no window open)."""
+        state = self.__dict__.copy()
+        state.update(_window=None, _closed={}, _armed=False, _step_open=False, _tb_profilers=[])
+        return state
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -147,7 +161,10 @@ class FitProfiler(keras.callbacks.Callback):
             window.start()
         except Exception as err:
             self._warn_once("start", f"FitProfiler: profiling skipped for epoch {self._epoch}: {err}")
+            if self._coverage.blocked is None:
+                self._coverage.blocked = str(err)
             return
+        self._coverage.windows += 1
         self._window = window
         self._guard_train_function()
 
@@ -214,6 +231,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._pipeline.clear()
         self._closed = {}
         self._steps_seen = 0
+        self._coverage.begin_fit()
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         from fitprof.keras._distributed import rank_and_world
 
@@ -228,7 +246,10 @@ class FitProfiler(keras.callbacks.Callback):
         unknown = _config.unknown_ranks_message(self.ranks, self._world)
         if unknown and self._rank == 0:
             self._warn_once("ranks", f"FitProfiler: {unknown}")
+        self._coverage.left_out = not self._profiles_rank()
+        self._tb_profilers = [cb for cb in self._fit_callbacks() if _tensorboard_profiles(cb)]
         spe = getattr(self.model, "steps_per_execution", 1) or 1
+        self._spe = max(int(spe), 1)
         if int(spe) > 1:
             self._warn_once(
                 "spe",
@@ -239,13 +260,18 @@ class FitProfiler(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
         # Every rank marks the epoch (all take part in the epoch-end gather); only the chosen ranks profile it.
-        self._epoch_profiled = self.config.profiles_epoch(epoch)
+        self._epoch_profiled = self.config.enabled and self.config.profiles_epoch(epoch)
         self._armed = self._epoch_profiled and self._profiles_rank()
+        self._coverage.epoch(epoch)
+        self._step_seen = self._last_begun = 0
+        if self._armed and self._tb_profilers:
+            self._yield_to_tensorboard()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if not self._armed:
             return
         step = batch + 1
+        self._step_seen = step
         if self._window is not None:
             self._window.end_step()
             if step > self.config.last_step:
@@ -260,6 +286,7 @@ class FitProfiler(keras.callbacks.Callback):
         else:
             return
         self._window.begin_step(step)
+        self._last_begun = step
         self._step_open = True
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
@@ -270,6 +297,11 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps_seen = max(self._steps_seen, int(self.params.get("steps") or 0) if self.params else 0)
+        if self._armed or self._window is not None:  # a profiled epoch of this rank: its steps, as counted
+            counted = self._step_seen + self._spe - 1 if self._step_seen else 0  # the last call runs spe batches
+            self._coverage.steps(max(int((self.params or {}).get("steps") or 0), counted))
+        if self._window is not None and self._last_begun + self._spe - 1 >= self.config.last_step:
+            self._close_window()  # the window's last step was the epoch's last: the window is complete
         if self._window is not None:
             self._warn_once(
                 "short",
@@ -319,14 +351,72 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:
             self._close_window()
-        if not self.trace_paths and self._warn_once.keys.isdisjoint({"start", "stop"}) and self._profiles_rank():
-            steps = self._steps_seen or (self.params or {}).get("steps")
-            self._warn_once(
-                "never",
-                f"FitProfiler: nothing was profiled: the window starts at step {self.config.first_step} but "
-                f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
-            )
+        never = self._coverage.message("FitProfiler: ")
+        if never:
+            self._warn_once("never", never)
+        self._tb_profilers = []
         self._events.close()
+
+    def _fit_callbacks(self) -> list[Any]:
+        """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the
+        ``CallbackList`` that is calling this hook up the stack (empty when there is none)."""
+        frame = inspect.currentframe()
+        try:
+            f = frame.f_back if frame is not None else None
+            while f is not None:
+                owner = f.f_locals.get("self")
+                if isinstance(owner, keras.callbacks.CallbackList):
+                    found = list(getattr(owner, "callbacks", []) or [])
+                    if any(cb is self for cb in found):
+                        return found
+                f = f.f_back
+        except Exception:  # a frame we cannot read: no detection, the profiler's own failure warns instead
+            pass
+        finally:
+            del frame
+        return []
+
+    def _yield_to_tensorboard(self) -> None:
+        """Leave this epoch's window to a ``keras.callbacks.TensorBoard`` that profiles any of its steps.
+
+        TensorBoard profiles the fit's global train batches ``start..stop`` once (its own counter, one per
+        ``on_train_batch_begin``, 1-based from the fit's start; one per execution under ``steps_per_execution``);
+        two profilers cannot run at once, and whichever starts second loses its profile. So, whatever the order
+        of the callbacks, fitprof leaves those steps to TensorBoard, says so once, and profiles no window in
+        this epoch.
+        """
+        first, last, spe = self.config.first_step, self.config.last_step, self._spe
+        for tb in self._tb_profilers:
+            try:
+                done = int(tb._global_train_batch)  # batches TensorBoard counted before this epoch
+                start, stop = int(tb._start_batch), int(tb._stop_batch)
+                if getattr(tb, "_is_tracing", False):
+                    start = done + 1
+                elif start <= done:
+                    continue  # TensorBoard's profile is behind us
+            except (AttributeError, TypeError, ValueError):
+                continue
+            ours = (done + (first - 1) // spe + 1, done + (last - 1) // spe + 1)
+            if ours[0] <= stop and start <= ours[1]:
+                self._armed = False
+                reason = (
+                    f"keras.callbacks.TensorBoard(profile_batch=({tb._start_batch}, {tb._stop_batch})) profiles "
+                    f"the same steps"
+                )
+                if self._coverage.blocked is None:
+                    self._coverage.blocked = reason
+                self._warn_once(
+                    "tensorboard",
+                    f"FitProfiler: {reason} as the window of epoch {self._epoch} (profile_batch={first},{last}); "
+                    "two profilers cannot run at once, so fitprof leaves those steps to TensorBoard and profiles "
+                    "no window in that epoch. Give the two callbacks different steps to get both profiles.",
+                )
+                return
+
+
+def _tensorboard_profiles(callback: Any) -> bool:
+    """Whether ``callback`` is a ``keras.callbacks.TensorBoard`` with profiling on (``profile_batch`` != 0)."""
+    return isinstance(callback, keras.callbacks.TensorBoard) and bool(getattr(callback, "_should_trace", False))
 
 
 def _warn(message: str) -> None:

@@ -18,12 +18,13 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _config
+from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
-from fitprof.profilers.torch import TorchProfileWindow
+from fitprof.profilers.torch import TorchProfileWindow, profiler_running
 from fitprof.window import WindowPipeline
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,8 @@ class FitProfiler(Callback):
         self._epoch = -1
         self._rank = 0
         self._world_size = 1
+        self._coverage = FitCoverage(self.config)
+        self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -163,8 +166,11 @@ class FitProfiler(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._coverage.begin_fit()
+        self._coverage.limit = _epoch_limit(trainer, self._first)
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
+            self._coverage.said = True  # the warning below says nothing is profiled, and why
             self._warn_rank(
                 "lightning-profiler",
                 "fitprof: FitProfiler is off for this run because Trainer(profiler='pytorch') (Lightning's "
@@ -181,11 +187,15 @@ class FitProfiler(Callback):
         unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
         if unknown:
             rank_zero_warn(f"fitprof: {unknown}")
+        self._coverage.left_out = not _config.profiles_rank(self.ranks, self._rank)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = int(trainer.current_epoch)
-        self._epoch_profiled = self._dir is not None and self.config.profiles_epoch(self._epoch)
+        self._epoch_profiled = self._dir is not None and self.config.enabled and self.config.profiles_epoch(self._epoch)
+        if self._dir is not None:
+            self._coverage.epoch(self._epoch)
+        self._steps_seen = 0
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
         self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
@@ -199,6 +209,7 @@ class FitProfiler(Callback):
         if not self._epoch_on:
             return
         n = batch_idx + 1
+        self._steps_seen = n
         if self._open:
             if n >= self._last:
                 self._stop()
@@ -229,6 +240,8 @@ class FitProfiler(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._open:  # the epoch ended inside the window without our noticing: flush what there is
             self._stop(drop_open_step=True)
+        if self._epoch_profiled:
+            self._coverage.steps(self._steps_seen)  # counted here: iterable datasets report no length
         self._epoch_on = False
         path, self._pending = self._pending, None
         report = None if path is None else self._analyze(self._epoch, path)
@@ -239,6 +252,9 @@ class FitProfiler(Callback):
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._abort()
+        never = self._coverage.message("fitprof: ")
+        if never:
+            self._warn_rank("never", never)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -297,10 +313,15 @@ class FitProfiler(Callback):
         if self._session is None:
             self._session = self._new_session()
         if self._window.start(self._dir, self._session, rank=self._rank):
+            self._coverage.windows += 1
             self._open = True
             self._window.begin_step(step)
         else:
             self._epoch_on = False
+            if self._coverage.blocked is None:
+                self._coverage.blocked = (
+                    "another torch profiler was running" if profiler_running() else "the torch profiler did not start"
+                )
 
     def _stop(self, *, drop_open_step: bool = False) -> None:
         self._open = False
@@ -371,6 +392,20 @@ class FitProfiler(Callback):
                     f"log-{type(logger).__name__}",
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
+
+
+def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
+    """The Trainer argument that cuts the training epochs short, as the user wrote it (None: none does)."""
+    fast_dev_run = getattr(trainer, "fast_dev_run", False)
+    if fast_dev_run:
+        return f"Trainer(fast_dev_run={fast_dev_run!r}) runs {int(fast_dev_run)} training step(s)"
+    limit = getattr(trainer, "limit_train_batches", None)
+    if limit is not None and limit != 1.0:
+        return f"Trainer(limit_train_batches={limit!r})"
+    max_steps = getattr(trainer, "max_steps", -1)
+    if max_steps is not None and 0 <= max_steps < first_step:
+        return f"Trainer(max_steps={max_steps})"
+    return None
 
 
 def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
