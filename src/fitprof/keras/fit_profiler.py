@@ -49,14 +49,17 @@ class FitProfiler(keras.callbacks.Callback):
     Outside the window the batch hook only compares integers, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
     Profiling never stops training: a profiler that cannot start (another one running) or stop is reported
-    with one warning and the window is dropped.
+    with one warning and the window is dropped. A ``keras.callbacks.TensorBoard(profile_batch=...)`` in the same
+    fit, listed before or after, keeps the steps it profiles: fitprof profiles no window in the epoch it
+    overlaps and says so once. The callback can be copied and pickled before and after a fit.
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
             read as separators on every system).
         profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
             ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
-            leaves tracing, compilation and warm-up out.
+            leaves tracing, compilation and warm-up out. ``0`` turns profiling off (as in Keras's
+            ``TensorBoard``). A fit that profiles nothing ends with one warning naming why (see the README).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based).
         top_k: how many operators to log by self time.
         max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB;
@@ -298,8 +301,7 @@ class FitProfiler(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps_seen = max(self._steps_seen, int(self.params.get("steps") or 0) if self.params else 0)
         if self._armed or self._window is not None:  # a profiled epoch of this rank: its steps, as counted
-            counted = self._step_seen + self._spe - 1 if self._step_seen else 0  # the last call runs spe batches
-            self._coverage.steps(max(int((self.params or {}).get("steps") or 0), counted))
+            self._coverage.steps(self._steps_this_epoch())
         if self._window is not None and self._last_begun + self._spe - 1 >= self.config.last_step:
             self._close_window()  # the window's last step was the epoch's last: the window is complete
         if self._window is not None:
@@ -356,6 +358,21 @@ class FitProfiler(keras.callbacks.Callback):
             self._warn_once("never", never)
         self._tb_profilers = []
         self._events.close()
+
+    def _steps_this_epoch(self) -> int:
+        """The training batches this epoch really ran: Keras's count when it has one, else the batch hooks seen.
+
+        With data of unknown length (a generator, ``.filter``) on the TensorFlow backend, Keras calls
+        ``on_train_batch_begin`` once more, for the call that finds the data exhausted (the optimizer's counter
+        moves on that call too, so it cannot tell either): that call is not counted.
+        """
+        known = int((self.params or {}).get("steps") or 0)
+        if known or not self._step_seen:
+            return known
+        counted = self._step_seen + self._spe - 1  # the last call runs up to steps_per_execution batches
+        if self.backend == "tensorflow" and not getattr(self.model, "stop_training", False):
+            counted -= self._spe
+        return counted
 
     def _fit_callbacks(self) -> list[Any]:
         """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the

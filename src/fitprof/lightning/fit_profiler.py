@@ -78,7 +78,9 @@ class FitProfiler(Callback):
             ``trainer.default_root_dir`` without a logger.
         profile_batch: the steps to profile in each profiled epoch, 1-based and inclusive: an int ``n``
             (step ``n`` only), a ``(first, last)`` pair or a ``"first,last"`` string. Default ``(6, 10)``
-            skips five warm-up steps.
+            skips five warm-up steps. ``0`` turns profiling off. A fit that profiles nothing ends with one warning
+            naming why (epochs too short for the window, with their real step count and the Trainer argument that
+            cut them, ``every_n_epochs`` picking none of the fit's epochs, another profiler holding the profiler).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based epoch index).
         top_k: how many operators to rank and log.
         max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB; None
