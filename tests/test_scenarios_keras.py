@@ -54,6 +54,8 @@ class Row:
         reports: expected steps analysed per profiled epoch; ``epochs``: expected epochs run (``len(History)``).
         warns: one tuple of substrings per expected fitprof warning.
         tb_profile: whether the TensorBoard callback's profile must exist.
+        tb_copies: whether the TensorBoard callback copies fitprof's ``logs`` keys as ``train/epoch_fitprof/*``
+            (the README says so: it logs every key it is handed, so only when listed after FitProfiler).
     """
 
     id: str
@@ -73,6 +75,7 @@ class Row:
     epochs: int | None = None
     warns: tuple[tuple[str, ...], ...] = ()
     tb_profile: bool | None = None
+    tb_copies: bool | None = None
 
 
 NOTHING = "nothing was profiled"
@@ -181,6 +184,25 @@ ROWS = [
         other="fitprof-before",
         warns=(("profiling skipped",), (NOTHING, "another profiler held")),
     ),
+    # Keras's TensorBoard logs every ``logs`` key it is handed: after FitProfiler it copies the figures
+    Row(
+        "tensorboard-after-copies-the-figures",
+        cb={"profile_batch": (2, 3)},
+        other="tensorboard-after",
+        tb=0,
+        backends=TF_ONLY,
+        reports={0: 2},
+        tb_copies=True,
+    ),
+    Row(
+        "tensorboard-before-does-not",
+        cb={"profile_batch": (2, 3)},
+        other="tensorboard-before",
+        tb=0,
+        backends=TF_ONLY,
+        reports={0: 2},
+        tb_copies=False,
+    ),
     # copies: before and after a fit
     Row("deepcopy-before-fit", cb={"profile_batch": (2, 3)}, copy="deepcopy-before", reports={0: 2}),
     Row("pickle-before-fit", cb={"profile_batch": (2, 3)}, copy="pickle-before", reports={0: 2}),
@@ -219,6 +241,23 @@ ROWS = [
 
 
 # ------------------------------------------------------------------------------------------------ the child process
+_MODELS: dict[int, Any] = {}
+
+
+def _model(spe: int, *, fresh: bool) -> Any:
+    """A tiny compiled model; rows share one per ``steps_per_execution`` (its train function is traced once), except
+    rows that poison the weights with NaN."""
+    import keras
+
+    if fresh or spe not in _MODELS:
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile("sgd", "mse", steps_per_execution=spe)
+        if fresh:
+            return model
+        _MODELS[spe] = model
+    return _MODELS[spe]
+
+
 def _run_row(row: Row, folder: Path) -> dict[str, Any]:
     """Run one row's scenario (in the child, with Keras imported) and return what was observed."""
     import copy
@@ -235,8 +274,7 @@ def _run_row(row: Row, folder: Path) -> dict[str, Any]:
     if row.nan_from is not None:
         x[row.nan_from * BATCH :] = np.nan
     y = np.ones((row.batches * BATCH, 1), "float32")
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
-    model.compile("sgd", "mse", steps_per_execution=row.spe)
+    model = _model(row.spe, fresh=row.nan_from is not None)
 
     def data() -> dict[str, Any]:
         if row.data == "filter":  # tf.data of unknown length: Keras reports no step count
@@ -293,6 +331,16 @@ def _run_row(row: Row, folder: Path) -> dict[str, Any]:
         "tb_profiles": len(list((folder / "tb").rglob("*.xplane.pb"))),
         "sessions": len([p for p in (folder / "fp").glob("plugins/profile/*") if p.is_dir()]),
     }
+    if row.tb_copies is not None:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+        from tensorboard.util.tensor_util import make_ndarray
+
+        events = EventAccumulator(str(folder / "tb" / "train"), size_guidance={"tensors": 0})
+        events.Reload()
+        tag = "epoch_fitprof/step_time_ms"
+        copies = events.Tensors(tag) if tag in events.Tags()["tensors"] else []
+        seen["tb_copy"] = [float(make_ndarray(e.tensor_proto)) for e in copies]
+        seen["step_time_ms"] = [r.step_time_ms for _, r in sorted(cb.reports.items())]
     if row.copy in ("deepcopy-after", "pickle-after"):
         copied = copy.deepcopy(cb) if row.copy == "deepcopy-after" else pickle.loads(pickle.dumps(cb))
         seen["copy_reports"] = {str(e): r.steps_analyzed for e, r in copied.reports.items()}
@@ -350,11 +398,15 @@ def test_scenario(row: Row, backend_run: tuple[str, dict]) -> None:
     assert len(msgs) == len(row.warns), msgs
     for parts in row.warns:
         assert sum(all(p in m for p in parts) for m in msgs) == 1, (parts, msgs)
-    assert seen["sessions"] == len(row.reports) * (2 if row.copy in ("deepcopy-after", "pickle-after") else 1)
+    interrupted = 1 if row.extra == "backup-and-restore" else 0  # the interrupted fit profiled its epoch 0
+    assert seen["sessions"] == len(row.reports) + interrupted
     if row.epochs is not None:
         assert seen["epochs"] == row.epochs
     if row.tb_profile is not None:
         assert (seen["tb_profiles"] > 0) == row.tb_profile
+    if row.tb_copies is not None:  # the copy holds the very figures fitprof logged, or nothing
+        expected = seen["step_time_ms"] if row.tb_copies else []
+        assert seen["tb_copy"] == pytest.approx(expected, rel=1e-6)
     if row.copy in ("deepcopy-after", "pickle-after"):
         assert seen["copy_reports"] == seen["reports"]  # the reports survive the copy
         assert seen["copy_refit_reports"] == seen["reports"]  # and the copy profiles a new fit the same way
