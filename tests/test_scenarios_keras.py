@@ -45,7 +45,8 @@ class Row:
             listed after / before), ``fitprof-after`` / ``fitprof-before`` (a second FitProfiler, another folder).
         tb: the TensorBoard callback's ``profile_batch``.
         extra: other Keras callbacks: ``terminate-on-nan``, ``early-stopping`` (loss, patience 1, never improving),
-            ``backup-and-restore`` (the first fit is interrupted in epoch 1; the second resumes from the backup).
+            ``backup-and-restore`` (the first fit is interrupted in epoch 1; the second resumes from the backup),
+            ``fit-twice`` (the same callback in two fits; the reports are the second's).
         stages: ``evaluate`` / ``predict`` with the callback, after the fit (``fit`` absent: instead of it).
         copy: ``deepcopy-before`` / ``pickle-before`` (the copy fits) or ``deepcopy-after`` / ``pickle-after`` (the
             copy made after the fit keeps the reports and fits again).
@@ -85,6 +86,19 @@ ROWS = [
     Row("tuple", cb={"profile_batch": (2, 3)}, reports={0: 2}),
     Row("list", cb={"profile_batch": [2, 3]}, reports={0: 2}),
     Row("string", cb={"profile_batch": "2,3"}, reports={0: 2}),
+    Row(
+        "int-two-epochs-validated",
+        cb={"profile_batch": 1},
+        fit={"epochs": 2, "validation_freq": 1},
+        reports={0: 1, 1: 1},
+    ),
+    Row(
+        "fit-twice-same-callback",
+        cb={"profile_batch": (2, 3)},
+        fit={"epochs": 2},
+        extra="fit-twice",
+        reports={0: 2, 1: 2},
+    ),
     Row("zero-is-off", cb={"profile_batch": 0}, fit={"epochs": 2}),
     Row("string-zero-is-off", cb={"profile_batch": "0,0"}),
     # the window's last step is the epoch's last: complete, no warning (also every other epoch validated)
@@ -318,6 +332,8 @@ def _run_row(row: Row, folder: Path) -> dict[str, Any]:
             except KeyboardInterrupt:
                 pass
             callbacks = [backup, *callbacks]  # the same command again: it resumes from the backup
+        if row.extra == "fit-twice":  # the same callback in two fits (its event file and windows start again)
+            model.fit(**data(), verbose=0, callbacks=callbacks, **fit_kwargs)
         if "fit" in row.stages:
             history = model.fit(**data(), verbose=0, callbacks=callbacks, **fit_kwargs)
         if "evaluate" in row.stages:
@@ -330,6 +346,7 @@ def _run_row(row: Row, folder: Path) -> dict[str, Any]:
         "epochs": None if history is None else len(history.history.get("loss", [])),
         "tb_profiles": len(list((folder / "tb").rglob("*.xplane.pb"))),
         "sessions": len([p for p in (folder / "fp").glob("plugins/profile/*") if p.is_dir()]),
+        "event_dirs": sorted({str(p.parent.relative_to(folder / "fp")) for p in (folder / "fp").rglob("events.out.*")}),
     }
     if row.tb_copies is not None:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -398,8 +415,10 @@ def test_scenario(row: Row, backend_run: tuple[str, dict]) -> None:
     assert len(msgs) == len(row.warns), msgs
     for parts in row.warns:
         assert sum(all(p in m for p in parts) for m in msgs) == 1, (parts, msgs)
-    interrupted = 1 if row.extra == "backup-and-restore" else 0  # the interrupted fit profiled its epoch 0
-    assert seen["sessions"] == len(row.reports) + interrupted
+    # one session folder per window (an interrupted or earlier fit's windows stay), event files in log_dir only
+    earlier = {"backup-and-restore": 1, "fit-twice": len(row.reports)}.get(row.extra or "", 0)
+    assert seen["sessions"] == len(row.reports) + earlier
+    assert set(seen["event_dirs"]) <= {"."}
     if row.epochs is not None:
         assert seen["epochs"] == row.epochs
     if row.tb_profile is not None:

@@ -58,6 +58,35 @@ class _Tiny(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class _Manual(_Tiny):
+    """Manual optimization: the module steps its optimizer itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        opt = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return loss
+
+
+class _PathLike:
+    """An ``os.PathLike`` that is not a ``pathlib.Path`` and whose ``str`` is not the path."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = str(path)
+
+    def __fspath__(self) -> str:
+        return self._path
+
+    def __str__(self) -> str:
+        return f"<path {self._path}>"
+
+
 class _Stream(torch.utils.data.IterableDataset):
     """An iterable dataset of ``n`` batches: the DataLoader has no length, so Lightning reports no step count."""
 
@@ -96,6 +125,10 @@ class Row:
         copy: ``deepcopy-before`` / ``pickle-before`` (the copy is the callback that fits) or ``deepcopy-after`` /
             ``pickle-after`` (the copy made after the fit keeps the reports and fits again).
         resume: the fit resumes from a checkpoint saved after this many epochs of a fit without the callback.
+        extra: ``swa`` (``StochasticWeightAveraging``), ``early-stopping`` (stops after the first validation),
+            ``two-loggers`` (TensorBoard and CSV loggers, no ``log_dir``: the first logger's folder),
+            ``pathlike`` (``log_dir`` an ``os.PathLike`` that is not a ``Path``).
+        manual: the module uses manual optimization.
         reports: expected steps analysed per profiled epoch.
         warns: one tuple of substrings per expected fitprof warning.
     """
@@ -109,6 +142,8 @@ class Row:
     other: str | None = None
     copy: str | None = None
     resume: int | None = None
+    extra: str | None = None
+    manual: bool = False
     reports: dict[int, int] = field(default_factory=dict)
     warns: tuple[tuple[str, ...], ...] = ()
 
@@ -204,6 +239,24 @@ ROWS = [
     Row("trainer-pytorch-profiler", cb={"profile_batch": (2, 3)}, other="pytorch", warns=(("is off for this run",),)),
     Row("trainer-simple-profiler", cb={"profile_batch": (2, 3)}, other="simple", reports={0: 2}),
     Row("trainer-advanced-profiler", cb={"profile_batch": (2, 3)}, other="advanced", reports={0: 2}),
+    # other callbacks, loggers and modules
+    Row(
+        "stochastic-weight-averaging",
+        cb={"profile_batch": (2, 3)},
+        trainer={"max_epochs": 2},
+        extra="swa",
+        reports={0: 2, 1: 2},
+    ),
+    Row(
+        "early-stopping",
+        cb={"profile_batch": (2, 3)},
+        trainer={"max_epochs": 3},
+        extra="early-stopping",
+        reports={0: 2},
+    ),
+    Row("two-loggers-log-dir-from-the-first", cb={"profile_batch": (2, 3)}, extra="two-loggers", reports={0: 2}),
+    Row("pathlike-log-dir", cb={"profile_batch": (2, 3)}, extra="pathlike", reports={0: 2}),
+    Row("manual-optimization", cb={"profile_batch": (2, 3)}, manual=True, reports={0: 2}),
     # copies (checkpointing and SWA copy callbacks): before and after a fit
     Row("deepcopy-before-fit", cb={"profile_batch": (2, 3)}, copy="deepcopy-before", reports={0: 2}),
     Row("pickle-before-fit", cb={"profile_batch": (2, 3)}, copy="pickle-before", reports={0: 2}),
@@ -229,9 +282,17 @@ def _trainer(tmp: Path, callbacks: list[Any], **kwargs: Any) -> Any:
     return pl.Trainer(callbacks=callbacks, **opts)
 
 
+def _fp_dir(row: Row, tmp: Path) -> Path:
+    """Where the row's traces go: its ``log_dir``, or the first logger's folder."""
+    return tmp / "lightning_logs" / "version_0" if row.extra == "two-loggers" else tmp / "fp"
+
+
 def _run(row: Row, tmp: Path) -> tuple[FitProfiler, list[str]]:
     """Run the row's scenario; return the callback whose reports count and the fitprof warnings."""
-    cb = FitProfiler(log_dir=tmp / "fp", **row.cb)
+    log_dir: Any = None if row.extra == "two-loggers" else tmp / "fp"
+    if row.extra == "pathlike":
+        log_dir = _PathLike(tmp / "fp")
+    cb = FitProfiler(log_dir=log_dir, **row.cb)
     if row.copy in ("deepcopy-before", "pickle-before"):
         cb = copy.deepcopy(cb) if row.copy == "deepcopy-before" else pickle.loads(pickle.dumps(cb))
     callbacks: list[Any] = [cb]
@@ -239,6 +300,12 @@ def _run(row: Row, tmp: Path) -> tuple[FitProfiler, list[str]]:
         second = FitProfiler(log_dir=tmp / "fp2", **row.cb)
         callbacks = [cb, second] if row.other == "fitprof-after" else [second, cb]
     trainer_kwargs = dict(row.trainer)
+    if row.extra == "swa":
+        callbacks.append(pl.callbacks.StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=1))
+    if row.extra == "early-stopping":
+        callbacks.append(pl.callbacks.EarlyStopping(monitor="val_loss", stopping_threshold=1e9))
+    if row.extra == "two-loggers":
+        trainer_kwargs["logger"] = [pl.loggers.TensorBoardLogger(tmp), pl.loggers.CSVLogger(tmp)]
     if row.other in ("pytorch", "simple", "advanced"):
         trainer_kwargs["profiler"] = row.other
     train = _loader(row.batches, row.iterable)
@@ -249,14 +316,15 @@ def _run(row: Row, tmp: Path) -> tuple[FitProfiler, list[str]]:
         ckpt = tmp / "resume.ckpt"
         first.save_checkpoint(ckpt)
     trainer = _trainer(tmp, callbacks, **trainer_kwargs)
+    module = _Manual() if row.manual else _Tiny()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if "fit" in row.stages:
             if row.other == "torch-profiler":
                 with torch.profiler.profile():
-                    trainer.fit(_Tiny(), train, _loader(2), ckpt_path=ckpt)
+                    trainer.fit(module, train, _loader(2), ckpt_path=ckpt)
             else:
-                trainer.fit(_Tiny(), train, _loader(2), ckpt_path=ckpt)
+                trainer.fit(module, train, _loader(2), ckpt_path=ckpt)
         for stage in row.stages:
             if stage != "fit":
                 getattr(trainer, stage)(_Tiny(), _loader(2))
@@ -281,8 +349,9 @@ def test_scenario(row: Row, tmp_path: Path) -> None:
     _check_warnings(msgs, row.warns)
     # what is on disk agrees: one trace and one report file per profiled epoch, nothing for a stage that never profiles
     fits = 2 if row.copy in ("deepcopy-after", "pickle-after") else 1  # the copy fitted again into the same folder
-    assert len(list((tmp_path / "fp").glob("*.pt.trace.json.gz"))) == fits * len(row.reports)
-    reports = [read_report_file(p) for p in (tmp_path / "fp").glob("plugins/fitprof/*.json")]
+    fp = _fp_dir(row, tmp_path)
+    assert len(list(fp.glob("*.pt.trace.json.gz"))) == fits * len(row.reports)
+    reports = [read_report_file(p) for p in fp.glob("plugins/fitprof/*.json")]
     assert sorted(r.report.steps_analyzed for r in reports) == sorted(fits * list(row.reports.values()))
 
 
