@@ -225,7 +225,7 @@ def test_other_profiler_running_skips_and_fit_ends(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"profile_batch": 0}, ValueError, "profile_batch"),
+        ({"profile_batch": -1}, ValueError, "profile_batch"),
         ({"profile_batch": (5, 2)}, ValueError, r"\(5, 2\)"),
         ({"profile_batch": "a,b"}, ValueError, "'a,b'"),
         ({"profile_batch": 2.5}, TypeError, "float"),

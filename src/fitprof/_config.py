@@ -34,6 +34,11 @@ class ProfileConfig:
     def num_steps(self) -> int:
         return self.last_step - self.first_step + 1
 
+    @property
+    def enabled(self) -> bool:
+        """False for ``profile_batch=0``: profiling is off (as in Keras's ``TensorBoard``), with no warning."""
+        return self.first_step > 0
+
     def profiles_epoch(self, epoch: int) -> bool:
         """Whether the 0-based ``epoch`` gets a window."""
         return epoch % self.every_n_epochs == 0
@@ -47,13 +52,14 @@ def parse_profile_batch(value: Any) -> tuple[int, int]:
     """Parse ``profile_batch`` into a 1-based inclusive ``(first, last)`` pair of steps in an epoch.
 
     Accepts an int ``n`` (profile step ``n`` only), a ``(first, last)`` pair, or the string ``"first,last"``
-    that Keras's ``TensorBoard(profile_batch=...)`` takes.
+    that Keras's ``TensorBoard(profile_batch=...)`` takes. ``0`` (or ``(0, 0)``, ``"0"``, ``"0,0"``) turns
+    profiling off, as in Keras's ``TensorBoard``: it returns ``(0, 0)``.
 
     Raises:
         TypeError: for a value of another type.
         ValueError: for steps < 1, a reversed pair, or a malformed string.
     """
-    allowed = "an int >= 1, a (first, last) pair with 1 <= first <= last, or a 'first,last' string"
+    allowed = "0 (off), an int >= 1, a (first, last) pair with 1 <= first <= last, or a 'first,last' string"
     raw = value
     if isinstance(value, str):
         parts = [p.strip() for p in value.split(",")]
@@ -72,6 +78,8 @@ def parse_profile_batch(value: Any) -> tuple[int, int]:
         if len(value) != 2 or not all(_is_int(v) for v in value):
             raise ValueError(f"profile_batch must be {allowed}; got {raw!r}")
         first, last = int(value[0]), int(value[1])
+        if first == last == 0:
+            return 0, 0
         if first < 1 or last < first:
             raise ValueError(f"profile_batch must be {allowed}; got {raw!r}")
         return first, last

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 import keras
 
 from fitprof import _config, _fs, metrics
+from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
@@ -52,7 +54,9 @@ class FitProfiler(keras.callbacks.Callback):
     Profiling never stops training: a profiler that cannot start (another one running) or stop, or a step marker
     that fails, is reported with one warning and the window is dropped. Warnings are
     :class:`fitprof.FitProfilerWarning` (``"fitprof: ..."``), once per problem per ``fit``, pointing at the
-    ``fit`` call; under ``-W error`` they go to ``logging``.
+    ``fit`` call; under ``-W error`` they go to ``logging``. A ``keras.callbacks.TensorBoard(profile_batch=...)``
+    in the same fit, listed before or after, keeps the steps it profiles: fitprof profiles no window in the epoch
+    it overlaps and says so once. The callback can be copied and pickled before and after a fit.
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
@@ -64,7 +68,8 @@ class FitProfiler(keras.callbacks.Callback):
             figures still reach the epoch ``logs``.
         profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
             ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
-            leaves tracing, compilation and warm-up out.
+            leaves tracing, compilation and warm-up out. ``0`` turns profiling off (as in Keras's
+            ``TensorBoard``). A fit that profiles nothing ends with one warning naming why (see the README).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based).
         top_k: how many operators to log by self time.
         max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB;
@@ -151,6 +156,27 @@ class FitProfiler(keras.callbacks.Callback):
         self._rank, self._world = 0, 1
         self._logged: dict[int, dict[str, float]] = {}  # epoch -> the scalars it published
         self._csv_loggers: list[Any] = []  # the fit's CSVLoggers, whose columns are fixed at their first epoch
+        self._coverage = FitCoverage(self.config)
+        self._last_begun = 0  # the last step marked in the open window
+        self._step_seen = 0  # the last step seen in this profiled epoch (steps counted when Keras gives none)
+        self._spe = 1
+        self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copy and pickle (``copy.deepcopy``, ``pickle.dumps``) before, after and between fits: a window being
+        profiled and the other callbacks of the running fit are not copied (the copy has no window open)."""
+        state = self.__dict__.copy()
+        state.update(
+            _window=None,
+            _closed={},
+            _armed=False,
+            _step_open=False,
+            _tb_profilers=[],
+            _csv_loggers=[],
+            _guards=[],
+            _mirror=None,
+        )
+        return state
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -184,7 +210,10 @@ class FitProfiler(keras.callbacks.Callback):
             window.start()
         except Exception as err:
             self._warn_once("start", f"fitprof: profiling skipped for epoch {self._epoch}: {err}")
+            if self._coverage.blocked is None:
+                self._coverage.blocked = str(err)
             return
+        self._coverage.windows += 1
         self._window = window
         self._guard_train_function()
 
@@ -294,6 +323,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._logged = {}
         self._csv_loggers = _csv_loggers(sys._getframe(1))
         self._steps_seen = 0
+        self._coverage.begin_fit()
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         self._open_run_dir()
         from fitprof.keras._distributed import rank_and_world
@@ -311,7 +341,10 @@ class FitProfiler(keras.callbacks.Callback):
         unknown = _config.unknown_ranks_message(self.ranks, self._world)
         if unknown and self._rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
+        self._coverage.left_out = not self._profiles_rank()
+        self._tb_profilers = [cb for cb in self._fit_callbacks() if _tensorboard_profiles(cb)]
         spe = getattr(self.model, "steps_per_execution", 1) or 1
+        self._spe = max(int(spe), 1)
         if int(spe) > 1:
             self._warn_once(
                 "spe",
@@ -322,13 +355,18 @@ class FitProfiler(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch = epoch
         # Every rank marks the epoch (all take part in the epoch-end gather); only the chosen ranks profile it.
-        self._epoch_profiled = self.config.profiles_epoch(epoch)
+        self._epoch_profiled = self.config.enabled and self.config.profiles_epoch(epoch)
         self._armed = self._epoch_profiled and self._profiles_rank()
+        self._coverage.epoch(epoch)
+        self._step_seen = self._last_begun = 0
+        if self._armed and self._tb_profilers:
+            self._yield_to_tensorboard()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         if not self._armed:
             return
         step = batch + 1
+        self._step_seen = step
         try:
             if self._window is not None:
                 self._window.end_step()
@@ -344,6 +382,7 @@ class FitProfiler(keras.callbacks.Callback):
             else:
                 return
             self._window.begin_step(step)
+            self._last_begun = step
             self._step_open = True
         except Exception as err:  # a step marker failed: drop the window, training goes on
             self._drop_window(f"could not mark step {step} ({err!r})")
@@ -372,6 +411,10 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps_seen = max(self._steps_seen, int(self.params.get("steps") or 0) if self.params else 0)
+        if self._armed or self._window is not None:  # a profiled epoch of this rank: its steps, as counted
+            self._coverage.steps(self._steps_this_epoch())
+        if self._window is not None and self._last_begun + self._spe - 1 >= self.config.last_step:
+            self._close_window()  # the window's last step was the epoch's last: the window is complete
         if self._window is not None:
             self._warn_once(
                 "short",
@@ -444,17 +487,10 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:
             self._close_window()
-        if (
-            not self.trace_paths
-            and self._warn_once.keys.isdisjoint({"start", "stop", "mark"})
-            and self._profiles_rank()
-        ):
-            steps = self._steps_seen or (self.params or {}).get("steps")
-            self._warn_once(
-                "never",
-                f"fitprof: nothing was profiled: the window starts at step {self.config.first_step} but "
-                f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
-            )
+        never = self._coverage.message("fitprof: ")
+        if never:
+            self._warn_once("never", never)
+        self._tb_profilers = []
         self._events.close()
         self._close_mirror()
         self._csv_loggers = []  # hold no other callback (or its open file) past the fit: deepcopy / pickle
@@ -487,6 +523,82 @@ class FitProfiler(keras.callbacks.Callback):
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
+
+    def _steps_this_epoch(self) -> int:
+        """The training batches this epoch really ran: Keras's count when it has one, else the batch hooks seen.
+
+        With data of unknown length (a generator, ``.filter``) on the TensorFlow backend, Keras calls
+        ``on_train_batch_begin`` once more, for the call that finds the data exhausted (the optimizer's counter
+        moves on that call too, so it cannot tell either): that call is not counted.
+        """
+        known = int((self.params or {}).get("steps") or 0)
+        if known or not self._step_seen:
+            return known
+        counted = self._step_seen + self._spe - 1  # the last call runs up to steps_per_execution batches
+        if self.backend == "tensorflow" and not getattr(self.model, "stop_training", False):
+            counted -= self._spe
+        return counted
+
+    def _fit_callbacks(self) -> list[Any]:
+        """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the
+        ``CallbackList`` that is calling this hook up the stack (empty when there is none)."""
+        frame = inspect.currentframe()
+        try:
+            f = frame.f_back if frame is not None else None
+            while f is not None:
+                owner = f.f_locals.get("self")
+                if isinstance(owner, keras.callbacks.CallbackList):
+                    found = list(getattr(owner, "callbacks", []) or [])
+                    if any(cb is self for cb in found):
+                        return found
+                f = f.f_back
+        except Exception:  # a frame we cannot read: no detection, the profiler's own failure warns instead
+            pass
+        finally:
+            del frame
+        return []
+
+    def _yield_to_tensorboard(self) -> None:
+        """Leave this epoch's window to a ``keras.callbacks.TensorBoard`` that profiles any of its steps.
+
+        TensorBoard profiles the fit's global train batches ``start..stop`` once (its own counter, one per
+        ``on_train_batch_begin``, 1-based from the fit's start; one per execution under ``steps_per_execution``);
+        two profilers cannot run at once, and whichever starts second loses its profile. So, whatever the order
+        of the callbacks, fitprof leaves those steps to TensorBoard, says so once, and profiles no window in
+        this epoch.
+        """
+        first, last, spe = self.config.first_step, self.config.last_step, self._spe
+        for tb in self._tb_profilers:
+            try:
+                done = int(tb._global_train_batch)  # batches TensorBoard counted before this epoch
+                start, stop = int(tb._start_batch), int(tb._stop_batch)
+                if getattr(tb, "_is_tracing", False):
+                    start = done + 1
+                elif start <= done:
+                    continue  # TensorBoard's profile is behind us
+            except (AttributeError, TypeError, ValueError):
+                continue
+            ours = (done + (first - 1) // spe + 1, done + (last - 1) // spe + 1)
+            if ours[0] <= stop and start <= ours[1]:
+                self._armed = False
+                reason = (
+                    f"keras.callbacks.TensorBoard(profile_batch=({tb._start_batch}, {tb._stop_batch})) profiles "
+                    f"the same steps"
+                )
+                if self._coverage.blocked is None:
+                    self._coverage.blocked = reason
+                self._warn_once(
+                    "tensorboard",
+                    f"fitprof: {reason} as the window of epoch {self._epoch} (profile_batch={first},{last}); "
+                    "two profilers cannot run at once, so fitprof leaves those steps to TensorBoard and profiles "
+                    "no window in that epoch. Give the two callbacks different steps to get both profiles.",
+                )
+                return
+
+
+def _tensorboard_profiles(callback: Any) -> bool:
+    """Whether ``callback`` is a ``keras.callbacks.TensorBoard`` with profiling on (``profile_batch`` != 0)."""
+    return isinstance(callback, keras.callbacks.TensorBoard) and bool(getattr(callback, "_should_trace", False))
 
 
 def _csv_loggers(frame: Any) -> list[Any]:

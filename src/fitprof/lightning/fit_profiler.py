@@ -17,12 +17,13 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _config, _fs, metrics
+from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
-from fitprof.profilers.torch import TorchProfileWindow
+from fitprof.profilers.torch import TorchProfileWindow, profiler_running
 from fitprof.window import EpochLog, WindowPipeline
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,9 @@ class FitProfiler(Callback):
             opened or written gives one warning; the figures are still logged.
         profile_batch: the steps to profile in each profiled epoch, 1-based and inclusive: an int ``n``
             (step ``n`` only), a ``(first, last)`` pair or a ``"first,last"`` string. Default ``(6, 10)``
-            skips five warm-up steps.
+            skips five warm-up steps. ``0`` turns profiling off. A fit that profiles nothing ends with one warning
+            naming why (epochs too short for the window, with their real step count and the Trainer argument that
+            cut them, ``every_n_epochs`` picking none of the fit's epochs, another profiler holding the profiler).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based epoch index).
         top_k: how many operators to rank and log.
         max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB; None
@@ -181,6 +184,8 @@ class FitProfiler(Callback):
         self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
         self._rank = 0
         self._world_size = 1
+        self._coverage = FitCoverage(self.config)
+        self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -194,8 +199,11 @@ class FitProfiler(Callback):
             return
         self._warn_rank.reset()  # a new fit warns again when a cause repeats
         self._warn_rank.rank = self._rank = int(trainer.global_rank)  # only rank 0 issues Python warnings
+        self._coverage.begin_fit()
+        self._coverage.limit = _epoch_limit(trainer, self._first)
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
+            self._coverage.said = True  # the warning below says nothing is profiled, and why
             self._warn_rank(
                 "lightning-profiler",
                 "fitprof: FitProfiler is off for this run because Trainer(profiler='pytorch') (Lightning's "
@@ -217,6 +225,7 @@ class FitProfiler(Callback):
         unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
         if unknown and self._rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
+        self._coverage.left_out = not _config.profiles_rank(self.ranks, self._rank)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -240,7 +249,10 @@ class FitProfiler(Callback):
         now when it starts at that step."""
         self._epoch_started = True
         self._epoch = int(trainer.current_epoch)
-        self._epoch_profiled = self._dir is not None and self.config.profiles_epoch(self._epoch)
+        self._epoch_profiled = self._dir is not None and self.config.enabled and self.config.profiles_epoch(self._epoch)
+        if self._dir is not None:
+            self._coverage.epoch(self._epoch)
+        self._steps_seen = 0
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
         self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
@@ -261,6 +273,7 @@ class FitProfiler(Callback):
         if not self._epoch_on:
             return
         n = batch_idx + 1
+        self._steps_seen = n
         if self._open:
             if n >= self._last:
                 self._stop()
@@ -292,6 +305,8 @@ class FitProfiler(Callback):
         self._epoch_started = False
         if self._open:  # the epoch ended inside the window without our noticing: flush what there is
             self._stop(drop_open_step=True)
+        if self._epoch_profiled:
+            self._coverage.steps(self._steps_seen)  # counted here: iterable datasets report no length
         self._epoch_on = False
         path, self._pending = self._pending, None
         report = None if path is None else self._analyze(self._epoch, path)
@@ -304,6 +319,9 @@ class FitProfiler(Callback):
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._abort()
+        never = self._coverage.message("fitprof: ")
+        if never:
+            self._warn_rank("never", never)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -364,10 +382,15 @@ class FitProfiler(Callback):
         if self._session is None:
             self._session = self._new_session()
         if self._window.start(self._dir, self._session, rank=self._rank):
+            self._coverage.windows += 1
             self._open = True
             self._window.begin_step(step)
         else:
             self._epoch_on = False
+            if self._coverage.blocked is None:
+                self._coverage.blocked = (
+                    "another torch profiler was running" if profiler_running() else "the torch profiler did not start"
+                )
 
     def _stop(self, *, drop_open_step: bool = False) -> None:
         self._open = False
@@ -479,6 +502,20 @@ class FitProfiler(Callback):
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
 """The figures also shown in Lightning's progress bar (``trainer.progress_bar_metrics``)."""
+
+
+def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
+    """The Trainer argument that cuts the training epochs short, as the user wrote it (None: none does)."""
+    fast_dev_run = getattr(trainer, "fast_dev_run", False)
+    if fast_dev_run:
+        return f"Trainer(fast_dev_run={fast_dev_run!r}) runs {int(fast_dev_run)} training step(s)"
+    limit = getattr(trainer, "limit_train_batches", None)
+    if limit is not None and limit != 1.0:
+        return f"Trainer(limit_train_batches={limit!r})"
+    max_steps = getattr(trainer, "max_steps", -1)
+    if max_steps is not None and 0 <= max_steps < first_step:
+        return f"Trainer(max_steps={max_steps})"
+    return None
 
 
 def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:

@@ -25,9 +25,8 @@ class TFProfileWindow:
     """
 
     def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1) -> None:
-        import tensorflow as tf
+        import tensorflow  # noqa: F401  (fail here, at construction, when TensorFlow is missing)
 
-        self._tf = tf
         self._log_dir = log_dir
         self._epoch, self._rank, self._world = epoch, rank, world
         self._tmp: str | None = None
@@ -35,6 +34,14 @@ class TFProfileWindow:
         self.session_dir: Path | None = None
         self.save_error: OSError | None = None
         self._tmp_keep: str | None = None
+
+    @property
+    def _tf(self) -> Any:
+        """The ``tensorflow`` module, imported where it is used: a window keeps no module in its state, so the
+        callback that holds it can be copied and pickled."""
+        import tensorflow as tf
+
+        return tf
 
     def start(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="fitprof-tf-")
