@@ -23,14 +23,16 @@ def analyze(path: str | os.PathLike[str], *, top_k: int = 5) -> BottleneckReport
 
     Returns:
         The report, with ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto) when present
-        and ``host`` from the file name (XSpace).
+        and ``host`` from the file name. ``framework`` is ``"pytorch"`` for a Kineto trace and for the
+        ``.xplane.pb`` fitprof converted from one (which also carries the trace's host, rank and world size, so
+        both files give the same report), else ``"tensorflow"``.
 
     Raises:
         TraceError: if the file is not a readable trace.
         ValueError: if ``top_k`` < 1.
     """
-    framework = "tensorflow" if trace_format(path) == "xspace" else "pytorch"
     table = read_trace(path)
+    framework = str(table.attrs.get("framework") or ("tensorflow" if trace_format(path) == "xspace" else "pytorch"))
     report = analyze_table(table, top_k=top_k, framework=framework, source=os.fspath(path))
     report.host = str(table.attrs.get("host") or "")
     for key in ("rank", "world_size"):

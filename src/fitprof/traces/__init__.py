@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fitprof.traces._errors import TraceError
 from fitprof.traces._table import (
     COLUMNS,
     KIND_ANNOTATION,
@@ -28,10 +29,6 @@ from fitprof.traces._table import (
     KINDS,
     make_table,
 )
-
-
-class TraceError(ValueError):
-    """A file that is not a readable trace (missing, truncated, corrupt, or of another format)."""
 
 
 def trace_format(path: str | os.PathLike[str]) -> str:

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fitprof.traces import TraceError
+from fitprof.traces._errors import TraceError
 from fitprof.traces._table import (
     KIND_ANNOTATION,
     KIND_COLLECTIVE,
@@ -63,7 +63,7 @@ from fitprof.traces._table import (
     make_table,
 )
 
-_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 """Host calls that launch device work; their ``args.correlation`` matches the device event's."""
@@ -85,8 +85,8 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
 
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
-        ``format`` (``"kineto"``), ``path``, and ``rank`` / ``world_size`` from the trace's ``distributedInfo``
-        (``None`` when the trace does not say).
+        ``format`` (``"kineto"``), ``framework`` (``"pytorch"``), ``path``, ``host`` (:func:`trace_host`) and
+        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (``None`` when the trace does not say).
 
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
@@ -95,14 +95,16 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
     """
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
         meta, events = _load(Path(path))
-        frame = _frame(events, path)
+        frame = event_frame(events, path)
         del events
     table = make_table(frame)
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, Mapping) else {}
     table.attrs = {
         "format": "kineto",
+        "framework": "pytorch",
         "path": os.fspath(path),
+        "host": trace_host(path),
         "rank": _int_or_none(dist.get("rank")),
         "world_size": _int_or_none(dist.get("world_size")),
     }
@@ -221,9 +223,23 @@ def _strings(values: list[Any], what: str, path: str | os.PathLike[str]) -> tupl
     return np.asarray(codes, dtype=np.int64), names
 
 
-def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd.DataFrame:
-    """One row per complete event, every table column except ``self_us``."""
-    xs = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+def complete_events(events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events the table is made of: complete events (``"ph": "X"``) except the profiler's own ``Trace`` span,
+    in file order. Row ``i`` of :func:`event_frame` is event ``i`` of this list."""
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+
+
+def event_frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd.DataFrame:
+    """One row per complete event (:func:`complete_events`, in that order), every table column except ``self_us``.
+
+    Used by this reader, by the XSpace reader on an XSpace fitprof converted from a Kineto trace (the events
+    rebuilt from its planes) and by the converter (to record each device event's launching operator), so that a
+    window gives the same table whichever file it is read from.
+
+    Raises:
+        TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name.
+    """
+    xs = complete_events(events)
     n = len(xs)
     if not n:
         return pd.DataFrame()  # make_table adds the columns
@@ -238,7 +254,7 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
 
     # Classify each distinct (category, name) pair once, then spread the answers over the events.
     pair, inverse = np.unique(cat_code * len(names) + name_code, return_inverse=True)
-    classes = [_classify(cats[p // len(names)], names[p % len(names)]) for p in pair.tolist()]
+    classes = [classify(cats[p // len(names)], names[p % len(names)]) for p in pair.tolist()]
     kind = np.array([c[0] for c in classes], dtype=object)[inverse]
     on_device = np.array([c[1] for c in classes], dtype=bool)[inverse]
     copy_kind = np.array([c[2] for c in classes], dtype=object)[inverse]
@@ -274,7 +290,28 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
     )
 
 
-def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
+_FITPROF_TRACE_NAME = re.compile(r"^(?P<host>.+?)_rank\d+\..+\.pt\.trace\.json(\.gz)?$")
+"""fitprof's own trace file name, ``<host>_rank<global rank>.<session>.pt.trace.json.gz``."""
+_TORCH_TRACE_NAME = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
+"""``torch.profiler.tensorboard_trace_handler``'s file name, ``<host>_<pid>.<time in ms>.pt.trace.json``."""
+
+
+def trace_host(path: str | os.PathLike[str]) -> str:
+    """The host a Kineto trace was recorded on, from its file name; "" when the name does not say.
+
+    Kineto writes no host name into the trace, so the name is read from the two file-name patterns that carry
+    one: fitprof's ``<host>_rank<r>.<session>.pt.trace.json.gz`` and ``torch.profiler.tensorboard_trace_handler``'s
+    ``<host>_<pid>.<time in ms>.pt.trace.json[.gz]``.
+    """
+    name = Path(path).name
+    for pattern in (_FITPROF_TRACE_NAME, _TORCH_TRACE_NAME):
+        m = pattern.match(name)
+        if m:
+            return m.group("host")
+    return ""
+
+
+def classify(cat: str, name: str) -> tuple[str, bool, str, float]:
     """``(kind, on_device, copy_kind, step_num)`` of an event from its category and name."""
     if cat in ("user_annotation", "cpu_op"):
         step = _STEP_RE.fullmatch(name)
@@ -299,7 +336,7 @@ def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
         return KIND_MEMCPY, True, _copy_kind(name), np.nan
     if cat == "gpu_user_annotation":
         return KIND_ANNOTATION, True, "", np.nan
-    return KIND_OTHER, cat in _DEVICE_CATS, "", np.nan
+    return KIND_OTHER, cat in DEVICE_CATEGORIES, "", np.nan
 
 
 def _copy_kind(name: str) -> str:
