@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from fitprof.traces._table import (
     KIND_STEP,
     make_table,
 )
+from fitprof.traces.kineto import event_frame
 
 _COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceScatter|AllToAll)", re.IGNORECASE)
 _INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
@@ -104,7 +106,9 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
 
     Returns:
         The event table (columns in :data:`fitprof.traces.COLUMNS`); ``attrs`` holds ``format="xspace"``,
-        ``path`` and ``host`` (the file name's stem).
+        ``path`` and ``host`` (the file name's stem). For an XSpace fitprof converted from a Kineto trace, the
+        table of that trace (times relative to the profile start) and ``attrs`` ``framework="pytorch"``, ``host``,
+        ``rank`` and ``world_size`` as the trace gave them (see this module's docstring).
 
     Raises:
         TraceError: if the file is missing, empty, or not an XSpace protobuf.
@@ -218,9 +222,9 @@ def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame
         metas = dict(plane.event_metadata)
         names = {k: v.name for k, v in plane.stat_metadata.items()}
         wanted = {k: v for k, v in names.items() if v == xs.STAT_CATEGORY or v in _KINETO_ARGS}
-        line_names = [line.name for line in plane.lines]
-        for line in plane.lines:
-            tid = line.name if line_names.count(line.name) == 1 else f"{line.name} ({line.id})"
+        line_names = Counter(line.name for line in plane.lines)
+        for line in plane.lines:  # a line is a thread or a stream: its name, made unique when two share one
+            tid = line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})"
             base_ps = line.timestamp_ns * 1000
             for ev in line.events:
                 meta = metas.get(ev.metadata_id)
@@ -247,8 +251,6 @@ def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame
                 if cat:
                     event["cat"] = cat
                 events.append(event)
-    from fitprof.traces.kineto import event_frame
-
     table = make_table(event_frame(events, path))
     table.attrs.update(
         {

@@ -153,11 +153,11 @@ def kineto_to_xspace(
             ``ValueError``, when an event has no numeric ``ts``).
     """
     data = load_kineto(trace)
-    is_path = isinstance(trace, (str, os.PathLike))
-    where = os.fspath(trace) if is_path else "<trace>"  # type: ignore[arg-type]
+    source = trace if isinstance(trace, (str, os.PathLike)) else None
+    where = os.fspath(source) if source is not None else "<trace>"
     cls = xplane_classes()
     base_ns = int(data.get("baseTimeNanoseconds") or 0)
-    events = [e for e in data["traceEvents"] if isinstance(e, Mapping)]
+    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
 
     thread_names: dict[tuple[str, str], str] = {}
     process_names: dict[str, str] = {}
@@ -172,15 +172,14 @@ def kineto_to_xspace(
         elif e.get("name") == "process_name":
             process_names[_key(e.get("pid"))] = str(name)
 
-    complete = complete_events(events)  # type: ignore[arg-type]
+    complete = complete_events(events)
     frame = event_frame(complete, where)  # the reader's classification: kinds, copy kinds, launching ops
-    kinds = frame["kind"].tolist() if len(frame) else []
-    ops = frame["op"].tolist() if len(frame) else []
-    copy_kinds = frame["copy_kind"].tolist() if len(frame) else []
-    on_device = frame["on_device"].tolist() if len(frame) else []
-    nbytes = frame["bytes"].tolist() if len(frame) else []
-    ts_ns = [base_ns + round(float(t) * 1000.0) for t in (frame["ts_us"].tolist() if len(frame) else [])]
-    dur_ps = [max(round(float(d) * 1e6), 0) for d in (frame["dur_us"].tolist() if len(frame) else [])]
+    columns = ("kind", "op", "copy_kind", "on_device", "bytes", "ts_us", "dur_us")
+    kinds, ops, copy_kinds, on_device, nbytes, ts_us, durs_us = (
+        frame[c].tolist() if len(frame) else [] for c in columns
+    )
+    ts_ns = [base_ns + round(float(t) * 1000.0) for t in ts_us]
+    dur_ps = [max(round(float(d) * 1e6), 0) for d in durs_us]
 
     space = cls["XSpace"]()
     space.hostnames.append(host or str(data.get("host_name") or socket.gethostname()))
@@ -246,7 +245,7 @@ def kineto_to_xspace(
     dist = dist if isinstance(dist, Mapping) else {}
     env_builder.add_stat(env, xs.STAT_SOURCE, xs.SOURCE_KINETO)
     env_builder.add_stat(env, xs.STAT_FRAMEWORK, "pytorch")
-    env_builder.add_stat(env, xs.STAT_HOST, trace_host(trace) if is_path else "")  # type: ignore[arg-type]
+    env_builder.add_stat(env, xs.STAT_HOST, trace_host(source) if source is not None else "")
     for stat, value in ((xs.STAT_RANK, dist.get("rank")), (xs.STAT_WORLD_SIZE, dist.get("world_size"))):
         number = _int_or_none(value)
         if number is not None:
