@@ -146,6 +146,26 @@ def test_real_gpu_and_ddp_traces_read_two_ways_give_one_report(
     assert_same_report(fitprof.analyze(trace), fitprof.analyze(xplane))
 
 
+@pytest.mark.parametrize("name", [n for n in FIXTURES if not n.startswith("cpu_only")])
+def test_xprof_gives_real_gpu_traces_fitprofs_device_time_per_operator(
+    kineto_fixtures: Path, tmp_path: Path, name: str
+) -> None:
+    """xprof's op statistics ("Device" rows) on the converted A100 / MI250 traces: fitprof's device top operators
+    with their device time (syncs and memsets, which fitprof does not count, are not filed under any operator)."""
+    trace = kineto_fixtures / name
+    if not trace.is_file():
+        pytest.skip(f"{trace} not present")
+    raw = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    xplane = write_xspace(trace, tmp_path, "s", host="h")
+    report = fitprof.analyze(xplane, top_k=5)
+    assert report.op_time_source == "device"
+    data, _ = raw.xspace_to_tool_data([str(xplane)], "framework_op_stats", {})
+    ops = op_stats(json.loads(data))
+    for op in report.top_ops:
+        fitprof_us = op.self_ms_per_step * max(report.steps_analyzed, 1) * 1e3
+        assert ops[("Device", op.name)] == pytest.approx(fitprof_us, rel=0.02), op.name
+
+
 def test_device_events_sit_on_gpu_planes_with_their_launching_op(gpu_run: dict[str, Any]) -> None:
     space = kineto_to_xspace(gpu_run["trace"])
     planes = {p.name: p for p in space.planes}

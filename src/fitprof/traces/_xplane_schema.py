@@ -20,8 +20,8 @@ them:
 Names only fitprof reads (the writer records them so that the reader rebuilds the Kineto trace's event table
 exactly):
 
-* event stats ``category`` (Kineto's ``cat``), ``launch_ps`` (device events: the launching host call's start, ps
-  since the profile start, on the same clock as the line timestamps);
+* event stats ``category`` (Kineto's ``cat``) and ``correlation`` (Kineto's name for ``correlation_id``, on the
+  device events xprof must not count: syncs, memsets, device-side annotations);
 * ``Task Environment`` stats ``fitprof_source`` (``"kineto"``: this XSpace was converted by fitprof from a
   PyTorch trace), ``fitprof_framework``, ``fitprof_host``, ``fitprof_rank``, ``fitprof_world_size``.
 """
@@ -53,7 +53,8 @@ STAT_PROFILE_STOP = "profile_stop_time"
 
 # Stats only fitprof reads.
 STAT_CATEGORY = "category"
-STAT_LAUNCH_PS = "launch_ps"
+STAT_KINETO_CORRELATION = "correlation"
+"""Kineto's own name for the correlation id, kept on device events xprof must not count (syncs, memsets)."""
 STAT_SOURCE = "fitprof_source"
 STAT_FRAMEWORK = "fitprof_framework"
 STAT_HOST = "fitprof_host"

@@ -9,7 +9,7 @@ window take 86 ms to read, against 5 ms for the protobuf walk.)
 An XSpace that fitprof converted from a Kineto trace (:mod:`fitprof.traces.xspace_write`; its ``Task
 Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch window it came from: its events are
 rebuilt as Kineto events (category from the ``category`` stat, the true name from the display name where xprof's
-copy names replace it, ``correlation`` from ``correlation_id``, ``bytes`` / ``kind`` from their stats) and
+copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` / ``kind`` from their stats) and
 classified by :func:`fitprof.traces.kineto.event_frame`, exactly as :func:`~fitprof.traces.kineto.read_kineto`
 classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) are
 ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"`` and the trace's ``host``,
@@ -208,7 +208,12 @@ def _task_environment(space: Any) -> dict[str, Any]:
     return {}
 
 
-_KINETO_ARGS = {xs.STAT_CORRELATION_ID: "correlation", "bytes": "bytes", "kind": "kind"}
+_KINETO_ARGS = {
+    xs.STAT_CORRELATION_ID: "correlation",
+    xs.STAT_KINETO_CORRELATION: "correlation",
+    "bytes": "bytes",
+    "kind": "kind",
+}
 """The stats the Kineto classification reads, under the names of the Kineto ``args`` they were written from."""
 
 

@@ -8,8 +8,9 @@ true name, and that xprof's input-pipeline, overview and op-statistics pages rea
 * host events (every complete event outside :data:`fitprof.traces.kineto.DEVICE_CATEGORIES`) on one
   ``/host:CPU`` plane, one line per Kineto ``(pid, tid)`` named after Kineto's ``thread_name`` metadata; device
   events on a ``/device:GPU:<pid>`` plane per device, one ``Stream #<tid>`` line per stream. Every event keeps its
-  scalar ``args`` as stats (Kineto's ``correlation`` under xprof's name ``correlation_id``) and its category as
-  the ``category`` stat;
+  scalar ``args`` as stats (Kineto's ``correlation`` under xprof's name ``correlation_id``, except on device
+  events fitprof does not count: syncs, memsets, device-side annotations, which xprof would count as compute) and
+  its category as the ``category`` stat;
 * ``ProfilerStep#N`` carries ``step_num=N`` and ``_r=1``, the stats xprof finds steps by (the same as
   TensorFlow's ``Trace("train", step_num=n, _r=1)``);
 * the DataLoader's ``enumerate(DataLoader)#...__next__`` carries ``_ipl_stage_name``: xprof then counts the time
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof.traces import _xplane_schema as xs
-from fitprof.traces._table import KIND_COLLECTIVE, KIND_INPUT, KIND_MEMCPY, KIND_OP
+from fitprof.traces._table import KIND_COLLECTIVE, KIND_INPUT, KIND_KERNEL, KIND_MEMCPY, KIND_OP
 from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
 from fitprof.traces.kineto import DEVICE_CATEGORIES, complete_events, event_frame, trace_host
 
@@ -262,7 +263,8 @@ def _add_stats(
     if m:
         builder.add_stat(ev, xs.STAT_STEP_NUM, int(m.group(1)))
         builder.add_stat(ev, xs.STAT_ROOT, 1)
-    if device:
+    device_work = device and kind in (KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE)
+    if device_work:
         if op:
             builder.add_stat(ev, xs.STAT_TF_OP, op)
         if kind == KIND_MEMCPY and not math.isnan(nbytes):
@@ -279,7 +281,10 @@ def _add_stats(
         return
     correlation = _int_or_none(args.get("correlation"))
     if correlation is not None:
-        builder.add_stat(ev, xs.STAT_CORRELATION_ID, correlation)
+        # Device events fitprof does not count (syncs, memsets, device-side annotations) keep Kineto's own name
+        # for it, which xprof does not read: it would file their time as device compute of the launching op.
+        name = xs.STAT_CORRELATION_ID if device_work or not device else xs.STAT_KINETO_CORRELATION
+        builder.add_stat(ev, name, correlation)
     for k, v in args.items():
         if isinstance(v, (bool, int, float, str)) and k not in _DROPPED_ARGS:
             builder.add_stat(ev, str(k), v)
