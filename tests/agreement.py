@@ -145,6 +145,11 @@ def _rows(table: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def table_rows(doc: Any, index: int) -> list[dict[str, Any]]:
+    """Rows of table ``index`` of an xprof tool's JSON (Google Charts tables), as ``{column id: value}``."""
+    return _rows(_table(doc, index))
+
+
 def input_pipeline_figures(doc: Any) -> dict[str, Any]:
     """What xprof's input-pipeline page shows: per-step rows (table 1) and their means.
 

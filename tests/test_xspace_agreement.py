@@ -29,6 +29,7 @@ from agreement import (
     input_pipeline_figures,
     op_stats,
     overview_figures,
+    table_rows,
 )
 from fitprof.traces import _xplane_schema as xs
 from fitprof.traces import read_trace
@@ -166,14 +167,44 @@ def test_xprof_gives_real_gpu_traces_fitprofs_device_time_per_operator(
         assert ops[("Device", op.name)] == pytest.approx(fitprof_us, rel=0.02), op.name
 
 
+@pytest.mark.parametrize("name", [n for n in FIXTURES if not n.startswith("cpu_only")])
+def test_xprof_steps_on_real_gpu_traces_are_the_profiler_steps(
+    kineto_fixtures: Path, tmp_path: Path, name: str
+) -> None:
+    """Each step xprof's input-pipeline page lists on a converted A100 / MI250 trace lasts as long as fitprof's
+    ``ProfilerStep#N`` (within 1%; xprof lists only steps that launched device work and may leave out the first and
+    the last: its row ``k`` is the k-th step in time order)."""
+    trace = kineto_fixtures / name
+    if not trace.is_file():
+        pytest.skip(f"{trace} not present")
+    raw = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    xplane = write_xspace(trace, tmp_path, "s", host="h")
+    data, _ = raw.xspace_to_tool_data([str(xplane)], "input_pipeline_analyzer", {})
+    rows = table_rows(json.loads(data), 1)
+    table = read_trace(trace)
+    steps_ms = table[table["kind"] == "step"].sort_values("ts_us")["dur_us"].to_numpy() / 1e3
+    if not len(steps_ms):
+        assert not rows
+        return
+    assert rows
+    for row in rows:
+        assert float(row["stepTimeMs"]) == pytest.approx(steps_ms[int(row["stepnum"])], rel=0.01), row["stepnum"]
+
+
 def test_device_events_sit_on_gpu_planes_with_their_launching_op(gpu_run: dict[str, Any]) -> None:
     space = kineto_to_xspace(gpu_run["trace"])
     planes = {p.name: p for p in space.planes}
     assert set(planes) == {"/host:CPU", "/device:GPU:0", "Task Environment"}
     gpu = planes["/device:GPU:0"]
-    assert [(line.name, line.display_name) for line in gpu.lines] == [("Stream #7", "stream 7")]
+    assert [(line.name, line.display_name) for line in gpu.lines] == [("Stream #7", "stream 7"), ("Host steps", "")]
     metas = gpu.event_metadata
     stat_names = {k: v.name for k, v in gpu.stat_metadata.items()}
+    # The host's step markers, repeated for xprof with the group id it gives each step (0, 1, ... in time order).
+    markers = [
+        (metas[ev.metadata_id].name, {stat_names[st.metadata_id]: st.int64_value for st in ev.stats})
+        for ev in gpu.lines[1].events
+    ]
+    assert markers == [(f"ProfilerStep#{n}", {"group_id": n - 1}) for n in range(1, GPU_STEPS + 1)]
     seen = {}
     for ev in gpu.lines[0].events:
         stats = {stat_names[s.metadata_id]: xs.stat_value(s, stat_names) for s in ev.stats}
@@ -273,11 +304,15 @@ def test_xprof_pages_show_device_compute_htod_and_ops_of_the_gpu_shaped_run(
     gpu_run: dict[str, Any], pages: dict[str, dict[str, Any]]
 ) -> None:
     """On a host with a GPU plane xprof analyses the device side only (README, "Open the result in TensorBoard"):
-    device compute, host-to-device copies (its "Input" there), collectives and device time per operator agree."""
+    step time (spanned by the converter's ``Host steps`` markers), device compute, host-to-device copies (its
+    "Input" there), collectives and device time per operator agree."""
     report = fitprof.analyze(gpu_run["xplane"], top_k=10)
     ipa = input_pipeline_figures(pages["gpu"]["input_pipeline_analyzer"])
     assert ipa["summary"]["hardware_type"] == "GPU"
     assert ipa["steps"] == report.steps_analyzed
+    assert ipa["step_time_ms"] == pytest.approx(report.step_time_ms, rel=0.01)  # the host step, not 7.1 ms of work
+    overview = overview_figures(pages["gpu"]["overview_page"])
+    assert overview["step_time_ms"] == pytest.approx(report.step_time_ms, rel=0.01)
     device_op_ms = sum(o.self_ms_per_step for o in report.top_ops)
     compute_ms = device_op_ms - report.htod_ms_per_step - report.collective_ms_per_step
     assert ipa["device_compute_ms"] == pytest.approx(compute_ms, rel=0.01)

@@ -12,7 +12,8 @@ them:
 
 * planes ``/host:CPU`` (host threads, one line each), ``/device:GPU:<N>`` (one line per stream, named
   ``Stream #<id>``) and ``Task Environment`` (``profile_start_time`` / ``profile_stop_time``, ns since the epoch);
-* event stats ``step_num`` + ``_r`` (``_r=1``: a root event, i.e. a step marker), ``correlation_id`` (links a
+* event stats ``step_num`` + ``_r`` (``_r=1``: a root event, i.e. a step marker), ``group_id`` (the step an
+  event belongs to; xprof assigns it, fitprof writes it only on the ``Host steps`` line), ``correlation_id`` (links a
   device event to the host call that launched it), ``tf_op`` (the framework op an event belongs to: what
   xprof's op statistics group by), ``_ipl_stage_name`` (an input-pipeline stage: xprof counts time in it as
   "Input" on the input-pipeline and overview pages), ``memcpy_details``.
@@ -40,9 +41,13 @@ TASK_ENV_PLANE = "Task Environment"
 """The plane holding run-wide stats (profile start / stop times)."""
 STREAM_LINE_PREFIX = "Stream #"
 """Prefix of a device stream's line (the stream id follows), as TensorFlow's GPU tracer names them."""
+HOST_STEPS_LINE = "Host steps"
+"""A device plane's line that repeats the host's step markers with xprof's ``group_id`` (written by fitprof's
+converter so that xprof's device steps span the host steps; fitprof's reader skips it)."""
 
 # Event stats xprof reads.
 STAT_STEP_NUM = "step_num"
+STAT_GROUP_ID = "group_id"
 STAT_ROOT = "_r"
 STAT_CORRELATION_ID = "correlation_id"
 STAT_TF_OP = "tf_op"

@@ -11,8 +11,8 @@ Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch win
 rebuilt as Kineto events (category from the ``category`` stat, the true name from the display name where xprof's
 copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` / ``kind`` from their stats) and
 classified by :func:`fitprof.traces.kineto.event_frame`, exactly as :func:`~fitprof.traces.kineto.read_kineto`
-classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) are
-ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"`` and the trace's ``host``,
+classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the
+device planes' ``Host steps`` lines (copies of the host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"`` and the trace's ``host``,
 ``rank`` and ``world_size``.
 
 Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces._table` for the kinds):
@@ -229,6 +229,8 @@ def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame
         wanted = {k: v for k, v in names.items() if v == xs.STAT_CATEGORY or v in _KINETO_ARGS}
         line_names = Counter(line.name for line in plane.lines)
         for line in plane.lines:  # a line is a thread or a stream: its name, made unique when two share one
+            if pname.startswith(xs.DEVICE_PLANE_PREFIX) and line.name == xs.HOST_STEPS_LINE:
+                continue  # markers for xprof repeating the host's steps: counted once, on the host
             tid = line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})"
             base_ps = line.timestamp_ns * 1000
             for ev in line.events:

@@ -23,6 +23,9 @@ true name, and that xprof's input-pipeline, overview and op-statistics pages rea
 * device copies are given xprof's event names (``MemcpyHToD``, ``MemcpyDToH``, ``MemcpyDToD``, by which it files
   them under "Host to device" etc.) with Kineto's name as the event's display name, which the trace viewer shows;
   their ``memcpy_details`` holds ``num_bytes:<bytes>``;
+* each device plane also gets a ``Host steps`` line repeating the ``ProfilerStep#N`` markers with the step's
+  ``group_id``, so that xprof's steps on a GPU host span the whole step, as fitprof's do (xprof otherwise spans a
+  step by its device work only);
 * a ``Task Environment`` plane with ``profile_start_time`` / ``profile_stop_time`` (ns since the epoch) and the
   stats fitprof's reader uses to read the file as the PyTorch window it came from (framework, host, rank, world
   size).
@@ -206,6 +209,7 @@ def kineto_to_xspace(
         plane = space.planes.add(id=index + 1, name=f"{xs.DEVICE_PLANE_PREFIX}{index}")
         builders[pk] = _Plane(plane)
 
+    line_id = 0
     for line_id, ((plane_key, key), items) in enumerate(
         sorted(by_line.items(), key=lambda kv: (_sort_key_one(kv[0][0]), _sort_key(kv[0][1]))), start=1
     ):
@@ -236,6 +240,15 @@ def kineto_to_xspace(
             line_end_ps = max(line_end_ps, (ts_ns[i] - line_ts) * 1000 + dur_ps[i])
         line.duration_ps = line_end_ps
 
+    # The host's step markers, repeated on each device plane with the group id xprof gives their step, so that
+    # xprof's device-side step spans the whole ProfilerStep#N as fitprof's does (see _add_host_steps).
+    steps = sorted(
+        (ts_ns[i], i) for i, e in enumerate(complete) if not on_device[i] and _STEP_RE.match(str(e.get("name", "")))
+    )
+    for n, pk in enumerate(device_keys, start=1):
+        markers = [(ts_ns[i] - start_ns, dur_ps[i], str(complete[i].get("name", ""))) for _, i in steps]
+        _add_host_steps(builders[pk], markers, line_id + n)
+
     env = space.planes.add(id=max(used, default=-1) + 2, name=TASK_ENV_PLANE)
     env_builder = _Plane(env)
     start = env.stats.add(metadata_id=env_builder.stat_id(xs.STAT_PROFILE_START))
@@ -252,6 +265,28 @@ def kineto_to_xspace(
         if number is not None:
             env_builder.add_stat(env, stat, number)
     return space
+
+
+def _add_host_steps(builder: _Plane, steps: list[tuple[int, int, str]], line_id: int) -> None:
+    """A ``Host steps`` line on a device plane: one event per host step marker ``(start ns since the profile start,
+    duration ps, name)``, in time order, carrying ``group_id`` = its index.
+
+    On a host with a device xprof 2.24 builds steps from device events only: a step spans its device work, so the
+    DataLoader wait before the first launch fell outside it (a Lightning step of 10 ms showed as 7.1 ms). xprof
+    numbers the groups of its step markers (events with ``_r``) 0, 1, ... in time order and derives each device
+    step's span from every device-plane event carrying that ``group_id``; these events widen it to the host step.
+    They carry no ``correlation_id``, so xprof files none of their time under any category or operator, and
+    fitprof's reader skips the line.
+    """
+    if not steps:
+        return
+    line = builder.plane.lines.add(id=line_id, display_id=line_id, name=xs.HOST_STEPS_LINE, timestamp_ns=0)
+    end_ps = 0
+    for group, (ts_ns, dur_ps, name) in enumerate(steps):
+        ev = line.events.add(metadata_id=builder.event_id(name), offset_ps=ts_ns * 1000, duration_ps=dur_ps)
+        builder.add_stat(ev, xs.STAT_GROUP_ID, group)
+        end_ps = max(end_ps, ts_ns * 1000 + dur_ps)
+    line.duration_ps = end_ps
 
 
 def _add_stats(
