@@ -19,8 +19,9 @@ GPU_STEPS = 5
 GPU_STEP_US = 10_000.0
 """Per step of :func:`gpu_shaped_trace` (microseconds): DataLoader 2,500; HtoD copy 1,000 (4 MiB, pinned);
 ``aten::addmm`` kernel 4,000; ``aten::relu`` kernel 500; NCCL all-reduce kernel 1,000 (launched by
-``record_param_comms``). So: step 10 ms, input 25%, HtoD 10%, collectives 10%, device compute (kernels that are not
-copies or collectives) 4.5 ms, verdict input-bound."""
+``record_param_comms``); Kineto's device-side ``ProfilerStep#N`` annotation over the device work. So: step 10 ms,
+input 25%, HtoD 10%, collectives 10%, device compute (kernels that are not copies or collectives) 4.5 ms, verdict
+input-bound."""
 GPU_HOST = "gpuhost"
 GPU_TRACE_NAME = f"{GPU_HOST}_rank1.2026_01_01_00_00_00_epoch0.pt.trace.json"
 """fitprof's own trace name (host ``gpuhost``, global rank 1)."""
@@ -81,6 +82,19 @@ def gpu_shaped_trace() -> dict[str, Any]:
         )
         launch(
             "record_param_comms", t0 + 8_750, "kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 8_900, 1_000.0
+        )
+        # Kineto's device-side mirror of the step (as on the MI250 fixture): an annotation, never a step.
+        events.append(
+            {
+                "ph": "X",
+                "cat": "gpu_user_annotation",
+                "name": f"ProfilerStep#{n}",
+                "pid": device,
+                "tid": stream,
+                "ts": t0 + 2_800,
+                "dur": 7_100.0,
+                "args": {"External id": n},
+            }
         )
     return {
         "schemaVersion": 1,

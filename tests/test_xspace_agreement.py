@@ -209,6 +209,9 @@ def test_device_events_sit_on_gpu_planes_with_their_launching_op(gpu_run: dict[s
     for ev in gpu.lines[0].events:
         stats = {stat_names[s.metadata_id]: xs.stat_value(s, stat_names) for s in ev.stats}
         meta = metas[ev.metadata_id]
+        if stats["category"] == "gpu_user_annotation":  # the device-side mirror of a step: no marker for xprof
+            assert not {"_r", "step_num", "correlation_id", "tf_op"} & set(stats), stats
+            continue
         seen[meta.display_name or meta.name] = (meta.name, stats["tf_op"], stats["correlation_id"] > 0)
     assert seen == {
         "Memcpy HtoD (Pinned -> Device)": ("MemcpyHToD", "aten::copy_", True),  # xprof's name; the true one shown

@@ -5,8 +5,8 @@ listed without tools. This module writes an XSpace that xprof's trace viewer ren
 true name, and that xprof's input-pipeline, overview and op-statistics pages read with fitprof's figures (see
 :mod:`fitprof.traces._xplane_schema` for the planes and stats):
 
-* host events (every complete event outside :data:`fitprof.traces.kineto.DEVICE_CATEGORIES`) on one
-  ``/host:CPU`` plane, one line per Kineto ``(pid, tid)`` named after Kineto's ``thread_name`` metadata; device
+* host events (every complete event whose category is not in :data:`fitprof.traces.kineto.DEVICE_CATEGORIES`) on
+  one ``/host:CPU`` plane, one line per Kineto ``(pid, tid)`` named after Kineto's ``thread_name`` metadata; device
   events on a ``/device:GPU:<pid>`` plane per device, one ``Stream #<tid>`` line per stream. Every event keeps its
   scalar ``args`` as stats (Kineto's ``correlation`` under xprof's name ``correlation_id``, except on device
   events fitprof does not count: syncs, memsets, device-side annotations, which xprof would count as compute) and
@@ -51,7 +51,7 @@ from typing import Any
 from fitprof.traces import _xplane_schema as xs
 from fitprof.traces._table import KIND_COLLECTIVE, KIND_INPUT, KIND_KERNEL, KIND_MEMCPY, KIND_OP
 from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
-from fitprof.traces.kineto import DEVICE_CATEGORIES, complete_events, event_frame, trace_host
+from fitprof.traces.kineto import complete_events, event_frame, trace_host
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _XPROF_COPY_NAME = {"htod": "MemcpyHToD", "dtoh": "MemcpyDToH", "dtod": "MemcpyDToD"}
@@ -194,7 +194,7 @@ def kineto_to_xspace(
     by_line: dict[tuple[str, tuple[str, str]], list[int]] = {}
     for i, e in enumerate(complete):
         pid, tid = _key(e.get("pid")), _key(e.get("tid"))
-        plane_key = pid if on_device[i] or e.get("cat") in DEVICE_CATEGORIES else ""
+        plane_key = pid if on_device[i] else ""  # on_device: a DEVICE_CATEGORIES event (the reader's rule)
         by_line.setdefault((plane_key, (pid, tid)), []).append(i)
 
     host_plane = space.planes.add(id=0, name=HOST_PLANE)
@@ -294,7 +294,7 @@ def _add_stats(
 ) -> None:
     """The stats of one event: xprof's (steps, input stage, op, correlation, copy size), then Kineto's args."""
     name = str(e.get("name", ""))
-    m = _STEP_RE.match(name)
+    m = None if device else _STEP_RE.match(name)  # a device-side mirror of a step is no step marker for xprof
     if m:
         builder.add_stat(ev, xs.STAT_STEP_NUM, int(m.group(1)))
         builder.add_stat(ev, xs.STAT_ROOT, 1)
