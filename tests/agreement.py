@@ -120,7 +120,7 @@ def assert_same_report(kineto: BottleneckReport, xspace: BottleneckReport) -> No
         "collective_percent",
     ):
         assert _close(getattr(xspace, key), getattr(kineto, key), rel=1e-6), key
-    for key in ("htod_bytes_per_step", "htod_gbps"):
+    for key in ("htod_bytes_per_step", "htod_gb_per_s"):
         assert _close(getattr(xspace, key), getattr(kineto, key), rel=1e-6), key
     if math.isnan(kineto.input_percent):
         assert math.isnan(xspace.input_percent)

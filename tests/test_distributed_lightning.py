@@ -207,8 +207,8 @@ def test_one_session_folder_per_window_lists_both_ranks(run_dir: Path) -> None:
     folders = sorted((run_dir / "plugins" / "profile").iterdir())
     assert len(folders) == EPOCHS
     names = [sorted(p.name for p in folder.glob("*.xplane.pb")) for folder in folders]
-    assert names[0] == [f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]
-    assert names[1] == [f"{host}_rank0.xplane.pb"]  # rank 1's epoch-1 analysis failed before its conversion
+    # Rank 1's epoch-1 analysis failed; its trace still reaches the Profile tab (nothing recorded is dropped).
+    assert names == [[f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]] * EPOCHS
     with tensorboard(run_dir.parent.parent) as base:
         runs = wait_for(lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90)
         assert sorted(runs) == sorted(f"{RUN}/{f.name}" for f in folders)
@@ -224,7 +224,7 @@ def test_each_ranks_xplane_gives_the_report_of_its_trace(run_dir: Path) -> None:
     from agreement import assert_same_report
 
     xplanes = sorted((run_dir / "plugins" / "profile").glob("*/*.xplane.pb"))
-    assert len(xplanes) == 3
+    assert len(xplanes) == EPOCHS * 2  # every window of every rank, also the one whose analysis failed
     for xplane in xplanes:
         host_rank, session = xplane.name.removesuffix(".xplane.pb"), xplane.parent.name
         trace = run_dir / f"{host_rank}.{session}.pt.trace.json.gz"

@@ -28,15 +28,7 @@ import pytest
 
 import fitprof
 from fitprof.traces import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
+    Kind,
     TraceError,
     read_trace,
 )
@@ -98,7 +90,7 @@ EXPECTED = {
             ("aten::add_", 958),
             ("aten::clamp_min_", 683),
         ],
-        kinds={KIND_OTHER: 405, KIND_OP: 359, KIND_KERNEL: 79, KIND_MEMCPY: 16, KIND_ANNOTATION: 8},
+        kinds={Kind.OTHER: 405, Kind.OP: 359, Kind.KERNEL: 79, Kind.MEMCPY: 16, Kind.ANNOTATION: 8},
         rank=0,
     ),
     "a100_sampled_rank0": Expected(
@@ -120,13 +112,13 @@ EXPECTED = {
             ("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function", 19_299),
         ],
         kinds={
-            KIND_OP: 2311,
-            KIND_OTHER: 1214,
-            KIND_KERNEL: 1144,
-            KIND_ANNOTATION: 61,
-            KIND_MEMCPY: 40,
-            KIND_COLLECTIVE: 38,
-            KIND_STEP: 2,
+            Kind.OP: 2311,
+            Kind.OTHER: 1214,
+            Kind.KERNEL: 1144,
+            Kind.ANNOTATION: 61,
+            Kind.MEMCPY: 40,
+            Kind.COLLECTIVE: 38,
+            Kind.STEP: 2,
         },
         rank=0,
         world_size=128,
@@ -149,14 +141,14 @@ EXPECTED = {
             ("aten::addmm", 24_151),
         ],
         kinds={
-            KIND_OP: 40_386,
-            KIND_OTHER: 25_346,
-            KIND_KERNEL: 8_508,
-            KIND_COLLECTIVE: 240,
-            KIND_MEMCPY: 228,
-            KIND_ANNOTATION: 216,
-            KIND_STEP: 6,
-            KIND_INPUT: 6,
+            Kind.OP: 40_386,
+            Kind.OTHER: 25_346,
+            Kind.KERNEL: 8_508,
+            Kind.COLLECTIVE: 240,
+            Kind.MEMCPY: 228,
+            Kind.ANNOTATION: 216,
+            Kind.STEP: 6,
+            Kind.INPUT: 6,
         },
         rank=3,
         world_size=8,
@@ -174,7 +166,7 @@ EXPECTED = {
             ("aten::mm", 12.64),
             ("aten::mean", 11.04),
         ],
-        kinds={KIND_OP: 70, KIND_OTHER: 21, KIND_KERNEL: 14, KIND_ANNOTATION: 3, KIND_STEP: 2, KIND_MEMCPY: 2},
+        kinds={Kind.OP: 70, Kind.OTHER: 21, Kind.KERNEL: 14, Kind.ANNOTATION: 3, Kind.STEP: 2, Kind.MEMCPY: 2},
     ),
     "cpu_only_rank34": Expected(
         file="cpu_only_rank34.pt.trace.json.gz",
@@ -187,7 +179,7 @@ EXPECTED = {
         # spans (173,209.713 + 170,471.258 us, 164% of the step): the union above.
         top_ops=[("gloo:all_reduce", 178_777.427)],
         op_time_source="host",
-        kinds={KIND_COLLECTIVE: 10, KIND_OP: 4, KIND_STEP: 1},
+        kinds={Kind.COLLECTIVE: 10, Kind.OP: 4, Kind.STEP: 1},
         rank=34,
         world_size=300,
     ),
@@ -246,12 +238,12 @@ def test_event_table_matches_hand_counts(key: str) -> None:
     assert table["kind"].value_counts().to_dict() == exp.kinds
     assert "PyTorch Profiler (0)" not in set(table["name"])  # the profiler's own span is skipped
 
-    steps = table[table["kind"] == KIND_STEP]
+    steps = table[table["kind"] == Kind.STEP]
     assert sorted(steps["step_num"].astype(int)) == exp.step_nums
     assert list(steps["name"]) == [f"ProfilerStep#{n:.0f}" for n in steps["step_num"]]
     assert not steps["on_device"].any()
 
-    copies = table[table["kind"] == KIND_MEMCPY]
+    copies = table[table["kind"] == Kind.MEMCPY]
     assert copies["on_device"].all()
     for copy_kind, want in [
         ("htod_pinned", exp.pinned),
@@ -266,20 +258,20 @@ def test_event_table_matches_hand_counts(key: str) -> None:
         assert got_bytes == approx(want.bytes), copy_kind
     assert (copies["copy_kind"] == "dtod").sum() == exp.dtod_count
 
-    device_coll = table[(table["kind"] == KIND_COLLECTIVE) & table["on_device"]]
+    device_coll = table[(table["kind"] == Kind.COLLECTIVE) & table["on_device"]]
     assert len(device_coll) == exp.collective_kernels
     assert device_coll["name"].str.contains("nccl", case=False).all()
-    kernels = table[table["kind"] == KIND_KERNEL]
+    kernels = table[table["kind"] == Kind.KERNEL]
     assert kernels["on_device"].all()
     assert not kernels["name"].str.contains("nccl|rccl", case=False).any()
-    host_kinds = [KIND_OP, KIND_STEP, KIND_INPUT, KIND_EXCLUDED]
+    host_kinds = [Kind.OP, Kind.STEP, Kind.INPUT, Kind.NOT_TRAINING]
     assert not table.loc[table["kind"].isin(host_kinds), "on_device"].any()
 
 
 @pytest.mark.parametrize("key", GPU)
 def test_device_events_are_linked_to_their_launch(key: str) -> None:
     table = table_of(key)
-    work = table[table["kind"].isin([KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE]) & table["on_device"]]
+    work = table[table["kind"].isin([Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE]) & table["on_device"]]
     assert work["launch_us"].notna().all()  # every kernel and copy of these traces has its runtime call
     assert (work["launch_us"] <= work["ts_us"]).all()  # launched before it ran
     host = table[~table["on_device"]]
@@ -287,22 +279,22 @@ def test_device_events_are_linked_to_their_launch(key: str) -> None:
     assert (host["op"] == "").all()
     # ops are names of host operators, never of annotations or steps
     ops = set(work["op"]) - {""}
-    assert ops <= set(table.loc[table["kind"].isin([KIND_OP, KIND_COLLECTIVE]) & ~table["on_device"], "name"])
+    assert ops <= set(table.loc[table["kind"].isin([Kind.OP, Kind.COLLECTIVE]) & ~table["on_device"], "name"])
 
 
 def test_rocm_trace_details() -> None:
     table = table_of("mi250_rocm_minitoy_train")
     mirror = table[table["name"] == "ProfilerStep#1"]
-    assert sorted(mirror["kind"]) == [KIND_ANNOTATION, KIND_STEP]
-    assert mirror.loc[mirror["kind"] == KIND_ANNOTATION, "on_device"].all()
-    copies = table[table["kind"] == KIND_MEMCPY]
+    assert sorted(mirror["kind"]) == [Kind.ANNOTATION, Kind.STEP]
+    assert mirror.loc[mirror["kind"] == Kind.ANNOTATION, "on_device"].all()
+    copies = table[table["kind"] == Kind.MEMCPY]
     assert list(copies["name"]) == ["Memcpy HtoD (Host -> Device)"] * 2
     assert list(copies["copy_kind"]) == ["htod", "htod"]
     assert copies["bytes"].isna().all()
     assert list(copies["op"]) == ["aten::copy_", "aten::copy_"]
     report = report_of("mi250_rocm_minitoy_train")
     assert math.isnan(report.htod_bytes_per_step)  # the trace does not say how many bytes: unknown, not 0
-    assert math.isnan(report.htod_gbps)
+    assert math.isnan(report.htod_gb_per_s)
 
 
 # --------------------------------------------------------------------------------- real traces: report
@@ -326,12 +318,12 @@ def test_report_matches_hand_counts(key: str) -> None:
     assert report.htod_percent == approx(100 * htod_us / window)
     known = [c for c in htod if c.count and not math.isnan(c.bytes)]
     if any(c.count for c in htod) and not known:
-        assert math.isnan(report.htod_bytes_per_step) and math.isnan(report.htod_gbps)
+        assert math.isnan(report.htod_bytes_per_step) and math.isnan(report.htod_gb_per_s)
     else:
         htod_bytes = sum(c.bytes for c in known)
         assert report.htod_bytes_per_step == approx(htod_bytes / n)
         known_us = sum(c.dur_us for c in known)
-        assert report.htod_gbps == approx(htod_bytes / known_us / 1e3 if known_us else 0.0)
+        assert report.htod_gb_per_s == approx(htod_bytes / known_us / 1e3 if known_us else 0.0)
     assert report.htod_pinned_ms_per_step == approx(exp.pinned.dur_us / n / 1e3)
     assert report.htod_pageable_ms_per_step == approx(exp.pageable.dur_us / n / 1e3)
     assert report.dtoh_ms_per_step == approx(exp.dtoh.dur_us / n / 1e3)
@@ -353,7 +345,7 @@ def test_figures_on_a_few_fixtures_in_plain_numbers() -> None:
     assert ddp.collective_percent == approx(35.172977449)
     alexnet = report_of("a100_alexnet_pageable_htod")
     assert alexnet.steps_analyzed == 0 and alexnet.warnings
-    assert alexnet.htod_gbps == approx(4.403426121)  # 244,403,360 B in 55,503 us of pageable copies
+    assert alexnet.htod_gb_per_s == approx(4.403426121)  # 244,403,360 B in 55,503 us of pageable copies
     cpu = report_of("cpu_only_rank34")
     assert cpu.collective_percent == approx(85.087877752)
 
@@ -361,7 +353,7 @@ def test_figures_on_a_few_fixtures_in_plain_numbers() -> None:
 @pytest.mark.parametrize("key", list(EXPECTED))
 def test_annotations_and_steps_are_never_operators(key: str) -> None:
     table = table_of(key)
-    not_ops = set(table.loc[table["kind"].isin([KIND_ANNOTATION, KIND_STEP, KIND_INPUT, KIND_EXCLUDED]), "name"])
+    not_ops = set(table.loc[table["kind"].isin([Kind.ANNOTATION, Kind.STEP, Kind.INPUT, Kind.NOT_TRAINING]), "name"])
     report = fitprof.analyze_table(table, top_k=50)
     names = {op.name for op in report.top_ops}
     assert not names & not_ops
@@ -433,27 +425,27 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
         return rows[(name, ts)]
 
     step = row("ProfilerStep#3", 100.5)
-    assert (step.kind, step.step_num, step.on_device) == (KIND_STEP, 3.0, False)
+    assert (step.kind, step.step_num, step.on_device) == (Kind.STEP, 3.0, False)
     assert step.self_us == 100.0  # only operators lose the time of operators nested in them (make_table)
     assert row("aten::linear", 112).self_us == 30 - 5  # less aten::addmm
     assert row("c10d::allreduce_", 158).self_us == 6 - 4  # less record_param_comms
     mirror = row("ProfilerStep#3", 130)
-    assert (mirror.kind, mirror.on_device) == (KIND_ANNOTATION, True)
+    assert (mirror.kind, mirror.on_device) == (Kind.ANNOTATION, True)
     assert math.isnan(mirror.step_num)
-    assert row("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 101).kind == KIND_INPUT
-    assert row("fitprof/validation", 190).kind == KIND_EXCLUDED
-    assert row("## forward ##", 112).kind == KIND_ANNOTATION
-    assert row("nccl:all_reduce", 160).kind == KIND_COLLECTIVE
-    assert row("c10d::allreduce_", 158).kind == KIND_COLLECTIVE
-    assert row("record_param_comms", 159).kind == KIND_COLLECTIVE
-    assert row("aten::addmm", 113).kind == KIND_OP
-    assert row("cudaLaunchKernel", 115).kind == KIND_OTHER
-    assert row("train.py(12): step", 100).kind == KIND_OTHER
+    assert row("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 101).kind == Kind.INPUT
+    assert row("fitprof/validation", 190).kind == Kind.NOT_TRAINING
+    assert row("## forward ##", 112).kind == Kind.ANNOTATION
+    assert row("nccl:all_reduce", 160).kind == Kind.COLLECTIVE
+    assert row("c10d::allreduce_", 158).kind == Kind.COLLECTIVE
+    assert row("record_param_comms", 159).kind == Kind.COLLECTIVE
+    assert row("aten::addmm", 113).kind == Kind.OP
+    assert row("cudaLaunchKernel", 115).kind == Kind.OTHER
+    assert row("train.py(12): step", 100).kind == Kind.OTHER
     assert row("train.py(12): step", 100).pid == "7" and row("train.py(12): step", 100).tid == "7"
 
     gemm = row("void gemm()", 130)
     assert (gemm.kind, gemm.on_device, gemm.op, gemm.launch_us, gemm.pid) == (
-        KIND_KERNEL,
+        Kind.KERNEL,
         True,
         "aten::addmm",
         115,
@@ -461,7 +453,7 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
     )
     htod = row("Memcpy HtoD (Pinned -> Device)", 125)
     assert (htod.kind, htod.copy_kind, htod.bytes, htod.op, htod.launch_us) == (
-        KIND_MEMCPY,
+        Kind.MEMCPY,
         "htod_pinned",
         4096,
         "aten::linear",  # cudaMemcpyAsync at 120-123 lies in aten::linear (112-142), after aten::addmm (113-118)
@@ -470,7 +462,7 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
     relu = row("void relu()", 171)
     assert (relu.op, relu.launch_us) == ("", 150)  # launched outside any operator
     nccl = row("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 172)
-    assert (nccl.kind, nccl.on_device, nccl.op, nccl.launch_us) == (KIND_COLLECTIVE, True, "record_param_comms", 161)
+    assert (nccl.kind, nccl.on_device, nccl.op, nccl.launch_us) == (Kind.COLLECTIVE, True, "record_param_comms", 161)
     orphan = row("Memcpy DtoH (Device -> Pageable)", 181)
     assert (orphan.copy_kind, orphan.op, orphan.bytes) == ("dtoh", "", 8)
     assert math.isnan(orphan.launch_us)  # no runtime event with correlation 99
@@ -480,7 +472,7 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
     assert row("Memcpy HtoD (Host -> Device)", 184).copy_kind == "htod"
     assert row("Memcpy", 185).copy_kind == "dtoh"  # from args.kind
     memset = row("Memset (Device)", 186)
-    assert (memset.kind, memset.on_device, memset.copy_kind) == (KIND_OTHER, True, "")
+    assert (memset.kind, memset.on_device, memset.copy_kind) == (Kind.OTHER, True, "")
     assert math.isnan(memset.bytes)
 
 
@@ -498,7 +490,7 @@ def test_synthetic_trace_report(tmp_path: Path) -> None:
     assert report.htod_pinned_ms_per_step == approx(0.004)
     assert report.htod_pageable_ms_per_step == approx(0.001)
     assert report.htod_bytes_per_step == approx(4096 + 16)
-    assert report.htod_gbps == approx((4096 + 16) / 5 / 1e3)
+    assert report.htod_gb_per_s == approx((4096 + 16) / 5 / 1e3)
     assert report.dtoh_ms_per_step == approx(0.002)
     assert report.collective_ms_per_step == approx(0.008)
     assert report.collective_percent == approx(100 * 8 / 90)

@@ -85,10 +85,9 @@ def test_works_without_tensorflow_and_xprof_finds_the_steps(tmp_path: Path) -> N
 
 
 def test_write_and_unique_session_names(tmp_path: Path) -> None:
-    profile_dir = tmp_path / "plugins" / "profile"
-    first = session_name(profile_dir, suffix="epoch0")
+    first = session_name(tmp_path, epoch=0)
     write_xspace(TRACE["traceEvents"], tmp_path, first, host="h1")  # a bare event list works too
-    second = session_name(profile_dir, suffix="epoch0")  # same second, same suffix
+    second = session_name(tmp_path, epoch=0)  # same second, same epoch
     assert second != first and second.startswith(first)
 
 

@@ -8,38 +8,54 @@ from __future__ import annotations
 
 import os
 
+from fitprof._session import split_rank
 from fitprof.analysis import BottleneckReport, OpStat, analyze_table
-from fitprof.traces import TraceError, read_trace, trace_format
+from fitprof.traces import TraceError, read_trace
 
 __version__ = "0.1.0"
 
 
-def analyze(path: str | os.PathLike[str], *, top_k: int = 5) -> BottleneckReport:
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    top_k: int = 5,
+    host: str | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> BottleneckReport:
     """Read one trace file and compute its bottleneck report.
 
     Args:
         path: an ``.xplane.pb`` (XSpace) or a Kineto ``.pt.trace.json[.gz]`` file.
         top_k: how many operators to rank by self time.
+        host, rank, world_size: where the trace was recorded, when the caller knows (the callbacks do); None:
+            from the trace, as below.
 
     Returns:
-        The report, with ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto) when present
-        and ``host`` from the file name. ``framework`` is ``"pytorch"`` for a Kineto trace and for the
-        ``.xplane.pb`` fitprof converted from one (which also carries the trace's host, rank and world size, so
-        both files give the same report), else ``"tensorflow"``.
+        The report: ``framework`` ``"pytorch"`` for a Kineto trace and for the ``.xplane.pb`` fitprof converted
+        from one, else ``"tensorflow"``; ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto, and
+        the ``.xplane.pb`` converted from it); ``host`` from the file name (an XSpace's ``_rank<N>`` suffix gives the
+        rank) or, for a converted ``.xplane.pb``, the host its Kineto trace names: both files of one window give the
+        same report.
 
     Raises:
         TraceError: if the file is not a readable trace.
         ValueError: if ``top_k`` < 1.
     """
     table = read_trace(path)
-    framework = str(table.attrs.get("framework") or ("tensorflow" if trace_format(path) == "xspace" else "pytorch"))
-    report = analyze_table(table, top_k=top_k, framework=framework, source=os.fspath(path))
-    report.host = str(table.attrs.get("host") or "")
-    for key in ("rank", "world_size"):
-        value = table.attrs.get(key)
-        if value is not None:
-            setattr(report, key, int(value))
-    return report
+    named_host, named_rank = split_rank(str(table.attrs.get("host") or ""))
+    if rank is None:
+        rank = table.attrs.get("rank", named_rank)
+    if world_size is None:
+        world_size = table.attrs.get("world_size")
+    return analyze_table(
+        table,
+        top_k=top_k,
+        source=os.fspath(path),
+        host=named_host if host is None else host,
+        rank=None if rank is None else int(rank),
+        world_size=None if world_size is None else int(world_size),
+    )
 
 
 __all__ = [

@@ -14,19 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from fitprof.traces._errors import TraceError
 from fitprof.traces._table import (
     COLUMNS,
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
     KINDS,
+    Kind,
+    TraceError,
     make_table,
 )
 
@@ -64,15 +56,7 @@ def read_trace(path: str | os.PathLike[str]) -> pd.DataFrame:
 __all__ = [
     "COLUMNS",
     "KINDS",
-    "KIND_ANNOTATION",
-    "KIND_COLLECTIVE",
-    "KIND_EXCLUDED",
-    "KIND_INPUT",
-    "KIND_KERNEL",
-    "KIND_MEMCPY",
-    "KIND_OP",
-    "KIND_OTHER",
-    "KIND_STEP",
+    "Kind",
     "TraceError",
     "make_table",
     "read_trace",

@@ -48,20 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fitprof.traces._errors import TraceError
-from fitprof.traces._table import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
-    VALIDATION_ANNOTATION,
-    make_table,
-)
+from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""
@@ -262,7 +249,7 @@ def event_frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) 
     cat = cats[cat_code]
 
     nbytes = np.full(n, np.nan)
-    copies = np.flatnonzero(kind == KIND_MEMCPY)
+    copies = np.flatnonzero(kind == Kind.MEMCPY)
     if len(copies):
         nbytes[copies] = pd.to_numeric(pd.Series(_arg(xs, copies, "bytes"), dtype=object), errors="coerce").to_numpy(
             dtype=np.float64
@@ -316,27 +303,27 @@ def classify(cat: str, name: str) -> tuple[str, bool, str, float]:
     if cat in ("user_annotation", "cpu_op"):
         step = _STEP_RE.fullmatch(name)
         if step:
-            return KIND_STEP, False, "", float(step.group(1)) if step.group(1) else np.nan
+            return Kind.STEP, False, "", float(step.group(1)) if step.group(1) else np.nan
     if cat == "user_annotation":
         if name.startswith("enumerate(DataLoader)#") and "__next__" in name:
-            return KIND_INPUT, False, "", np.nan
+            return Kind.INPUT, False, "", np.nan
         if name == VALIDATION_ANNOTATION:
-            return KIND_EXCLUDED, False, "", np.nan
+            return Kind.NOT_TRAINING, False, "", np.nan
         if name.startswith(_COLLECTIVE_PREFIXES):
-            return KIND_COLLECTIVE, False, "", np.nan
-        return KIND_ANNOTATION, False, "", np.nan
+            return Kind.COLLECTIVE, False, "", np.nan
+        return Kind.ANNOTATION, False, "", np.nan
     if cat == "cpu_op":
         if name.startswith(_COLLECTIVE_OP_PREFIXES) or name == "record_param_comms":
-            return KIND_COLLECTIVE, False, "", np.nan
-        return KIND_OP, False, "", np.nan
+            return Kind.COLLECTIVE, False, "", np.nan
+        return Kind.OP, False, "", np.nan
     if cat == "kernel":
         low = name.lower()
-        return (KIND_COLLECTIVE if "nccl" in low or "rccl" in low else KIND_KERNEL), True, "", np.nan
+        return (Kind.COLLECTIVE if "nccl" in low or "rccl" in low else Kind.KERNEL), True, "", np.nan
     if cat == "gpu_memcpy":
-        return KIND_MEMCPY, True, _copy_kind(name), np.nan
+        return Kind.MEMCPY, True, _copy_kind(name), np.nan
     if cat == "gpu_user_annotation":
-        return KIND_ANNOTATION, True, "", np.nan
-    return KIND_OTHER, cat in DEVICE_CATEGORIES, "", np.nan
+        return Kind.ANNOTATION, True, "", np.nan
+    return Kind.OTHER, cat in DEVICE_CATEGORIES, "", np.nan
 
 
 def _copy_kind(name: str) -> str:

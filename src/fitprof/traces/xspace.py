@@ -12,8 +12,9 @@ rebuilt as Kineto events (category from the ``category`` stat, the true name fro
 copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` / ``kind`` from their stats) and
 classified by :func:`fitprof.traces.kineto.event_frame`, exactly as :func:`~fitprof.traces.kineto.read_kineto`
 classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the
-device planes' ``Host steps`` lines (copies of the host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"`` and the trace's ``host``,
-``rank`` and ``world_size``.
+device planes' ``Host steps`` lines (copies of the host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"``, the host the trace's file
+name gave (the ``.xplane.pb``'s own name when it was converted from an in-memory trace) and the trace's ``rank`` and
+``world_size`` where it gave them.
 
 Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces._table` for the kinds):
 
@@ -25,8 +26,8 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
   input-pipeline analysis counts it;
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
-  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
-* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
+  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
+* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
 """
@@ -42,16 +43,9 @@ from typing import Any
 import pandas as pd
 
 from fitprof.traces import _xplane_schema as xs
-from fitprof.traces._errors import TraceError
 from fitprof.traces._table import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
+    Kind,
+    TraceError,
     make_table,
 )
 from fitprof.traces.kineto import event_frame
@@ -161,21 +155,21 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                 if on_device:
                     kind = _copy_kind(name, stats.get("memcpy_details", ""))
                     if kind or name.lower().startswith("memcpy"):
-                        row["kind"] = KIND_MEMCPY
+                        row["kind"] = Kind.MEMCPY
                         row["copy_kind"] = kind
                         m = _BYTES.search(stats.get("memcpy_details", ""))
                         if m:
                             row["bytes"] = float(m.group(1))
                     elif "nccl" in name.lower() or "rccl" in name.lower():
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_KERNEL
+                        row["kind"] = Kind.KERNEL
                     tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
                     row["op"] = tf_op.split(":")[0]
                 elif _INPUT_EVENT.match(name):
-                    row["kind"] = KIND_INPUT
+                    row["kind"] = Kind.INPUT
                 elif "step_num" in stats and not (is_tf_data or is_compute):
-                    row["kind"] = KIND_STEP
+                    row["kind"] = Kind.STEP
                     try:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
@@ -184,15 +178,15 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     op_name, _, op_type = name.rpartition(":")
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
-                        row["kind"] = KIND_INPUT
+                        row["kind"] = Kind.INPUT
                     elif _COLLECTIVE_TYPES.match(op_type):
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_OP
+                        row["kind"] = Kind.OP
                 elif "_r" in stats and not is_tf_data:
-                    row["kind"] = KIND_ANNOTATION
+                    row["kind"] = Kind.ANNOTATION
                 else:
-                    row["kind"] = KIND_OTHER
+                    row["kind"] = Kind.OTHER
                 rows.append(row)
     table = make_table(rows)
     table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
@@ -259,16 +253,20 @@ def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame
                     event["cat"] = cat
                 events.append(event)
     table = make_table(event_frame(events, path))
+    host = env.get(xs.STAT_HOST)
     table.attrs.update(
         {
             "format": "xspace",
             "framework": str(env.get(xs.STAT_FRAMEWORK) or "pytorch"),
             "path": str(path),
-            "host": str(env.get(xs.STAT_HOST) or ""),
-            "rank": _int_or_none(env.get(xs.STAT_RANK)),
-            "world_size": _int_or_none(env.get(xs.STAT_WORLD_SIZE)),
+            # The Kineto file's host when converted from a file, else this file's name (as for any XSpace).
+            "host": str(host) if host is not None else path.name.removesuffix(".xplane.pb"),
         }
     )
+    for key, stat in (("rank", xs.STAT_RANK), ("world_size", xs.STAT_WORLD_SIZE)):
+        value = _int_or_none(env.get(stat))
+        if value is not None:  # absent: the file name's _rank<N> suffix gives the rank (fitprof.analyze)
+            table.attrs[key] = value
     return table
 
 

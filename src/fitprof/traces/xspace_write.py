@@ -43,13 +43,13 @@ import json
 import math
 import os
 import re
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fitprof._session import hostname
 from fitprof.traces import _xplane_schema as xs
-from fitprof.traces._table import KIND_COLLECTIVE, KIND_INPUT, KIND_KERNEL, KIND_MEMCPY, KIND_OP
+from fitprof.traces._table import Kind
 from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
 from fitprof.traces.kineto import complete_events, event_frame, trace_host
 
@@ -186,7 +186,7 @@ def kineto_to_xspace(
     dur_ps = [max(round(float(d) * 1e6), 0) for d in durs_us]
 
     space = cls["XSpace"]()
-    space.hostnames.append(host or str(data.get("host_name") or socket.gethostname()))
+    space.hostnames.append(host or str(data.get("host_name") or hostname()))
     start_ns = min(ts_ns, default=base_ns)
     stop_ns = max((t + d // 1000 for t, d in zip(ts_ns, dur_ps, strict=True)), default=base_ns)
 
@@ -230,7 +230,7 @@ def kineto_to_xspace(
         for i in items:
             e = complete[i]
             true_name = str(e.get("name", ""))
-            xprof_name = _XPROF_COPY_NAME.get(copy_kinds[i][:4], "") if kinds[i] == KIND_MEMCPY else ""
+            xprof_name = _XPROF_COPY_NAME.get(copy_kinds[i][:4], "") if kinds[i] == Kind.MEMCPY else ""
             ev = line.events.add(
                 metadata_id=builder.event_id(xprof_name or true_name, true_name if xprof_name else ""),
                 offset_ps=(ts_ns[i] - line_ts) * 1000,
@@ -259,7 +259,8 @@ def kineto_to_xspace(
     dist = dist if isinstance(dist, Mapping) else {}
     env_builder.add_stat(env, xs.STAT_SOURCE, xs.SOURCE_KINETO)
     env_builder.add_stat(env, xs.STAT_FRAMEWORK, "pytorch")
-    env_builder.add_stat(env, xs.STAT_HOST, trace_host(source) if source is not None else "")
+    if source is not None:  # the trace file's name is the authority on its host (even when it names none)
+        env_builder.add_stat(env, xs.STAT_HOST, trace_host(source))
     for stat, value in ((xs.STAT_RANK, dist.get("rank")), (xs.STAT_WORLD_SIZE, dist.get("world_size"))):
         number = _int_or_none(value)
         if number is not None:
@@ -298,15 +299,15 @@ def _add_stats(
     if m:
         builder.add_stat(ev, xs.STAT_STEP_NUM, int(m.group(1)))
         builder.add_stat(ev, xs.STAT_ROOT, 1)
-    device_work = device and kind in (KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE)
+    device_work = device and kind in (Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     if device_work:
         if op:
             builder.add_stat(ev, xs.STAT_TF_OP, op)
-        if kind == KIND_MEMCPY and not math.isnan(nbytes):
+        if kind == Kind.MEMCPY and not math.isnan(nbytes):
             builder.add_stat(ev, xs.STAT_MEMCPY_DETAILS, f"num_bytes:{int(nbytes)}")
-    elif kind == KIND_INPUT:
+    elif kind == Kind.INPUT:
         builder.add_stat(ev, xs.STAT_INPUT_STAGE, name)
-    elif kind in (KIND_OP, KIND_COLLECTIVE):
+    elif kind in (Kind.OP, Kind.COLLECTIVE):
         builder.add_stat(ev, xs.STAT_TF_OP, name)
     cat = e.get("cat")
     if cat:
@@ -357,7 +358,7 @@ def write_xspace(
         ValueError: if ``trace`` is not a readable Kineto trace.
         OSError: if the file cannot be written.
     """
-    host = host or socket.gethostname()
+    host = host or hostname()
     space = kineto_to_xspace(trace, host=host)
     out_dir = Path(run_dir) / "plugins" / "profile" / session
     out_dir.mkdir(parents=True, exist_ok=True)
