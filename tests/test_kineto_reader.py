@@ -530,7 +530,7 @@ BAD_FILES: dict[str, tuple[str, bytes, str]] = {
     "corrupt gzip": ("bad.json.gz", b"\x1f\x8b\x08\x00" + b"\x00garbage" * 10, "gzip"),
     "invalid json": ("bad.pt.trace.json", b'{"traceEvents": [{"ph": "X",', "JSON"),
     "invalid json in gzip": ("bad2.json.gz", gzip.compress(b"not json at all"), "JSON"),
-    "not utf-8": ("latin.json", b'{"traceEvents": ["\xff\xfe"]}', "JSON"),
+    "not utf-8": ("latin.json", b'{"traceEvents": [{"name": "\xff\xfe"}]}', "JSON"),
     "object without traceEvents": ("other.json", b'{"name": "a config file"}', "traceEvents"),
     "traceEvents not a list": ("te.json", b'{"traceEvents": {"ph": "X"}}', "traceEvents"),
     "events not objects": ("nums.json", b"[1, 2, 3]", "event 0"),

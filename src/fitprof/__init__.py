@@ -22,6 +22,8 @@ def analyze(
     host: str | None = None,
     rank: int | None = None,
     world_size: int | None = None,
+    max_trace_mb: float | None = None,
+    max_events: int | None = None,
 ) -> BottleneckReport:
     """Read one trace file and compute its bottleneck report.
 
@@ -30,6 +32,9 @@ def analyze(
         top_k: how many operators to rank by self time.
         host, rank, world_size: where the trace was recorded, when the caller knows (the callbacks do); None:
             from the trace, as below.
+        max_trace_mb: the bound on the file's size in MB, inflated for a gzip file (default 512).
+        max_events: the bound on the trace's events (default 10,000,000). Both bounds are checked before the
+            memory is spent (see :func:`fitprof.traces.read_trace`); raise them for a genuine bigger trace.
 
     Returns:
         The report: ``framework`` ``"pytorch"`` for a Kineto trace and for the ``.xplane.pb`` fitprof converted
@@ -39,10 +44,10 @@ def analyze(
         same report.
 
     Raises:
-        TraceError: if the file is not a readable trace.
-        ValueError: if ``top_k`` < 1.
+        TraceError: if the file is not a readable trace, or passes a bound.
+        ValueError: if ``top_k`` < 1 or a bound is not a positive number.
     """
-    table = read_trace(path)
+    table = read_trace(path, max_trace_mb=max_trace_mb, max_events=max_events)
     named_host, named_rank = split_rank(str(table.attrs.get("host") or ""))
     if rank is None:
         rank = table.attrs.get("rank", named_rank)

@@ -49,14 +49,43 @@ def split_rank(name: str) -> tuple[str, int | None]:
     return (m.group(1), int(m.group(2))) if m else (name, None)
 
 
+def check_session(session: object) -> str:
+    """``session`` if it is a plain folder name (what a session is), else :class:`ValueError`.
+
+    A plain name has no ``/``, ``\\`` or NUL, no leading or trailing space, and is not empty, ``.`` or ``..``,
+    so that ``plugins/profile/<session>`` and ``plugins/fitprof/<session>.rank<r>.json`` stay inside the run
+    folder, whoever chose the name (a report file read back may have been tampered with).
+    """
+    if (
+        not isinstance(session, str)
+        or session in ("", ".", "..")
+        or any(c in session for c in "/\\\0")
+        or session != session.strip()
+        or os.path.isabs(session)
+    ):
+        raise ValueError(
+            f"session {session!r} is not a plain folder name (allowed: a non-empty name without '/', '\\', NUL, "
+            "leading or trailing spaces, other than '.' and '..')"
+        )
+    return session
+
+
 def kineto_trace_name(session: str, rank: int, host: str | None = None) -> str:
-    """``<host>_rank<rank>.<session>.pt.trace.json.gz`` (two nodes never collide)."""
-    return f"{with_rank(host or hostname(), rank)}.{session}{KINETO_SUFFIX}"
+    """``<host>_rank<rank>.<session>.pt.trace.json.gz`` (two nodes never collide).
+
+    Raises:
+        ValueError: if ``session`` is not a plain folder name (:func:`check_session`).
+    """
+    return f"{with_rank(host or hostname(), rank)}.{check_session(session)}{KINETO_SUFFIX}"
 
 
 def report_file_name(session: str, rank: int) -> str:
-    """``<session>.rank<rank>.json``."""
-    return f"{session}.rank{int(rank)}.json"
+    """``<session>.rank<rank>.json``.
+
+    Raises:
+        ValueError: if ``session`` is not a plain folder name (:func:`check_session`).
+    """
+    return f"{check_session(session)}.rank{int(rank)}.json"
 
 
 def profile_root(log_dir: str | os.PathLike[str]) -> Path:

@@ -20,10 +20,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fitprof._session import REPORTS_DIR, report_file_name
+from fitprof._session import REPORTS_DIR, check_session, report_file_name
 from fitprof.analysis import FRAMEWORKS, BottleneckReport, OpStat
 
 SCHEMA = 1
+MAX_REPORT_BYTES = 4_000_000
+"""Bound on a report file's size when it is read: one window's figures take a few KB."""
 _LEGACY_KEYS = {"htod_gbps": "htod_gb_per_s"}
 _LEGACY_FRAMEWORKS = {"torch": "pytorch", "lightning": "pytorch"}
 _FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(BottleneckReport) if f.type == "float")
@@ -73,7 +75,11 @@ def clean_json(value: Any) -> Any:
 
 
 def report_path(run_dir: str | os.PathLike[str], session: str, rank: int = 0) -> Path:
-    """``<run_dir>/plugins/fitprof/<session>.rank<rank>.json``."""
+    """``<run_dir>/plugins/fitprof/<session>.rank<rank>.json``.
+
+    Raises:
+        ValueError: if ``session`` is not a plain folder name (:func:`fitprof._session.check_session`).
+    """
     return Path(run_dir).joinpath(*REPORTS_DIR, report_file_name(session, rank))
 
 
@@ -90,6 +96,7 @@ def write_report_file(
 
     Raises:
         OSError: if the file cannot be written.
+        ValueError: if ``session`` is not a plain folder name (:func:`fitprof._session.check_session`).
     """
     path = report_path(run_dir, session, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,34 +122,74 @@ def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
     return sorted(found)
 
 
-def read_report_file(path: str | os.PathLike[str]) -> ReportFile:
-    """Read one report file back.
+def read_report_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[str] | None = None) -> ReportFile:
+    """Read one report file back, with bounds: it may have been damaged or tampered with.
+
+    The file must lie inside ``logdir`` (default: its run folder) once links are followed and be at most
+    :data:`MAX_REPORT_BYTES`; its ``session``, when present, must be a plain name
+    (:func:`fitprof._session.check_session`). Its ``trace`` is joined to the run folder only where the result stays
+    inside ``logdir`` (the path is computed, never opened); else the report's own ``source`` stands for it (a
+    window whose trace went to a temporary folder records such a path; so may a tampered file).
 
     Raises:
-        ReportFileError: if it is not UTF-8 JSON holding a fitprof report (each message names the file).
+        ReportFileError: if it is not UTF-8 JSON holding a fitprof report, is too big, nests deeper than the
+            parser's limit or leads outside ``logdir`` (each message names the file).
         OSError: if it cannot be read.
     """
     path = Path(path)
+    run = path.parent.parent.parent
+    root = Path(run if logdir is None else logdir).resolve()
+    real = path.resolve()
+    if not real.is_relative_to(root):
+        raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
+    with open(real, "rb") as fh:
+        data = fh.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportFileError(
+            f"{path}: not a fitprof report (bigger than {MAX_REPORT_BYTES / 1e6:g} MB; a report file holds one "
+            "window's figures, a few KB)"
+        )
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise ReportFileError(f"{path}: not a fitprof report (not UTF-8 text)") from None
     except json.JSONDecodeError as err:
         raise ReportFileError(f"{path}: not a fitprof report (not valid JSON: {err})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("report"), dict):
+    except RecursionError:
+        raise ReportFileError(f"{path}: not a fitprof report (JSON nested deeper than the parser's limit)") from None
+    if not isinstance(doc, dict):
+        raise ReportFileError(f"{path}: not a fitprof report (not a JSON object)")
+    if not isinstance(doc.get("report"), dict):
         raise ReportFileError(f"{path}: not a fitprof report (no 'report' object)")
-    data = dict(doc["report"])
+    session = doc.get("session")
+    if session is not None:
+        try:
+            check_session(session)
+        except ValueError as err:
+            raise ReportFileError(f"{path}: not a fitprof report ({err})") from None
+    data_ = dict(doc["report"])
     if doc.get("framework"):
-        data["framework"] = doc["framework"]
-    report = report_from_dict(data, path)
+        data_["framework"] = doc["framework"]
+    report = report_from_dict(data_, path)
     epoch, rank = doc.get("epoch"), doc.get("rank", report.rank)
     if not isinstance(epoch, int) or not (rank is None or isinstance(rank, int)):
         raise ReportFileError(f"{path}: not a fitprof report ('epoch' or 'rank' is not an integer)")
-    run = path.parent.parent.parent
-    trace = doc.get("trace")
-    source = os.path.normpath(run / trace) if isinstance(trace, str) and trace else report.source
-    session = doc.get("session")
+    source = trace_inside(run, doc.get("trace"), root) or report.source
     return ReportFile(path, run, epoch, rank, session if isinstance(session, str) else "", source, report)
+
+
+def trace_inside(run_dir: Path, trace: object, root: str | os.PathLike[str]) -> str | None:
+    """A report's ``trace`` (relative to its run folder) as a path, if it stays inside ``root``; else ``None``.
+
+    The path is only computed, never opened: an absolute path, or one whose ``..`` leave ``root``, gives ``None``.
+    """
+    if not isinstance(trace, str) or not trace or "\0" in trace or os.path.isabs(trace):
+        return None
+    joined = os.path.normpath(run_dir / trace)
+    top = os.path.normpath(os.path.abspath(root))
+    if os.path.commonpath([os.path.realpath(joined), os.path.realpath(top)]) != os.path.realpath(top):
+        return None
+    return joined
 
 
 def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> BottleneckReport:

@@ -107,7 +107,14 @@ class WindowPipeline:
         host = hostname()
         try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
             report: BottleneckReport | None = fitprof.analyze(
-                trace, top_k=self.top_k, host=host, rank=rank, world_size=world_size
+                trace,
+                top_k=self.top_k,
+                host=host,
+                rank=rank,
+                world_size=world_size,
+                # The window's own trace, just written: not untrusted input, so the reader's bounds are lifted.
+                max_trace_mb=1e9,
+                max_events=2**62,
             )
         except Exception as err:
             self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")

@@ -15,7 +15,8 @@ Output formats (``--format``): ``table`` (default, aligned text, then each row's
 ``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
 say, NaN as ``null``) and ``csv`` (one flat row per record, the top operator only).
 
-Bad input (a missing path, a truncated, corrupt or foreign file) gives one ``fitprof: error: <path>: <what>``
+Bad input (a missing path, a truncated, corrupt or foreign file, a trace past ``--max-trace-mb`` /
+``--max-events``, a report file that leads outside ``LOGDIR``) gives one ``fitprof: error: <path>: <what>``
 line on stderr per file and exit status 2; the other files are still reported. Nothing is printed or
 written when no file could be reported. This module imports no framework.
 """
@@ -23,6 +24,7 @@ written when no file could be reported. This module imports no framework.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -30,12 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import analyze
+from fitprof._parallel import auto_jobs, default_jobs, ordered_map
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
 from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
 from fitprof.cross_rank import RankFigures, Spread, spread
 from fitprof.report_files import ReportFileError, find_report_files, read_report_file
 from fitprof.traces import TraceError
+from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
@@ -87,6 +91,14 @@ def _parser() -> argparse.ArgumentParser:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
         p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+        p.add_argument(
+            "--jobs",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
+            f"{default_jobs()} here, when the files hold 32 MB or more, else 1)",
+        )
 
     rep = sub.add_parser(
         "report",
@@ -113,6 +125,20 @@ def _parser() -> argparse.ArgumentParser:
     ana.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
     common(ana)
     ana.add_argument("--top-k", type=_positive_int, default=5, metavar="N", help="operators to rank (default: 5)")
+    ana.add_argument(
+        "--max-trace-mb",
+        type=_positive_float,
+        default=DEFAULT_MAX_TRACE_MB,
+        metavar="MB",
+        help=f"refuse a trace bigger than MB, inflated for a .gz (default: {DEFAULT_MAX_TRACE_MB:g})",
+    )
+    ana.add_argument(
+        "--max-events",
+        type=_positive_int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"refuse a trace with more than N events (default: {DEFAULT_MAX_EVENTS:,})",
+    )
     ana.set_defaults(handler=_cmd_analyze)
     return parser
 
@@ -124,6 +150,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
     return value
 
 
@@ -148,29 +184,37 @@ def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    records: list[dict[str, Any]] = []
-    bad = False
+    work: list[Path | str] = []  # the files to analyse, in order, and the error line of each bad argument
     for arg in args.traces:
         try:
-            files = _trace_files(Path(arg))
+            work += _trace_files(Path(arg))
         except _BadInput as err:
-            _error(str(err))
+            work.append(str(err))
+    tasks = [(p, args.top_k, args.max_trace_mb, args.max_events) for p in work if isinstance(p, Path)]
+    jobs = args.jobs or auto_jobs([t[0] for t in tasks])
+    results = iter(ordered_map(_analyze_task, tasks, jobs))
+    records: list[dict[str, Any]] = []
+    bad = False
+    for item in work:
+        report, error = (None, item) if isinstance(item, str) else next(results)
+        if report is None:
+            _error(error or "")
             bad = True
             continue
-        for path in files:
-            try:
-                report = analyze(path, top_k=args.top_k)
-            except (TraceError, OSError, ValueError, ImportError) as err:
-                _error(_describe(path, err))
-                bad = True
-                continue
-            except Exception as err:  # a reader bug on odd input: still one line, never a traceback
-                _error(f"{path}: could not analyse ({type(err).__name__}: {err})")
-                bad = True
-                continue
-            records.append(_record(report, record=RECORD_TRACE, run=os.fspath(path), epoch=None, rank=report.rank))
+        records.append(_record(report, record=RECORD_TRACE, run=os.fspath(item), epoch=None, rank=report.rank))
     records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
     return _finish(args, records, bad)
+
+
+def _analyze_task(task: tuple[Path, int, float, int]) -> tuple[BottleneckReport | None, str | None]:
+    """The report of one file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+    path, top_k, max_trace_mb, max_events = task
+    try:
+        return analyze(path, top_k=top_k, max_trace_mb=max_trace_mb, max_events=max_events), None
+    except (TraceError, OSError, ValueError, ImportError) as err:
+        return None, _describe(path, err)
+    except Exception as err:  # a reader bug on odd input: still one line, never a traceback
+        return None, f"{path}: could not analyse ({type(err).__name__}: {err})"
 
 
 def _trace_files(path: Path) -> list[Path]:
@@ -213,12 +257,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
     bad = False
-    for path in files:
-        try:
-            records.append(_window_record(path, logdir))
-        except (ReportFileError, OSError, ValueError) as err:
-            _error(_describe(path, err))
+    jobs = args.jobs or auto_jobs(files)
+    for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
+        if record is None:
+            _error(error or "")
             bad = True
+        else:
+            records.append(record)
     records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
     records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
     status = _finish(args, records, bad)
@@ -233,9 +278,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return status
 
 
+def _report_task(task: tuple[Path, Path]) -> tuple[dict[str, Any] | None, str | None]:
+    """The row of one report file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+    path, logdir = task
+    try:
+        return _window_record(path, logdir), None
+    except (ReportFileError, OSError, ValueError) as err:
+        return None, _describe(path, err)
+
+
 def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
-    """The row of one report file (see :mod:`fitprof.report_files`)."""
-    doc = read_report_file(path)
+    """The row of one report file (see :mod:`fitprof.report_files`), read with its bounds: the file stays inside
+    ``logdir``, and so does the trace path it names (else the row's source is the report's own)."""
+    doc = read_report_file(path, logdir=logdir)
     run = doc.run.relative_to(logdir).as_posix()
     rec = _record(doc.report, record=RECORD_WINDOW, run=run, epoch=doc.epoch, rank=doc.rank)
     rec["source"] = doc.trace

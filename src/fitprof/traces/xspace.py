@@ -43,6 +43,7 @@ from typing import Any
 import pandas as pd
 
 from fitprof.traces import _xplane_schema as xs
+from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded, too_many
 from fitprof.traces._table import (
     Kind,
     TraceError,
@@ -66,12 +67,18 @@ def _stat_value(stat: Any, stat_names: dict[int, str]) -> str:
     return "" if value is None else str(value)
 
 
-def _stats(meta: Any, event: Any, stat_names: dict[int, str]) -> dict[str, str]:
-    """An event's stats by name, as strings: its metadata's stats, then its own (which win)."""
-    out: dict[str, str] = {}
-    if meta is not None:
-        for st in meta.stats:
-            out[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
+def _stats(meta: Any, event: Any, stat_names: dict[int, str], cache: dict[int, dict[str, str]]) -> dict[str, str]:
+    """An event's stats by name, as strings: its metadata's stats, then its own (which win). Read-only: the
+    metadata's part is built once per metadata (``cache``) and shared by its events, strings included."""
+    base = cache.get(event.metadata_id)
+    if base is None:
+        base = cache[event.metadata_id] = {}
+        if meta is not None:
+            for st in meta.stats:
+                base[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
+    if not event.stats:
+        return base
+    out = dict(base)
     for st in event.stats:
         out[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
     return out
@@ -92,11 +99,39 @@ def _copy_kind(name: str, details: str) -> str:
     return ""
 
 
-def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
+def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]) -> None:
+    """The bounds that hold before any row is built: the events, and the length of every name and metadata string
+    (each event's row refers to its metadata's name and stats, so a long one would be repeated per event)."""
+    n_events = 0
+    for plane in space.planes:
+        strings = [plane.name]
+        for line in plane.lines:
+            n_events += len(line.events)
+            strings += (line.name, line.display_name)
+        for meta in plane.event_metadata.values():
+            strings += (meta.name, meta.display_name)
+            strings += (st.str_value for st in meta.stats)
+        strings += (m.name for m in plane.stat_metadata.values())
+        longest = max(map(len, strings), default=0)
+        if longest > MAX_XSPACE_STRING_BYTES:
+            raise error(
+                f"{path}: plane {plane.name[:80]!r} holds a name or string of {longest:,} characters, more than the "
+                f"bound of {MAX_XSPACE_STRING_BYTES:,} on one XSpace string (no profiler writes names that long)"
+            )
+        if n_events > limits.max_events:
+            raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
+
+
+def read_xspace(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> pd.DataFrame:
     """Read one ``.xplane.pb`` file into an event table.
 
     Args:
         path: the XSpace file, e.g. ``<log_dir>/plugins/profile/<session>/<host>.xplane.pb``.
+        max_trace_mb: the bound on the file's size in MB (default 512), checked before it is read.
+        max_events: the bound on its events (default 10,000,000), checked before the table is built. Every
+            name and string in its metadata must also be at most 1 MB (see :mod:`fitprof.traces._limits`).
 
     Returns:
         The event table (columns in :data:`fitprof.traces.COLUMNS`); ``attrs`` holds ``format="xspace"``,
@@ -105,30 +140,38 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
         ``rank`` and ``world_size`` as the trace gave them (see this module's docstring).
 
     Raises:
-        TraceError: if the file is missing, empty, or not an XSpace protobuf.
+        TraceError: if the file is missing, empty, or not an XSpace protobuf, or passes a bound (the message names
+            the bound and how to raise it).
+        ValueError: if a bound is not a positive number.
     """
+    limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"{p}: no such file")
-    data = p.read_bytes()
+    data = read_bounded(p, limits, TraceError, inflate=False)
     if not data:
         raise TraceError(f"{p}: empty file, not an XSpace")
     try:
-        space = xs.xplane_classes()["XSpace"].FromString(data)
+        space = xs.xplane_classes()["XSpace"].FromString(data)  # a bytearray is read in place, not copied
     except Exception as err:  # DecodeError and friends: not this message type
         raise TraceError(f"{p}: not an XSpace protobuf ({type(err).__name__}: {err})") from None
+    del data
+    _check_bounds(space, p, limits, TraceError)
     if not any(plane.name.startswith("/host:") for plane in space.planes):
         raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
     env = _task_environment(space)
     if env.get(xs.STAT_SOURCE) == xs.SOURCE_KINETO:
         return _read_converted(space, p, env)
     rows: list[dict[str, Any]] = []
+    op_names: dict[str, str] = {}
     for plane in space.planes:
         pname = plane.name
         on_device = pname.startswith("/device:")
         if not on_device and not pname.startswith("/host:"):
             continue  # Task Environment, metadata planes
         event_meta = dict(plane.event_metadata)
+        event_names = {k: m.name for k, m in event_meta.items()}  # one str per name, shared by its events
+        meta_stats: dict[int, dict[str, str]] = {}
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         for line in plane.lines:
             lname = line.name
@@ -142,8 +185,8 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
             want_stats = on_device or not (is_tf_data or is_compute)
             for ev in line.events:
                 meta = event_meta.get(ev.metadata_id)
-                name = meta.name if meta is not None else ""
-                stats = _stats(meta, ev, stat_names) if want_stats else {}
+                name = event_names.get(ev.metadata_id, "")
+                stats = _stats(meta, ev, stat_names, meta_stats) if want_stats else {}
                 row: dict[str, Any] = {
                     "name": name,
                     "ts_us": (base_ns + ev.offset_ps / 1e3) / 1e3,
@@ -165,7 +208,10 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     else:
                         row["kind"] = Kind.KERNEL
                     tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
-                    row["op"] = tf_op.split(":")[0]
+                    op = op_names.get(tf_op)
+                    if op is None:  # one str per op name, shared by its kernels
+                        op = op_names[tf_op] = tf_op.split(":")[0]
+                    row["op"] = op
                 elif _INPUT_EVENT.match(name):
                     row["kind"] = Kind.INPUT
                 elif "step_num" in stats and not (is_tf_data or is_compute):

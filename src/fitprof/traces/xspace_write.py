@@ -192,8 +192,8 @@ def kineto_to_xspace(
 
     # (plane key, line key) -> event indices; plane key "" is the host.
     by_line: dict[tuple[str, tuple[str, str]], list[int]] = {}
-    for i, e in enumerate(complete):
-        pid, tid = _key(e.get("pid")), _key(e.get("tid"))
+    for i, event in enumerate(complete):
+        pid, tid = _key(event.get("pid")), _key(event.get("tid"))
         plane_key = pid if on_device[i] else ""  # on_device: a DEVICE_CATEGORIES event (the reader's rule)
         by_line.setdefault((plane_key, (pid, tid)), []).append(i)
 
@@ -228,15 +228,15 @@ def kineto_to_xspace(
             line.display_name = display
         line_end_ps = 0
         for i in items:
-            e = complete[i]
-            true_name = str(e.get("name", ""))
+            event = complete[i]
+            true_name = str(event.get("name", ""))
             xprof_name = _XPROF_COPY_NAME.get(copy_kinds[i][:4], "") if kinds[i] == Kind.MEMCPY else ""
             ev = line.events.add(
                 metadata_id=builder.event_id(xprof_name or true_name, true_name if xprof_name else ""),
                 offset_ps=(ts_ns[i] - line_ts) * 1000,
                 duration_ps=dur_ps[i],
             )
-            _add_stats(builder, ev, e, kind=kinds[i], op=ops[i], device=bool(plane_key), nbytes=nbytes[i])
+            _add_stats(builder, ev, event, kind=kinds[i], op=ops[i], device=bool(plane_key), nbytes=nbytes[i])
             line_end_ps = max(line_end_ps, (ts_ns[i] - line_ts) * 1000 + dur_ps[i])
         line.duration_ps = line_end_ps
 
