@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import gzip
 import json
+import math
 import os
 import platform
 import statistics
@@ -69,6 +70,12 @@ LIGHTNING_SCENARIOS = ("sleep_input", "cpu_augment", "compute_bound", "mixed", "
 
 
 # ------------------------------------------------------------------------------------------------ results
+def _busy_pct(report: Any) -> float:
+    """What covers the step in ``report``: the device's busy share when it has device work, else the host's."""
+    device = report.device_busy_percent
+    return float(device) if math.isfinite(device) else float(report.host_op_percent)
+
+
 @dataclass
 class Result:
     """One scenario run: the truth, fitprof's figures and the other tools' figures (percent of step time)."""
@@ -90,11 +97,15 @@ class Result:
     simple_summary_pct: float = float("nan")  # SimpleProfiler summary, whole run
     simple_truth_pct: float = float("nan")  # the truth in the SimpleProfiler run
     tbprof_pct: float = float("nan")
+    busy_pct: float = float("nan")  # fitprof's share of the step that compute covers (device busy, else host ops)
+    on_device: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def expected_verdict(self) -> str:
-        return verdict_for(self.truth_pct, 0.0, 1)
+        """The verdict fitprof's thresholds give with the truth in place of fitprof's input share (what covers the
+        rest of the step, ``busy_pct``, is fitprof's own figure: no truth measures it)."""
+        return verdict_for(self.truth_pct, 0.0, 1, 0.0, self.busy_pct, device=self.on_device)
 
     @property
     def error_pp(self) -> float:
@@ -363,6 +374,8 @@ def keras_scenario(
         truth_how=how,
         fitprof_pct=report.input_percent,
         verdict=report.verdict,
+        busy_pct=_busy_pct(report),
+        on_device=math.isfinite(report.device_busy_percent),
         step_ms=report.step_time_ms,
         truth_step_ms=clock.step_ms(),
         top_op=report.top_ops[0].name if report.top_ops else "",
@@ -610,6 +623,8 @@ def lightning_scenario(
         truth_how="main-process DataLoader __next__ spans / wall",
         fitprof_pct=report.input_percent,
         verdict=report.verdict,
+        busy_pct=_busy_pct(report),
+        on_device=math.isfinite(report.device_busy_percent),
         step_ms=report.step_time_ms,
         truth_step_ms=clock.step_ms(),
         top_op=report.top_ops[0].name if report.top_ops else "",

@@ -291,7 +291,9 @@ def test_report_rows_per_run_epoch_rank(built_logdir: Path, capsys: pytest.Captu
     assert rc == 0
     lines = out.splitlines()
     assert lines[0].startswith("| run | epoch | framework |") and lines[2].startswith("| . | 0 | pytorch | 3 |")
-    assert "- epoch 0: compute-bound: top operator aten::addmm takes 100.0% of step time." in lines
+    assert (
+        "- epoch 0: compute-bound: operators cover 100.0% of step time; top operator aten::addmm takes 100.0%." in lines
+    )
 
 
 def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -222,3 +222,42 @@ def test_the_report_is_built_complete_and_frozen(tmp_path: Path) -> None:
         report.rank = 1  # type: ignore[misc]
     with pytest.raises(ValueError, match="framework must be one of"):
         analyze_table(make_table([_ev("op", "op", 0, 1_000)]), framework="torch")
+
+
+def test_require_names_the_package_really_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fitprof._imports import require
+
+    (tmp_path / "fitprof_outer_pkg.py").write_text("import fitprof_inner_missing_pkg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as caught:
+        require("fitprof_outer_pkg", "the feature")
+    assert caught.value.name == "fitprof_inner_missing_pkg"
+    assert str(caught.value) == (
+        "the feature needs `fitprof_inner_missing_pkg` (imported by `fitprof_outer_pkg`), which is not installed: "
+        "pip install fitprof_inner_missing_pkg"
+    )
+    with pytest.raises(ModuleNotFoundError, match=r"^the feature needs `fitprof_absent_pkg`, which is not installed"):
+        require("fitprof_absent_pkg", "the feature")
+
+
+def test_warn_once_one_category_prefix_reset_and_errors_to_logging(caplog: pytest.LogCaptureFixture) -> None:
+    import warnings
+
+    from fitprof import FitProfilerWarning
+    from fitprof._warn import WarnOnce
+
+    warn_once = WarnOnce()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_once("k", "first")
+        warn_once("k", "again")  # the same problem: not again
+        warn_once.reset()  # a new fit
+        warn_once("k", "fitprof: after reset")
+    assert [(w.category, str(w.message), w.filename) for w in caught] == [
+        (FitProfilerWarning, "fitprof: first", __file__),
+        (FitProfilerWarning, "fitprof: after reset", __file__),
+    ]
+    with warnings.catch_warnings(), caplog.at_level("WARNING"):
+        warnings.simplefilter("error")
+        warn_once("other", "as error")  # -W error: logged, never raised
+    assert [r.getMessage() for r in caplog.records] == ["fitprof: as error"]

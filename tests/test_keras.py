@@ -194,7 +194,7 @@ def test_window_never_reached_warns(tmp_path: Path) -> None:
     train, _ = keras_digits.make_dataset(False)
     model = keras_digits.build_model()
     profiler = FitProfiler(tmp_path, profile_batch=(50, 60))
-    with pytest.warns(RuntimeWarning, match="nothing was profiled"):
+    with pytest.warns(fitprof.FitProfilerWarning, match="nothing was profiled"):
         model.fit(train.take(4), epochs=1, verbose=0, callbacks=[profiler])
     assert profiler.reports == {}
     assert not (tmp_path / "plugins").exists()

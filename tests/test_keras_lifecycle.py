@@ -14,6 +14,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
+from fitprof import FitProfilerWarning  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
@@ -72,7 +73,9 @@ def test_keyboard_interrupt_inside_window(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 6))
     with pytest.raises(KeyboardInterrupt):
         _model().fit(_data(), epochs=1, verbose=0, callbacks=[profiler, Interrupt()])
-    # The interrupt came from a hook, not the step: the window is flushed at the next fit's start.
+    # The interrupt came from a hook, not the step: fit's callback list is wrapped while the window is open.
+    assert not _profiler_running()
+    assert profiler.reports[0].steps_analyzed == 2  # steps 3 and 4 had run
     hist = _model().fit(_data(), epochs=1, verbose=0, callbacks=[profiler])
     assert not _profiler_running()
     assert "fitprof/step_time_ms" in hist.history
@@ -95,7 +98,7 @@ def test_unwritable_log_dir_warns_and_logs_still_get_scalars(tmp_path: Path) -> 
         hist = _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler])
     assert len(hist.history["loss"]) == 2
     assert hist.history["fitprof/steps_analyzed"] == [3.0, 3.0]
-    messages = [str(w.message) for w in caught if "FitProfiler" in str(w.message)]
+    messages = [str(w.message) for w in caught if str(w.message).startswith("fitprof: ")]
     assert sum("could not write" in m for m in messages) == 1, messages  # one warning, not one per epoch
     assert not log_dir.exists()
 
@@ -121,7 +124,7 @@ def test_windows_separators_in_log_dir(tmp_path: Path) -> None:
 
 def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
-    with pytest.warns(RuntimeWarning, match="ended inside the window"):
+    with pytest.warns(FitProfilerWarning, match="ended inside the window"):
         hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
     assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
 
@@ -233,7 +236,7 @@ def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
     left_out = FitProfiler(tmp_path / "out", profile_batch=(2, 3), ranks=[1])
     msgs = _caught(lambda: _model().fit(_data(), epochs=1, verbose=0, callbacks=[left_out]))
     assert (left_out.ranks, left_out.reports) == (frozenset({1}), {})
-    assert msgs == ["FitProfiler: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled."]
+    assert msgs == ["fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled."]
     assert not list((tmp_path / "out").glob("plugins/profile/*/*.xplane.pb"))
     chosen = FitProfiler(tmp_path / "in", profile_batch=(2, 3), ranks=0)
     _model().fit(_data(), epochs=1, verbose=0, callbacks=[chosen])
@@ -292,3 +295,134 @@ def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     growth = rss[14] - rss[4]
     print(f"RSS epoch 4: {rss[4]:.1f} MB, epoch 14: {rss[14]:.1f} MB, growth {growth:.1f} MB")
     assert growth < 40, rss
+
+
+class _RaiseIn(keras.callbacks.Callback):
+    """Raises ``Boom`` in one hook, at one epoch or batch."""
+
+    def __init__(self, hook: str, at: int) -> None:
+        super().__init__()
+        setattr(self, hook, self._raise)
+        self.at = at
+
+    def _raise(self, index: int, logs: dict | None = None) -> None:
+        if index == self.at:
+            raise Boom(f"raised at {index}")
+
+
+@pytest.mark.parametrize(
+    ("hook", "at", "profile_batch", "steps"),
+    [
+        ("on_train_batch_end", 4, (3, 6), 3),  # after step 5 ran: steps 3-5 are kept
+        ("on_train_batch_begin", 5, (3, 6), 3),  # listed after FitProfiler: step 6 was marked but never ran
+        ("on_epoch_end", 0, (11, 12), 2),  # listed before FitProfiler: the window still open at the epoch's end
+    ],
+)
+def test_an_exception_outside_train_function_stops_the_profiler(
+    tmp_path: Path, hook: str, at: int, profile_batch: tuple[int, int], steps: int
+) -> None:
+    """Another callback raising ends fit without on_train_end: the profiler is stopped and the partial window
+    analysed before the exception reaches the user, unchanged."""
+    profiler = FitProfiler(tmp_path, profile_batch=profile_batch)
+    order = [_RaiseIn(hook, at), profiler] if hook == "on_epoch_end" else [profiler, _RaiseIn(hook, at)]
+    with pytest.raises(Boom, match=f"raised at {at}"):
+        _model().fit(_data(), epochs=2, verbose=0, callbacks=order)
+    assert not _profiler_running()  # a new tf.profiler.experimental.start succeeds
+    assert profiler.reports[0].steps_analyzed == steps
+    assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 1
+
+
+def test_an_exception_in_on_epoch_begin_leaves_no_profiler(tmp_path: Path) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3))
+    with pytest.raises(Boom):
+        _model().fit(_data(4), epochs=3, verbose=0, callbacks=[profiler, _RaiseIn("on_epoch_begin", 1)])
+    assert not _profiler_running()
+    assert sorted(profiler.reports) == [0]
+
+
+def test_a_step_marker_that_fails_drops_the_window_and_training_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fitprof.profilers.tensorflow import TFProfileWindow
+
+    original = TFProfileWindow.begin_step
+
+    def failing(self: TFProfileWindow, step: int) -> None:
+        if step == 4:
+            raise RuntimeError("marker broke")
+        original(self, step)
+
+    monkeypatch.setattr(TFProfileWindow, "begin_step", failing)
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler])
+    messages = [str(w.message) for w in caught if issubclass(w.category, FitProfilerWarning)]
+    assert messages == [
+        "fitprof: could not mark step 4 (RuntimeError('marker broke')); the window of epoch 0 was dropped."
+    ]
+    assert len(hist.history["loss"]) == 2 and not _profiler_running()
+    assert sorted(profiler.reports) == []  # both epochs' windows broke at step 4: nothing half-marked is analysed
+    assert not list(tmp_path.glob("plugins/profile/*"))
+
+
+def test_warnings_one_channel_one_category_pointing_at_user_code_again_each_fit(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), ranks=[1])
+    for _ in range(2):  # a later fit warns again when the cause repeats
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING"):
+            warnings.simplefilter("always")
+            _model().fit(_data(4), epochs=2, verbose=0, callbacks=[profiler])
+        ours = [w for w in caught if "fitprof" in str(w.message)]
+        assert [(w.category, str(w.message)) for w in ours] == [
+            (FitProfilerWarning, "fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled.")
+        ]
+        assert ours[0].filename == __file__  # stacklevel points at the fit call, not into Keras
+        assert not [r for r in caplog.records if "fitprof" in r.getMessage()]  # not printed twice through logging
+        caplog.clear()
+
+
+def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """python -W error (here for fitprof's category only: Keras warns of its own in this fit): the warning goes to
+    logging instead of raising out of a hook."""
+    profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
+    with warnings.catch_warnings(), caplog.at_level("WARNING"):
+        warnings.simplefilter("error", FitProfilerWarning)
+        hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
+    assert hist.history["fitprof/steps_analyzed"] == [4.0]
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitprof: ")]
+    assert len(logged) == 1 and "ended inside the window" in logged[0]
+
+
+def test_keras_without_tensorflow_names_tensorflow() -> None:
+    """An import error names the package really missing: Keras is installed, its TensorFlow backend is not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['tensorflow'] = None\n"
+        "try:\n    import fitprof.keras\n"
+        "except ModuleNotFoundError as err:\n    print('ERR', err.name, '|', err)\n"
+    )
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("ERR"))
+    assert line.startswith("ERR tensorflow | fitprof.keras needs `tensorflow` (imported by `keras`), which is not")
+    assert "keras is not installed" not in line and "pip install 'fitprof[keras]' tensorflow" in line
+
+
+def test_initial_epoch_numbers_epochs_as_keras_does(tmp_path: Path) -> None:
+    """A resume with initial_epoch: Keras numbers epochs from initial_epoch and steps from 1 in each epoch;
+    every_n_epochs and the event-file steps follow Keras's epoch numbers."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    profiler = FitProfiler(tmp_path, profile_batch=(2, 3), every_n_epochs=2)
+    hist = _model().fit(_data(4), epochs=5, initial_epoch=1, verbose=0, callbacks=[profiler])
+    assert sorted(profiler.reports) == [2, 4] and all(r.steps_analyzed == 2 for r in profiler.reports.values())
+    assert len(hist.history["loss"]) == 4
+    acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={event_accumulator.TENSORS: 0})
+    acc.Reload()
+    logged = acc.Tensors("fitprof/steps_analyzed")
+    assert [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in logged] == [(2, 2.0), (4, 2.0)]

@@ -107,3 +107,96 @@ def test_each_window_reads_the_same_from_its_trace_and_its_xplane(torch_run: dic
         kineto = fitprof.analyze(trace)
         assert kineto.steps_analyzed == 4 and kineto.top_ops
         assert_same_report(kineto, fitprof.analyze(xplane))
+
+
+HOSTILE = textwrap.dedent(
+    """
+    import json, logging, sys, warnings
+    sys.modules["tensorboard"] = None  # a Keras-torch user without tensorboard installed
+    import numpy as np
+    import keras
+    import torch
+    import fitprof
+    import fitprof.traces.xspace_write as xw
+    from fitprof.keras import FitProfiler
+    from fitprof.profilers.torch import profiler_running
+
+    def no_xspace(*args, **kwargs):
+        raise RuntimeError("conversion broke")
+
+    xw.write_xspace = no_xspace  # only the .xplane.pb conversion fails
+    logged = []
+    logging.getLogger("fitprof").addHandler(type("H", (logging.Handler,), {{"emit": lambda s, r: logged.append(r.getMessage())}})())
+
+    def model():
+        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+        m.compile("sgd", "mse")
+        return m
+
+    x, y = np.ones((96, 8), "float32"), np.ones((96,), "float32")
+    out = {{}}
+    profiler = FitProfiler({logdir!r}, profile_batch=(2, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hist = model().fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[profiler])
+    out["warnings"] = [[w.category.__name__, str(w.message)] for w in caught if "fitprof" in str(w.message)]
+    out["history"] = hist.history.get("fitprof/steps_analyzed")
+    out["traces"] = {{str(e): str(p) for e, p in profiler.trace_paths.items()}}
+
+    class Failing(keras.utils.PyDataset):  # the user's data raises at batch 5, inside the window (steps 3-6)
+        def __len__(self):
+            return 12
+        def __getitem__(self, i):
+            if i == 4:
+                raise ValueError("bad batch 5")
+            return np.ones((8, 8), "float32"), np.ones((8,), "float32")
+
+    second = FitProfiler({logdir!r} + "/data_error", profile_batch=(3, 6))
+    try:
+        model().fit(Failing(), epochs=1, verbose=0, shuffle=False, callbacks=[second])
+    except ValueError as err:
+        out["raised"] = str(err)
+    out["running_after_raise"] = profiler_running()
+    out["flushed"] = {{str(e): r.steps_analyzed for e, r in second.reports.items()}}
+
+    third = FitProfiler({logdir!r} + "/w_error", profile_batch=(3, 50))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fitprof.FitProfilerWarning)  # python -W error
+        hist = model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[third])
+    out["w_error_history"] = hist.history.get("fitprof/steps_analyzed")
+    out["logged"] = logged
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_path: Path) -> None:
+    """Keras on torch without tensorboard, with a failing .xplane.pb conversion: the figures reach History, the
+    Kineto traces stay readable, one warning each; an error in the user's data stops the torch profiler; with
+    fitprof's warnings turned into errors training still ends and the warnings go to logging."""
+    env = dict(os.environ, KERAS_BACKEND="torch")
+    proc = subprocess.run(
+        [sys.executable, "-c", HOSTILE.format(logdir=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))[len("RESULT") :])
+    assert out["history"] == [3.0, 3.0]
+    categories = {c for c, _ in out["warnings"]}
+    messages = [m for _, m in out["warnings"]]
+    assert categories == {"FitProfilerWarning"}
+    assert sum("`tensorboard` is not installed" in m and "pip install tensorboard" in m for m in messages) == 1
+    assert sum("could not write the .xplane.pb" in m and "conversion broke" in m for m in messages) == 1
+    assert len(messages) == 2, messages
+    assert sorted(out["traces"]) == ["0", "1"]
+    for trace in out["traces"].values():  # the Kineto traces were kept and read back
+        assert fitprof.analyze(trace).steps_analyzed == 3
+    assert not list(tmp_path.glob("*.tfevents*")) and not list(tmp_path.glob("plugins/profile/*"))  # no empty session
+    assert out["raised"] == "bad batch 5"
+    assert out["running_after_raise"] is False
+    assert out["flushed"] == {"0": 1}  # step 3 complete; step 4's span held the failing fetch of batch 5
+    assert out["w_error_history"] == [10.0]  # steps 3-12 of 12
+    assert sum("ended inside the window" in m for m in out["logged"]) == 1

@@ -199,7 +199,7 @@ def test_validation_inside_the_window_is_excluded_and_epochs_are_skipped(tmp_pat
 
 def test_an_epoch_shorter_than_the_window_flushes_what_it_has(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(6, 10))
-    with pytest.warns(UserWarning, match="ended after step 8"):
+    with pytest.warns(fitprof.FitProfilerWarning, match="ended after step 8"):
         _fit(tmp_path, cb, limit_train_batches=8)
     assert cb.reports[0].steps_analyzed == 3
     assert not torch.autograd._profiler_enabled()
@@ -224,7 +224,7 @@ def test_lightning_pytorch_profiler_trains_to_the_end(tmp_path: Path) -> None:
 
 def test_a_running_user_profiler_is_left_alone(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(3, 4))
-    with torch.profiler.profile() as prof, pytest.warns(UserWarning, match="already running"):
+    with torch.profiler.profile() as prof, pytest.warns(fitprof.FitProfilerWarning, match="already running"):
         _fit(tmp_path, cb, limit_train_batches=6)
         assert torch.autograd._profiler_enabled()  # still the user's, still running
     assert cb.reports == {}

@@ -195,3 +195,95 @@ def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     growth = rss[14] - rss[4]
     print(f"RSS epoch 4: {rss[4]:.1f} MB, epoch 14: {rss[14]:.1f} MB, growth {growth:.1f} MB")
     assert growth < 40, rss
+
+
+def _mid_epoch_checkpoint(root: Path, after_steps: int) -> str:
+    """A checkpoint saved after step ``after_steps`` of epoch 0 (16 steps an epoch)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    ck = ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=after_steps, save_top_k=-1)
+    trainer = pl.Trainer(
+        default_root_dir=root,
+        max_steps=after_steps,
+        callbacks=[ck],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(_Tiny(), _loader())
+    (path,) = sorted((root / "ckpt").glob("*.ckpt"))
+    return str(path)
+
+
+def _resume(root: Path, cb: FitProfiler, ckpt: str, **kwargs: Any) -> list[str]:
+    trainer = pl.Trainer(
+        default_root_dir=root,
+        callbacks=[cb],
+        logger=CSVLogger(root, name="csv"),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        limit_val_batches=0,
+        **kwargs,
+    )
+    return _messages(lambda: trainer.fit(_Tiny(), _loader(), ckpt_path=ckpt))
+
+
+@pytest.mark.parametrize("after_steps", [3, 5])
+def test_resume_mid_epoch_profiles_the_resumed_epoch(tmp_path: Path, after_steps: int) -> None:
+    """Lightning calls no on_train_epoch_start for an epoch resumed mid-way; its window (steps 6-9, numbered as
+    Lightning's batch_idx + 1 after the resume) is still profiled, also when it starts at the first resumed step."""
+    from fitprof.traces import read_trace
+    from fitprof.traces._table import Kind
+
+    ckpt = _mid_epoch_checkpoint(tmp_path, after_steps)
+    cb = FitProfiler(tmp_path / "prof", profile_batch=(6, 9))
+    msgs = _resume(tmp_path, cb, ckpt, max_epochs=2)
+    assert msgs == []
+    assert sorted(cb.reports) == [0, 1] and cb.reports[0].steps_analyzed == 4
+    table = read_trace(cb.trace_paths[0])
+    assert sorted(table.loc[table["kind"] == Kind.STEP, "step_num"].astype(int)) == [6, 7, 8, 9]
+    with open(next((tmp_path / "csv").rglob("metrics.csv"))) as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("fitprof/steps_analyzed")]
+    assert [float(r["fitprof/steps_analyzed"]) for r in rows] == [4.0, 4.0]
+
+
+def test_resume_past_the_window_start_says_so(tmp_path: Path) -> None:
+    ckpt = _mid_epoch_checkpoint(tmp_path, 7)
+    cb = FitProfiler(tmp_path / "prof", profile_batch=(6, 9))
+    msgs = _resume(tmp_path, cb, ckpt, max_epochs=2)
+    assert msgs == [
+        "fitprof: epoch 0 was resumed at step 8, after the window's first step (profile_batch=6,9); "
+        "that epoch is not profiled."
+    ]
+    assert sorted(cb.reports) == [1] and cb.reports[1].steps_analyzed == 4
+
+
+def test_warnings_one_category_at_user_code_again_each_fit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from fitprof import FitProfilerWarning
+
+    cb = FitProfiler(profile_batch=(2, 3), ranks=[1])
+    for i in range(2):  # a later fit warns again when the cause repeats
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level("WARNING"):
+            warnings.simplefilter("always")
+            _fit(tmp_path / str(i), cb, max_epochs=2, limit_train_batches=5)
+        ours = [w for w in caught if "fitprof" in str(w.message)]
+        assert [(w.category, str(w.message)) for w in ours] == [
+            (FitProfilerWarning, "fitprof: ranks=[1] names no rank of this run (ranks 0-0); nothing is profiled.")
+        ]
+        assert Path(ours[0].filename).name == "test_lightning.py"  # the trainer.fit call, not Lightning's loop
+        assert not [r for r in caplog.records if "fitprof" in r.getMessage()]  # one channel
+        caplog.clear()
+
+
+def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """python -W error (for fitprof's category: Lightning warns of its own here): the warning goes to logging."""
+    from fitprof import FitProfilerWarning
+
+    cb = FitProfiler(profile_batch=(3, 50))
+    with warnings.catch_warnings(), caplog.at_level("WARNING"):
+        warnings.simplefilter("error", FitProfilerWarning)
+        _fit(tmp_path, cb, max_epochs=1, limit_train_batches=5)
+    assert cb.reports[0].steps_analyzed == 3  # steps 3-5
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitprof: ")]
+    assert len(logged) == 1 and "ended after step 5" in logged[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from fitprof._session import split_rank
+from fitprof._warn import FitProfilerWarning
 from fitprof.analysis import BottleneckReport, OpStat, analyze_table
 from fitprof.traces import TraceError, read_trace
 
@@ -65,6 +66,7 @@ def analyze(
 
 __all__ = [
     "BottleneckReport",
+    "FitProfilerWarning",
     "OpStat",
     "TraceError",
     "__version__",

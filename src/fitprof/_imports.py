@@ -11,13 +11,28 @@ _HINTS = {
     "torch": "pip install 'fitprof[lightning]'",
     "lightning": "pip install 'fitprof[lightning]'",
     "xprof": "pip install xprof",
+    "tensorboard": "pip install tensorboard",
 }
 
 
 def require(module: str, feature: str) -> ModuleType:
-    """Import ``module`` or raise ``ModuleNotFoundError`` naming ``feature`` and the ``pip install`` that fixes it."""
+    """Import ``module`` or raise ``ModuleNotFoundError`` naming the package that is really missing and the
+    ``pip install`` that fixes it.
+
+    The missing package is the one the import failed on (``ModuleNotFoundError.name``), which is not always
+    ``module``: Keras installed without its backend fails on ``tensorflow`` (or ``torch``), and the message
+    says so rather than "keras is not installed".
+
+    Raises:
+        ModuleNotFoundError: ``"<feature> needs `<missing>`, which is not installed: <pip install ...>"``, with the
+            original error as its cause and ``name`` set to the missing package.
+    """
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as err:
-        hint = _HINTS.get(module.split(".")[0], f"pip install {module}")
-        raise ModuleNotFoundError(f"{feature} needs `{module}`, which is not installed: {hint}") from err
+        missing = (err.name or module).split(".")[0]
+        hint = _HINTS.get(missing, f"pip install {missing}")
+        via = "" if missing == module.split(".")[0] else f" (imported by `{module}`)"
+        raise ModuleNotFoundError(
+            f"{feature} needs `{missing}`{via}, which is not installed: {hint}", name=missing
+        ) from err

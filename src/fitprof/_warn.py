@@ -1,31 +1,112 @@
-"""Warn once per problem: the one helper every part of fitprof warns through (stdlib only)."""
+"""Warn once per problem: the one warning channel of both callbacks (stdlib only).
+
+Every fitprof warning is a :class:`FitProfilerWarning` whose message starts with ``"fitprof: "``, issued once per
+problem per ``fit`` with ``warnings.warn`` at a ``stacklevel`` that points at the user's code (the first frame
+outside fitprof, Keras, Lightning, TensorFlow and torch). A warning that cannot be issued (``python -W error``
+turns it into an exception) goes to ``logging`` instead: a warning never breaks training.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+PREFIX = "fitprof: "
+"""The start of every fitprof warning."""
+
+_INTERNAL_PACKAGES = (
+    "fitprof",
+    "keras",
+    "tf_keras",
+    "lightning",
+    "lightning_fabric",
+    "pytorch_lightning",
+    "tensorflow",
+    "torch",
+)
+
+
+class FitProfilerWarning(UserWarning):
+    """The category of every warning fitprof issues (filter it with ``warnings.filterwarnings``)."""
+
+
+def _internal_dirs() -> tuple[str, ...]:
+    dirs = []
+    for name in _INTERNAL_PACKAGES:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path:
+            dirs.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+    return tuple(dirs)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes ``warnings.warn``, called by the caller of this function, point at the first
+    frame outside fitprof, Keras, Lightning, TensorFlow and torch (the user's ``fit`` call); 2 when there is none."""
+    internal = _internal_dirs()
+    frame = sys._getframe(2)  # the frame that calls warnings.warn is level 1
+    level = 2
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(internal) or filename.startswith("<frozen")):
+            return level
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return 2
+
+
+def with_prefix(message: str) -> str:
+    """``message`` starting with :data:`PREFIX`."""
+    return message if message.startswith(PREFIX) else PREFIX + message
+
+
+def warn(message: str) -> None:
+    """Issue ``message`` as one :class:`FitProfilerWarning` pointing at the user's code; when warnings are errors
+    (``-W error``) or the warning cannot be issued, log it instead. Never raises."""
+    message = with_prefix(message)
+    try:
+        warnings.warn(message, FitProfilerWarning, stacklevel=user_stacklevel())
+    except Exception:  # -W error: the warning was raised as an exception; training must go on
+        log.warning(message)
+
 
 class WarnOnce:
-    """Warn each distinct problem once per instance: ``warn(key, message)``.
+    """Warn each distinct problem once until :meth:`reset` (each callback resets it when a ``fit`` starts, so a
+    later ``fit`` warns again when the cause repeats): ``warn_once(key, message)``.
 
     Args:
-        emit: how to warn (the adapter's way: ``warnings.warn`` with its category, Lightning's
-            ``rank_zero_warn``, ``logging``). A failing ``emit`` (e.g. warnings turned into errors) falls back
-            to ``logging``: a warning never breaks training.
+        emit: how to warn; default :func:`warn` (a :class:`FitProfilerWarning`, or ``logging`` under
+            ``-W error``). An ``emit`` that raises falls back to ``logging``: a warning never breaks training.
+
+    Attributes:
+        rank: this process's global rank; on a rank other than 0 the message goes to ``logging`` as
+            ``[rank N] fitprof: ...`` (only rank 0 issues Python warnings, as Lightning's ``rank_zero_warn``).
+        keys: the problems warned about since the last :meth:`reset`.
     """
 
-    def __init__(self, emit: Callable[[str], Any]) -> None:
-        self._emit = emit
+    def __init__(self, emit: Callable[[str], Any] | None = None) -> None:
+        self._emit = emit or warn
+        self.rank = 0
         self.keys: set[str] = set()
+
+    def reset(self) -> None:
+        """Forget which problems were warned about (a new ``fit``)."""
+        self.keys.clear()
 
     def __call__(self, key: str, message: str) -> None:
         if key in self.keys:
             return
         self.keys.add(key)
+        message = with_prefix(message)
+        if self.rank != 0:
+            log.warning("[rank %d] %s", self.rank, message)
+            return
         try:
             self._emit(message)
         except Exception:

@@ -9,14 +9,26 @@ Verdict thresholds (percent of step time), also documented in the README:
 * ``host-to-device-bound``: ``htod_percent >= HTOD_BOUND_PERCENT`` (15);
 * ``communication-bound``: ``collective_percent >= COMMUNICATION_BOUND_PERCENT`` (20) and larger than input and
   HtoD: collectives (all-reduce, ...) are not mistaken for compute;
-* ``compute-bound``: ``input_percent < 10`` and ``htod_percent < 10``: the top operator is named;
+* with ``input_percent < 10`` and ``htod_percent < 10``, what covers the step decides (``busy_percent``: the
+  device's busy share on a trace with device work, the host operators' share otherwise):
+
+  - ``compute-bound``: ``busy_percent >= COMPUTE_COVERS_PERCENT`` (50): the operators hold most of the step; the
+    headline gives their share and the top operator's;
+  - ``host-bound`` (device traces): the device is idle more than half of the step, waiting for the host;
+  - ``overhead-bound`` (host-only traces): more than half of the step runs outside any operator (framework and
+    Python overhead between operators, ``unattributed_percent``);
+
 * ``balanced``: anything in between (some input or copy wait, none dominant);
 * ``no-steps``: the trace holds no event inside an analysed step.
+
+A trace without step markers is analysed as one span, from its first to its last host event: ``steps_analyzed`` is
+0, a warning and the headline say so, and the verdict is that span's.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast, get_args
 
@@ -29,6 +41,9 @@ from fitprof.traces._table import Kind
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
 COMPUTE_BOUND_MAX_PERCENT = 10.0
+COMPUTE_COVERS_PERCENT = 50.0
+"""Share of the step (percent) that compute must cover for ``compute-bound``: the device's busy time on a trace
+with device work, else the host operators' (their union over threads)."""
 
 COMMUNICATION_BOUND_PERCENT = 20.0
 
@@ -100,6 +115,21 @@ class BottleneckReport:
     rank: int | None = None
     world_size: int | None = None
     warnings: list[str] = field(default_factory=list)
+    op_percent_total: float = math.nan
+    """Self time of every operator ranked for ``top_ops`` (the same source), summed, over step time (%); host
+    self times add up over threads, so it can pass 100."""
+    host_op_percent: float = math.nan
+    """Share of step time (%) in which at least one host operator, input wait or collective ran on some thread."""
+    unattributed_percent: float = math.nan
+    """``100 - host_op_percent``: step time outside every host operator, input wait and collective (framework and
+    Python overhead between operators, idle threads)."""
+    device_busy_percent: float = math.nan
+    """Share of step time (%) in which the device ran kernels, copies or collectives launched in the steps (their
+    union); NaN on a trace without device work. ``100 -`` it is the device's idle share."""
+    top_host_op: str = ""
+    """The host operator with the most self time in the steps ("" when none), whatever ``op_time_source`` is."""
+    top_host_op_percent: float = math.nan
+    """``top_host_op``'s self time over step time (%)."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys (``fitprof/step_time_ms``, ..., ``fitprof/top_ops/<op>``)."""
@@ -120,21 +150,59 @@ class BottleneckReport:
         return asdict(self)
 
     def headline(self) -> str:
-        """One line: the verdict with its evidence."""
+        """One line: the verdict with its evidence (where the step time goes, with shares)."""
         if self.verdict == "no-steps":
             return "no-steps: no training step was found in the profile."
         top = self.top_ops[0] if self.top_ops else None
+        top_text = f"top operator {one_line(top.name)} takes {top.percent:.1f}%" if top else "no operator recorded"
         if self.verdict == "input-bound":
             why = f"the training loop waited for input {self.input_percent:.1f}% of step time"
         elif self.verdict == "host-to-device-bound":
-            why = f"host-to-device copies took {self.htod_percent:.1f}% of step time"
+            why = f"host-to-device copies took {self.htod_percent:.1f}% of step time{self._pageable_text()}"
         elif self.verdict == "communication-bound":
             why = f"collective communication took {self.collective_percent:.1f}% of step time"
         elif self.verdict == "compute-bound":
-            why = f"top operator {top.name} takes {top.percent:.1f}% of step time" if top else "no input or copy wait"
+            if math.isfinite(self.device_busy_percent):
+                cover = f"the device is busy {self.device_busy_percent:.1f}% of step time"
+            elif math.isfinite(self.host_op_percent):
+                cover = f"operators cover {self.host_op_percent:.1f}% of step time"
+            else:
+                cover = "no input or copy wait"
+            why = f"{cover}; {top_text}"
+        elif self.verdict == "host-bound":
+            why = (
+                f"the device is idle {100.0 - self.device_busy_percent:.1f}% of step time, waiting for the host "
+                f"(host operators cover {self.host_op_percent:.1f}%, outside them {self.unattributed_percent:.1f}%"
+                f"{self._top_host_text()}); {top_text} on the device{self._copies_text()}"
+            )
+        elif self.verdict == "overhead-bound":
+            why = (
+                f"{self.unattributed_percent:.1f}% of step time runs outside any operator (framework and Python "
+                f"overhead); operators cover {self.host_op_percent:.1f}%, {top_text}"
+            )
         else:
             why = f"input {self.input_percent:.1f}%, host-to-device {self.htod_percent:.1f}% of step time"
-        return f"{self.verdict}: {why}."
+        span = (
+            f" (no step markers: the whole trace, {self.step_time_ms:.2f} ms, was analysed as one span)"
+            if self.steps_analyzed == 0
+            else ""
+        )
+        return f"{self.verdict}: {why}.{span}"
+
+    def _top_host_text(self) -> str:
+        if not self.top_host_op:
+            return ""
+        return f"; top host operator {one_line(self.top_host_op)} {self.top_host_op_percent:.1f}%"
+
+    def _pageable_text(self) -> str:
+        if self.htod_ms_per_step > 0 and self.htod_pageable_ms_per_step > 0:
+            return f", {100.0 * self.htod_pageable_ms_per_step / self.htod_ms_per_step:.0f}% of it from pageable memory"
+        return ""
+
+    def _copies_text(self) -> str:
+        if not self.htod_ms_per_step > 0:
+            return ""
+        return f"; host-to-device copies {self.htod_percent:.1f}%{self._pageable_text()}"
 
     def summary_markdown(self) -> str:
         """Verdict, advice and the top-operator table, as Markdown (TensorBoard's Text tab renders it)."""
@@ -153,9 +221,21 @@ class BottleneckReport:
                 f"| operator ({self.op_time_source} self time) | ms/step | % of step |",
                 "|---|---:|---:|",
             ]
-            lines += [f"| {o.name} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |" for o in self.top_ops]
+            lines += [
+                f"| {one_line(o.name).replace('|', chr(92) + '|')} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |"
+                for o in self.top_ops
+            ]
         lines += [f"\n_{w}_" for w in self.warnings]
         return "\n".join(lines)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def one_line(name: str) -> str:
+    """``name`` for a table cell or a line of text: tabs, newlines and other control characters written as
+    Python escapes (``\\t``, ``\\n``, ``\\x07``), so a ``record_function`` name never breaks a row."""
+    return _CONTROL.sub(lambda m: repr(m.group(0))[1:-1], name)
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -242,13 +322,45 @@ def _advice(report_verdict: str, framework: str, *, pageable_share: float, top: 
             f"The input pipeline keeps up; speed up the model itself, starting with {name}.",
             "Try mixed precision and larger batches where the device is not full.",
         ]
+    if report_verdict == "host-bound":
+        tips = [
+            "The device waits for the host: give it more work per launch (larger batches) and fewer launches "
+            "(`torch.compile`, CUDA graphs, `jit_compile=True` in Keras).",
+        ]
+        if pageable_share > 0.5:
+            tips.append("Copy from pinned memory (`DataLoader(pin_memory=True)`) so copies overlap compute.")
+        return tips
+    if report_verdict == "overhead-bound":
+        if torch_like:
+            return [
+                "Most of the step is Python and framework overhead between operators: use larger batches, and move "
+                "per-step work (logging, `.item()`, metrics) out of `training_step`; `torch.compile` fuses small ops.",
+            ]
+        return [
+            "Most of the step is framework overhead between operators: use larger batches, run several steps per "
+            "call (`steps_per_execution`) and compile the step (`jit_compile=True`).",
+        ]
     if report_verdict == "balanced":
         return ["No single bottleneck: input and compute both matter; check the top operators and the input wait."]
     return ["Profile a later window with more steps (`profile_batch`)."]
 
 
-def verdict_for(input_percent: float, htod_percent: float, steps: int, collective_percent: float = 0.0) -> str:
-    """The verdict label from the figures, by the thresholds in this module's docstring."""
+def verdict_for(
+    input_percent: float,
+    htod_percent: float,
+    steps: int,
+    collective_percent: float = 0.0,
+    busy_percent: float = math.nan,
+    *,
+    device: bool = False,
+) -> str:
+    """The verdict label from the figures, by the thresholds in this module's docstring.
+
+    Args:
+        busy_percent: the share of the step that compute covers (the device's busy share when ``device``, else
+            the host operators'); NaN (unknown) never turns ``compute-bound`` into another verdict.
+        device: the trace has device work (``host-bound`` rather than ``overhead-bound``).
+    """
     if steps <= 0:
         return "no-steps"
     if input_percent >= INPUT_BOUND_PERCENT and input_percent >= max(htod_percent, collective_percent):
@@ -258,6 +370,8 @@ def verdict_for(input_percent: float, htod_percent: float, steps: int, collectiv
     if collective_percent >= COMMUNICATION_BOUND_PERCENT:
         return "communication-bound"
     if input_percent < COMPUTE_BOUND_MAX_PERCENT and htod_percent < COMPUTE_BOUND_MAX_PERCENT:
+        if busy_percent < COMPUTE_COVERS_PERCENT:
+            return "host-bound" if device else "overhead-bound"
         return "compute-bound"
     return "balanced"
 
@@ -302,7 +416,7 @@ def analyze_table(
             raise ValueError("framework is None and the table names no trace format: pass framework=")
     fw = check_framework(framework)
     where: dict[str, Any] = {"framework": fw, "source": source, "host": host, "rank": rank, "world_size": world_size}
-    warnings: list[str] = []
+    warnings: list[str] = [str(w) for w in table.attrs.get("warnings") or []]  # the reader's (repaired names)
     ts = table["ts_us"].to_numpy(dtype=float)
     end = ts + table["dur_us"].to_numpy(dtype=float)
     kind = table["kind"].to_numpy()
@@ -386,7 +500,25 @@ def analyze_table(
             g_start = group["ts_us"].to_numpy(dtype=float)
             totals[name] = _overlap(_union(g_start, g_start + group["dur_us"].to_numpy(dtype=float)), steps)
     ranked = totals.sort_values(ascending=False, kind="stable").head(top_k)
+    op_percent_total = 100.0 * float(totals.sum()) / step_total_us
+    if source_name == "host":
+        top_host = ranked.head(1)
+    else:  # the host operator that holds the host longest (what the device waits for when it idles)
+        host_ops = table.loc[host_in & (kind == Kind.OP)]
+        top_host = host_ops["self_us"].groupby(host_ops["name"].to_numpy()).sum().nlargest(1)
     step_time_us = step_total_us / n_div
+
+    # What covers the step: host operators (their union over threads) and the device's work.
+    host_work = host_in & np.isin(kind, [Kind.OP, Kind.INPUT, Kind.COLLECTIVE])
+    host_union = _union(ts[host_work], end[host_work])
+    host_op_percent = 100.0 * (_overlap(host_union, steps) - _overlap(_intersect(host_union, steps), excluded))
+    host_op_percent /= step_total_us
+    device_work = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
+    device_busy_percent = math.nan
+    if device_work.any():
+        dev_union = _union(ts[device_work], end[device_work])
+        busy_us = _overlap(dev_union, steps) - _overlap(_intersect(dev_union, steps), excluded)
+        device_busy_percent = 100.0 * busy_us / step_total_us
     top_ops = [
         OpStat(str(name), float(v) / n_div / 1e3, 100.0 * float(v) / step_total_us) for name, v in ranked.items()
     ]
@@ -394,7 +526,15 @@ def analyze_table(
     input_percent = 100.0 * input_us / step_total_us
     htod_percent = 100.0 * htod_us / step_total_us
     collective_percent = 100.0 * coll_us / step_total_us
-    verdict = verdict_for(input_percent, htod_percent, n_div if len(steps[0]) else 0, collective_percent)
+    on_device_work = bool(device_work.any())
+    verdict = verdict_for(
+        input_percent,
+        htod_percent,
+        n_div if len(steps[0]) else 0,
+        collective_percent,
+        device_busy_percent if on_device_work else host_op_percent,
+        device=on_device_work,
+    )
     pageable_share = pageable_us / htod_us if htod_us > 0 else 0.0
     return BottleneckReport(
         steps_analyzed=n_steps,
@@ -415,6 +555,12 @@ def analyze_table(
         verdict=verdict,
         advice=_advice(verdict, fw, pageable_share=pageable_share, top=top_ops[0] if top_ops else None),
         warnings=warnings,
+        op_percent_total=op_percent_total,
+        host_op_percent=host_op_percent,
+        unattributed_percent=100.0 - host_op_percent,
+        device_busy_percent=device_busy_percent,
+        top_host_op=str(top_host.index[0]) if len(top_host) else "",
+        top_host_op_percent=100.0 * float(top_host.iloc[0]) / step_total_us if len(top_host) else math.nan,
         **where,
     )
 

@@ -19,6 +19,7 @@ For each profiled window, at the end of its epoch:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 import fitprof
 from fitprof import cross_rank
 from fitprof._retention import WindowFiles, oversize_message
-from fitprof._session import hostname, rank_host
+from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.report_files import write_report_file
@@ -133,14 +134,20 @@ class WindowPipeline:
                 self.warn("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
         files = [trace]
         if trace_format(trace) == "kineto":
-            from fitprof.traces.xspace_write import write_xspace
+            try:  # the trace, its report and figures are kept whatever happens to its XSpace copy
+                from fitprof.traces.xspace_write import write_xspace
 
-            try:
                 xplane = write_xspace(trace, log_dir, session, host=rank_host(host, rank, world_size))
                 self.xplane_paths[epoch] = xplane
                 files.append(xplane)
             except Exception as err:
-                self.warn("xspace", f"fitprof: could not write the .xplane.pb for {trace} ({err!r}).")
+                self.warn(
+                    "xspace",
+                    f"fitprof: could not write the .xplane.pb for {trace} ({err!r}); the trace and its figures are "
+                    "kept (`fitprof analyze` reads it).",
+                )
+                with contextlib.suppress(OSError):  # no empty session in TensorBoard's Profile tab
+                    (profile_root(log_dir) / session).rmdir()
         session_dir = files[-1].parent if files[-1].name.endswith(".xplane.pb") else None
         self._files.add(session_dir, files)
         self.analysis_seconds[epoch] = time.perf_counter() - t0

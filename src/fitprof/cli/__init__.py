@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -264,8 +265,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
             bad = True
         else:
             records.append(record)
-    records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
-    records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
+    _number_fits(records)
+    records.sort(key=lambda r: (r["run"], r["fit"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
+    records += _spreads(records, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
@@ -295,7 +297,51 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     rec = _record(doc.report, record=RECORD_WINDOW, run=run, epoch=doc.epoch, rank=doc.rank)
     rec["source"] = doc.trace
     rec["report_file"] = os.fspath(path)
+    rec["session"] = doc.session or path.name.partition(".rank")[0]
     return rec
+
+
+_SESSION_SUFFIX = re.compile(r"^(.*?)(?:_(\d+))?$")
+
+
+def _session_order(session: str) -> tuple[str, int]:
+    """Sort key of a session name ``YYYY_MM_DD_HH_MM_SS[_n]``: its time, then ``n`` as a number (``_10`` after
+    ``_9``)."""
+    m = _SESSION_SUFFIX.match(session)
+    if m and m.group(2) and len(m.group(1)) >= 19:
+        return m.group(1), int(m.group(2))
+    return session, 0
+
+
+def _number_fits(records: list[dict[str, Any]]) -> None:
+    """Set ``fit`` (1, 2, ...) on the window records: several ``fit`` calls into one run directory each write
+    their windows there, epochs counted from their own start.
+
+    Per run and rank, windows in session (time) order: a window whose epoch is not after the previous window's
+    starts the next fit. (A resumed fit that goes on counting epochs reads as the same fit: its rows differ by
+    epoch.)
+    """
+    groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
+    for rec in records:
+        groups.setdefault((rec["run"], rec["rank"]), []).append(rec)
+    for group in groups.values():
+        group.sort(key=lambda r: (_session_order(r["session"]), r["epoch"]))
+        fit, last = 1, None
+        for rec in group:
+            if last is not None and rec["epoch"] <= last:
+                fit += 1
+            rec["fit"], last = fit, rec["epoch"]
+
+
+def _fit_labeller(records: list[dict[str, Any]]) -> Callable[[list[dict[str, Any]]], str]:
+    """The spread label of a group of rows: its run, and its fit when the run holds several."""
+    several = {r["run"] for r in records if (r.get("fit") or 1) > 1}
+
+    def label(group: list[dict[str, Any]]) -> str:
+        run = group[0]["run"]
+        return f"{run} (fit {group[0]['fit']})" if run in several else run
+
+    return label
 
 
 # ------------------------------------------------------------------------------------------------- records
@@ -305,7 +351,7 @@ def _record(report: BottleneckReport, *, record: str, run: str, epoch: int | Non
     """One output record: where it comes from, then every :class:`BottleneckReport` field and its headline."""
     fields = report.to_dict()
     fields["rank"] = rank
-    out: dict[str, Any] = {"record": record, "run": run, "epoch": epoch}
+    out: dict[str, Any] = {"record": record, "run": run, "epoch": epoch, "fit": None, "session": None}
     out.update({k: fields[k] for k in _LEADING_KEYS if k in fields})
     out.update(fields)
     out["headline"] = report.headline()

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from fitprof.cli.render import by_run, finite
+from fitprof.cli.render import by_run, finite, several_fits
 
 SEGMENTS = ("input wait", "host-to-device", "other/compute")
 """Names of the stacked segments of ``--plot`` (ms per step): input wait, HtoD copy time, the rest."""
@@ -45,11 +45,13 @@ def plot_breakdown(records: Sequence[dict[str, Any]], path: str | os.PathLike[st
     colors = {"input wait": "tab:orange", "host-to-device": "tab:green", "other/compute": "tab:blue"}
     for ax, (run, group) in zip(axes, runs, strict=True):
         several_ranks = len({r["rank"] for r in group}) > 1
+        fits = several_fits(group)
         labels: list[str] = []
         parts: dict[str, list[float]] = {name: [] for name in SEGMENTS}
         totals: list[float] = []
         for r in group:
             label = str(r["epoch"]) if r["epoch"] is not None else "-"
+            label = f"{label}\nfit {r['fit']}" if fits else label
             labels.append(f"{label}\nrank {r['rank']}" if several_ranks else label)
             step = r["step_time_ms"] if finite(r["step_time_ms"]) else 0.0
             inp = r["input_ms_per_step"] if finite(r["input_ms_per_step"]) else 0.0

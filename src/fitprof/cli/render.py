@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fitprof.analysis import one_line
 from fitprof.report_files import clean_json
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -78,6 +79,8 @@ _CSV_COLUMNS = (
     "headline",
     "advice",
     "source",
+    "fit",
+    "session",
 )
 _CSV_SPREAD_COLUMNS = (
     "ranks",
@@ -94,6 +97,7 @@ _CSV_SPREAD_COLUMNS = (
 )
 _INT_COLUMNS = (
     "epoch",
+    "fit",
     "rank",
     "world_size",
     "steps_analyzed",
@@ -138,7 +142,9 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def _short(name: str, width: int = _NAME_WIDTH) -> str:
-    """``name`` cut in the middle to ``width`` characters (both ends of op and kernel names say something)."""
+    """``name`` on one line (:func:`fitprof.analysis.one_line`), cut in the middle to ``width`` characters (both
+    ends of op and kernel names say something)."""
+    name = one_line(name)
     if len(name) <= width:
         return name
     head = (width - 1) // 3
@@ -152,13 +158,15 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     ranks = {r["rank"] for r in rows if r["rank"] is not None}
     show_rank = len(ranks) > 1 or bool(ranks - {0})
     show_epoch = any(r["epoch"] is not None for r in rows)
+    show_fit = several_fits(rows)  # several fits into one run directory: tell them apart
     header = ["run"]
-    header += ["epoch"] * show_epoch + ["rank"] * show_rank
+    header += ["fit", "session"] * show_fit + ["epoch"] * show_epoch + ["rank"] * show_rank
     header += ["framework", "steps", "step ms", "input %", "HtoD ms/step", "HtoD %", "top op", "top %", "verdict"]
     body = []
     for r in rows:
         top = r["top_ops"][0] if r["top_ops"] else None
         cells = [r["run"]]
+        cells += [_fmt(r.get("fit"), "d"), r.get("session") or "-"] * show_fit
         cells += [_fmt(r["epoch"], "d")] * show_epoch + [_fmt(r["rank"], "d")] * show_rank
         cells += [
             r["framework"] or "-",
@@ -172,7 +180,7 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
             r["verdict"],
         ]
         body.append(cells)
-    left = {"run", "framework", "top op", "verdict"}
+    left = {"run", "session", "framework", "top op", "verdict"}
     lines = _markdown_table(header, body, left) if markdown else _plain_table(header, body, left)
     lines.append("")
     for run, group in by_run(rows):
@@ -180,6 +188,8 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
         bullet = "- " if markdown else "  "
         for r in group:
             where = []
+            if show_fit and r.get("fit") is not None:
+                where.append(f"fit {r['fit']} ({r['session']})")
             if r["epoch"] is not None:
                 where.append(f"epoch {r['epoch']}")
             if show_rank and r["rank"] is not None:
@@ -241,6 +251,11 @@ def by_run(rows: Iterable[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any
     for r in rows:
         groups.setdefault(r["run"], []).append(r)
     return list(groups.items())
+
+
+def several_fits(rows: Iterable[dict[str, Any]]) -> bool:
+    """Whether ``rows`` come from more than one fit into one run directory (``fit`` above 1)."""
+    return any((r.get("fit") or 1) > 1 for r in rows)
 
 
 def _unique(items: Iterable[str]) -> list[str]:

@@ -1,7 +1,8 @@
 """Keras 3 adapter: ``from fitprof.keras import FitProfiler``.
 
-Importing this package imports Keras; a missing Keras raises ``ModuleNotFoundError`` with the ``pip install`` line
-that fixes it, as ``fitprof.lightning`` does for torch and Lightning.
+Importing this package imports Keras and its backend; a missing Keras, or a missing backend (TensorFlow, torch),
+raises ``ModuleNotFoundError`` naming the package really missing and the ``pip install`` line that fixes it, as
+``fitprof.lightning`` does for torch and Lightning.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import warnings
+import sys
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,10 @@ class FitProfiler(keras.callbacks.Callback):
 
     Outside the window the batch hook only compares integers, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
-    Profiling never stops training: a profiler that cannot start (another one running) or stop is reported
-    with one warning and the window is dropped.
+    Profiling never stops training: a profiler that cannot start (another one running) or stop, or a step marker
+    that fails, is reported with one warning and the window is dropped. Warnings are
+    :class:`fitprof.FitProfilerWarning` (``"fitprof: ..."``), once per problem per ``fit``, pointing at the
+    ``fit`` call; under ``-W error`` they go to ``logging``.
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
@@ -99,7 +102,7 @@ class FitProfiler(keras.callbacks.Callback):
             )
         self.backend = backend
         self.log_dir = log_dir
-        self._warn_once = WarnOnce(_warn)
+        self._warn_once = WarnOnce()
         self._pipeline = WindowPipeline(
             top_k=self.config.top_k,
             max_trace_mb=self.max_trace_mb,
@@ -109,6 +112,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._closed: dict[int, tuple[Any, Path]] = {}  # epoch -> (stopped window, its trace), until analysed
         self._events = TBEventFile(self.log_dir)
         self._window: Any = None  # the backend window while profiling
+        self._guards: list[tuple[Any, str, Any, Any, bool]] = []  # what is wrapped while the window is open
         self._armed = False  # this epoch still has a window to open
         self._step_open = False
         self._epoch = 0
@@ -146,45 +150,83 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             window.start()
         except Exception as err:
-            self._warn_once("start", f"FitProfiler: profiling skipped for epoch {self._epoch}: {err}")
+            self._warn_once("start", f"fitprof: profiling skipped for epoch {self._epoch}: {err}")
             return
         self._window = window
         self._guard_train_function()
 
     def _guard_train_function(self) -> None:
-        """While a window is open, wrap ``model.train_function`` so that a step that raises (an error in the
-        user's step, ``KeyboardInterrupt``) flushes and analyses the partial window before the exception goes
-        on unchanged. Keras has no exception hook; outside the window nothing is wrapped."""
+        """While a window is open, wrap what ``fit`` calls so that an exception flushes and analyses the partial
+        window, and stops the profiler, before it goes on unchanged: ``model.train_function`` (an error in the
+        user's step or, on TensorFlow, in the input pipeline; ``KeyboardInterrupt``), the hooks of ``fit``'s
+        ``CallbackList`` (an error in another callback) and, on the torch backend, the batch iterator of
+        ``fit``'s epoch iterator (an error in the user's data). Keras has no exception hook; outside the window
+        nothing is wrapped. What cannot be found (Keras internals moved) is left alone: a window still open when
+        ``fit`` has raised is then stopped at the next ``fit``'s start or when the callback is deleted."""
         model = getattr(self, "model", None)
-        original = getattr(model, "train_function", None)
-        if model is None or original is None or getattr(original, "_fitprof_guard", False):
+        if model is None:
+            return
+        self._wrap(model, "train_function", drop_open_step=True)  # the failing step never finished
+        fit_locals = _fit_locals(model)
+        callbacks = fit_locals.get("callbacks")
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            for hook in _GUARDED_HOOKS:
+                # A batch-begin hook raised before its step ran; after the others, the open step had finished.
+                self._wrap(callbacks, hook, drop_open_step=hook == "on_train_batch_begin")
+        epoch_iterator = fit_locals.get("epoch_iterator")
+        current = getattr(epoch_iterator, "_current_iterator", None)
+        if self.backend == "torch" and current is not None and not isinstance(current, _GuardedIterator):
+            self._replace(
+                epoch_iterator,
+                "_current_iterator",
+                current,
+                _GuardedIterator(current, lambda: self._flush_on_exception(drop_open_step=True)),
+            )
+
+    def _wrap(self, owner: Any, name: str, *, drop_open_step: bool) -> None:
+        original = getattr(owner, name, None)
+        if original is None or getattr(original, "_fitprof_guard", False):
             return
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             try:
                 return original(*args, **kwargs)
             except BaseException:
-                self._flush_on_exception()
+                self._flush_on_exception(drop_open_step=drop_open_step)
                 raise
 
         guarded._fitprof_guard = True  # type: ignore[attr-defined]
-        guarded._fitprof_original = original  # type: ignore[attr-defined]
-        model.train_function = guarded
+        self._replace(owner, name, original, guarded)
+
+    def _replace(self, owner: Any, name: str, original: Any, replacement: Any) -> None:
+        had_own = name in getattr(owner, "__dict__", {})
+        try:
+            setattr(owner, name, replacement)
+        except Exception:  # pragma: no cover - a read-only attribute: nothing wrapped
+            return
+        self._guards.append((owner, name, original, replacement, had_own))
 
     def _unguard_train_function(self) -> None:
-        model: Any = getattr(self, "model", None)
-        fn = getattr(model, "train_function", None)
-        if fn is not None and getattr(fn, "_fitprof_guard", False):
-            model.train_function = fn._fitprof_original
+        """Put back what :meth:`_guard_train_function` wrapped (unless something else replaced it since)."""
+        guards, self._guards = self._guards, []
+        for owner, name, original, replacement, had_own in reversed(guards):
+            try:
+                if getattr(owner, name, None) is replacement:
+                    if had_own:
+                        setattr(owner, name, original)
+                    else:  # a method wrapped on the instance: the class's method again
+                        delattr(owner, name)
+            except Exception:  # pragma: no cover - defensive
+                pass
 
-    def _flush_on_exception(self) -> None:
+    def _flush_on_exception(self, *, drop_open_step: bool) -> None:
         try:
             self._armed = False
-            self._close_window(drop_open_step=True)  # the failing step never finished
+            self._close_window(drop_open_step=drop_open_step)
             self._in_flush = True
             self.on_epoch_end(self._epoch, None)
         except Exception as err:
-            log.warning("FitProfiler: could not flush the window after an exception: %s", err)
+            log.warning("fitprof: could not flush the window after an exception: %s", err)
 
     def _close_window(self, *, drop_open_step: bool = False) -> None:
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
@@ -196,13 +238,13 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             self._closed[self._epoch] = (window, window.stop(drop_open_step=drop_open_step))
         except Exception as err:
-            self._warn_once("stop", f"FitProfiler: the window of epoch {self._epoch} was dropped: {err}")
+            self._warn_once("stop", f"fitprof: the window of epoch {self._epoch} was dropped: {err}")
             window.abort()
             return
         if window.session_dir is None:
             self._warn_once(
                 "write",
-                f"FitProfiler: could not write the profile under {self.log_dir} "
+                f"fitprof: could not write the profile under {self.log_dir} "
                 f"({getattr(window, 'save_error', None)}); its figures are still computed and put in the epoch logs.",
             )
 
@@ -218,21 +260,23 @@ class FitProfiler(keras.callbacks.Callback):
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
+        self._warn_once.reset()  # a new fit warns again when a cause repeats
+        self._warn_once.rank = self._rank  # only rank 0 issues Python warnings; the others log
         if self.backend == "tensorflow" and self._rank > 0 and self._profiles_rank():
             self._warn_once(
                 "tf-non-chief",
-                f"FitProfiler: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow's profiler (2.21) can "
+                f"fitprof: rank {self._rank} is a non-chief TensorFlow worker. TensorFlow's profiler (2.21) can "
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
         unknown = _config.unknown_ranks_message(self.ranks, self._world)
         if unknown and self._rank == 0:
-            self._warn_once("ranks", f"FitProfiler: {unknown}")
+            self._warn_once("ranks", f"fitprof: {unknown}")
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
             self._warn_once(
                 "spe",
-                f"FitProfiler: steps_per_execution={int(spe)}: Keras runs {int(spe)} batches per call, so each "
+                f"fitprof: steps_per_execution={int(spe)}: Keras runs {int(spe)} batches per call, so each "
                 "profiled step holds that many batches and step_time_ms is per execution, not per batch.",
             )
 
@@ -246,21 +290,40 @@ class FitProfiler(keras.callbacks.Callback):
         if not self._armed:
             return
         step = batch + 1
-        if self._window is not None:
-            self._window.end_step()
-            if step > self.config.last_step:
-                self._armed = False
-                self._close_window()
+        try:
+            if self._window is not None:
+                self._window.end_step()
+                if step > self.config.last_step:
+                    self._armed = False
+                    self._close_window()
+                    return
+            elif self.config.first_step <= step <= self.config.last_step:  # >=: steps_per_execution skips numbers
+                self._open_window()
+                if self._window is None:
+                    self._armed = False
+                    return
+            else:
                 return
-        elif self.config.first_step <= step <= self.config.last_step:  # >=: steps_per_execution skips numbers
-            self._open_window()
-            if self._window is None:
-                self._armed = False
-                return
-        else:
-            return
-        self._window.begin_step(step)
-        self._step_open = True
+            self._window.begin_step(step)
+            self._step_open = True
+        except Exception as err:  # a step marker failed: drop the window, training goes on
+            self._drop_window(f"could not mark step {step} ({err!r})")
+
+    def _drop_window(self, reason: str) -> None:
+        """Stop the open window without keeping it (one warning naming ``reason``)."""
+        self._armed = False
+        window, self._window = self._window, None
+        self._step_open = False
+        self._unguard_train_function()
+        self._warn_once("mark", f"fitprof: {reason}; the window of epoch {self._epoch} was dropped.")
+        if window is not None:
+            try:
+                window.abort()
+            except Exception as err:  # pragma: no cover - abort is guarded in each window
+                log.warning("fitprof: could not stop the profiler: %s", err)
+        if window is not None and window.session_dir is not None:
+            with contextlib.suppress(OSError):
+                window.session_dir.rmdir()  # no empty session in the Profile tab
 
     def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:
         # Validation at the end of an epoch is not training: end the window before it.
@@ -273,7 +336,7 @@ class FitProfiler(keras.callbacks.Callback):
         if self._window is not None:
             self._warn_once(
                 "short",
-                f"FitProfiler: epoch {epoch} ended inside the window (profile_batch="
+                f"fitprof: epoch {epoch} ended inside the window (profile_batch="
                 f"{self.config.first_step},{self.config.last_step}); the steps profiled so far are analysed.",
             )
             self._close_window()
@@ -313,22 +376,84 @@ class FitProfiler(keras.callbacks.Callback):
             self._events.scalars(scalars, step=self._epoch)
             self._events.text(metrics.SUMMARY_TAG, text, step=self._epoch)
             self._events.flush()
+        except ModuleNotFoundError as err:  # the event-file writer is optional (Keras on torch needs no TensorFlow)
+            self._warn_once(
+                "tensorboard",
+                f"fitprof: `{(err.name or 'tensorboard').split('.')[0]}` is not installed, so the figures are not written to an "
+                f"event file in {self.log_dir} (they still reach the epoch logs and History): pip install tensorboard",
+            )
         except OSError as err:
-            self._warn_once("write", f"FitProfiler: could not write summaries to {self.log_dir}: {err}")
+            self._warn_once("write", f"fitprof: could not write summaries to {self.log_dir}: {err}")
+
+    def __del__(self) -> None:
+        # A fit that raised where nothing was wrapped leaves the window open: never leave the profiler running.
+        if getattr(self, "_window", None) is not None:
+            with contextlib.suppress(Exception):
+                self._window.abort()
+                self._window = None
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:
             self._close_window()
-        if not self.trace_paths and self._warn_once.keys.isdisjoint({"start", "stop"}) and self._profiles_rank():
+        if (
+            not self.trace_paths
+            and self._warn_once.keys.isdisjoint({"start", "stop", "mark"})
+            and self._profiles_rank()
+        ):
             steps = self._steps_seen or (self.params or {}).get("steps")
             self._warn_once(
                 "never",
-                f"FitProfiler: nothing was profiled: the window starts at step {self.config.first_step} but "
+                f"fitprof: nothing was profiled: the window starts at step {self.config.first_step} but "
                 f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
             )
         self._events.close()
 
 
-def _warn(message: str) -> None:
-    log.warning(message)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
+_GUARDED_HOOKS = (
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_test_begin",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+    "on_test_end",
+)
+"""The ``CallbackList`` hooks wrapped while a window is open: another callback raising in one of them ends
+``fit`` without ``on_train_end``."""
+
+
+def _fit_locals(model: Any) -> dict[str, Any]:
+    """The local variables of the running ``model.fit`` call (its frame is found on the stack by name and
+    ``self``); empty when there is none."""
+    frame = sys._getframe(1)
+    for _ in range(64):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return dict(frame.f_locals)
+        frame = frame.f_back  # type: ignore[assignment]
+    return {}
+
+
+class _GuardedIterator:
+    """An iterator that calls ``on_error`` before an exception (other than ``StopIteration``) of the wrapped
+    iterator goes on: the torch backend fetches each batch in Python, outside ``train_function``."""
+
+    _fitprof_guard = True
+
+    def __init__(self, iterator: Any, on_error: Any) -> None:
+        self._iterator = iterator
+        self._on_error = on_error
+
+    def __iter__(self) -> _GuardedIterator:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            raise
+        except BaseException:
+            self._on_error()
+            raise

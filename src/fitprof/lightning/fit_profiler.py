@@ -13,7 +13,6 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.callback import Callback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.profilers import PyTorchProfiler
-from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
@@ -51,7 +50,13 @@ class FitProfiler(Callback):
     ``Trainer(profiler="pytorch")`` (Lightning's ``PyTorchProfiler``, which starts and stops torch.profiler
     on its own schedule, validation included) the callback turns itself off for the run with one warning;
     if another torch profiler (your own ``torch.profiler.profile``) is running when a window should start,
-    that window is skipped with one warning. A profiler failure never stops training.
+    that window is skipped with one warning. A profiler failure never stops training. Warnings are
+    :class:`fitprof.FitProfilerWarning` (``"fitprof: ..."``), once per problem per ``fit``, pointing at the
+    ``fit`` call, on rank 0 (other ranks log them); under ``-W error`` they go to ``logging``.
+
+    Resuming with ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch (Lightning then calls no
+    ``on_train_epoch_start``): the epoch starts at its first resumed batch, steps numbered ``batch_idx + 1`` as
+    Lightning numbers them; the window is profiled when its first step lies ahead (else one warning).
 
     Distributed training (``torch.distributed`` initialised with more than one rank, e.g. ``strategy="ddp"``):
     every rank in ``ranks`` (default: all) profiles the same steps and writes its own trace, report file and
@@ -125,7 +130,7 @@ class FitProfiler(Callback):
         self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
         self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
         self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
-        self._warn_rank = WarnOnce(self._emit_warning)
+        self._warn_rank = WarnOnce()
         self._pipeline = WindowPipeline(
             top_k=self.config.top_k,
             max_trace_mb=self.max_trace_mb,
@@ -150,6 +155,7 @@ class FitProfiler(Callback):
         self._session: str | None = None
         self._pending: Path | None = None  # trace of this epoch's window, analysed at epoch end
         self._epoch = -1
+        self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
         self._rank = 0
         self._world_size = 1
 
@@ -163,6 +169,8 @@ class FitProfiler(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._warn_rank.reset()  # a new fit warns again when a cause repeats
+        self._warn_rank.rank = self._rank = int(trainer.global_rank)  # only rank 0 issues Python warnings
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
             self._warn_rank(
@@ -176,21 +184,46 @@ class FitProfiler(Callback):
         if log_dir is None:
             log_dir = trainer.log_dir or trainer.default_root_dir  # trainer.log_dir: call on every rank
         self._dir = Path(log_dir)
-        self._rank = int(trainer.global_rank)
         self._world_size = int(trainer.world_size)
         unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
-        if unknown:
-            rank_zero_warn(f"fitprof: {unknown}")
+        if unknown and self._rank == 0:
+            self._warn_rank("ranks", f"fitprof: {unknown}")
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_started = False
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._begin_epoch(trainer, next_step=1)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if not self._epoch_started:
+            # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
+            # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
+            self._begin_epoch(trainer, next_step=batch_idx + 1)
+
+    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int) -> None:
+        """Mark the start of an epoch whose next step is ``next_step`` (1 unless resumed mid-epoch); open the window
+        now when it starts at that step."""
+        self._epoch_started = True
         self._epoch = int(trainer.current_epoch)
         self._epoch_profiled = self._dir is not None and self.config.profiles_epoch(self._epoch)
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
         self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
-        if self._epoch_on and self._first == 1:
-            self._start(1)
+        if self._epoch_on and next_step > self._first:
+            self._epoch_on = False  # the window's first step ran before the resume
+            self._warn_rank(
+                "resumed-past",
+                f"fitprof: epoch {self._epoch} was resumed at step {next_step}, after the window's first step "
+                f"(profile_batch={self._first},{self._last}); that epoch is not profiled.",
+            )
+        elif self._epoch_on and self._first == next_step:
+            self._start(next_step)
 
     @override
     def on_train_batch_end(
@@ -227,6 +260,7 @@ class FitProfiler(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_started = False
         if self._open:  # the epoch ended inside the window without our noticing: flush what there is
             self._stop(drop_open_step=True)
         self._epoch_on = False
@@ -325,14 +359,6 @@ class FitProfiler(Callback):
             path = self._window.stop(export=export, drop_open_step=True)
             if path is not None:
                 self.trace_paths[self._epoch] = path
-
-    def _emit_warning(self, message: str) -> None:
-        """Warn through Lightning on rank 0, through ``logging`` on the others (``rank_zero_warn`` would swallow
-        them)."""
-        if self._rank == 0:
-            rank_zero_warn(message)
-        else:
-            log.warning("[rank %d] %s", self._rank, message)
 
     def _analyze(self, epoch: int, path: Path) -> BottleneckReport | None:
         """Analyse this rank's trace and write its report file and ``.xplane.pb`` (the shared pipeline)."""

@@ -24,7 +24,15 @@ How each event is classified (``kind`` column), by its category (``cat``) and na
                                 ``args.kind``; ``bytes`` from ``args.bytes`` (NaN when absent, as on ROCm)
 ``gpu_memset``, ``cuda_sync``   ``other`` on the device
 anything else                   ``other`` on the host (``cuda_runtime``, ``cuda_driver``, ``python_function``, ...)
+none (legacy layout)            read as ``cpu_op`` (so ``ProfilerStep#N`` is a step, the DataLoader span input,
+                                every other name an operator); on a ``"CUDA functions"`` row (any
+                                ``"<device> functions"`` but ``"CPU functions"``) as ``kernel`` / ``gpu_memcpy``,
+                                linked to their operator by the layout's ``cpu_to_cuda`` flow arrows
 =============================== ==============================================================================
+
+The legacy autograd-profiler export (``torch.autograd.profiler.profile(use_kineto=False)``, torch before Kineto)
+is a bare list of events with ``"pid": "CPU functions"`` and no ``cat``: its operators and ``record_function``
+spans are one kind of event there, so both count as operators, as that profiler's own tables count them.
 
 Device events are linked to the host runtime call that launched them (``cuda_runtime`` / ``cuda_driver``, same
 ``args.correlation``): ``launch_us`` is that call's start and ``op`` the innermost ``cpu_op`` on the call's
@@ -50,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof.traces._limits import Limits, count_objects, read_bounded
+from fitprof.traces._repair import repair_names, repaired_names_warning
 from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
@@ -81,7 +90,9 @@ def read_kineto(
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
         ``format`` (``"kineto"``), ``framework`` (``"pytorch"``), ``path``, ``host`` (:func:`trace_host`) and
-        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (``None`` when the trace does not say).
+        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (``None`` when the trace does not say);
+        ``warnings`` (a list of str, which the analysis copies into the report) when names that torch's writer left
+        unescaped had to be repaired to read the file.
 
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
@@ -92,7 +103,8 @@ def read_kineto(
     """
     limits = Limits.of(max_trace_mb, max_events)
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
-        meta, events = _load(Path(path), limits)
+        repaired: list[str] = []
+        meta, events = _load(Path(path), limits, repaired)
         frame = _frame(events, path)
         del events
     table = make_table(frame)
@@ -106,6 +118,8 @@ def read_kineto(
         "rank": _int_or_none(dist.get("rank")),
         "world_size": _int_or_none(dist.get("world_size")),
     }
+    if repaired:
+        table.attrs["warnings"] = [repaired_names_warning(repaired)]
     return table
 
 
@@ -147,6 +161,7 @@ class _Event(msgspec.Struct, gc=False):
     ts: int | float | str | None = None
     dur: int | float | str | None = 0.0
     args: _Args | None = None
+    id: int | float | str | None = None
 
 
 class _Trace(msgspec.Struct, gc=False):
@@ -198,6 +213,9 @@ class _Columns:
     correlation: np.ndarray
     nbytes: np.ndarray
     kind_arg: dict[int, Any]
+    flows: list[tuple[str, str, float, str, Any]] = dataclasses.field(default_factory=list)
+    """The legacy layout's launch arrows (``"ph": "s"`` / ``"f"``, ``cat`` ``cpu_to_*``): ``(ph, name, ts, tid,
+    id)``."""
 
 
 class _Interner:
@@ -216,8 +234,12 @@ class _Interner:
         return np.array(["" if u is None else str(u) for u in self.ids], dtype=object)
 
 
-def _load(path: Path, limits: Limits) -> tuple[Mapping[str, Any], _Columns]:
+def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tuple[Mapping[str, Any], _Columns]:
     """The trace's ``distributedInfo`` and its complete events as columns, or :class:`TraceError`.
+
+    A file that is invalid JSON only because of event names its writer left unescaped (torch's writers,
+    pytorch/pytorch#146900) is read after :func:`fitprof.traces._repair.repair_names`; the names repaired are
+    added to ``repaired``.
 
     The bounds of :mod:`fitprof.traces._limits` are checked first: the (inflated) size while the file is read,
     the number of JSON objects before it is parsed. Memory: the text, 56 bytes an event for the first pass, then
@@ -226,7 +248,16 @@ def _load(path: Path, limits: Limits) -> tuple[Mapping[str, Any], _Columns]:
     data = read_bounded(path, limits, TraceError)
     count_objects(data, path, limits, TraceError)
     try:
-        _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
+        try:
+            _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
+        except msgspec.DecodeError:
+            text, names = repair_names(data.decode("utf-8", "surrogateescape"))
+            if not names:
+                raise
+            data = bytearray(text.encode("utf-8", "surrogateescape"))
+            _PROBE.decode(data)
+            if repaired is not None:
+                repaired += names
         doc = _DECODER.decode(data)
     except msgspec.ValidationError as err:
         raise TraceError(f"{path}: not a Chrome trace ({_where(err)})") from None
@@ -262,6 +293,7 @@ def _columns(raws: list[Any], path: Path) -> _Columns:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "cat", "name", "pid", "tid", "corr", "bytes")}
     interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
     kind_arg: dict[int, Any] = {}
+    flows: list[tuple[str, str, float, str, Any]] = []
     done = 0  # complete events so far
     for start in range(0, len(raws), _BATCH):
         stop = min(start + _BATCH, len(raws))
@@ -277,6 +309,11 @@ def _columns(raws: list[Any], path: Path) -> _Columns:
             raise _too_deep(path) from None
         del payload
         xs = [e for e in events if e.ph == "X" and e.cat != "Trace"]
+        flows += (
+            (e.ph, str(e.name), _float_or_nan(e.ts), str(e.tid), e.id)
+            for e in events
+            if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.startswith("cpu_to_")
+        )
         del events
         if not xs:
             continue
@@ -307,6 +344,7 @@ def _columns(raws: list[Any], path: Path) -> _Columns:
         correlation=joined("corr", np.float64),
         nbytes=joined("bytes", np.float64),
         kind_arg=kind_arg,
+        flows=flows,
     )
 
 
@@ -412,6 +450,9 @@ def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
     name = names[name_code]
     pid_code, pids = cols.pid_code, cols.pids
     tid_code, tids = cols.tid_code, cols.tids
+    legacy = "" in cats  # events without a category: the legacy autograd-profiler layout
+    if legacy:
+        cat_code, cats = _legacy_categories(cat_code, cats, pid_code, pids, name)
     thread = pid_code * len(tids) + tid_code
 
     # Classify each distinct (category, name) pair once, then spread the answers over the events.
@@ -432,6 +473,8 @@ def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
             copy_kind[i] = _ARGS_KIND.get(str(cols.kind_arg.get(i)).lower(), "")
 
     launch_us, op = _link_launches(cols.correlation, ts, dur, cat, name, thread, on_device)
+    if legacy and on_device.any():
+        _link_legacy_flows(cols.flows, ts, name, tids[tid_code], on_device, launch_us, op)
     return pd.DataFrame(
         {
             "name": name,
@@ -448,6 +491,62 @@ def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
             "step_num": step_num,
         }
     )
+
+
+_LEGACY_HOST_PID = "CPU functions"
+"""``pid`` of every host event in the legacy autograd-profiler export (``EventList.export_chrome_trace``);
+its kernels sit on ``"CUDA functions"`` (``"<device> functions"`` for other devices)."""
+
+
+def _legacy_categories(
+    cat_code: np.ndarray, cats: np.ndarray, pid_code: np.ndarray, pids: np.ndarray, name: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Categories for the events that have none, as Kineto would have written them.
+
+    The legacy autograd profiler (``torch.autograd.profiler.profile(use_kineto=False)``, every torch before
+    Kineto) writes a bare list of ``{"name", "ph": "X", "ts", "dur", "tid", "pid": "CPU functions"}`` events,
+    operators and ``record_function`` spans alike, and its kernels under ``"pid": "CUDA functions"``. An event
+    without ``cat`` is read as a ``cpu_op`` (so ``ProfilerStep#N``, the DataLoader span and collectives keep
+    their kinds, and every other name is an operator), except on a ``"<device> functions"`` row other than
+    ``"CPU functions"``: a ``kernel``, or a ``gpu_memcpy`` when named ``Memcpy ...``.
+    """
+    missing = cats[cat_code] == ""
+    pid = pids[pid_code]
+    device = missing & np.array(
+        [isinstance(p, str) and p.endswith(" functions") and p != _LEGACY_HOST_PID for p in pid.tolist()], dtype=bool
+    )
+    effective = cats[cat_code].astype(object)
+    effective[missing] = "cpu_op"
+    if device.any():
+        copies = np.char.startswith(name[device].astype(str), "Memcpy")
+        effective[device] = np.where(copies, "gpu_memcpy", "kernel")
+    codes, uniques = pd.factorize(pd.Series(effective, dtype=object), use_na_sentinel=False)
+    return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)
+
+
+def _link_legacy_flows(
+    flows: list[tuple[str, str, float, str, Any]],
+    ts: np.ndarray,
+    name: np.ndarray,
+    tid: np.ndarray,
+    on_device: np.ndarray,
+    launch_us: np.ndarray,
+    op: np.ndarray,
+) -> None:
+    """Link the legacy layout's kernels to their operators through its flow arrows, in place.
+
+    That writer draws each launch as a ``"ph": "s"`` event at the operator's start (named after the operator)
+    and a ``"ph": "f"`` event at the kernel's start (named after the kernel, same ``id``, ``cat``
+    ``cpu_to_cuda``): ``op`` becomes the operator's name and ``launch_us`` its start.
+    """
+    starts = {fid: (fname, t) for ph, fname, t, _, fid in flows if ph == "s"}
+    ends = {(fname, t, ftid): fid for ph, fname, t, ftid, fid in flows if ph == "f"}
+    if not starts or not ends:
+        return
+    for i in np.flatnonzero(on_device).tolist():
+        start = starts.get(ends.get((name[i], float(ts[i]), tid[i])))
+        if start is not None:
+            op[i], launch_us[i] = start
 
 
 def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:

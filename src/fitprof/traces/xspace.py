@@ -27,6 +27,11 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
   as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
+* XLA-compiled work (Keras ``jit_compile=True``; by event shape, so JAX's CPU runtime too): a host event carrying
+  an ``hlo_op`` stat (one XLA thunk, on ``tf_Compute``, ``tf_numa_*_Eigen`` or any thread) -> ``Kind.OP`` named by
+  that HLO instruction (``MatMul.4``); the TF async op (``ExecutorState::ProcessAsync::Start``) within which HLO
+  ops run on its line -> ``Kind.OP`` named by their ``hlo_module`` (the compiled cluster); XLA's ``end: <op>``
+  marks are not TF ops;
 * device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
@@ -34,6 +39,7 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections import Counter
@@ -57,6 +63,16 @@ _INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
 ``IteratorGetNextAsOptionalOp`` for distributed iterators, ...)."""
 _FUNCTION_PREFIX = "StatefulPartitionedCall/"
 """Prefix of every op inside a ``tf.function`` (Keras's train step); dropped from op names for readability."""
+_TF_OP = re.compile(r"(?P<name>[A-Za-z0-9.][\w.\-/>]*):(?P<type>\w+)")
+"""A TF op's event on a ``tf_Compute`` line, ``<op name>:<op type>`` (TF's node-name characters); C++ scopes
+(``CollectiveOpV2Kernel::Run``) and XLA's ``end: <hlo op>`` completion marks are not ops."""
+_HLO_OP = "hlo_op"
+"""Stat naming the HLO instruction of an XLA thunk: XLA's CPU runtime records one event per thunk (``MatMul.4``,
+``multiply_add_fusion.7``) on the thread that ran it (``tf_Compute``, ``tf_numa_*_Eigen``, JAX's threads), with
+``hlo_op`` and ``hlo_module``; device kernels carry it too (read as the kernel's op)."""
+_ASYNC_OP = "ExecutorState::ProcessAsync::Start"
+"""TF's executor span of an asynchronous op (stats ``name`` and ``kernel_type``): Keras's ``jit_compile=True``
+step calls its XLA cluster through one (``StatefulPartitionedCall``)."""
 _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
 
 
@@ -97,6 +113,24 @@ def _copy_kind(name: str, details: str) -> str:
     if "d2d" in low or "dtod" in low:
         return "dtod"
     return ""
+
+
+def _name_clusters(calls: list[dict[str, Any]], modules: list[tuple[float, str]]) -> None:
+    """Make each TF async op within which HLO ops ran on its line an operator named after their ``hlo_module``
+    (the XLA cluster it runs: ``a_inference_one_step_on_data_1131__.7`` for Keras's ``jit_compile=True`` step).
+
+    Its self time is then its span less the HLO ops run on its own line: the cluster's dispatch and the time it
+    waits for the HLO ops on other threads (``tf_numa_*_Eigen``), which count on their own lines.
+    """
+    if not calls or not modules:
+        return
+    modules.sort()
+    starts = [m[0] for m in modules]
+    for row in calls:
+        i = bisect.bisect_left(starts, row["ts_us"])
+        if i < len(modules) and starts[i] <= row["ts_us"] + row["dur_us"]:
+            row["kind"] = Kind.OP
+            row["name"] = modules[i][1] or row["name"]  # an HLO op without its module: keep the executor's name
 
 
 def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]) -> None:
@@ -173,6 +207,7 @@ def read_xspace(
         event_names = {k: m.name for k, m in event_meta.items()}  # one str per name, shared by its events
         meta_stats: dict[int, dict[str, str]] = {}
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        xla = _HLO_OP in stat_names.values()  # XLA-compiled work runs on this plane (also on tf_Compute lines)
         for line in plane.lines:
             lname = line.name
             if on_device and not lname.lower().startswith("stream"):
@@ -182,7 +217,9 @@ def read_xspace(
             base_ns = line.timestamp_ns
             # Stats are only needed on device events and on host lines outside the TF executor and tf.data
             # (where step markers and annotations live); most events are on those lines and skip them.
-            want_stats = on_device or not (is_tf_data or is_compute)
+            want_stats = on_device or not (is_tf_data or is_compute) or (xla and is_compute)
+            calls: list[dict[str, Any]] = []  # TF async ops of this line that may call an XLA cluster
+            modules: list[tuple[float, str]] = []  # (start, hlo_module) of this line's HLO ops
             for ev in line.events:
                 meta = event_meta.get(ev.metadata_id)
                 name = event_names.get(ev.metadata_id, "")
@@ -214,14 +251,26 @@ def read_xspace(
                     row["op"] = op
                 elif _INPUT_EVENT.match(name):
                     row["kind"] = Kind.INPUT
+                elif _HLO_OP in stats and not is_tf_data:
+                    row["kind"] = Kind.OP  # an XLA thunk (HLO op) run on a host thread
+                    row["name"] = stats[_HLO_OP] or name
+                    modules.append((row["ts_us"], stats.get("hlo_module", "")))
+                elif (
+                    xla
+                    and is_compute
+                    and name == _ASYNC_OP
+                    and not stats.get("kernel_type", "").startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext"))
+                ):
+                    row["kind"] = Kind.OTHER  # an XLA cluster's call when HLO ops run inside it (below)
+                    calls.append(row)
                 elif "step_num" in stats and not (is_tf_data or is_compute):
                     row["kind"] = Kind.STEP
                     try:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
                         pass
-                elif (is_compute or lname.startswith("collective_ops")) and ":" in name and "::" not in name:
-                    op_name, _, op_type = name.rpartition(":")
+                elif (is_compute or lname.startswith("collective_ops")) and (op_match := _TF_OP.fullmatch(name)):
+                    op_name, op_type = op_match["name"], op_match["type"]
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
                         row["kind"] = Kind.INPUT
@@ -234,6 +283,7 @@ def read_xspace(
                 else:
                     row["kind"] = Kind.OTHER
                 rows.append(row)
+            _name_clusters(calls, modules)
     table = make_table(rows)
     table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
     return table

@@ -1,0 +1,208 @@
+"""A window is never lost because of a name: ``record_function`` names holding quotes, backslashes, tabs,
+newlines, control and non-ASCII characters survive fitprof's own export (Lightning and the torch window), and
+traces that torch's writers made invalid JSON with such a name are still read (``fitprof analyze``).
+
+torch 2.13's C++ Chrome-trace writer leaves ``"`` unescaped, writes ``\\`` as ``/``, drops newlines and writes
+``unknown`` for tabs, control and non-ASCII characters (pytorch/pytorch#146900); every test below reads the
+file back through json and the core.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+import fitprof
+from fitprof.traces import read_trace
+
+torch = pytest.importorskip("torch")
+
+from torch.autograd.profiler import record_function  # noqa: E402
+
+from fitprof._warn import WarnOnce  # noqa: E402
+from fitprof.profilers import torch as _torch  # noqa: E402
+from fitprof.profilers.torch import TorchProfileWindow  # noqa: E402
+
+ODD_NAMES = (
+    'load "train"',
+    "C:\\data\\shard",
+    "tab\there",
+    "two\nlines",
+    "bell\x07",
+    "données 数据",
+    "end\\",
+    'a", "pid": 3, "x": "',
+)
+"""Names torch's C++ writer cannot write as they are (the last one mimics the next JSON fields)."""
+STEPS = 3
+
+
+def _profile_window(directory: Path, names: tuple[str, ...] = ODD_NAMES) -> tuple[Path | None, list[str]]:
+    """A real torch window of ``STEPS`` steps, each running every name as a ``record_function`` around a matmul;
+    returns the exported trace and the warnings the window gave."""
+    messages: list[str] = []
+    window = TorchProfileWindow(warn=WarnOnce(messages.append))
+    assert window.start(directory, "s", rank=0)
+    x = torch.randn(32, 32)
+    for step in range(1, STEPS + 1):
+        window.begin_step(step)
+        for name in names:
+            with record_function(name):
+                (x @ x).relu_()
+    return window.stop(), messages
+
+
+def _annotation_names(path: Path) -> list[str]:
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    return [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
+
+
+def test_every_name_is_exported_exactly(tmp_path: Path) -> None:
+    path, messages = _profile_window(tmp_path)
+    assert path is not None and path.is_file()
+    names = _annotation_names(path)  # json.loads: the file is valid JSON
+    for name in ODD_NAMES:
+        assert names.count(name) == STEPS, name
+    assert messages == []  # nothing had to be repaired
+    report = fitprof.analyze(path)
+    assert report.steps_analyzed == STEPS
+    table = read_trace(path)
+    assert set(ODD_NAMES) <= set(table.loc[table["kind"] == "annotation", "name"])
+
+
+def test_plain_names_keep_the_fast_writer(tmp_path: Path) -> None:
+    """Without an odd name, the trace comes from torch's C++ writer (its multi-line layout), as before."""
+    path, messages = _profile_window(tmp_path, names=("load train", "model/forward"))
+    assert path is not None and messages == []
+    text = gzip.decompress(path.read_bytes()).decode()
+    assert '\n    "name": "load train",\n' in text
+    assert fitprof.analyze(path).steps_analyzed == STEPS
+
+
+def test_without_the_python_writer_the_quote_is_repaired_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A torch without ``use_python_export``: its C++ writer's file is repaired, the window kept, one warning
+    names the names it could not write."""
+    monkeypatch.setattr(_torch, "_python_export_available", lambda prof: False)
+    path, messages = _profile_window(tmp_path)
+    assert path is not None
+    names = _annotation_names(path)
+    assert names.count('load "train"') == STEPS and names.count('a", "pid": 3, "x": "') == STEPS
+    assert names.count("C:/data/shard") == STEPS  # what torch's C++ writer made of the backslashes
+    assert len(messages) == 1
+    assert repr('load "train"') in messages[0] and repr("données 数据") in messages[0]
+    assert str(len(ODD_NAMES)) in messages[0]
+    assert fitprof.analyze(path).steps_analyzed == STEPS
+
+
+def test_analyze_reads_a_trace_torch_wrote_invalid(tmp_path: Path) -> None:
+    """``fitprof analyze`` on a trace torch's own C++ writer exported (e.g. Lightning's PyTorchProfiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(32, 32)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for step in range(STEPS):
+            with record_function(f"ProfilerStep#{step}"), record_function('load "train"'):
+                (x @ x).relu_()
+    path = tmp_path / "torch.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(path.read_text())
+    report = fitprof.analyze(path)
+    assert report.steps_analyzed == STEPS
+    assert any(repr('load "train"') in w and "repaired" in w for w in report.warnings)
+    table = read_trace(path)
+    assert (table["name"] == 'load "train"').sum() == STEPS
+
+
+def test_legacy_writer_with_a_quote_is_read(tmp_path: Path) -> None:
+    """The legacy autograd-profiler writer (``EventList.export_chrome_trace``) escapes no name either."""
+    x = torch.randn(32, 32)
+    with torch.autograd.profiler.profile() as prof:
+        for step in range(STEPS):
+            with record_function(f"ProfilerStep#{step}"), record_function('load "x"'):
+                (x @ x).relu_()
+    path = tmp_path / "legacy.json"
+    prof.function_events.export_chrome_trace(str(path))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(path.read_text())
+    report = fitprof.analyze(path)
+    assert report.steps_analyzed == STEPS
+    assert any(repr('load "x"') in w for w in report.warnings)
+    assert "aten::matmul" in {o.name for o in fitprof.analyze(path, top_k=50).top_ops}
+
+
+def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
+    pl = pytest.importorskip("lightning.pytorch")
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fitprof.lightning import FitProfiler
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch: list[torch.Tensor], index: int) -> torch.Tensor:
+            with record_function('load "train"\t\\ étape'):
+                return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    profiler = FitProfiler(log_dir=tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pl.Trainer(
+            default_root_dir=tmp_path,
+            max_epochs=1,
+            callbacks=[profiler],
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        ).fit(Model(), DataLoader(TensorDataset(torch.randn(160, 4)), batch_size=8))
+    assert profiler.reports[0].steps_analyzed == 5
+    assert _annotation_names(profiler.trace_paths[0]).count('load "train"\t\\ étape') == 5
+    assert profiler.xplane_paths[0].is_file()
+    assert not [w for w in caught if "fitprof" in str(w.message)]
+
+
+def test_odd_operator_names_keep_every_output_on_its_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In the legacy layout ``record_function`` spans are operators: names with a tab, a newline, a ``|`` and a
+    backslash reach the top operators exactly (json) and one escaped line per row (table, Markdown)."""
+    from fitprof.cli import main
+
+    names = ("tab\tname", "two\nlines", "pipe|name", "C:\\data")
+    x = torch.randn(64, 64)
+    with torch.autograd.profiler.profile() as prof:
+        for step in range(STEPS):
+            with record_function(f"ProfilerStep#{step}"):
+                for name in names:
+                    with record_function(name):
+                        for _ in range(20):
+                            (x @ x).relu_()
+    path = tmp_path / "legacy.json"
+    prof.function_events.export_chrome_trace(str(path))
+    report = fitprof.analyze(path, top_k=200)
+    assert set(names) <= {o.name for o in report.top_ops}
+    repaired = [n for n in names if n != "pipe|name"]  # a "|" is valid JSON: nothing to repair
+    assert report.warnings and all(repr(n) in report.warnings[0] for n in repaired)
+
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    rec = json.loads(capsys.readouterr().out)[0]
+    assert rec["steps_analyzed"] == STEPS
+    assert main(["analyze", str(path)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) > 2 and table[2].split()[-1] == rec["verdict"]  # the row is one line
+    markdown = fitprof.analyze(path, top_k=200).summary_markdown().splitlines()
+    rows = [line for line in markdown if line.startswith("| ") and "ms/step" not in line]
+    assert len(rows) == len(report.top_ops)
+    assert "| pipe\\|name |" in "\n".join(rows) and "| two\\nlines |" in "\n".join(rows)
+    assert "| tab\\tname |" in "\n".join(rows)
