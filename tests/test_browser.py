@@ -64,7 +64,14 @@ VIEWPORT = {"width": 1280, "height": 800}
 TIMEOUT_MS = 60_000
 STEPS = 5  # the default window, steps 6-10
 MARKERS = {"keras": "train", "lightning": "ProfilerStep"}  # the step events' names in each trace
-TOOL_TITLES = {"overview_page": "Overview Page", "trace_viewer": "Trace Viewer"}
+TOOL_TITLES = {
+    "overview_page": "Overview Page",
+    "trace_viewer": "Trace Viewer",
+    "input_pipeline_analyzer": "Input Pipeline Analysis",
+}
+INPUT_STATEMENT = re.compile(r"([\d.]+)\s*% of the total step time sampled is waiting for input")
+"""xprof's input-pipeline verdict, e.g. "Your program is HIGHLY input-bound because 86.4% of the total step time
+sampled is waiting for input."."""
 sync_api.expect.set_options(timeout=TIMEOUT_MS)  # pages load slowly on 2 busy CPU cores
 
 
@@ -77,7 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
     logs = tmp_path_factory.mktemp("browser") / "logs"
     keras_reports = keras_digits.main(["--logdir", str(logs / "keras"), "--epochs", "1"])
-    lightning_profiler = lightning_digits.main(["--logdir", str(logs / "lightning"), "--epochs", "1"])
+    lightning_profiler = lightning_digits.main(["--logdir", str(logs / "lightning"), "--epochs", "1", "--slow-input"])
     out: dict[str, Any] = {
         "logs": logs,
         "reports": {"keras": keras_reports[0], "lightning": lightning_profiler.reports[0]},
@@ -139,22 +146,28 @@ def _screenshot(pg: Any, path: Path) -> None:
     assert path.stat().st_size > 10_000, path  # a real picture, not a blank page
 
 
+def _card_values(page: Any, key: str) -> dict[str, float]:
+    """The values the Time Series card of ``fitprof/<key>`` shows in its data table, by run."""
+    card = page.locator("scalar-card").filter(has_text=f"fitprof/{key}")
+    sync_api.expect(card.locator("tb-truncated-path")).to_have_attribute("title", f"fitprof/{key}")
+    rows = card.locator("tb-data-table-content-row")
+    sync_api.expect(rows).to_have_count(2)  # one row per run in the card's data table
+    headers = [h.strip() for h in card.locator("tb-data-table-header-cell").all_inner_texts()]
+    run_col, value_col = headers.index("Run"), headers.index("Value")
+    shown = {}
+    for i in range(2):
+        cells = [c.strip() for c in rows.nth(i).locator("tb-data-table-content-cell").all_inner_texts()]
+        shown[cells[run_col]] = float(cells[value_col])
+    return shown
+
+
 # ------------------------------------------------------------------------------------------------------- tests
 def test_time_series_shows_fitprof_cards_with_both_runs(page: Any, tb: str, runs: dict[str, Any], shots: Path) -> None:
     expect = sync_api.expect
     query = urllib.parse.urlencode({"tagFilter": "fitprof/(input_percent|step_time_ms)$"})
     page.goto(f"{tb}/?{query}#timeseries")
     for key in ("input_percent", "step_time_ms"):
-        card = page.locator("scalar-card").filter(has_text=f"fitprof/{key}")
-        expect(card.locator("tb-truncated-path")).to_have_attribute("title", f"fitprof/{key}")
-        rows = card.locator("tb-data-table-content-row")
-        expect(rows).to_have_count(2)  # one row per run in the card's data table
-        headers = [h.strip() for h in card.locator("tb-data-table-header-cell").all_inner_texts()]
-        run_col, value_col = headers.index("Run"), headers.index("Value")
-        shown = {}
-        for i in range(2):
-            cells = [c.strip() for c in rows.nth(i).locator("tb-data-table-content-cell").all_inner_texts()]
-            shown[cells[run_col]] = float(cells[value_col])
+        shown = _card_values(page, key)
         assert set(shown) == {"keras", "lightning"}, shown
         for run, value in shown.items():
             assert value == pytest.approx(getattr(runs["reports"][run], key), abs=1e-3), (key, run)
@@ -219,3 +232,24 @@ def test_trace_viewer_draws_the_steps(page: Any, tb: str, runs: dict[str, Any], 
     expect(viewer.locator("#hitCount")).to_have_text(re.compile(rf"\bof {STEPS}$"))
     if framework == "lightning":
         _screenshot(page, shots / "trace_viewer_lightning.png")
+
+
+def test_lightning_input_pipeline_page_shows_the_input_share_of_the_scalar_card(
+    page: Any, tb: str, runs: dict[str, Any], shots: Path
+) -> None:
+    """The Profile tab's input-pipeline page of the Lightning ``--slow-input`` run: xprof's own verdict names the
+    share of step time spent waiting for input, and it is the ``fitprof/input_percent`` the Time Series card shows
+    (within 1 percentage point: xprof averages its per-step shares and prints one decimal)."""
+    query = urllib.parse.urlencode({"tagFilter": "fitprof/input_percent$"})
+    page.goto(f"{tb}/?{query}#timeseries")
+    card = _card_values(page, "input_percent")["lightning"]
+    assert card == pytest.approx(runs["reports"]["lightning"].input_percent, abs=1e-3)
+    assert card > 50  # --slow-input: the run is input-bound
+    xprof = _open_tool(page, tb, runs["lightning"], "input_pipeline_analyzer")
+    statement = xprof.get_by_text(INPUT_STATEMENT).first
+    sync_api.expect(statement).to_be_visible()
+    match = INPUT_STATEMENT.search(statement.inner_text())
+    assert match, statement.inner_text()
+    print(f"input share: scalar card {card}%, xprof's input-pipeline page {match.group(1)}%")  # shown with -s
+    assert float(match.group(1)) == pytest.approx(card, abs=1.0)
+    _screenshot(page, shots / "profile_input_pipeline_lightning.png")

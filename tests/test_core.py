@@ -205,7 +205,8 @@ def test_the_summary_line_names_the_straggler_as_fitprof_report_does() -> None:
 
 def test_the_report_is_built_complete_and_frozen(tmp_path: Path) -> None:
     """``analyze`` of an XSpace named ``<host>_rank<N>.xplane.pb`` gives host, rank and framework in the report
-    itself; the report cannot be changed afterwards."""
+    itself (converted from an in-memory torch trace: framework ``pytorch``, host and rank from the file name); the
+    report cannot be changed afterwards."""
     import dataclasses
 
     from fitprof.traces.xspace_write import write_xspace
@@ -216,7 +217,7 @@ def test_the_report_is_built_complete_and_frozen(tmp_path: Path) -> None:
     ]
     path = write_xspace(events, tmp_path, "s", host="node7_rank3")
     report = analyze(path)
-    assert (report.framework, report.host, report.rank, report.world_size) == ("tensorflow", "node7", 3, None)
+    assert (report.framework, report.host, report.rank, report.world_size) == ("pytorch", "node7", 3, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.rank = 1  # type: ignore[misc]
     with pytest.raises(ValueError, match="framework must be one of"):

@@ -218,6 +218,22 @@ def test_one_session_folder_per_window_lists_both_ranks(run_dir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_each_ranks_xplane_gives_the_report_of_its_trace(run_dir: Path) -> None:
+    """What the Profile tab and ``fitprof analyze <session folder>`` read is each rank's own window."""
+    import fitprof
+    from agreement import assert_same_report
+
+    xplanes = sorted((run_dir / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert len(xplanes) == EPOCHS * 2  # every window of every rank, also the one whose analysis failed
+    for xplane in xplanes:
+        host_rank, session = xplane.name.removesuffix(".xplane.pb"), xplane.parent.name
+        trace = run_dir / f"{host_rank}.{session}.pt.trace.json.gz"
+        report = fitprof.analyze(xplane)
+        assert_same_report(fitprof.analyze(trace), report)
+        assert (report.host, report.rank, report.world_size) == (socket.gethostname(), int(host_rank[-1]), 2)
+
+
+@pytest.mark.slow
 def test_rank_zero_logs_one_set_of_cross_rank_scalars(run_dir: Path) -> None:
     scalars = _scalars(run_dir)
     reports = _report_files(run_dir)

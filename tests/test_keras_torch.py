@@ -102,6 +102,18 @@ def test_traces_and_xspace_per_window(torch_run: dict) -> None:
         )
 
 
+def test_each_window_reads_the_same_from_its_trace_and_its_xplane(torch_run: dict) -> None:
+    """The ``.xplane.pb`` TensorBoard's Profile tab reads gives the report of the Kineto trace it was converted from."""
+    from agreement import assert_same_report
+
+    for trace in torch_run["traces"].values():
+        session = Path(trace).name.split(".")[1]  # <host>_rank<r>.<session>.pt.trace.json.gz
+        (xplane,) = (Path(torch_run["logdir"]) / "plugins" / "profile" / session).glob("*.xplane.pb")
+        kineto = fitprof.analyze(trace)
+        assert kineto.steps_analyzed == 4 and kineto.top_ops
+        assert_same_report(kineto, fitprof.analyze(xplane))
+
+
 HOSTILE = textwrap.dedent(
     """
     import json, logging, sys, warnings

@@ -45,8 +45,12 @@ def test_structure_and_times() -> None:
     assert stats["step_num"].int64_value == 6 and stats["_r"].int64_value == 1
     addmm = main.events[1]
     assert addmm.offset_ps == 10_500_000 and addmm.duration_ps == 20_250_000
-    env_stats = {s.metadata_id: s.uint64_value for s in env.stats}
-    assert sorted(env_stats.values()) == [BASE_NS + 100_000, BASE_NS + 190_000]
+    env_names = {k: v.name for k, v in env.stat_metadata.items()}
+    env_stats = {env_names[s.metadata_id]: s for s in env.stats}
+    assert env_stats["profile_start_time"].uint64_value == BASE_NS + 100_000
+    assert env_stats["profile_stop_time"].uint64_value == BASE_NS + 190_000
+    assert env_stats["fitprof_source"].str_value == "kineto"
+    assert env_stats["fitprof_framework"].str_value == "pytorch"
 
 
 def test_bytes_parse_with_tensorflows_own_classes() -> None:

@@ -38,9 +38,11 @@ def analyze(
             memory is spent (see :func:`fitprof.traces.read_trace`); raise them for a genuine bigger trace.
 
     Returns:
-        The report: ``framework`` from the format (XSpace: ``"tensorflow"``, Kineto: ``"pytorch"``);
-        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto); for an XSpace ``host`` from the
-        file name and ``rank`` from its ``_rank<N>`` suffix (how fitprof names a multi-rank run's files).
+        The report: ``framework`` ``"pytorch"`` for a Kineto trace and for the ``.xplane.pb`` fitprof converted
+        from one, else ``"tensorflow"``; ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto, and
+        the ``.xplane.pb`` converted from it); ``host`` from the file name (an XSpace's ``_rank<N>`` suffix gives the
+        rank) or, for a converted ``.xplane.pb``, the host its Kineto trace names: both files of one window give the
+        same report.
 
     Raises:
         TraceError: if the file is not a readable trace, or passes a bound.

@@ -398,7 +398,8 @@ def analyze_table(
         table: an event table (:func:`fitprof.traces.read_trace` output).
         top_k: how many operators to rank by self time (>= 1).
         framework: ``"tensorflow"`` or ``"pytorch"`` (:data:`FRAMEWORKS`; picks the advice wording); None: from
-            the reader that made ``table`` (``table.attrs["format"]``, :data:`FRAMEWORK_OF_FORMAT`).
+            the reader that made ``table`` (``table.attrs["framework"]`` where the reader sets it, else
+            ``table.attrs["format"]`` through :data:`FRAMEWORK_OF_FORMAT`).
         source: where the table came from, copied into the report.
         host: the host the trace was recorded on, copied into the report.
         rank: the global rank of the process that recorded it (None: unknown), copied into the report.
@@ -415,7 +416,8 @@ def analyze_table(
     if top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
     if framework is None:
-        framework = FRAMEWORK_OF_FORMAT.get(str(table.attrs.get("format")), "")
+        # A reader may say (fitprof's converted torch window is an XSpace of framework "pytorch"); else the format.
+        framework = str(table.attrs.get("framework") or FRAMEWORK_OF_FORMAT.get(str(table.attrs.get("format")), ""))
         if not framework:
             raise ValueError("framework is None and the table names no trace format: pass framework=")
     fw = check_framework(framework)

@@ -61,7 +61,7 @@ from fitprof.traces._limits import Limits, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
 from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
 
-_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
+DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""
 _RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 """Host calls that launch device work; their ``args.correlation`` matches the device event's."""
@@ -89,9 +89,10 @@ def read_kineto(
 
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
-        ``format`` (``"kineto"``), ``path``, and ``rank`` / ``world_size`` from the trace's ``distributedInfo``
-        (``None`` when the trace does not say); ``warnings`` (a list of str, which the analysis copies into the
-        report) when names that torch's writer left unescaped had to be repaired to read the file.
+        ``format`` (``"kineto"``), ``framework`` (``"pytorch"``), ``path``, ``host`` (:func:`trace_host`) and
+        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (``None`` when the trace does not say);
+        ``warnings`` (a list of str, which the analysis copies into the report) when names that torch's writer left
+        unescaped had to be repaired to read the file.
 
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
@@ -111,7 +112,9 @@ def read_kineto(
     dist = dist if isinstance(dist, Mapping) else {}
     table.attrs = {
         "format": "kineto",
+        "framework": "pytorch",
         "path": os.fspath(path),
+        "host": trace_host(path),
         "rank": _int_or_none(dist.get("rank")),
         "world_size": _int_or_none(dist.get("world_size")),
     }
@@ -390,6 +393,52 @@ def _field(xs: Sequence[_Event], key: str) -> list[Any]:
     return list(map(operator.attrgetter(key), xs))
 
 
+def complete_events(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The events the table is made of: complete events (``"ph": "X"``) except the profiler's own ``Trace`` span,
+    in file order. Row ``i`` of :func:`event_frame` is event ``i`` of this list."""
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
+
+
+def event_frame(events: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> pd.DataFrame:
+    """One row per complete event of an in-memory event list (:func:`complete_events`, in that order), every table
+    column except ``self_us``: the same decoding and classification as :func:`read_kineto` (each event goes through
+    the reader's decoder).
+
+    Used by the XSpace reader on an XSpace fitprof converted from a Kineto trace (the events rebuilt from its
+    planes) and by the converter (to record each device event's launching operator), so that a window gives the
+    same table whichever file it is read from.
+
+    Raises:
+        TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name.
+    """
+    try:
+        raws = [msgspec.json.encode(e) for e in events]
+    except (TypeError, msgspec.EncodeError) as err:
+        raise TraceError(f"{os.fspath(path)}: not a Chrome trace ({err})") from None
+    return _frame(_columns(raws, Path(path)), path)
+
+
+_FITPROF_TRACE_NAME = re.compile(r"^(?P<host>.+?)_rank\d+\..+\.pt\.trace\.json(\.gz)?$")
+"""fitprof's own trace file name, ``<host>_rank<global rank>.<session>.pt.trace.json.gz``."""
+_TORCH_TRACE_NAME = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
+"""``torch.profiler.tensorboard_trace_handler``'s file name, ``<host>_<pid>.<time in ms>.pt.trace.json``."""
+
+
+def trace_host(path: str | os.PathLike[str]) -> str:
+    """The host a Kineto trace was recorded on, from its file name; "" when the name does not say.
+
+    Kineto writes no host name into the trace, so the name is read from the two file-name patterns that carry
+    one: fitprof's ``<host>_rank<r>.<session>.pt.trace.json.gz`` and ``torch.profiler.tensorboard_trace_handler``'s
+    ``<host>_<pid>.<time in ms>.pt.trace.json[.gz]``.
+    """
+    name = Path(path).name
+    for pattern in (_FITPROF_TRACE_NAME, _TORCH_TRACE_NAME):
+        m = pattern.match(name)
+        if m:
+            return m.group("host")
+    return ""
+
+
 def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per complete event, every table column except ``self_us``."""
     n = len(cols.ts)
@@ -525,7 +574,7 @@ def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
         return Kind.MEMCPY, True, _copy_kind(name), np.nan
     if cat == "gpu_user_annotation":
         return Kind.ANNOTATION, True, "", np.nan
-    return Kind.OTHER, cat in _DEVICE_CATS, "", np.nan
+    return Kind.OTHER, cat in DEVICE_CATEGORIES, "", np.nan
 
 
 def _copy_kind(name: str) -> str:

@@ -1,9 +1,22 @@
-"""XSpace (``.xplane.pb``) reader: TensorFlow / JAX profiles -> the neutral event table.
+"""XSpace (``.xplane.pb``) reader: TensorFlow / JAX profiles, and PyTorch windows fitprof converted -> the neutral
+event table.
 
-Parsing uses the ``protobuf`` library with the XSpace schema of :mod:`fitprof.traces.xspace_write` (the same
-field numbers as tsl's ``xplane.proto``), so neither TensorFlow nor xprof is needed. (xprof's C-backed
+Parsing uses the ``protobuf`` library with the schema of :mod:`fitprof.traces._xplane_schema` (the same field
+numbers as tsl's ``xplane.proto``), so neither TensorFlow nor xprof is needed. (xprof's C-backed
 ``xprof.profile_data`` reader was used first; its one ctypes call per event and per stat made a 4,315-event
-window take 86 ms to read, against 5 ms for the protobuf walk.) How events are classified (see :mod:`fitprof.traces._table` for the kinds):
+window take 86 ms to read, against 5 ms for the protobuf walk.)
+
+An XSpace that fitprof converted from a Kineto trace (:mod:`fitprof.traces.xspace_write`; its ``Task
+Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch window it came from: its events are
+rebuilt as Kineto events (category from the ``category`` stat, the true name from the display name where xprof's
+copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` / ``kind`` from their stats) and
+classified by :func:`fitprof.traces.kineto.event_frame`, exactly as :func:`~fitprof.traces.kineto.read_kineto`
+classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the
+device planes' ``Host steps`` lines (copies of the host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"``, the host the trace's file
+name gave (the ``.xplane.pb``'s own name when it was converted from an in-memory trace) and the trace's ``rank`` and
+``world_size`` where it gave them.
+
+Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces._table` for the kinds):
 
 * steps: events carrying a ``step_num`` stat outside the ``tf_data*`` / ``tf_Compute*`` lines, i.e. the
   ``tf.profiler.experimental.Trace(..., step_num=n, _r=1)`` markers fitprof writes (xprof needs ``_r=1`` to
@@ -29,16 +42,20 @@ from __future__ import annotations
 import bisect
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from fitprof.traces import _xplane_schema as xs
 from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded, too_many
 from fitprof.traces._table import (
     Kind,
+    TraceError,
     make_table,
 )
+from fitprof.traces.kineto import event_frame
 
 _COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceScatter|AllToAll)", re.IGNORECASE)
 _INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
@@ -60,14 +77,10 @@ _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
 
 
 def _stat_value(stat: Any, stat_names: dict[int, str]) -> str:
-    kind = stat.WhichOneof("value")
-    if kind == "ref_value":
-        return stat_names.get(stat.ref_value, "")
-    if kind == "bytes_value":
+    if stat.WhichOneof("value") == "bytes_value":
         return "<bytes>"
-    if kind is None:
-        return ""
-    return str(getattr(stat, kind))
+    value = xs.stat_value(stat, stat_names)
+    return "" if value is None else str(value)
 
 
 def _stats(meta: Any, event: Any, stat_names: dict[int, str], cache: dict[int, dict[str, str]]) -> dict[str, str]:
@@ -156,16 +169,15 @@ def read_xspace(
 
     Returns:
         The event table (columns in :data:`fitprof.traces.COLUMNS`); ``attrs`` holds ``format="xspace"``,
-        ``path`` and ``host`` (the file name's stem).
+        ``path`` and ``host`` (the file name's stem). For an XSpace fitprof converted from a Kineto trace, the
+        table of that trace (times relative to the profile start) and ``attrs`` ``framework="pytorch"``, ``host``,
+        ``rank`` and ``world_size`` as the trace gave them (see this module's docstring).
 
     Raises:
         TraceError: if the file is missing, empty, or not an XSpace protobuf, or passes a bound (the message names
             the bound and how to raise it).
         ValueError: if a bound is not a positive number.
     """
-    from fitprof.traces._table import TraceError
-    from fitprof.traces.xspace_write import xplane_classes
-
     limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
     if not p.is_file():
@@ -174,20 +186,23 @@ def read_xspace(
     if not data:
         raise TraceError(f"{p}: empty file, not an XSpace")
     try:
-        space = xplane_classes()["XSpace"].FromString(data)  # a bytearray is read in place, not copied
+        space = xs.xplane_classes()["XSpace"].FromString(data)  # a bytearray is read in place, not copied
     except Exception as err:  # DecodeError and friends: not this message type
         raise TraceError(f"{p}: not an XSpace protobuf ({type(err).__name__}: {err})") from None
     del data
     _check_bounds(space, p, limits, TraceError)
+    if not any(plane.name.startswith("/host:") for plane in space.planes):
+        raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
+    env = _task_environment(space)
+    if env.get(xs.STAT_SOURCE) == xs.SOURCE_KINETO:
+        return _read_converted(space, p, env)
     rows: list[dict[str, Any]] = []
     op_names: dict[str, str] = {}
-    has_host_plane = False
     for plane in space.planes:
         pname = plane.name
         on_device = pname.startswith("/device:")
         if not on_device and not pname.startswith("/host:"):
             continue  # Task Environment, metadata planes
-        has_host_plane |= not on_device
         event_meta = dict(plane.event_metadata)
         event_names = {k: m.name for k, m in event_meta.items()}  # one str per name, shared by its events
         meta_stats: dict[int, dict[str, str]] = {}
@@ -269,8 +284,90 @@ def read_xspace(
                     row["kind"] = Kind.OTHER
                 rows.append(row)
             _name_clusters(calls, modules)
-    if not has_host_plane:
-        raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
     table = make_table(rows)
     table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
     return table
+
+
+def _task_environment(space: Any) -> dict[str, Any]:
+    """The ``Task Environment`` plane's stats by name (empty when there is none)."""
+    for plane in space.planes:
+        if plane.name == xs.TASK_ENV_PLANE:
+            names = {k: v.name for k, v in plane.stat_metadata.items()}
+            return {names.get(st.metadata_id, ""): xs.stat_value(st, names) for st in plane.stats}
+    return {}
+
+
+_KINETO_ARGS = {
+    xs.STAT_CORRELATION_ID: "correlation",
+    xs.STAT_KINETO_CORRELATION: "correlation",
+    "bytes": "bytes",
+    "kind": "kind",
+}
+"""The stats the Kineto classification reads, under the names of the Kineto ``args`` they were written from."""
+
+
+def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame:
+    """An XSpace fitprof converted from a Kineto trace -> the table ``read_kineto`` gives for that trace."""
+    events: list[dict[str, Any]] = []
+    for plane in space.planes:
+        pname = plane.name
+        if not (pname.startswith("/host:") or pname.startswith(xs.DEVICE_PLANE_PREFIX)):
+            continue
+        metas = dict(plane.event_metadata)
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+        wanted = {k: v for k, v in names.items() if v == xs.STAT_CATEGORY or v in _KINETO_ARGS}
+        line_names = Counter(line.name for line in plane.lines)
+        for line in plane.lines:  # a line is a thread or a stream: its name, made unique when two share one
+            if pname.startswith(xs.DEVICE_PLANE_PREFIX) and line.name == xs.HOST_STEPS_LINE:
+                continue  # markers for xprof repeating the host's steps: counted once, on the host
+            tid = line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})"
+            base_ps = line.timestamp_ns * 1000
+            for ev in line.events:
+                meta = metas.get(ev.metadata_id)
+                args: dict[str, Any] = {}
+                cat = ""
+                for st in ev.stats:
+                    key = wanted.get(st.metadata_id)
+                    if key is None:
+                        continue
+                    value = xs.stat_value(st, names)
+                    if key == xs.STAT_CATEGORY:
+                        cat = str(value)
+                    else:
+                        args[_KINETO_ARGS[key]] = value
+                event: dict[str, Any] = {
+                    "ph": "X",
+                    "name": (meta.display_name or meta.name) if meta is not None else "",
+                    "ts": (base_ps + ev.offset_ps) / 1e6,
+                    "dur": ev.duration_ps / 1e6,
+                    "pid": pname,
+                    "tid": tid,
+                    "args": args,
+                }
+                if cat:
+                    event["cat"] = cat
+                events.append(event)
+    table = make_table(event_frame(events, path))
+    host = env.get(xs.STAT_HOST)
+    table.attrs.update(
+        {
+            "format": "xspace",
+            "framework": str(env.get(xs.STAT_FRAMEWORK) or "pytorch"),
+            "path": str(path),
+            # The Kineto file's host when converted from a file, else this file's name (as for any XSpace).
+            "host": str(host) if host is not None else path.name.removesuffix(".xplane.pb"),
+        }
+    )
+    for key, stat in (("rank", xs.STAT_RANK), ("world_size", xs.STAT_WORLD_SIZE)):
+        value = _int_or_none(env.get(stat))
+        if value is not None:  # absent: the file name's _rank<N> suffix gives the rank (fitprof.analyze)
+            table.attrs[key] = value
+    return table
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,18 +1,34 @@
 """Kineto Chrome trace -> XSpace ``.xplane.pb``, so that xprof (TensorBoard's Profile tab) shows a torch run.
 
 xprof 2.24 reads only ``*.xplane.pb`` under ``<run dir>/plugins/profile/<session>/``; a Chrome trace there is
-listed without tools. This module writes the XSpace that xprof's trace viewer renders:
+listed without tools. This module writes an XSpace that xprof's trace viewer renders with every event under its
+true name, and that xprof's input-pipeline, overview and op-statistics pages read with fitprof's figures (see
+:mod:`fitprof.traces._xplane_schema` for the planes and stats):
 
-* one ``/host:CPU`` plane with one line per Kineto ``(pid, tid)`` (named after Kineto's ``thread_name``
-  metadata); every complete (``ph == "X"``) event becomes an XEvent with its scalar ``args`` as stats;
-* ``ProfilerStep#N`` events carry the stats xprof uses for step markers, ``step_num=N`` and ``_r=1`` (the
-  same as TensorFlow's ``Trace("train", step_num=n, _r=1)``);
-* a ``Task Environment`` plane with ``profile_start_time`` / ``profile_stop_time`` (ns since the epoch).
-
-No TensorFlow is needed: the message classes are built at runtime from a ``FileDescriptorProto`` replicating
-tsl's ``tsl/profiler/protobuf/xplane.proto`` (same field numbers, so the bytes are identical), under the
-package ``fitprof.xplane`` so that it never clashes with TensorFlow's ``tensorflow.profiler`` classes in one
-process.
+* host events (every complete event whose category is not in :data:`fitprof.traces.kineto.DEVICE_CATEGORIES`) on
+  one ``/host:CPU`` plane, one line per Kineto ``(pid, tid)`` named after Kineto's ``thread_name`` metadata; device
+  events on a ``/device:GPU:<pid>`` plane per device, one ``Stream #<tid>`` line per stream. Every event keeps its
+  scalar ``args`` as stats (Kineto's ``correlation`` under xprof's name ``correlation_id``, except on device
+  events fitprof does not count: syncs, memsets, device-side annotations, which xprof would count as compute) and
+  its category as the ``category`` stat;
+* ``ProfilerStep#N`` carries ``step_num=N`` and ``_r=1``, the stats xprof finds steps by (the same as
+  TensorFlow's ``Trace("train", step_num=n, _r=1)``);
+* the DataLoader's ``enumerate(DataLoader)#...__next__`` carries ``_ipl_stage_name``: xprof then counts the time
+  in it as input ("Input" / ``infeedTimeMs``), as fitprof counts it as input wait. (xprof otherwise recognises only
+  TensorFlow's ``IteratorGetNext``; the stat changes no name.);
+* host operators (``cpu_op``, and the collectives fitprof counts) carry ``tf_op`` = their own name, so xprof's op
+  statistics list them (it otherwise counts only names of the form ``<op name>:<op type>``); device events carry
+  ``tf_op`` = the host operator that launched them (found as :func:`fitprof.traces.kineto.read_kineto` finds it),
+  so xprof attributes device time to ``aten::*`` operators as fitprof does;
+* device copies are given xprof's event names (``MemcpyHToD``, ``MemcpyDToH``, ``MemcpyDToD``, by which it files
+  them under "Host to device" etc.) with Kineto's name as the event's display name, which the trace viewer shows;
+  their ``memcpy_details`` holds ``num_bytes:<bytes>``;
+* each device plane also gets a ``Host steps`` line repeating the ``ProfilerStep#N`` markers with the step's
+  ``group_id``, so that xprof's steps on a GPU host span the whole step, as fitprof's do (xprof otherwise spans a
+  step by its device work only);
+* a ``Task Environment`` plane with ``profile_start_time`` / ``profile_stop_time`` (ns since the epoch) and the
+  stats fitprof's reader uses to read the file as the PyTorch window it came from (framework, host, rank, world
+  size).
 
 Timestamps: Kineto's ``ts`` are microseconds on the trace's clock, offset by ``baseTimeNanoseconds``. As
 TensorFlow's profiler does (``NormalizeTimestamps``), line ``timestamp_ns`` is relative to the profile start
@@ -24,125 +40,24 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 from fitprof._session import hostname
-
-_PACKAGE = "fitprof.xplane"
-_FILE = "fitprof/xplane.proto"
-
-HOST_PLANE = "/host:CPU"
-TASK_ENV_PLANE = "Task Environment"
+from fitprof.traces import _xplane_schema as xs
+from fitprof.traces._table import Kind
+from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
+from fitprof.traces.kineto import complete_events, event_frame, trace_host
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_SKIP_CATEGORIES = {"Trace"}  # Kineto's "PyTorch Profiler (0)" span around the whole window
-
-# (name, number, label, type, type_name, oneof_index) per message; replicates tsl's xplane.proto.
-_OPT, _REP = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL, descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-_T = descriptor_pb2.FieldDescriptorProto
-_MESSAGES: dict[str, list[tuple[str, int, int, int, str, int | None]]] = {
-    "XSpace": [
-        ("planes", 1, _REP, _T.TYPE_MESSAGE, "XPlane", None),
-        ("errors", 2, _REP, _T.TYPE_STRING, "", None),
-        ("warnings", 3, _REP, _T.TYPE_STRING, "", None),
-        ("hostnames", 4, _REP, _T.TYPE_STRING, "", None),
-    ],
-    "XPlane": [
-        ("id", 1, _OPT, _T.TYPE_INT64, "", None),
-        ("name", 2, _OPT, _T.TYPE_STRING, "", None),
-        ("lines", 3, _REP, _T.TYPE_MESSAGE, "XLine", None),
-        ("event_metadata", 4, _REP, _T.TYPE_MESSAGE, "XPlane.EventMetadataEntry", None),
-        ("stat_metadata", 5, _REP, _T.TYPE_MESSAGE, "XPlane.StatMetadataEntry", None),
-        ("stats", 6, _REP, _T.TYPE_MESSAGE, "XStat", None),
-    ],
-    "XLine": [
-        ("id", 1, _OPT, _T.TYPE_INT64, "", None),
-        ("display_id", 10, _OPT, _T.TYPE_INT64, "", None),
-        ("name", 2, _OPT, _T.TYPE_STRING, "", None),
-        ("display_name", 11, _OPT, _T.TYPE_STRING, "", None),
-        ("timestamp_ns", 3, _OPT, _T.TYPE_INT64, "", None),
-        ("duration_ps", 9, _OPT, _T.TYPE_INT64, "", None),
-        ("events", 4, _REP, _T.TYPE_MESSAGE, "XEvent", None),
-    ],
-    "XEvent": [
-        ("metadata_id", 1, _OPT, _T.TYPE_INT64, "", None),
-        ("offset_ps", 2, _OPT, _T.TYPE_INT64, "", 0),
-        ("num_occurrences", 5, _OPT, _T.TYPE_INT64, "", 0),
-        ("duration_ps", 3, _OPT, _T.TYPE_INT64, "", None),
-        ("stats", 4, _REP, _T.TYPE_MESSAGE, "XStat", None),
-    ],
-    "XStat": [
-        ("metadata_id", 1, _OPT, _T.TYPE_INT64, "", None),
-        ("double_value", 2, _OPT, _T.TYPE_DOUBLE, "", 0),
-        ("uint64_value", 3, _OPT, _T.TYPE_UINT64, "", 0),
-        ("int64_value", 4, _OPT, _T.TYPE_INT64, "", 0),
-        ("str_value", 5, _OPT, _T.TYPE_STRING, "", 0),
-        ("bytes_value", 6, _OPT, _T.TYPE_BYTES, "", 0),
-        ("ref_value", 7, _OPT, _T.TYPE_UINT64, "", 0),
-    ],
-    "XEventMetadata": [
-        ("id", 1, _OPT, _T.TYPE_INT64, "", None),
-        ("name", 2, _OPT, _T.TYPE_STRING, "", None),
-        ("display_name", 4, _OPT, _T.TYPE_STRING, "", None),
-        ("metadata", 3, _OPT, _T.TYPE_BYTES, "", None),
-        ("stats", 5, _REP, _T.TYPE_MESSAGE, "XStat", None),
-        ("child_id", 6, _REP, _T.TYPE_INT64, "", None),
-    ],
-    "XStatMetadata": [
-        ("id", 1, _OPT, _T.TYPE_INT64, "", None),
-        ("name", 2, _OPT, _T.TYPE_STRING, "", None),
-        ("description", 3, _OPT, _T.TYPE_STRING, "", None),
-    ],
-}
-_ONEOFS = {"XEvent": "data", "XStat": "value"}
-_MAP_ENTRIES = {"EventMetadataEntry": "XEventMetadata", "StatMetadataEntry": "XStatMetadata"}
-
-_CLASSES: dict[str, Any] = {}
-
-
-def _file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(name=_FILE, package=_PACKAGE, syntax="proto3")
-    for msg_name, fields in _MESSAGES.items():
-        msg = fdp.message_type.add(name=msg_name)
-        if msg_name in _ONEOFS:
-            msg.oneof_decl.add(name=_ONEOFS[msg_name])
-        for name, number, label, ftype, type_name, oneof in fields:
-            f = msg.field.add(name=name, number=number, label=label, type=ftype)
-            if type_name:
-                f.type_name = f".{_PACKAGE}.{type_name}"
-            if oneof is not None:
-                f.oneof_index = oneof
-        if msg_name == "XPlane":
-            for entry, value_type in _MAP_ENTRIES.items():
-                nested = msg.nested_type.add(name=entry)
-                nested.options.map_entry = True
-                nested.field.add(name="key", number=1, label=_OPT, type=_T.TYPE_INT64)
-                nested.field.add(
-                    name="value", number=2, label=_OPT, type=_T.TYPE_MESSAGE, type_name=f".{_PACKAGE}.{value_type}"
-                )
-    return fdp
-
-
-def xplane_classes() -> dict[str, Any]:
-    """The XSpace message classes (``XSpace``, ``XPlane``, ``XLine``, ``XEvent``, ``XStat``, ...), built once.
-
-    They are wire-compatible with ``tensorflow.tsl.profiler.protobuf.xplane_pb2`` (same field numbers) but
-    live in the protobuf package ``fitprof.xplane``.
-    """
-    if not _CLASSES:
-        pool = descriptor_pool.DescriptorPool()
-        fd = pool.Add(_file_descriptor())
-        fd = pool.FindFileByName(_FILE) if fd is None else fd
-        for name in _MESSAGES:
-            desc = pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")
-            _CLASSES[name] = message_factory.GetMessageClass(desc)
-    return _CLASSES
+_XPROF_COPY_NAME = {"htod": "MemcpyHToD", "dtoh": "MemcpyDToH", "dtod": "MemcpyDToD"}
+"""xprof's names for device copies (``tsl::profiler::kMemcpyHToDOp`` ...), by ``copy_kind`` prefix."""
+_DROPPED_ARGS = ("Ev Idx", "Record function id", "correlation")
+"""Kineto args not copied as stats: bookkeeping indices, and ``correlation`` (written as ``correlation_id``)."""
 
 
 # --------------------------------------------------------------------------------------------------- loading
@@ -173,15 +88,17 @@ def load_kineto(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Map
 class _Plane:
     def __init__(self, plane: Any) -> None:
         self.plane = plane
-        self._events: dict[str, int] = {}
+        self._events: dict[tuple[str, str], int] = {}
         self._stats: dict[str, int] = {}
 
-    def event_id(self, name: str) -> int:
-        mid = self._events.get(name)
+    def event_id(self, name: str, display_name: str = "") -> int:
+        mid = self._events.get((name, display_name))
         if mid is None:
-            mid = self._events[name] = len(self._events) + 1
+            mid = self._events[(name, display_name)] = len(self._events) + 1
             md = self.plane.event_metadata[mid]
             md.id, md.name = mid, name
+            if display_name:
+                md.display_name = display_name
         return mid
 
     def stat_id(self, name: str) -> int:
@@ -207,8 +124,15 @@ class _Plane:
             stat.str_value = str(value)
 
 
-def _line_key(pid: Any, tid: Any) -> tuple[str, str]:
-    return str(pid), str(tid)
+def _key(value: Any) -> str:
+    return str(value)
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def kineto_to_xspace(
@@ -223,16 +147,21 @@ def kineto_to_xspace(
         host: host name for ``XSpace.hostnames`` (default: the trace's ``host_name``, else this machine's).
 
     Returns:
-        An ``XSpace`` message (see :func:`xplane_classes`); ``SerializeToString()`` gives the ``.xplane.pb``
-        bytes.
+        An ``XSpace`` message (see :func:`fitprof.traces._xplane_schema.xplane_classes`); ``SerializeToString()``
+        gives the ``.xplane.pb`` bytes. Read back with :func:`fitprof.traces.xspace.read_xspace`, it gives the same
+        event table as :func:`fitprof.traces.kineto.read_kineto` on the trace (times relative to the profile
+        start), with ``attrs`` ``framework="pytorch"``, and ``host`` / ``rank`` / ``world_size`` as the trace says.
 
     Raises:
-        ValueError: if ``trace`` is not a readable Kineto trace.
+        ValueError: if ``trace`` is not a readable Kineto trace (:class:`fitprof.traces.TraceError`, a
+            ``ValueError``, when an event has no numeric ``ts``).
     """
     data = load_kineto(trace)
+    source = trace if isinstance(trace, (str, os.PathLike)) else None
+    where = os.fspath(source) if source is not None else "<trace>"
     cls = xplane_classes()
     base_ns = int(data.get("baseTimeNanoseconds") or 0)
-    events = [e for e in data["traceEvents"] if isinstance(e, Mapping)]
+    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
 
     thread_names: dict[tuple[str, str], str] = {}
     process_names: dict[str, str] = {}
@@ -243,71 +172,167 @@ def kineto_to_xspace(
         if name is None:
             continue
         if e.get("name") == "thread_name":
-            thread_names[_line_key(e.get("pid"), e.get("tid"))] = str(name)
+            thread_names[(_key(e.get("pid")), _key(e.get("tid")))] = str(name)
         elif e.get("name") == "process_name":
-            process_names[str(e.get("pid"))] = str(name)
+            process_names[_key(e.get("pid"))] = str(name)
 
-    complete = []
-    for e in events:
-        if e.get("ph") != "X" or e.get("cat") in _SKIP_CATEGORIES:
-            continue
-        try:
-            ts_ns = base_ns + round(float(e["ts"]) * 1000.0)
-            dur_ps = max(round(float(e.get("dur", 0.0)) * 1e6), 0)
-        except (KeyError, TypeError, ValueError):
-            continue
-        complete.append((ts_ns, dur_ps, e))
+    complete = complete_events(events)
+    frame = event_frame(complete, where)  # the reader's classification: kinds, copy kinds, launching ops
+    columns = ("kind", "op", "copy_kind", "on_device", "bytes", "ts_us", "dur_us")
+    kinds, ops, copy_kinds, on_device, nbytes, ts_us, durs_us = (
+        frame[c].tolist() if len(frame) else [] for c in columns
+    )
+    ts_ns = [base_ns + round(float(t) * 1000.0) for t in ts_us]
+    dur_ps = [max(round(float(d) * 1e6), 0) for d in durs_us]
 
     space = cls["XSpace"]()
     space.hostnames.append(host or str(data.get("host_name") or hostname()))
-    plane = space.planes.add(id=0, name=HOST_PLANE)
-    builder = _Plane(plane)
+    start_ns = min(ts_ns, default=base_ns)
+    stop_ns = max((t + d // 1000 for t, d in zip(ts_ns, dur_ps, strict=True)), default=base_ns)
 
-    start_ns = min((ts for ts, _, _ in complete), default=base_ns)
-    stop_ns = max((ts + dur // 1000 for ts, dur, _ in complete), default=base_ns)
+    # (plane key, line key) -> event indices; plane key "" is the host.
+    by_line: dict[tuple[str, tuple[str, str]], list[int]] = {}
+    for i, event in enumerate(complete):
+        pid, tid = _key(event.get("pid")), _key(event.get("tid"))
+        plane_key = pid if on_device[i] else ""  # on_device: a DEVICE_CATEGORIES event (the reader's rule)
+        by_line.setdefault((plane_key, (pid, tid)), []).append(i)
 
-    by_line: dict[tuple[str, str], list[tuple[int, int, Mapping[str, Any]]]] = {}
-    for item in complete:
-        by_line.setdefault(_line_key(item[2].get("pid"), item[2].get("tid")), []).append(item)
+    host_plane = space.planes.add(id=0, name=HOST_PLANE)
+    builders = {"": _Plane(host_plane)}
+    device_keys = sorted({pk for pk, _ in by_line if pk}, key=_sort_key_one)
+    used: set[int] = set()
+    for pk in device_keys:  # Kineto's device pid is the device index; anything else gets the next free one
+        index = (
+            int(pk) if pk.isdigit() and int(pk) not in used else next(i for i in range(len(used) + 1) if i not in used)
+        )
+        used.add(index)
+        plane = space.planes.add(id=index + 1, name=f"{xs.DEVICE_PLANE_PREFIX}{index}")
+        builders[pk] = _Plane(plane)
 
-    for line_id, (key, items) in enumerate(sorted(by_line.items(), key=lambda kv: _sort_key(kv[0])), start=1):
-        items.sort(key=lambda it: (it[0], -it[1]))
-        line_ts = items[0][0]  # absolute ns; written relative to the profile start, like TensorFlow does
+    line_id = 0
+    for line_id, ((plane_key, key), items) in enumerate(
+        sorted(by_line.items(), key=lambda kv: (_sort_key_one(kv[0][0]), _sort_key(kv[0][1]))), start=1
+    ):
+        builder = builders[plane_key]
+        items.sort(key=lambda i: (ts_ns[i], -dur_ps[i]))
+        line_ts = ts_ns[items[0]]  # absolute ns; written relative to the profile start, like TensorFlow does
         pid, tid = key
-        name = thread_names.get(key) or (f"{process_names[pid]} {tid}" if pid in process_names else f"{pid}/{tid}")
-        line = plane.lines.add(id=line_id, display_id=line_id, name=name, timestamp_ns=line_ts - start_ns)
+        if plane_key:
+            name = f"{xs.STREAM_LINE_PREFIX}{tid}"
+            display = thread_names.get(key, "")
+        else:
+            name = thread_names.get(key) or (f"{process_names[pid]} {tid}" if pid in process_names else f"{pid}/{tid}")
+            display = ""
+        line = builder.plane.lines.add(id=line_id, display_id=line_id, name=name, timestamp_ns=line_ts - start_ns)
+        if display:
+            line.display_name = display
         line_end_ps = 0
-        for ts_ns, dur_ps, e in items:
+        for i in items:
+            event = complete[i]
+            true_name = str(event.get("name", ""))
+            xprof_name = _XPROF_COPY_NAME.get(copy_kinds[i][:4], "") if kinds[i] == Kind.MEMCPY else ""
             ev = line.events.add(
-                metadata_id=builder.event_id(str(e.get("name", ""))),
-                offset_ps=(ts_ns - line_ts) * 1000,
-                duration_ps=dur_ps,
+                metadata_id=builder.event_id(xprof_name or true_name, true_name if xprof_name else ""),
+                offset_ps=(ts_ns[i] - line_ts) * 1000,
+                duration_ps=dur_ps[i],
             )
-            m = _STEP_RE.match(str(e.get("name", "")))
-            if m:
-                builder.add_stat(ev, "step_num", int(m.group(1)))
-                builder.add_stat(ev, "_r", 1)
-            cat = e.get("cat")
-            if cat:
-                builder.add_stat(ev, "category", str(cat))
-            for k, v in (e.get("args") or {}).items():
-                if isinstance(v, (bool, int, float, str)) and k not in ("Ev Idx", "Record function id"):
-                    builder.add_stat(ev, str(k), v)
-            line_end_ps = max(line_end_ps, (ts_ns - line_ts) * 1000 + dur_ps)
+            _add_stats(builder, ev, event, kind=kinds[i], op=ops[i], device=bool(plane_key), nbytes=nbytes[i])
+            line_end_ps = max(line_end_ps, (ts_ns[i] - line_ts) * 1000 + dur_ps[i])
         line.duration_ps = line_end_ps
 
-    env = space.planes.add(id=1, name=TASK_ENV_PLANE)
+    # The host's step markers, repeated on each device plane with the group id xprof gives their step, so that
+    # xprof's device-side step spans the whole ProfilerStep#N as fitprof's does (see _add_host_steps).
+    steps = sorted(
+        (ts_ns[i], i) for i, e in enumerate(complete) if not on_device[i] and _STEP_RE.match(str(e.get("name", "")))
+    )
+    for n, pk in enumerate(device_keys, start=1):
+        markers = [(ts_ns[i] - start_ns, dur_ps[i], str(complete[i].get("name", ""))) for _, i in steps]
+        _add_host_steps(builders[pk], markers, line_id + n)
+
+    env = space.planes.add(id=max(used, default=-1) + 2, name=TASK_ENV_PLANE)
     env_builder = _Plane(env)
-    start = env.stats.add(metadata_id=env_builder.stat_id("profile_start_time"))
+    start = env.stats.add(metadata_id=env_builder.stat_id(xs.STAT_PROFILE_START))
     start.uint64_value = max(start_ns, 0)
-    stop = env.stats.add(metadata_id=env_builder.stat_id("profile_stop_time"))
+    stop = env.stats.add(metadata_id=env_builder.stat_id(xs.STAT_PROFILE_STOP))
     stop.uint64_value = max(stop_ns, 0)
+    dist = data.get("distributedInfo")
+    dist = dist if isinstance(dist, Mapping) else {}
+    env_builder.add_stat(env, xs.STAT_SOURCE, xs.SOURCE_KINETO)
+    env_builder.add_stat(env, xs.STAT_FRAMEWORK, "pytorch")
+    if source is not None:  # the trace file's name is the authority on its host (even when it names none)
+        env_builder.add_stat(env, xs.STAT_HOST, trace_host(source))
+    for stat, value in ((xs.STAT_RANK, dist.get("rank")), (xs.STAT_WORLD_SIZE, dist.get("world_size"))):
+        number = _int_or_none(value)
+        if number is not None:
+            env_builder.add_stat(env, stat, number)
     return space
+
+
+def _add_host_steps(builder: _Plane, steps: list[tuple[int, int, str]], line_id: int) -> None:
+    """A ``Host steps`` line on a device plane: one event per host step marker ``(start ns since the profile start,
+    duration ps, name)``, in time order, carrying ``group_id`` = its index.
+
+    On a host with a device xprof 2.24 builds steps from device events only: a step spans its device work, so the
+    DataLoader wait before the first launch fell outside it (a Lightning step of 10 ms showed as 7.1 ms). xprof
+    numbers the groups of its step markers (events with ``_r``) 0, 1, ... in time order and derives each device
+    step's span from every device-plane event carrying that ``group_id``; these events widen it to the host step.
+    They carry no ``correlation_id``, so xprof files none of their time under any category or operator, and
+    fitprof's reader skips the line.
+    """
+    if not steps:
+        return
+    line = builder.plane.lines.add(id=line_id, display_id=line_id, name=xs.HOST_STEPS_LINE, timestamp_ns=0)
+    end_ps = 0
+    for group, (ts_ns, dur_ps, name) in enumerate(steps):
+        ev = line.events.add(metadata_id=builder.event_id(name), offset_ps=ts_ns * 1000, duration_ps=dur_ps)
+        builder.add_stat(ev, xs.STAT_GROUP_ID, group)
+        end_ps = max(end_ps, ts_ns * 1000 + dur_ps)
+    line.duration_ps = end_ps
+
+
+def _add_stats(
+    builder: _Plane, ev: Any, e: Mapping[str, Any], *, kind: str, op: str, device: bool, nbytes: float
+) -> None:
+    """The stats of one event: xprof's (steps, input stage, op, correlation, copy size), then Kineto's args."""
+    name = str(e.get("name", ""))
+    m = None if device else _STEP_RE.match(name)  # a device-side mirror of a step is no step marker for xprof
+    if m:
+        builder.add_stat(ev, xs.STAT_STEP_NUM, int(m.group(1)))
+        builder.add_stat(ev, xs.STAT_ROOT, 1)
+    device_work = device and kind in (Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    if device_work:
+        if op:
+            builder.add_stat(ev, xs.STAT_TF_OP, op)
+        if kind == Kind.MEMCPY and not math.isnan(nbytes):
+            builder.add_stat(ev, xs.STAT_MEMCPY_DETAILS, f"num_bytes:{int(nbytes)}")
+    elif kind == Kind.INPUT:
+        builder.add_stat(ev, xs.STAT_INPUT_STAGE, name)
+    elif kind in (Kind.OP, Kind.COLLECTIVE):
+        builder.add_stat(ev, xs.STAT_TF_OP, name)
+    cat = e.get("cat")
+    if cat:
+        builder.add_stat(ev, xs.STAT_CATEGORY, str(cat))
+    args = e.get("args")
+    if not isinstance(args, Mapping):
+        return
+    correlation = _int_or_none(args.get("correlation"))
+    if correlation is not None:
+        # Device events fitprof does not count (syncs, memsets, device-side annotations) keep Kineto's own name
+        # for it, which xprof does not read: it would file their time as device compute of the launching op.
+        name = xs.STAT_CORRELATION_ID if device_work or not device else xs.STAT_KINETO_CORRELATION
+        builder.add_stat(ev, name, correlation)
+    for k, v in args.items():
+        if isinstance(v, (bool, int, float, str)) and k not in _DROPPED_ARGS:
+            builder.add_stat(ev, str(k), v)
 
 
 def _sort_key(key: tuple[str, str]) -> tuple[int, str, str]:
     pid, tid = key
     return (0 if pid.isdigit() else 1, pid.zfill(20), tid.zfill(20))
+
+
+def _sort_key_one(value: str) -> tuple[int, str]:
+    return (0 if value.isdigit() else 1, value.zfill(20))
 
 
 def write_xspace(
