@@ -882,7 +882,8 @@ def fix_main(args: argparse.Namespace, frameworks: list[str], repeats: int) -> i
                 print(f"<!-- {fw} repeat {rep + 1}/{repeats}: {time.perf_counter() - t0:.0f} s -->", flush=True)
     print("\nError of the prediction, median [min, max] over repeats (percent of the measured step time):")
     print(
-        "| framework | scenario | fix | predicted ms | measured ms | error % | within 15% |\n|---|---|---|---:|---:|---:|---|"
+        "| framework | scenario | fix | predicted ms | measured ms | error % | within 15% | input left ms | "
+        "error % with it |\n|---|---|---|---:|---:|---:|---|---:|---:|"
     )
     for key in dict.fromkeys((c.framework, c.scenario, c.fix) for c in checks):
         cs = [c for c in checks if (c.framework, c.scenario, c.fix) == key]
