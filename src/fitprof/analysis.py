@@ -558,9 +558,13 @@ def _exposed_times(
     kernels = dev_in & (kind == Kind.KERNEL)
     dev_work = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
     host_op = (~on_device) & (kind == Kind.OP)
-    names = table["name"].to_numpy().astype(str)
-    host_compute = host_op & (np.char.find(names, "pin_memory") < 0)  # pinning a batch is input work
-    thread = (table["pid"] + "\x00" + table["tid"]).to_numpy()
+    host_compute = host_op.copy()
+    if host_op.any():  # pinning a batch is input work, not compute (only host operators' names are looked at)
+        pinning = table["name"].to_numpy()[host_op]
+        host_compute[host_op] = ~pd.Series(pinning, dtype=object).str.contains("pin_memory", regex=False).to_numpy()
+    pid_code, _ = pd.factorize(table["pid"])
+    tid_code, tids = pd.factorize(table["tid"])
+    thread = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code  # one integer per (pid, tid)
 
     def host_spans_exposed(span_mask: np.ndarray, device_hides: np.ndarray | None) -> float:
         spans = _subtract(_intersect(_union(ts[span_mask], end[span_mask]), steps), excluded)
