@@ -233,3 +233,23 @@ def test_the_prediction_matches_the_fixed_loop_measured_again(
     assert slow.step_time_if_no_input_ms == pytest.approx(free.step_time_ms)
     assert slow.speedup_if_no_input == pytest.approx((sleep_ms + compute_ms) / compute_ms)
     assert slow.step_time_if_no_input_ms + smaller.input_exposed_ms_per_step == pytest.approx(smaller.step_time_ms)
+
+
+def test_fitprof_report_shows_a_dash_for_a_report_file_written_before_the_speedups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fitprof.cli import main
+
+    trace = _write(tmp_path / "gpu.pt.trace.json.gz", GPU_TRACE)
+    path = write_report_file(tmp_path / "run", session="s1", epoch=0, report=fitprof.analyze(trace), trace=trace)
+    assert main(["report", str(tmp_path)]) == 0
+    assert "1.54x input" in capsys.readouterr().out
+    doc = json.loads(path.read_text())
+    doc["report"] = {k: v for k, v in doc["report"].items() if "speedup" not in k and "_if_no_" not in k}
+    path.write_text(json.dumps(doc))
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    header, _, row = out.splitlines()[:3]
+    cells = row.split()
+    assert "up to" in header and "x input" not in out and cells[-2] == "-"
+    assert "Steps would be up to" not in out
