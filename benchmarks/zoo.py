@@ -250,13 +250,14 @@ def keras_run(
     augment: bool = False,
     parallel: bool = False,
     top_k: int = 5,
+    threads: int = 4,
 ) -> tuple[Any, _KerasClock, list[tuple[float, float]], dict[int, float]]:
     """Fit ``STEPS`` steps with FitProfiler; return the profiler, the step clock, the batch-production spans
     and when each batch (0-based) was ready.
 
     Every batch is produced by one ``tf.numpy_function`` (random features, optional sleep / SciPy augmentation)
     that records its perf_counter span. Serial (``parallel=False``): no prefetch, ``inject_prefetch`` off.
-    Hidden (``parallel=True``): ``map(num_parallel_calls=4)`` then ``prefetch(4)``.
+    Hidden (``parallel=True``): ``map(num_parallel_calls=threads)`` then ``prefetch(threads)`` (default 4).
     """
     import keras
     import tensorflow as tf
@@ -306,13 +307,13 @@ def keras_run(
 
     ds = tf.data.Dataset.range(STEPS + 8)  # more batches than steps: a prefetching pipeline keeps producing
     if parallel:
-        ds = ds.map(to_batch, num_parallel_calls=4, deterministic=True).prefetch(4)
+        ds = ds.map(to_batch, num_parallel_calls=threads, deterministic=True).prefetch(threads)
     else:
         ds = ds.map(to_batch)
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     if parallel:  # tf.data's pool has one thread per core by default: a sleeping call would hold one
-        options.threading.private_threadpool_size = 4
+        options.threading.private_threadpool_size = threads
     ds = ds.with_options(options)
     model = _keras_model(model_kind, features)
     clock = _KerasClock()
@@ -645,6 +646,117 @@ def lightning_scenario(
     return result
 
 
+# ---------------------------------------------------------------------------------- fixes, measured again
+FIX_SCENARIOS = ("sleep_input", "cpu_augment", "mixed")
+"""The zoo's scenarios with a bottleneck (all input): each is run, then run again with each fix its advice names."""
+
+
+@dataclass
+class FixCheck:
+    """One fix: fitprof's predicted step time on the bottleneck run against the fixed run's measured one (ms)."""
+
+    framework: str
+    scenario: str
+    fix: str
+    verdict: str
+    step_ms: float  # fitprof's step time of the bottleneck run
+    clock_ms: float  # the bottleneck run's step time by the independent clock
+    predicted_ms: float  # fitprof's step_time_if_no_input_ms of the bottleneck run
+    measured_ms: float  # the fixed run's step time by the independent clock
+    fixed_fitprof_ms: float  # the fixed run's step time by fitprof
+    fixed_input_ms: float  # the input wait the fixed run still has exposed (fitprof's input_exposed_ms_per_step)
+
+    @property
+    def error_pct(self) -> float:
+        """(predicted - measured) / measured, percent: negative when the fix did less than the upper bound."""
+        return 100.0 * (self.predicted_ms - self.measured_ms) / self.measured_ms
+
+    @property
+    def rest_error_pct(self) -> float:
+        """The same with the input wait the fix left exposed added to the prediction: how well the prediction
+        kept the rest of the step (everything but the input wait), percent of the measured step time."""
+        return 100.0 * (self.predicted_ms + self.fixed_input_ms - self.measured_ms) / self.measured_ms
+
+
+def _fix_variants(framework: str, scenario: str, sleep: float, compute_ms: float) -> tuple[dict[str, Any], Any]:
+    """(the bottleneck run's arguments, [(fix, the fixed run's arguments), ...]) of one scenario.
+
+    The fixes are those the advice names for the framework: ``map(num_parallel_calls=N)`` + ``prefetch(N)`` for
+    tf.data, ``num_workers`` + ``persistent_workers`` for the DataLoader, and a smaller (zero) sleep: the input
+    made free, which the prediction should match best. ``cache`` and ``pin_memory`` are left out: the augmented
+    batches differ every epoch (caching them changes the training) and there is no GPU to pin memory for.
+    """
+    keras = framework == "keras"
+    small = {"model_kind": "small", "batch": 64 if keras else 32}
+    heavy = {"model_kind": "heavy", "batch": 128}
+    many = {"parallel": True, "threads": 8} if keras else {"workers": 4}
+    few = {"parallel": True, "threads": 2} if keras else {"workers": 2}
+    many_name = "map(num_parallel_calls=8).prefetch(8)" if keras else "num_workers=4, persistent_workers=True"
+    few_name = "map(num_parallel_calls=2).prefetch(2)" if keras else "num_workers=2, persistent_workers=True"
+    if scenario == "sleep_input":
+        slow = {**small, "sleep_s": sleep}
+        return slow, [("sleep 0", small), (many_name, {**slow, **many})]
+    if scenario == "cpu_augment":
+        slow = {**small, "augment": True}
+        return slow, [(few_name, {**slow, **few})]
+    if scenario == "mixed":
+        slow = {**heavy, "sleep_s": compute_ms / 1e3}
+        return slow, [("sleep 0", heavy), (many_name, {**slow, **many})]
+    raise ValueError(f"no fix for scenario {scenario!r}; known: {FIX_SCENARIOS}")
+
+
+def fix_checks(
+    framework: str, logdir: Path, *, scenarios: tuple[str, ...] = FIX_SCENARIOS, sleep: float = 0.020
+) -> list[FixCheck]:
+    """Run each scenario with a bottleneck and each of its fixes (all with FitProfiler); compare fitprof's
+    ``step_time_if_no_input_ms`` on the bottleneck run with the fixed run's step time (independent clock)."""
+    runner: Callable[..., Any] = keras_run if framework == "keras" else lightning_run
+    count = iter(range(1_000_000))
+
+    def once(kw: dict[str, Any]) -> tuple[Any, float]:
+        fp, clock, *_ = runner(f"run{next(count)}", logdir, **kw)
+        return fp.reports[0], clock.step_ms()
+
+    base, base_ms = once({"model_kind": "heavy", "batch": 128})  # calibrates `mixed` as the zoo does
+    compute_ms = base_ms * (1 - base.input_percent / 100)
+    out = []
+    for scenario in scenarios:
+        slow, fixes = _fix_variants(framework, scenario, sleep, compute_ms)
+        report, clock_ms = once(slow)
+        for name, kw in fixes:
+            fixed, fixed_ms = once(kw)
+            check = FixCheck(
+                framework,
+                scenario,
+                name,
+                report.verdict,
+                report.step_time_ms,
+                clock_ms,
+                report.step_time_if_no_input_ms,
+                fixed_ms,
+                fixed.step_time_ms,
+                fixed.input_exposed_ms_per_step,
+            )
+            out.append(check)
+            print(_fix_row(check), flush=True)
+    return out
+
+
+FIX_HEADER = (
+    "| framework | scenario | verdict | step ms (fitprof; clock) | predicted ms if fixed (speedup) | fix | "
+    "measured ms (fitprof) | error % | input left by the fix ms | error % with it |"
+    "\n|---|---|---|---:|---:|---|---:|---:|---:|---:|"
+)
+
+
+def _fix_row(c: FixCheck) -> str:
+    return (
+        f"| {c.framework} | {c.scenario} | {c.verdict} | {c.step_ms:.1f}; {c.clock_ms:.1f} | {c.predicted_ms:.1f} "
+        f"({c.step_ms / c.predicted_ms:.2f}x) | {c.fix} | {c.measured_ms:.1f} ({c.fixed_fitprof_ms:.1f}) | "
+        f"{c.error_pct:+.1f} | {c.fixed_input_ms:.1f} | {c.rest_error_pct:+.1f} |"
+    )
+
+
 # ------------------------------------------------------------------------------------------------ driver
 def run_all(
     framework: str, logdir: Path, *, scenarios: tuple[str, ...], side_tools: bool
@@ -721,10 +833,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scenario", action="append", help="run only these scenarios (repeatable)")
     parser.add_argument("--json", help="write every result to this file")
+    parser.add_argument(
+        "--fixes", action="store_true", help="predicted vs measured step time of each fix (issue 16) instead"
+    )
     args = parser.parse_args(argv)
     repeats = 1 if args.quick else args.repeats
     frameworks = ["keras", "lightning"] if args.framework == "all" else [args.framework]
     print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPU cores, no GPU; {_versions(args.framework)}")
+    if args.fixes:
+        return fix_main(args, frameworks, repeats)
     print(HEADER)
     everything: list[Result] = []
     with tempfile.TemporaryDirectory() as d:
@@ -765,6 +882,47 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"\nreproduce: python benchmarks/zoo.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     return 0 if all(r.ok for r in everything) else 1
+
+
+def fix_main(args: argparse.Namespace, frameworks: list[str], repeats: int) -> int:
+    """``--fixes``: the predicted-vs-measured table per run, then the median and range of each error."""
+    print(FIX_HEADER)
+    checks: list[FixCheck] = []
+    chosen = tuple(s for s in FIX_SCENARIOS if not args.scenario or s in args.scenario)
+    with tempfile.TemporaryDirectory() as d:
+        for fw in frameworks:
+            for rep in range(repeats):
+                t0 = time.perf_counter()
+                checks += fix_checks(fw, Path(d) / f"{fw}{rep}", scenarios=chosen)
+                print(f"<!-- {fw} repeat {rep + 1}/{repeats}: {time.perf_counter() - t0:.0f} s -->", flush=True)
+    print("\nError of the prediction, median [min, max] over repeats (percent of the measured step time):")
+    print(
+        "| framework | scenario | fix | predicted ms | measured ms | error % | within 15% | input left ms | "
+        "error % with it |\n|---|---|---|---:|---:|---:|---|---:|---:|"
+    )
+    for key in dict.fromkeys((c.framework, c.scenario, c.fix) for c in checks):
+        cs = [c for c in checks if (c.framework, c.scenario, c.fix) == key]
+
+        def spread(vals: list[float], spec: str = ".1f") -> str:
+            return f"{statistics.median(vals):{spec}} [{min(vals):{spec}}, {max(vals):{spec}}]"
+
+        errs = [c.error_pct for c in cs]
+        within = sum(abs(e) <= 15.0 for e in errs)
+        print(
+            f"| {' | '.join(key)} | {spread([c.predicted_ms for c in cs])} | {spread([c.measured_ms for c in cs])} | "
+            f"{spread(errs, '+.1f')} | {within}/{len(cs)} | {spread([c.fixed_input_ms for c in cs])} | "
+            f"{spread([c.rest_error_pct for c in cs], '+.1f')} |"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                [{**asdict(c), "error_pct": c.error_pct, "rest_error_pct": c.rest_error_pct} for c in checks],
+                indent=1,
+                default=float,
+            )
+        )
+    print(f"\nreproduce: python benchmarks/zoo.py {' '.join(sys.argv[1:])}")
+    return 0
 
 
 if __name__ == "__main__":

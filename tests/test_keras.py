@@ -81,6 +81,12 @@ def test_scalars_read_back_from_event_files(runs: dict[str, Any]) -> None:
         assert scalars["fitprof/input_percent"][epoch][1] == pytest.approx(report.input_percent, rel=1e-6, abs=1e-6)
         assert scalars["fitprof/steps_analyzed"][epoch][1] == 5  # default window: steps 6-10
         assert scalars["fitprof/htod_ms_per_step"][epoch][1] == 0.0  # CPU-only run
+        # Potential speedups (issue 16): on a CPU the whole input wait is exposed; no copies, no collectives.
+        assert scalars["fitprof/step_time_if_no_input_ms"][epoch][1] == pytest.approx(
+            report.step_time_ms - report.input_ms_per_step, rel=1e-6
+        )
+        assert scalars["fitprof/speedup_if_no_input"][epoch][1] == pytest.approx(report.speedup_if_no_input, rel=1e-6)
+        assert scalars["fitprof/speedup_if_no_htod"][epoch][1] == 1.0
         top = [k for k in scalars if k.startswith("fitprof/top_ops/")]
         assert len(top) >= 5
         assert f"fitprof/top_ops/{report.top_ops[0].name}" in scalars

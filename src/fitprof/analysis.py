@@ -23,6 +23,24 @@ Verdict thresholds (percent of step time), also documented in the README:
 
 A trace without step markers is analysed as one span, from its first to its last host event: ``steps_analyzed`` is
 0, a warning and the headline say so, and the verdict is that span's.
+
+Potential speedups (upper bounds, :func:`potential_speedups`): the step time if the *exposed* part of one
+bottleneck were hidden, where exposed means the part of the step when nothing else ran:
+
+* input: the input wait (union of input spans inside the steps, less excluded spans) less the time device work
+  (kernels, copies, collectives launched in the steps) or host operators on other threads ran. On a trace
+  without device events the loop's input wait is exposed by construction: all of it counts;
+* HtoD: the device time of host-to-device copies launched in the steps (their union) less the time a kernel or a
+  collective kernel ran on the device;
+* collectives: with device collectives, their device time (union) less the time a compute kernel ran; without,
+  the host time blocked in collectives inside the steps less the time host operators ran on other threads.
+
+A host operator hides nothing while a span of the same bottleneck is open on its own thread (the collate ops
+nested in a DataLoader ``__next__``, an op around an all-reduce), and pin-memory ops are input work, not compute.
+``step_time_if_no_X_ms = step_time_ms - X_exposed_ms_per_step`` and ``speedup_if_no_X = step_time_ms /
+step_time_if_no_X_ms``. Each is an upper bound on the gain: it assumes the hidden work costs nothing else
+(overlapped input still takes CPU time; an overlapped copy still takes bandwidth), so a measured fix lands at or
+below it. The headline names the largest one when it is at least :data:`SPEEDUP_CLAUSE_MIN`.
 """
 
 from __future__ import annotations
@@ -30,7 +48,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, cast, get_args
+from typing import Any, Literal, TypedDict, cast, get_args
 
 import numpy as np
 import pandas as pd
@@ -46,6 +64,14 @@ COMPUTE_COVERS_PERCENT = 50.0
 with device work, else the host operators' (their union over threads)."""
 
 COMMUNICATION_BOUND_PERCENT = 20.0
+SPEEDUP_CLAUSE_MIN = 1.05
+"""The smallest potential speedup the headline names (a 5% gain); below it the clause is left out."""
+SPEEDUP_FIXES = {
+    "input": "the input wait hidden",
+    "htod": "HtoD copies overlapped",
+    "collectives": "collectives overlapped",
+}
+"""What each potential speedup assumes, as the headline says it."""
 
 Framework = Literal["tensorflow", "pytorch"]
 """The framework a trace comes from: ``"tensorflow"`` (an XSpace: TensorFlow, Keras on TensorFlow, JAX) or
@@ -130,6 +156,15 @@ class BottleneckReport:
     """The host operator with the most self time in the steps ("" when none), whatever ``op_time_source`` is."""
     top_host_op_percent: float = math.nan
     """``top_host_op``'s self time over step time (%)."""
+    input_exposed_ms_per_step: float = math.nan
+    htod_exposed_ms_per_step: float = math.nan
+    collective_exposed_ms_per_step: float = math.nan
+    step_time_if_no_input_ms: float = math.nan
+    step_time_if_no_htod_ms: float = math.nan
+    step_time_if_no_collectives_ms: float = math.nan
+    speedup_if_no_input: float = math.nan
+    speedup_if_no_htod: float = math.nan
+    speedup_if_no_collectives: float = math.nan
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -141,6 +176,12 @@ class BottleneckReport:
             metrics.HTOD_PERCENT.key: self.htod_percent,
             metrics.COLLECTIVE_PERCENT.key: self.collective_percent,
             metrics.STEPS_ANALYZED.key: float(self.steps_analyzed),
+            metrics.SPEEDUP_IF_NO_INPUT.key: self.speedup_if_no_input,
+            metrics.SPEEDUP_IF_NO_HTOD.key: self.speedup_if_no_htod,
+            metrics.SPEEDUP_IF_NO_COLLECTIVES.key: self.speedup_if_no_collectives,
+            metrics.STEP_TIME_IF_NO_INPUT_MS.key: self.step_time_if_no_input_ms,
+            metrics.STEP_TIME_IF_NO_HTOD_MS.key: self.step_time_if_no_htod_ms,
+            metrics.STEP_TIME_IF_NO_COLLECTIVES_MS.key: self.step_time_if_no_collectives_ms,
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
@@ -193,7 +234,7 @@ class BottleneckReport:
             if self.steps_analyzed == 0
             else ""
         )
-        return f"{self.verdict}: {why}.{span}"
+        return f"{self.verdict}: {why}.{span}{self.speedup_clause()}"
 
     def _top_host_text(self) -> str:
         if not self.top_host_op:
@@ -210,6 +251,42 @@ class BottleneckReport:
             return ""
         return f"; host-to-device copies {self.htod_percent:.1f}%{self._pageable_text()}"
 
+    def best_speedup(self) -> tuple[str, float, float] | None:
+        """``(fix, speedup, step_time_if_fixed_ms)`` of the largest finite potential speedup (``fix`` a key of
+        :data:`SPEEDUP_FIXES`; ties: input, then HtoD, then collectives); None when none is finite."""
+        options = [
+            ("input", self.speedup_if_no_input, self.step_time_if_no_input_ms),
+            ("htod", self.speedup_if_no_htod, self.step_time_if_no_htod_ms),
+            ("collectives", self.speedup_if_no_collectives, self.step_time_if_no_collectives_ms),
+        ]
+        finite = [o for o in options if math.isfinite(o[1]) and math.isfinite(o[2])]
+        return max(finite, key=lambda o: o[1]) if finite else None
+
+    def speedup_clause(self) -> str:
+        """`` Steps would be up to 2.9x faster (80.0 -> 28.0 ms) with the input wait hidden (upper bound).``: the
+        largest potential speedup (:meth:`best_speedup`), or "" when it is below :data:`SPEEDUP_CLAUSE_MIN`."""
+        best = self.best_speedup()
+        if best is None or best[1] < SPEEDUP_CLAUSE_MIN:
+            return ""
+        fix, speedup, fixed_ms = best
+        return (
+            f" Steps would be up to {speedup:.1f}x faster ({self.step_time_ms:.1f} -> {fixed_ms:.1f} ms) with "
+            f"{SPEEDUP_FIXES[fix]} (upper bound)."
+        )
+
+    def speedup_line(self) -> str:
+        """The three potential speedups, each as the step time if fixed and a factor (upper bounds)."""
+        parts = [
+            f"{SPEEDUP_FIXES[fix]} {ms:.2f} ms ({x:.2f}x)"
+            for fix, ms, x in (
+                ("input", self.step_time_if_no_input_ms, self.speedup_if_no_input),
+                ("htod", self.step_time_if_no_htod_ms, self.speedup_if_no_htod),
+                ("collectives", self.step_time_if_no_collectives_ms, self.speedup_if_no_collectives),
+            )
+            if math.isfinite(ms) and math.isfinite(x)
+        ]
+        return "Step time if fixed (upper bounds on the gain): " + "; ".join(parts) + "." if parts else ""
+
     def summary_markdown(self) -> str:
         """Verdict, advice and the top-operator table, as Markdown (TensorBoard's Text tab renders it)."""
         lines = [
@@ -220,6 +297,8 @@ class BottleneckReport:
             f"({self.htod_percent:.1f}%).",
             "",
         ]
+        if self.speedup_line():
+            lines += [self.speedup_line(), ""]
         lines += [f"- {a}" for a in self.advice]
         if self.top_ops:
             lines += [
@@ -484,6 +563,8 @@ def analyze_table(
         coll_union = _union(ts[sel], end[sel])
         coll_us = _overlap(coll_union, steps) - _overlap(_intersect(coll_union, steps), excluded)
 
+    exposed = _exposed_times(table, ts, end, kind, on_device, dev_in, htod, coll, steps, excluded)
+
     # Top operators by self time.
     device_ops = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
     if device_ops.any():
@@ -568,7 +649,119 @@ def analyze_table(
         top_host_op=str(top_host.index[0]) if len(top_host) else "",
         top_host_op_percent=100.0 * float(top_host.iloc[0]) / step_total_us if len(top_host) else math.nan,
         **where,
+        **potential_speedups(step_time_us / 1e3, {k: v / n_div / 1e3 for k, v in exposed.items()}),
     )
+
+
+class Speedups(TypedDict):
+    """The potential-speedup fields of a :class:`BottleneckReport` (see :func:`potential_speedups`)."""
+
+    input_exposed_ms_per_step: float
+    htod_exposed_ms_per_step: float
+    collective_exposed_ms_per_step: float
+    step_time_if_no_input_ms: float
+    step_time_if_no_htod_ms: float
+    step_time_if_no_collectives_ms: float
+    speedup_if_no_input: float
+    speedup_if_no_htod: float
+    speedup_if_no_collectives: float
+
+
+def potential_speedups(step_time_ms: float, exposed_ms: dict[str, float]) -> Speedups:
+    """The potential-speedup fields of a report from the step time and the exposed time of each bottleneck.
+
+    Args:
+        step_time_ms: mean step time (ms).
+        exposed_ms: ``{"input": ..., "htod": ..., "collectives": ...}``, exposed ms per step (see the module
+            docstring).
+
+    Returns:
+        ``{input,htod,collective}_exposed_ms_per_step``, ``step_time_if_no_{input,htod,collectives}_ms``
+        (``step_time_ms`` less the exposed time, ms) and ``speedup_if_no_{input,htod,collectives}`` (the step time
+        over that; ``inf`` when the exposed time is the whole step). Upper bounds on the gain of each fix.
+    """
+    ex = {fix: min(max(exposed_ms[fix], 0.0), step_time_ms) for fix in ("input", "htod", "collectives")}
+    fixed = {fix: step_time_ms - v for fix, v in ex.items()}
+    x = {fix: step_time_ms / v if v > 0 else math.inf for fix, v in fixed.items()}
+    return Speedups(
+        input_exposed_ms_per_step=ex["input"],
+        htod_exposed_ms_per_step=ex["htod"],
+        collective_exposed_ms_per_step=ex["collectives"],
+        step_time_if_no_input_ms=fixed["input"],
+        step_time_if_no_htod_ms=fixed["htod"],
+        step_time_if_no_collectives_ms=fixed["collectives"],
+        speedup_if_no_input=x["input"],
+        speedup_if_no_htod=x["htod"],
+        speedup_if_no_collectives=x["collectives"],
+    )
+
+
+def _exposed_times(
+    table: pd.DataFrame,
+    ts: np.ndarray,
+    end: np.ndarray,
+    kind: np.ndarray,
+    on_device: np.ndarray,
+    dev_in: np.ndarray,
+    htod: np.ndarray,
+    coll: np.ndarray,
+    steps: tuple[np.ndarray, np.ndarray],
+    excluded: tuple[np.ndarray, np.ndarray],
+) -> dict[str, float]:
+    """Exposed time (us, summed over the steps) of the input wait, HtoD copies and collectives (module docstring)."""
+    kernels = dev_in & (kind == Kind.KERNEL)
+    dev_work = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
+    host_op = (~on_device) & (kind == Kind.OP)
+    host_compute = host_op.copy()
+    if host_op.any():  # pinning a batch is input work, not compute (only host operators' names are looked at)
+        pinning = table["name"].to_numpy()[host_op]
+        host_compute[host_op] = ~pd.Series(pinning, dtype=object).str.contains("pin_memory", regex=False).to_numpy()
+    pid_code, _ = pd.factorize(table["pid"])
+    tid_code, tids = pd.factorize(table["tid"])
+    thread = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code  # one integer per (pid, tid)
+
+    def host_spans_exposed(span_mask: np.ndarray, device_hides: np.ndarray | None) -> float:
+        spans = _subtract(_intersect(_union(ts[span_mask], end[span_mask]), steps), excluded)
+        hide = [] if device_hides is None else [_union(ts[device_hides], end[device_hides])]
+        span_threads = set(thread[span_mask])
+        other = host_compute & ~np.isin(thread, list(span_threads))
+        hide.append(_union(ts[other], end[other]))
+        for t in span_threads:  # ops on a thread hide nothing while that thread is inside a span
+            own = host_compute & (thread == t)
+            mine = span_mask & (thread == t)
+            hide.append(_subtract(_union(ts[own], end[own]), _union(ts[mine], end[mine])))
+        cover = _union(np.concatenate([h[0] for h in hide]), np.concatenate([h[1] for h in hide]))
+        return _length(spans) - _overlap(spans, cover)
+
+    inp = kind == Kind.INPUT
+    if dev_work.any():
+        input_us = host_spans_exposed(inp & ~on_device, dev_work)
+    else:  # CPU only: the loop thread blocks on its input and nothing else trains; exposed by construction
+        spans = _subtract(_intersect(_union(ts[inp], end[inp]), steps), excluded)
+        input_us = _length(spans)
+    copies = _union(ts[htod], end[htod])
+    busy = dev_in & np.isin(kind, [Kind.KERNEL, Kind.COLLECTIVE])
+    htod_us = _length(copies) - _overlap(copies, _union(ts[busy], end[busy]))
+    if (coll & dev_in).any():
+        c = _union(ts[coll & dev_in], end[coll & dev_in])
+        coll_us = _length(c) - _overlap(c, _union(ts[kernels], end[kernels]))
+    else:
+        coll_us = host_spans_exposed(coll & ~on_device, None)
+    return {"input": input_us, "htod": htod_us, "collectives": coll_us}
+
+
+def _length(a: tuple[np.ndarray, np.ndarray]) -> float:
+    return float(np.sum(a[1] - a[0]))
+
+
+def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of the disjoint, sorted intervals ``a`` outside the disjoint, sorted intervals ``b``."""
+    if len(b[0]) == 0 or len(a[0]) == 0:
+        return a[0].astype(float), a[1].astype(float)
+    gaps_s = np.concatenate([[-np.inf], b[1]])
+    gaps_e = np.concatenate([b[0], [np.inf]])
+    keep = gaps_e > gaps_s
+    return _intersect(a, (gaps_s[keep], gaps_e[keep]))
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

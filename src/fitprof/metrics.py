@@ -63,6 +63,48 @@ TOP_OP_RANKED = Metric(
     "operators. The key names the rank, not the operator, so the same keys come every epoch (History, CSV "
     "columns, monitors); the names are in the text summary and in `fitprof/top_ops/<op name>`.",
 )
+_UPPER = (
+    " An upper bound on the gain: it assumes the hidden time costs nothing else (overlapped input still takes CPU "
+    "time, an overlapped copy still takes bandwidth), so a measured fix lands at or below it."
+)
+STEP_TIME_IF_NO_INPUT_MS = Metric(
+    PREFIX + "step_time_if_no_input_ms",
+    "ms",
+    "`step_time_ms` less the exposed input wait per step: the input spans inside analysed steps when no device "
+    "work and no host operator on another thread ran (on a trace without device events, the whole input wait)."
+    + _UPPER,
+)
+STEP_TIME_IF_NO_HTOD_MS = Metric(
+    PREFIX + "step_time_if_no_htod_ms",
+    "ms",
+    "`step_time_ms` less the exposed host-to-device copy time per step: the device time of the copies launched in "
+    "analysed steps when no kernel ran on the device. Equal to `step_time_ms` on a CPU-only run." + _UPPER,
+)
+STEP_TIME_IF_NO_COLLECTIVES_MS = Metric(
+    PREFIX + "step_time_if_no_collectives_ms",
+    "ms",
+    "`step_time_ms` less the exposed collective time per step: collective kernels' device time when no compute "
+    "kernel ran (without device collectives: host time blocked in collectives when no host operator ran on "
+    "another thread)." + _UPPER,
+)
+SPEEDUP_IF_NO_INPUT = Metric(
+    PREFIX + "speedup_if_no_input",
+    "x (ratio >= 1)",
+    "`step_time_ms / step_time_if_no_input_ms`: how many times faster steps would be with the input wait hidden."
+    + _UPPER,
+)
+SPEEDUP_IF_NO_HTOD = Metric(
+    PREFIX + "speedup_if_no_htod",
+    "x (ratio >= 1)",
+    "`step_time_ms / step_time_if_no_htod_ms`: how many times faster steps would be with the HtoD copies "
+    "overlapped." + _UPPER,
+)
+SPEEDUP_IF_NO_COLLECTIVES = Metric(
+    PREFIX + "speedup_if_no_collectives",
+    "x (ratio >= 1)",
+    "`step_time_ms / step_time_if_no_collectives_ms`: how many times faster steps would be with the collectives "
+    "overlapped." + _UPPER,
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
@@ -81,6 +123,12 @@ ALL: tuple[Metric, ...] = (
     COLLECTIVE_PERCENT,
     STEPS_ANALYZED,
     TOP_OP_RANKED,
+    STEP_TIME_IF_NO_INPUT_MS,
+    STEP_TIME_IF_NO_HTOD_MS,
+    STEP_TIME_IF_NO_COLLECTIVES_MS,
+    SPEEDUP_IF_NO_INPUT,
+    SPEEDUP_IF_NO_HTOD,
+    SPEEDUP_IF_NO_COLLECTIVES,
     TOP_OP,
 )
 
@@ -91,6 +139,12 @@ BASE_KEYS: tuple[str, ...] = (
     HTOD_PERCENT.key,
     COLLECTIVE_PERCENT.key,
     STEPS_ANALYZED.key,
+    SPEEDUP_IF_NO_INPUT.key,
+    SPEEDUP_IF_NO_HTOD.key,
+    SPEEDUP_IF_NO_COLLECTIVES.key,
+    STEP_TIME_IF_NO_INPUT_MS.key,
+    STEP_TIME_IF_NO_HTOD_MS.key,
+    STEP_TIME_IF_NO_COLLECTIVES_MS.key,
 )
 """The keys every analysed window logs, whatever its operators."""
 

@@ -72,6 +72,12 @@ _CSV_COLUMNS = (
     "htod_percent",
     "htod_gb_per_s",
     "collective_percent",
+    "step_time_if_no_input_ms",
+    "speedup_if_no_input",
+    "step_time_if_no_htod_ms",
+    "speedup_if_no_htod",
+    "step_time_if_no_collectives_ms",
+    "speedup_if_no_collectives",
     "top_op",
     "top_op_ms_per_step",
     "top_op_percent",
@@ -161,7 +167,7 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     show_fit = several_fits(rows)  # several fits into one run directory: tell them apart
     header = ["run"]
     header += ["fit", "session"] * show_fit + ["epoch"] * show_epoch + ["rank"] * show_rank
-    header += ["framework", "steps", "step ms", "input %", "HtoD ms/step", "HtoD %", "top op", "top %", "verdict"]
+    header += ["framework", "steps", "step ms", "input %", "HtoD ms/step", "HtoD %", "top op", "top %", "up to", "verdict"]
     body = []
     for r in rows:
         top = r["top_ops"][0] if r["top_ops"] else None
@@ -177,10 +183,11 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
             _fmt(r["htod_percent"], ".1f"),
             _short(top["name"]) if top else "-",
             _fmt(top["percent"], ".1f") if top else "-",
+            _best_speedup(r),
             r["verdict"],
         ]
         body.append(cells)
-    left = {"run", "session", "framework", "top op", "verdict"}
+    left = {"run", "session", "framework", "top op", "up to", "verdict"}
     lines = _markdown_table(header, body, left) if markdown else _plain_table(header, body, left)
     lines.append("")
     for run, group in by_run(rows):
@@ -221,6 +228,20 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines) + "\n"
+
+
+_FIX_LABELS = (("input", "input"), ("htod", "HtoD"), ("collectives", "collectives"))
+
+
+def _best_speedup(rec: dict[str, Any]) -> str:
+    """The "up to" cell: the largest potential speedup and what it hides (``1.54x input``), ``-`` when unknown."""
+    options = [
+        (float(rec[f"speedup_if_no_{fix}"]), label)
+        for fix, label in _FIX_LABELS
+        if finite(rec.get(f"speedup_if_no_{fix}"))
+    ]
+    best = max(options, key=lambda o: o[0], default=None)
+    return "-" if best is None else f"{best[0]:.2f}x {best[1]}"
 
 
 def _plain_table(header: list[str], body: list[list[str]], left: set[str]) -> list[str]:
