@@ -1,6 +1,7 @@
-"""Count a Kineto trace's figures by hand: the standard library only (``json`` + ``gzip``), never fitprof's reader.
+"""Count a trace's figures by hand: the standard library only (``json`` + ``gzip``; the protobuf wire format read
+byte by byte for XSpace), never fitprof's readers.
 
-    python tests/handcount.py TRACE.json[.gz] ...      # prints each trace's counts as JSON
+    python tests/handcount.py TRACE.json[.gz] TRACE.xplane.pb ...      # prints each trace's counts as JSON
 
 The tests compare ``fitprof.analyze`` with what :func:`count` finds, so a bug in fitprof's reader or analysis
 cannot cancel out: this file shares no code with ``src/fitprof`` and follows the definitions written in the
@@ -284,6 +285,109 @@ def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------------------------------------ XSpace
+
+
+def _message(data: bytes) -> dict[int, list[Any]]:
+    """One protobuf message from its wire format: ``{field number: [values]}`` (varints as ints, length-delimited
+    fields as bytes; XSpace uses no other wire types where this looks)."""
+    out: dict[int, list[Any]] = defaultdict(list)
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        shift = value = 0
+        while True:
+            byte = data[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                return value
+
+    while i < len(data):
+        key = varint()
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            out[num].append(varint())
+        elif wire == 2:
+            size = varint()
+            out[num].append(data[i : i + size])
+            i += size
+        elif wire == 1:
+            out[num].append(data[i : i + 8])
+            i += 8
+        elif wire == 5:
+            out[num].append(data[i : i + 4])
+            i += 4
+        else:
+            raise ValueError(f"wire type {wire} at byte {i}")
+    return out
+
+
+def count_xspace(path: str | Path) -> dict[str, Any]:
+    """The step and input figures of an ``.xplane.pb``, read from its wire format with the standard library
+    (field numbers of tsl's ``xplane.proto``): on ``/host:`` planes, the steps are the events carrying a
+    ``step_num`` stat outside the ``tf_data*`` / ``tf_Compute*`` lines; input is the union of
+    ``IteratorGetNextOp::DoCompute`` spans clipped to the steps. Returns ``steps`` (their numbers), ``window_us``,
+    ``input_us``, ``ops`` (the set of ``op name`` of ``tf_Compute`` events named ``<op name>:<op type>``) and
+    ``device_events`` (events on ``/device:`` planes' ``Stream`` lines)."""
+    space = _message(Path(path).read_bytes())
+    step_spans: list[Interval] = []
+    step_nums: list[int] = []
+    inputs: list[Interval] = []
+    ops: set[str] = set()
+    device_events = 0
+    for raw_plane in space[1]:
+        plane = _message(raw_plane)
+        name = plane[2][0].decode() if plane[2] else ""
+        meta_names: dict[int, str] = {}
+        for entry in plane[4]:
+            kv = _message(entry)
+            meta = _message(kv[2][0]) if kv[2] else {}
+            meta_names[kv[1][0] if kv[1] else 0] = meta[2][0].decode() if meta.get(2) else ""
+        stat_names: dict[int, str] = {}
+        for entry in plane[5]:
+            kv = _message(entry)
+            meta = _message(kv[2][0]) if kv[2] else {}
+            stat_names[kv[1][0] if kv[1] else 0] = meta[2][0].decode() if meta.get(2) else ""
+        for raw_line in plane[3]:
+            line = _message(raw_line)
+            lname = line[2][0].decode() if line[2] else ""
+            base_ns = line[3][0] if line[3] else 0
+            if name.startswith("/device:"):
+                if lname.lower().startswith("stream"):
+                    device_events += len(line[4])
+                continue
+            if not name.startswith("/host:"):
+                continue
+            for raw_event in line[4]:
+                event = _message(raw_event)
+                ename = meta_names.get(event[1][0] if event[1] else 0, "")
+                start = (base_ns + (event[2][0] if event[2] else 0) / 1e3) / 1e3
+                end = start + (event[3][0] if event[3] else 0) / 1e6
+                stats = {}
+                for raw_stat in event[4]:
+                    stat = _message(raw_stat)
+                    stats[stat_names.get(stat[1][0] if stat[1] else 0, "")] = stat.get(4, stat.get(3, [None]))[0]
+                if ename == "IteratorGetNextOp::DoCompute":
+                    inputs.append((start, end))
+                elif "step_num" in stats and not lname.startswith(("tf_data", "tf_Compute")):
+                    step_spans.append((start, end))
+                    step_nums.append(stats["step_num"])
+                elif lname.startswith("tf_Compute") and ":" in ename and "::" not in ename:
+                    ops.add(ename.rpartition(":")[0])
+    steps = union(step_spans)
+    return {
+        "steps": sorted(step_nums),
+        "window_us": length(steps),
+        "input_us": length(clip(union(inputs), steps)),
+        "ops": ops,
+        "device_events": device_events,
+    }
+
+
 if __name__ == "__main__":
     for arg in sys.argv[1:]:
-        print(json.dumps({"trace": arg, **count(arg)}, indent=1, default=str))
+        counted = count_xspace(arg) if arg.endswith(".xplane.pb") else count(arg)
+        print(json.dumps({"trace": arg, **counted}, indent=1, default=str))
