@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 
+from fitprof import _session
 from fitprof._session import session_name
 from fitprof.traces.xspace_write import kineto_to_xspace, write_xspace
 
@@ -80,12 +83,19 @@ def test_works_without_tensorflow_and_xprof_finds_the_steps(tmp_path: Path) -> N
     assert result["steps"] >= 1  # xprof found step markers (it keeps only steps with work grouped in them)
 
 
-def test_write_and_unique_session_names(tmp_path: Path) -> None:
+def test_write_and_unique_session_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Clock(datetime.datetime):  # both names in the same second, whenever the test runs
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Clock:
+            return cls(2026, 1, 2, 3, 4, 5)
+
+    monkeypatch.setattr(_session, "datetime", types.SimpleNamespace(datetime=Clock))
     profile_dir = tmp_path / "plugins" / "profile"
     first = session_name(profile_dir, suffix="epoch0")
+    assert first == "2026_01_02_03_04_05_epoch0"
     write_xspace(TRACE["traceEvents"], tmp_path, first, host="h1")  # a bare event list works too
-    second = session_name(profile_dir, suffix="epoch0")  # same second, same suffix
-    assert second != first and second.startswith(first)
+    assert (profile_dir / first / "h1.xplane.pb").is_file()
+    assert session_name(profile_dir, suffix="epoch0") == f"{first}_2"  # same second, same suffix: taken
 
 
 def test_rejects_what_is_not_a_trace(tmp_path: Path) -> None:
