@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import struct
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,12 +282,12 @@ def _int(num: int, value: int) -> bytes:
     return _varint(num << 3) + _varint(value)
 
 
-def _len(num: int, payload: bytes) -> bytes:
+def field_bytes(num: int, payload: bytes) -> bytes:
     return _varint(num << 3 | 2) + _varint(len(payload)) + payload
 
 
 def _str(num: int, text: str) -> bytes:
-    return _len(num, text.encode())
+    return field_bytes(num, text.encode())
 
 
 # tsl/profiler/protobuf/xplane.proto field numbers
@@ -301,7 +300,7 @@ EMETA_ID, EMETA_NAME, EMETA_STATS = 1, 2, 5
 SMETA_ID, SMETA_NAME = 1, 2
 
 
-class _Plane:
+class PlaneBuilder:
     """One XPlane being built: metadata interned by name, lines of events in picoseconds."""
 
     def __init__(self, plane_id: int, name: str) -> None:
@@ -332,22 +331,22 @@ class _Plane:
         body = _int(EVENT_METADATA_ID, self.event_id(name)) + _int(EVENT_OFFSET_PS, offset_ps)
         body += _int(EVENT_DURATION_PS, duration_ps)
         for key, value in stats.items():
-            body += _len(EVENT_STATS, self.stat(key, value))
+            body += field_bytes(EVENT_STATS, self.stat(key, value))
         line.append(body)
 
     def encode(self) -> bytes:
         out = _int(PLANE_ID, self.id) + _str(PLANE_NAME, self.name)
         for line_id, name, ts_ns, events in self.lines:
             body = _int(LINE_ID, line_id) + _str(LINE_NAME, name) + _int(LINE_TIMESTAMP_NS, ts_ns)
-            body += b"".join(_len(LINE_EVENTS, e) for e in events)
-            out += _len(PLANE_LINES, body)
+            body += b"".join(field_bytes(LINE_EVENTS, e) for e in events)
+            out += field_bytes(PLANE_LINES, body)
         for name, eid in self.events.items():
             meta = _int(EMETA_ID, eid) + _str(EMETA_NAME, name)
-            out += _len(PLANE_EVENT_METADATA, _int(1, eid) + _len(2, meta))  # map entry: key 1, value 2
+            out += field_bytes(PLANE_EVENT_METADATA, _int(1, eid) + field_bytes(2, meta))  # map entry: key 1, value 2
         for name, sid in self.stats.items():
             meta = _int(SMETA_ID, sid) + _str(SMETA_NAME, name)
-            out += _len(PLANE_STAT_METADATA, _int(1, sid) + _len(2, meta))
-        out += b"".join(_len(PLANE_STATS, s) for s in self.plane_stats)
+            out += field_bytes(PLANE_STAT_METADATA, _int(1, sid) + field_bytes(2, meta))
+        out += b"".join(field_bytes(PLANE_STATS, s) for s in self.plane_stats)
         return out
 
 
@@ -364,7 +363,7 @@ def xspace_trace(*, steps: int = 4, first_step: int = 3, seed: int = 0, host: st
     repeats the stream events; and a ``Task Environment`` plane."""
     rng = np.random.default_rng(seed)
     sums = _Sums()
-    cpu, gpu, env = _Plane(1, "/host:CPU"), _Plane(2, "/device:GPU:0"), _Plane(3, "Task Environment")
+    cpu, gpu, env = PlaneBuilder(1, "/host:CPU"), PlaneBuilder(2, "/device:GPU:0"), PlaneBuilder(3, "Task Environment")
     base_ns = 1_000_000  # every line starts here; offsets in picoseconds
     python = cpu.line(1, "python3", base_ns)
     get_next = cpu.line(2, "tf_data_iterator_get_next", base_ns)
@@ -446,45 +445,5 @@ def xspace_trace(*, steps: int = 4, first_step: int = 3, seed: int = 0, host: st
     start_ns, stop_ns = 1_700_000_000_000_000_000, 1_700_000_000_000_000_000 + int((t + 1_000) * 1e3)
     env.plane_stats += [_int(STAT_METADATA_ID, env.stat_id("profile_start_time")) + _int(STAT_UINT64, start_ns)]
     env.plane_stats += [_int(STAT_METADATA_ID, env.stat_id("profile_stop_time")) + _int(STAT_UINT64, stop_ns)]
-    space = b"".join(_len(XSPACE_PLANES, p.encode()) for p in (cpu, gpu, env)) + _str(XSPACE_HOSTNAMES, host)
+    space = b"".join(field_bytes(XSPACE_PLANES, p.encode()) for p in (cpu, gpu, env)) + _str(XSPACE_HOSTNAMES, host)
     return space, sums.truth(step_nums, None, None)
-
-
-# ------------------------------------------------------------------------------- reading the wire format
-
-
-def decode(data: bytes) -> dict[int, list[Any]]:
-    """One protobuf message: ``{field number: [values]}``, varints as ints, fixed64 as doubles, length-delimited
-    fields as bytes (decode them again for nested messages)."""
-    out: dict[int, list[Any]] = defaultdict(list)
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = value = 0
-        while True:
-            byte = data[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                return value
-
-    while i < len(data):
-        key = varint()
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            out[num].append(varint())
-        elif wire == 1:
-            out[num].append(struct.unpack_from("<d", data, i)[0])
-            i += 8
-        elif wire == 2:
-            size = varint()
-            out[num].append(data[i : i + size])
-            i += size
-        elif wire == 5:
-            out[num].append(struct.unpack_from("<f", data, i)[0])
-            i += 4
-        else:
-            raise ValueError(f"unsupported wire type {wire} at byte {i}")
-    return out

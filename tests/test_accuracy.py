@@ -63,7 +63,7 @@ def _kineto(waits: list[list[tuple[float, float]]], tmp: Path, *, tid2: bool = F
 def _xspace(waits: list[list[tuple[float, float]]], tmp: Path) -> Path:
     """The same steps as an XSpace: ``train`` markers (``step_num``, ``_r=1``) and ``IteratorGetNextOp::DoCompute``
     spans, with an op on a ``tf_Compute`` line filling the rest."""
-    plane = gputrace._Plane(1, "/host:CPU")
+    plane = gputrace.PlaneBuilder(1, "/host:CPU")
     python = plane.line(1, "python3", 1_000)
     get_next = plane.line(2, "tf_data_iterator_get_next", 1_000)
     compute = plane.line(3, "tf_Compute", 1_000)
@@ -77,7 +77,7 @@ def _xspace(waits: list[list[tuple[float, float]]], tmp: Path) -> Path:
             plane.event(compute, "model/dense/MatMul:MatMul", round((t + busy) * 1e6), round((STEP_US - busy) * 1e6))
         t += STEP_US
     path = tmp / "planted.xplane.pb"
-    path.write_bytes(gputrace._len(gputrace.XSPACE_PLANES, plane.encode()))
+    path.write_bytes(gputrace.field_bytes(gputrace.XSPACE_PLANES, plane.encode()))
     return path
 
 
