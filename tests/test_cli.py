@@ -316,19 +316,17 @@ PIXEL_TOLERANCE = 2  # an anti-aliased edge can blur one pixel row at each end o
 
 def bar_segments(png: Path) -> list[list[dict[str, int]]]:
     """The stacked bars drawn in ``png``, decoded from its pixels: per panel (top to bottom), per bar (left to
-    right), the height in pixels of each segment (by its colour; 0 when absent). Legend patches are narrower
-    than any bar and are left out."""
+    right), the height in pixels of each segment (by its colour; 0 when absent), in the bar's middle column.
+    Legend patches are narrower than any bar and are left out."""
     import numpy as np
     from PIL import Image
-    from scipy import ndimage
 
     with Image.open(png) as img:
         assert img.format == "PNG"
         rgb = np.asarray(img.convert("RGB")).astype(int)
     masks = {k: np.abs(rgb - c).sum(axis=2) <= 6 for k, c in SEGMENT_COLORS.items()}
-    labels, _ = ndimage.label(np.logical_or.reduce(list(masks.values())))
     bars = []
-    for ys, xs in ndimage.find_objects(labels):
+    for ys, xs in _regions(np.logical_or.reduce(list(masks.values()))):
         if xs.stop - xs.start < 40:  # legend patch
             continue
         mid = (xs.start + xs.stop) // 2
@@ -341,6 +339,20 @@ def bar_segments(png: Path) -> list[list[dict[str, int]]]:
         else:
             panels.append([bar])
     return [[h for _, _, h in sorted(panel, key=lambda b: b[1])] for panel in panels]
+
+
+def _runs(flags: Any) -> list[slice]:
+    """The runs of True in a 1-D boolean array, as slices."""
+    import numpy as np
+
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def _regions(mask: Any) -> list[tuple[slice, slice]]:
+    """Boxes (row slice, column slice) of the coloured blocks of a boolean image: bands of rows holding some
+    colour, split into runs of columns holding some colour within the band (stacked bars are such blocks)."""
+    return [(rows, cols) for rows in _runs(mask.any(axis=1)) for cols in _runs(mask[rows].any(axis=0))]
 
 
 def assert_bars_show(png: Path, panels: list[list[tuple[float, float, float]]]) -> None:
