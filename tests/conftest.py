@@ -23,13 +23,7 @@ for p in (EXAMPLES, TESTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from shared_fixtures import KINETO_DIR, in_ci, missing_shared, shared_kineto  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def kineto_fixtures() -> Path:
-    """``../shared/fixtures/kineto`` beside the checkout (CI lays it there); skips (fails under CI) without it."""
-    return shared_kineto()
+from shared_fixtures import KINETO_DIR, in_ci, missing_shared  # noqa: E402
 
 
 def _cuda_reason() -> str | None:

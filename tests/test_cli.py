@@ -4,6 +4,7 @@ Keras example run and on built log folders, the plot, and every kind of bad inpu
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -124,20 +125,26 @@ def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Pa
 # --------------------------------------------------------------------------------- analyze: real fixtures
 
 
-@pytest.fixture(scope="module", params=["shipped", "shared"])
-def fixture_reports(request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+@functools.cache
+def _reports(which: str) -> dict[str, dict[str, Any]]:
     """``fitprof.analyze(path).to_dict()`` (NaN -> None) of every shipped trace (a Lightning window, two gloo
     ranks, a Keras XSpace) or of every shared GPU trace (skipped without ``../shared``), by path."""
-    if request.param == "shipped":
+    if which == "shipped":
         paths = [LIGHTNING_CPU, *DDP_RANKS, KERAS_XSPACE]
     else:
         paths = [shared_kineto(name) for name in SHARED_KINETO]
     return {os.fspath(p): _clean(fitprof.analyze(p).to_dict()) for p in paths}
 
 
-def test_analyze_json_equals_core(
-    fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture(params=["shipped", "shared"])
+def trace_set(request: pytest.FixtureRequest) -> Any:
+    """A function giving the reports of one set of traces: called in the test, so that without ``../shared`` the
+    skip comes from one place (``shared_fixtures.shared_kineto``) and ``-ra`` shows one line for all of them."""
+    return lambda: _reports(request.param)
+
+
+def test_analyze_json_equals_core(trace_set: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fixture_reports = trace_set()
     rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", "json")
     assert rc == 0, err
     assert err == ""
@@ -165,9 +172,8 @@ def test_analyze_json_equals_core(
     json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
 
-def test_analyze_csv_one_row_per_file(
-    fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_analyze_csv_one_row_per_file(trace_set: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fixture_reports = trace_set()
     rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", "csv")
     assert rc == 0, err
     frame = pd.read_csv(io.StringIO(out))
@@ -185,9 +191,8 @@ def test_analyze_csv_one_row_per_file(
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_analyze_text_formats(
-    fmt: str, fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_analyze_text_formats(fmt: str, trace_set: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fixture_reports = trace_set()
     rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", fmt)
     assert rc == 0, err
     lines = out.splitlines()
