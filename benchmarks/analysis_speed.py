@@ -91,6 +91,98 @@ def generate_kineto(path: Path, n_events: int, ops_per_step: int = 1000) -> int:
     return len(events)
 
 
+def generate_kineto_stream(path: Path, target_mb: float, ops_per_step: int = 1000) -> int:
+    """Write a Kineto trace of about ``target_mb`` MB plain JSON, the events of :func:`generate_kineto`, one step
+    at a time (the whole trace is never held); return the number of events."""
+    target = target_mb * 1e6
+    n, corr, ts, step = 0, 1, 1_000.0, 0
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write('{"schemaVersion": 1, "traceEvents": [')
+        while fh.tell() < target:
+            step_start = ts
+            events: list[dict[str, Any]] = [
+                {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                 "ts": step_start, "dur": 0.0},
+                {"ph": "X", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": ts + 1, "dur": 200.0,
+                 "name": "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": ts + 210,
+                 "dur": 8.0, "args": {"correlation": corr}},
+                {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "pid": 0, "tid": 7,
+                 "ts": ts + 215, "dur": 40.0, "args": {"correlation": corr, "bytes": 1 << 20}},
+            ]  # fmt: skip
+            corr += 1
+            ts += 220
+            for k in range(ops_per_step):
+                events += [
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": ts, "dur": 20.0},
+                    {"ph": "X", "cat": "cpu_op", "name": "aten::addmm" if k % 3 else "aten::mm", "pid": 1,
+                     "tid": 1, "ts": ts + 2, "dur": 15.0},
+                    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                     "ts": ts + 4, "dur": 6.0, "args": {"correlation": corr}},
+                    {"ph": "X", "cat": "kernel", "name": f"sgemm_{k % 7}", "pid": 0, "tid": 7, "ts": ts + 12,
+                     "dur": 18.0, "args": {"correlation": corr}},
+                ]  # fmt: skip
+                corr += 1
+                ts += 22
+            events[0]["dur"] = ts - step_start
+            fh.write(("," if n else "") + ",".join(map(json.dumps, events)))
+            n += len(events)
+            step += 1
+        fh.write("]}")
+    return n
+
+
+_CHILD = """
+import json, sys, time
+import fitprof
+def peak_rss_kb():  # VmHWM starts afresh at exec; ru_maxrss would carry the parent's peak
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+t0 = time.perf_counter()
+report = fitprof.analyze(sys.argv[1], max_trace_mb=1e9, max_events=10**9)
+took = time.perf_counter() - t0
+print(json.dumps({"s": took, "peak_kb": peak_rss_kb(),
+                  "steps": report.steps_analyzed}))
+"""
+
+
+def analyze_in_child(path: Path) -> dict[str, Any]:
+    """``fitprof.analyze`` of one file in a fresh process: seconds, peak RSS (kB, the process's own), steps."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, env=env, check=True
+    )
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def bench_ratio(path: Path, repeats: int) -> dict[str, Any]:
+    """``fitprof.analyze`` (from the file: inflating, decoding, table, analysis) against ``json.loads`` of the
+    same plain text, in this process, alternated; median seconds, MB/s of plain JSON and the ratio."""
+    import fitprof
+
+    raw = path.read_bytes()
+    plain = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    loads, ours = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        doc = json.loads(plain)
+        loads.append(time.perf_counter() - t0)
+        del doc
+        t0 = time.perf_counter()
+        fitprof.analyze(path, max_trace_mb=1e9, max_events=10**9)
+        ours.append(time.perf_counter() - t0)
+    loads_s, ours_s = statistics.median(loads), statistics.median(ours)
+    return {
+        "file": path.name,
+        "plain_mb": len(plain) / 1e6,
+        "json_loads_s": loads_s,
+        "fitprof_s": ours_s,
+        "mb_per_s": len(plain) / 1e6 / ours_s,
+        "ratio": ours_s / loads_s,
+    }
+
+
 def bench_kineto(path: Path, repeats: int, hta_parse: Callable[[str], Any] | None) -> dict[str, Any]:
     from fitprof.analysis import analyze_table
     from fitprof.traces import read_trace
@@ -155,6 +247,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--skip-xprof", action="store_true")
+    parser.add_argument("--skip-hta", action="store_true", help="do not time HTA's parser even where it imports")
+    parser.add_argument(
+        "--big-mb",
+        type=float,
+        nargs="*",
+        default=[],
+        metavar="MB",
+        help="also generate plain Kineto traces of these sizes (e.g. 1000) and analyse each in a fresh process: "
+        "seconds, MB/s and peak RSS",
+    )
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -164,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
 
     hta_parse: Callable[[str], Any] | None = None
     try:
+        if args.skip_hta:
+            raise ImportError("--skip-hta")
         from hta.common.trace import parse_trace_file
 
         logging.getLogger("hta").setLevel(logging.ERROR)
@@ -197,6 +301,33 @@ def main(argv: list[str] | None = None) -> None:
                 f"{row['analyze_s']:.3f} | {row['events_per_s']:,.0f} | {hta_cell} |",
                 flush=True,
             )
+        print(
+            "\n| trace | plain JSON MB | json.loads s | fitprof.analyze s (from the file) | MB/s | ratio to json.loads |"
+        )
+        print("|---|---:|---:|---:|---:|---:|")
+        for path in [*files, gen]:
+            r = bench_ratio(path, args.repeats)
+            print(
+                f"| {r['file']} | {r['plain_mb']:,.1f} | {r['json_loads_s']:.3f} | {r['fitprof_s']:.3f} | "
+                f"{r['mb_per_s']:,.0f} | {r['ratio']:.2f} |",
+                flush=True,
+            )
+        if args.big_mb:
+            print(
+                "\n| generated trace | plain JSON MB | events | analyse s (fresh process) | MB/s | peak RSS MB | RSS / size |"
+            )
+            print("|---|---:|---:|---:|---:|---:|---:|")
+        for mb in args.big_mb:
+            big = tmp / f"generated_{mb:g}mb.pt.trace.json"
+            n_big = generate_kineto_stream(big, mb)
+            size = big.stat().st_size
+            r = analyze_in_child(big)
+            print(
+                f"| {big.name} ({r['steps']} steps) | {size / 1e6:,.0f} | {n_big:,} | {r['s']:.1f} | "
+                f"{size / 1e6 / r['s']:,.0f} | {r['peak_kb'] / 1024:,.0f} | {r['peak_kb'] * 1024 / size:.2f} |",
+                flush=True,
+            )
+            big.unlink()
         if not args.skip_xprof:
             xplane = keras_xplane(tmp)
             row = bench_xspace(xplane, tmp, args.repeats)

@@ -105,7 +105,7 @@ def host_kind(cat: str, name: str) -> str:
         if name.startswith("enumerate(DataLoader)#") and "__next__" in name:
             return "input"
         if name == "fitprof/validation":
-            return "excluded"
+            return "not_training"
         return "collective" if name.startswith(PG_PREFIXES) else "annotation"
     if cat == "cpu_op":
         if name.startswith(("c10d::", "c10d_functional::", "_c10d_functional::", *PG_PREFIXES)):
@@ -211,7 +211,7 @@ def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     else:
         host = [i for i, d in enumerate(on_device) if not d]
         steps = [(min(ev[i]["ts"] for i in host), max(ev[i]["ts"] + ev[i].get("dur", 0) for i in host))]
-    excluded = union((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i, k in enumerate(kinds) if k == "excluded")
+    excluded = union((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i, k in enumerate(kinds) if k == "not_training")
     analysed = subtract(steps, excluded)
     window_us = length(analysed)
 

@@ -4,6 +4,7 @@ Keras example run and on built log folders, the plot, and every kind of bad inpu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import io
@@ -21,9 +22,9 @@ import pytest
 
 import fitprof
 from fitprof import analyze_table, read_trace
-from fitprof._reportfile import clean_json as _clean
-from fitprof._reportfile import write_report_file
 from fitprof.cli import main
+from fitprof.report_files import clean_json as _clean
+from fitprof.report_files import write_report_file
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU, SHARED_KINETO, shared_kineto
 
 REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
@@ -116,8 +117,7 @@ def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Pa
             session = root / run / "plugins" / "profile" / f"2026_01_01_00_00_0{epoch}_rank{rank}"
             session.mkdir(parents=True)
             copy = Path(shutil.copy(trace, session / trace.name))
-            report = fitprof.analyze(copy)
-            report.rank = rank
+            report = dataclasses.replace(fitprof.analyze(copy), rank=rank)
             write_report_file(root / run, session=session.name, epoch=epoch, report=report, trace=copy, rank=rank)
     return root
 
@@ -638,3 +638,23 @@ def test_console_script(tmp_path: Path) -> None:
     expected = read_trace(good)
     assert rec["rank"] == expected.attrs["rank"]
     assert rec["step_time_ms"] == pytest.approx(analyze_table(expected).step_time_ms)
+
+
+def test_report_reads_files_written_before_the_renames(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A report file with the old names (``htod_gbps``, framework ``"torch"``) is read: its bandwidth comes out
+    as ``htod_gb_per_s`` and its framework as ``"pytorch"``."""
+    run = tmp_path / "run"
+    trace = write_kineto(run / "h_rank0.s.pt.trace.json", step_us=10_000, input_us=1_000)
+    path = write_report_file(run, session="s", epoch=0, report=fitprof.analyze(trace), trace=trace)
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["framework"] = doc["report"]["framework"] = "torch"
+    doc["report"]["htod_gbps"] = 2.5
+    del doc["report"]["htod_gb_per_s"]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    rc, out, err = run_cli(capsys, "report", tmp_path, "--format", "json")
+    assert (rc, err) == (0, "")
+    [rec] = json.loads(out)
+    assert (rec["htod_gb_per_s"], rec["framework"], rec["step_time_ms"]) == (2.5, "pytorch", 10.0)
+    rc, out, _ = run_cli(capsys, "report", tmp_path, "--format", "csv")
+    header, row = out.splitlines()
+    assert row.split(",")[header.split(",").index("htod_gb_per_s")] == "2.5"

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -49,7 +50,7 @@ def test_analysis_on_a_hand_built_window() -> None:
             _ev("ProfilerStep#2", "step", 10_000, 15_000, step_num=2),
             _ev("next", "input", 0, 4_000),
             _ev("next", "input", 10_000, 2_000),
-            _ev("fitprof/validation", "excluded", 19_000, 5_000),
+            _ev("fitprof/validation", "not_training", 19_000, 5_000),
             _ev("next", "input", 20_000, 1_000),
             _ev("aten::linear", "op", 4_000, 5_000),
             _ev("aten::addmm", "op", 4_500, 3_000),
@@ -76,7 +77,7 @@ def test_analysis_on_a_hand_built_window() -> None:
     assert report.htod_ms_per_step == pytest.approx(0.5)
     assert report.htod_percent == pytest.approx(100 * 1 / 20)
     assert report.htod_bytes_per_step == pytest.approx(5e5)
-    assert report.htod_gbps == pytest.approx(1.0)  # 1 MB in 1 ms
+    assert report.htod_gb_per_s == pytest.approx(1.0)  # 1 MB in 1 ms
     assert report.htod_pinned_ms_per_step == pytest.approx(0.5)
     # Device events exist, so operators are ranked by device time (the copy, no launching op known).
     assert report.op_time_source == "device"
@@ -95,7 +96,7 @@ def test_host_self_time_subtracts_nested_operators() -> None:
             _ev("my_annotation", "annotation", 1_000, 8_000),
         ]
     )
-    report = analyze_table(table, top_k=5)
+    report = analyze_table(table, top_k=5, framework="pytorch")
     assert [(o.name, o.self_ms_per_step) for o in report.top_ops] == [("aten::addmm", 4.0), ("aten::linear", 2.0)]
     assert report.op_time_source == "host"
     assert report.verdict == "compute-bound"
@@ -103,7 +104,7 @@ def test_host_self_time_subtracts_nested_operators() -> None:
 
 def test_no_step_markers_analyses_the_whole_trace() -> None:
     table = make_table([_ev("op", "op", 0, 1_000), _ev("IteratorGetNext", "input", 1_000, 1_000)])
-    report = analyze_table(table)
+    report = analyze_table(table, framework="pytorch")
     assert report.steps_analyzed == 0
     assert report.step_time_ms == pytest.approx(2.0)
     assert report.input_percent == pytest.approx(50.0)
@@ -111,7 +112,7 @@ def test_no_step_markers_analyses_the_whole_trace() -> None:
 
 
 def test_empty_table_is_no_steps() -> None:
-    report = analyze_table(make_table(pd.DataFrame()))
+    report = analyze_table(make_table(pd.DataFrame()), framework="pytorch")
     assert report.verdict == "no-steps" and math.isnan(report.step_time_ms)
 
 
@@ -142,7 +143,7 @@ def test_gloo_rank_waiting_in_all_reduce_is_communication_bound() -> None:
 
 def test_top_k_checked() -> None:
     with pytest.raises(ValueError, match="top_k"):
-        analyze_table(make_table(pd.DataFrame()), top_k=0)
+        analyze_table(make_table(pd.DataFrame()), top_k=0, framework="pytorch")
 
 
 @pytest.mark.parametrize(
@@ -164,13 +165,13 @@ def test_bad_xspace_files(tmp_path: Path, name: str, content: bytes | None, matc
 
 
 def test_rank_combine_names_the_straggler_and_skips_empty_ranks() -> None:
-    from fitprof._ranks import combine, pack
+    from fitprof.cross_rank import combine, pack
 
     def rep(step: float, inp: float) -> object:
         table = make_table(
             [_ev("ProfilerStep#1", "step", 0, step * 1e3), _ev("next", "input", 0, step * 1e3 * inp / 100)]
         )
-        return analyze_table(table)
+        return analyze_table(table, framework="pytorch")
 
     vectors = [pack(rep(10, 5)), pack(None), pack(rep(30, 60))]
     out = combine(vectors)
@@ -181,3 +182,45 @@ def test_rank_combine_names_the_straggler_and_skips_empty_ranks() -> None:
     assert out["fitprof/input_percent_max_rank"] == 2.0
     assert out["fitprof/ranks_reported"] == 2.0
     assert combine([pack(None), pack(None)]) == {}
+
+
+def test_the_summary_line_names_the_straggler_as_fitprof_report_does() -> None:
+    """Rank 0 has the slowest step, rank 1 waits for input 55 points more: both the TensorBoard text and the CLI's
+    spread (one definition, :func:`fitprof.cross_rank.spread`) name rank 1 the straggler."""
+    from fitprof.cross_rank import RankFigures, combine, pack, spread, summary_line
+
+    def rep(step: float, inp: float) -> Any:
+        table = make_table(
+            [_ev("ProfilerStep#1", "step", 0, step * 1e3), _ev("next", "input", 0, step * 1e3 * inp / 100)]
+        )
+        return analyze_table(table, framework="pytorch", rank=0, world_size=2)
+
+    vectors = [pack(rep(30, 5)), pack(rep(28, 60))]
+    line = summary_line(vectors, combine(vectors), world_size=2)
+    assert "slowest rank 0 at 30.00 ms/step" in line
+    assert "Straggler: rank 1 (input share 55.0 points above the least input-bound rank)" in line
+    s = spread([RankFigures(0, 30.0, 5.0), RankFigures(1, 28.0, 60.0)])
+    assert s is not None and (s.slowest.rank, s.most_input_bound.rank, s.straggler.rank) == (0, 1, 1)
+    # Under the 10-point threshold the slowest rank is the straggler.
+    s = spread([RankFigures(0, 30.0, 5.0), RankFigures(1, 28.0, 14.0)])
+    assert s is not None and s.straggler.rank == 0
+
+
+def test_the_report_is_built_complete_and_frozen(tmp_path: Path) -> None:
+    """``analyze`` of an XSpace named ``<host>_rank<N>.xplane.pb`` gives host, rank and framework in the report
+    itself; the report cannot be changed afterwards."""
+    import dataclasses
+
+    from fitprof.traces.xspace_write import write_xspace
+
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10_000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 1, "ts": 1_000, "dur": 8_000},
+    ]
+    path = write_xspace(events, tmp_path, "s", host="node7_rank3")
+    report = analyze(path)
+    assert (report.framework, report.host, report.rank, report.world_size) == ("tensorflow", "node7", 3, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.rank = 1  # type: ignore[misc]
+    with pytest.raises(ValueError, match="framework must be one of"):
+        analyze_table(make_table([_ev("op", "op", 0, 1_000)]), framework="torch")

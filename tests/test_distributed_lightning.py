@@ -214,8 +214,8 @@ def test_one_session_folder_per_window_lists_both_ranks(run_dir: Path) -> None:
     folders = sorted((run_dir / "plugins" / "profile").iterdir())
     assert len(folders) == EPOCHS
     names = [sorted(p.name for p in folder.glob("*.xplane.pb")) for folder in folders]
-    assert names[0] == [f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]
-    assert names[1] == [f"{host}_rank0.xplane.pb"]  # rank 1's epoch-1 analysis failed before its conversion
+    # Rank 1's epoch-1 analysis failed; its trace still reaches the Profile tab (nothing recorded is dropped).
+    assert names == [[f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]] * EPOCHS
     with tensorboard(run_dir.parent.parent) as base:
         runs = wait_for(lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90)
         assert sorted(runs) == sorted(f"{RUN}/{f.name}" for f in folders)

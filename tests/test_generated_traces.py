@@ -40,7 +40,7 @@ def check(report: fitprof.BottleneckReport, truth: gputrace.Truth) -> None:
     assert report.htod_percent == approx(truth.percent(truth.htod_ms_per_step))
     assert report.htod_bytes_per_step == approx(truth.htod_bytes_per_step)
     htod_us = truth.htod_ms_per_step * 1e3
-    assert report.htod_gbps == approx(truth.htod_bytes_per_step / htod_us / 1e3)  # bytes per ns = GB/s
+    assert report.htod_gb_per_s == approx(truth.htod_bytes_per_step / htod_us / 1e3)  # bytes per ns = GB/s
     assert report.dtoh_ms_per_step == approx(truth.dtoh_ms_per_step)
     assert report.collective_ms_per_step == approx(truth.collective_ms_per_step)
     assert report.collective_percent == approx(truth.percent(truth.collective_ms_per_step))

@@ -243,14 +243,14 @@ def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
 def test_a_fit_after_an_exception_joins_the_gather_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 0 of 2 (the other rank's vector empty): a window flushed after an exception is not gathered (the other
     ranks may be anywhere), but every profiled epoch of the next fit is, as on a rank that never profiled."""
-    from fitprof import _ranks
+    from fitprof import cross_rank
     from fitprof.keras import _distributed
 
     gathers: list[int] = []
 
     def gather(model, backend, vector, world):
         gathers.append(len(vector))
-        return [vector, _ranks.pack(None)]
+        return [vector, cross_rank.pack(None)]
 
     monkeypatch.setattr(_distributed, "rank_and_world", lambda model, backend: (0, 2))
     monkeypatch.setattr(_distributed, "all_gather_vectors", gather)

@@ -34,15 +34,7 @@ import pytest
 import fitprof
 import handcount
 from fitprof.traces import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
+    Kind,
     TraceError,
     read_trace,
 )
@@ -111,12 +103,12 @@ def test_event_table_matches_hand_counts(name: str) -> None:
     assert table["kind"].value_counts().to_dict() == exp["kinds"]
     assert "PyTorch Profiler (0)" not in set(table["name"])  # the profiler's own span is skipped
 
-    steps = table[table["kind"] == KIND_STEP]
+    steps = table[table["kind"] == Kind.STEP]
     assert sorted(steps["step_num"].astype(int)) == exp["steps"]
     assert list(steps["name"]) == [f"ProfilerStep#{n:.0f}" for n in steps["step_num"]]
     assert not steps["on_device"].any()
 
-    copies = table[table["kind"] == KIND_MEMCPY]
+    copies = table[table["kind"] == Kind.MEMCPY]
     assert copies["on_device"].all()
     for copy_kind, want in exp["all_copies"].items():
         sel = copies[copies["copy_kind"] == copy_kind]
@@ -125,20 +117,20 @@ def test_event_table_matches_hand_counts(name: str) -> None:
         got_bytes = sel["bytes"].sum(skipna=False) if len(sel) else 0.0
         assert got_bytes == approx(want["bytes"]), copy_kind  # NaN when a copy does not say
 
-    device_coll = table[(table["kind"] == KIND_COLLECTIVE) & table["on_device"]]
+    device_coll = table[(table["kind"] == Kind.COLLECTIVE) & table["on_device"]]
     assert len(device_coll) == exp["all_collective_kernels"]
     assert device_coll["name"].str.contains("nccl", case=False).all()
-    kernels = table[table["kind"] == KIND_KERNEL]
+    kernels = table[table["kind"] == Kind.KERNEL]
     assert kernels["on_device"].all()
     assert not kernels["name"].str.contains("nccl|rccl", case=False).any()
-    host_kinds = [KIND_OP, KIND_STEP, KIND_INPUT, KIND_EXCLUDED]
+    host_kinds = [Kind.OP, Kind.STEP, Kind.INPUT, Kind.NOT_TRAINING]
     assert not table.loc[table["kind"].isin(host_kinds), "on_device"].any()
 
 
 @pytest.mark.parametrize("name", DEVICE)
 def test_device_events_are_linked_to_their_launch(name: str) -> None:
     table = table_of(name)
-    work = table[table["kind"].isin([KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE]) & table["on_device"]]
+    work = table[table["kind"].isin([Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE]) & table["on_device"]]
     assert work["launch_us"].notna().all()  # every kernel and copy of these traces has its runtime call
     assert (work["launch_us"] <= work["ts_us"]).all()  # launched before it ran
     host = table[~table["on_device"]]
@@ -146,22 +138,22 @@ def test_device_events_are_linked_to_their_launch(name: str) -> None:
     assert (host["op"] == "").all()
     # ops are names of host operators, never of annotations or steps
     ops = set(work["op"]) - {""}
-    assert ops <= set(table.loc[table["kind"].isin([KIND_OP, KIND_COLLECTIVE]) & ~table["on_device"], "name"])
+    assert ops <= set(table.loc[table["kind"].isin([Kind.OP, Kind.COLLECTIVE]) & ~table["on_device"], "name"])
 
 
 def test_rocm_trace_details() -> None:
     table = table_of("mi250_rocm_minitoy_train.json.gz")
     mirror = table[table["name"] == "ProfilerStep#1"]
-    assert sorted(mirror["kind"]) == [KIND_ANNOTATION, KIND_STEP]
-    assert mirror.loc[mirror["kind"] == KIND_ANNOTATION, "on_device"].all()
-    copies = table[table["kind"] == KIND_MEMCPY]
+    assert sorted(mirror["kind"]) == [Kind.ANNOTATION, Kind.STEP]
+    assert mirror.loc[mirror["kind"] == Kind.ANNOTATION, "on_device"].all()
+    copies = table[table["kind"] == Kind.MEMCPY]
     assert list(copies["name"]) == ["Memcpy HtoD (Host -> Device)"] * 2
     assert list(copies["copy_kind"]) == ["htod", "htod"]
     assert copies["bytes"].isna().all()
     assert list(copies["op"]) == ["aten::copy_", "aten::copy_"]
     report = report_of("mi250_rocm_minitoy_train.json.gz")
     assert math.isnan(report.htod_bytes_per_step)  # the trace does not say how many bytes: unknown, not 0
-    assert math.isnan(report.htod_gbps)
+    assert math.isnan(report.htod_gb_per_s)
 
 
 # --------------------------------------------------------------------------------- real traces: report
@@ -185,12 +177,12 @@ def test_report_matches_hand_counts(name: str) -> None:
     assert report.htod_percent == approx(100 * htod_us / window)
     known = [c for c in htod if c["count"] and not math.isnan(c["bytes"])]
     if any(c["count"] for c in htod) and not known:
-        assert math.isnan(report.htod_bytes_per_step) and math.isnan(report.htod_gbps)
+        assert math.isnan(report.htod_bytes_per_step) and math.isnan(report.htod_gb_per_s)
     else:
         htod_bytes = sum(c["bytes"] for c in known)
         assert report.htod_bytes_per_step == approx(htod_bytes / n)
         known_us = sum(c["dur_us"] for c in known)
-        assert report.htod_gbps == approx(htod_bytes / known_us / 1e3 if known_us else 0.0)
+        assert report.htod_gb_per_s == approx(htod_bytes / known_us / 1e3 if known_us else 0.0)
     assert report.htod_pinned_ms_per_step == approx(exp["htod_pinned"]["dur_us"] / n / 1e3)
     assert report.htod_pageable_ms_per_step == approx(exp["htod_pageable"]["dur_us"] / n / 1e3)
     assert report.dtoh_ms_per_step == approx(exp["dtoh"]["dur_us"] / n / 1e3)
@@ -237,7 +229,7 @@ def test_shared_hand_counts_in_plain_numbers() -> None:
     assert report_of("a100_ddp8_rank3_dataloader.json.gz").collective_percent == approx(35.172977449)
     assert report_of("a100_alexnet_pageable_htod.json.gz").steps_analyzed == 0
     assert report_of("a100_alexnet_pageable_htod.json.gz").warnings
-    assert report_of("a100_alexnet_pageable_htod.json.gz").htod_gbps == approx(4.403426121)
+    assert report_of("a100_alexnet_pageable_htod.json.gz").htod_gb_per_s == approx(4.403426121)
     cpu_report = report_of("cpu_only_rank34.pt.trace.json.gz")
     assert cpu_report.collective_percent == approx(85.087877752)
     assert cpu_report.verdict == "communication-bound" and "bucket_cap_mb" in cpu_report.advice[0]
@@ -263,7 +255,7 @@ def test_shipped_traces_in_plain_numbers() -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_annotations_and_steps_are_never_operators(name: str) -> None:
     table = table_of(name)
-    not_ops = set(table.loc[table["kind"].isin([KIND_ANNOTATION, KIND_STEP, KIND_INPUT, KIND_EXCLUDED]), "name"])
+    not_ops = set(table.loc[table["kind"].isin([Kind.ANNOTATION, Kind.STEP, Kind.INPUT, Kind.NOT_TRAINING]), "name"])
     report = fitprof.analyze_table(table, top_k=50)
     names = {op.name for op in report.top_ops}
     assert not names & not_ops
@@ -336,27 +328,27 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
         return rows[(name, ts)]
 
     step = row("ProfilerStep#3", 100.5)
-    assert (step.kind, step.step_num, step.on_device) == (KIND_STEP, 3.0, False)
+    assert (step.kind, step.step_num, step.on_device) == (Kind.STEP, 3.0, False)
     assert step.self_us == 100.0  # only operators lose the time of operators nested in them (make_table)
     assert row("aten::linear", 112).self_us == 30 - 5  # less aten::addmm
     assert row("c10d::allreduce_", 158).self_us == 6 - 4  # less record_param_comms
     mirror = row("ProfilerStep#3", 130)
-    assert (mirror.kind, mirror.on_device) == (KIND_ANNOTATION, True)
+    assert (mirror.kind, mirror.on_device) == (Kind.ANNOTATION, True)
     assert math.isnan(mirror.step_num)
-    assert row("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 101).kind == KIND_INPUT
-    assert row("fitprof/validation", 190).kind == KIND_EXCLUDED
-    assert row("## forward ##", 112).kind == KIND_ANNOTATION
-    assert row("nccl:all_reduce", 160).kind == KIND_COLLECTIVE
-    assert row("c10d::allreduce_", 158).kind == KIND_COLLECTIVE
-    assert row("record_param_comms", 159).kind == KIND_COLLECTIVE
-    assert row("aten::addmm", 113).kind == KIND_OP
-    assert row("cudaLaunchKernel", 115).kind == KIND_OTHER
-    assert row("train.py(12): step", 100).kind == KIND_OTHER
+    assert row("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 101).kind == Kind.INPUT
+    assert row("fitprof/validation", 190).kind == Kind.NOT_TRAINING
+    assert row("## forward ##", 112).kind == Kind.ANNOTATION
+    assert row("nccl:all_reduce", 160).kind == Kind.COLLECTIVE
+    assert row("c10d::allreduce_", 158).kind == Kind.COLLECTIVE
+    assert row("record_param_comms", 159).kind == Kind.COLLECTIVE
+    assert row("aten::addmm", 113).kind == Kind.OP
+    assert row("cudaLaunchKernel", 115).kind == Kind.OTHER
+    assert row("train.py(12): step", 100).kind == Kind.OTHER
     assert row("train.py(12): step", 100).pid == "7" and row("train.py(12): step", 100).tid == "7"
 
     gemm = row("void gemm()", 130)
     assert (gemm.kind, gemm.on_device, gemm.op, gemm.launch_us, gemm.pid) == (
-        KIND_KERNEL,
+        Kind.KERNEL,
         True,
         "aten::addmm",
         115,
@@ -364,7 +356,7 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
     )
     htod = row("Memcpy HtoD (Pinned -> Device)", 125)
     assert (htod.kind, htod.copy_kind, htod.bytes, htod.op, htod.launch_us) == (
-        KIND_MEMCPY,
+        Kind.MEMCPY,
         "htod_pinned",
         4096,
         "aten::linear",  # cudaMemcpyAsync at 120-123 lies in aten::linear (112-142), after aten::addmm (113-118)
@@ -373,7 +365,7 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
     relu = row("void relu()", 171)
     assert (relu.op, relu.launch_us) == ("", 150)  # launched outside any operator
     nccl = row("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 172)
-    assert (nccl.kind, nccl.on_device, nccl.op, nccl.launch_us) == (KIND_COLLECTIVE, True, "record_param_comms", 161)
+    assert (nccl.kind, nccl.on_device, nccl.op, nccl.launch_us) == (Kind.COLLECTIVE, True, "record_param_comms", 161)
     orphan = row("Memcpy DtoH (Device -> Pageable)", 181)
     assert (orphan.copy_kind, orphan.op, orphan.bytes) == ("dtoh", "", 8)
     assert math.isnan(orphan.launch_us)  # no runtime event with correlation 99
@@ -383,7 +375,7 @@ def test_synthetic_trace_classification(tmp_path: Path, suffix: str, bare_list: 
     assert row("Memcpy HtoD (Host -> Device)", 184).copy_kind == "htod"
     assert row("Memcpy", 185).copy_kind == "dtoh"  # from args.kind
     memset = row("Memset (Device)", 186)
-    assert (memset.kind, memset.on_device, memset.copy_kind) == (KIND_OTHER, True, "")
+    assert (memset.kind, memset.on_device, memset.copy_kind) == (Kind.OTHER, True, "")
     assert math.isnan(memset.bytes)
 
 
@@ -401,7 +393,7 @@ def test_synthetic_trace_report(tmp_path: Path) -> None:
     assert report.htod_pinned_ms_per_step == approx(0.004)
     assert report.htod_pageable_ms_per_step == approx(0.001)
     assert report.htod_bytes_per_step == approx(4096 + 16)
-    assert report.htod_gbps == approx((4096 + 16) / 5 / 1e3)
+    assert report.htod_gb_per_s == approx((4096 + 16) / 5 / 1e3)
     assert report.dtoh_ms_per_step == approx(0.002)
     assert report.collective_ms_per_step == approx(0.008)
     assert report.collective_percent == approx(100 * 8 / 90)
@@ -441,7 +433,7 @@ BAD_FILES: dict[str, tuple[str, bytes, str]] = {
     "corrupt gzip": ("bad.json.gz", b"\x1f\x8b\x08\x00" + b"\x00garbage" * 10, "gzip"),
     "invalid json": ("bad.pt.trace.json", b'{"traceEvents": [{"ph": "X",', "JSON"),
     "invalid json in gzip": ("bad2.json.gz", gzip.compress(b"not json at all"), "JSON"),
-    "not utf-8": ("latin.json", b'{"traceEvents": ["\xff\xfe"]}', "JSON"),
+    "not utf-8": ("latin.json", b'{"traceEvents": [{"name": "\xff\xfe"}]}', "JSON"),
     "object without traceEvents": ("other.json", b'{"name": "a config file"}', "traceEvents"),
     "traceEvents not a list": ("te.json", b'{"traceEvents": {"ph": "X"}}', "traceEvents"),
     "events not objects": ("nums.json", b"[1, 2, 3]", "event 0"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import subprocess
 import sys
@@ -84,18 +83,13 @@ def test_works_without_tensorflow_and_xprof_finds_the_steps(tmp_path: Path) -> N
 
 
 def test_write_and_unique_session_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class Clock(datetime.datetime):  # both names in the same second, whenever the test runs
-        @classmethod
-        def now(cls, tz: datetime.tzinfo | None = None) -> Clock:
-            return cls(2026, 1, 2, 3, 4, 5)
-
-    monkeypatch.setattr(_session, "datetime", types.SimpleNamespace(datetime=Clock))
-    profile_dir = tmp_path / "plugins" / "profile"
-    first = session_name(profile_dir, suffix="epoch0")
+    # Both names in the same second, whenever the test runs (it failed when the clock ticked between the calls).
+    monkeypatch.setattr(_session, "time", types.SimpleNamespace(strftime=lambda fmt: "2026_01_02_03_04_05"))
+    first = session_name(tmp_path, epoch=0)
     assert first == "2026_01_02_03_04_05_epoch0"
     write_xspace(TRACE["traceEvents"], tmp_path, first, host="h1")  # a bare event list works too
-    assert (profile_dir / first / "h1.xplane.pb").is_file()
-    assert session_name(profile_dir, suffix="epoch0") == f"{first}_2"  # same second, same suffix: taken
+    assert (tmp_path / "plugins" / "profile" / first / "h1.xplane.pb").is_file()
+    assert session_name(tmp_path, epoch=0) == f"{first}_2"  # same second, same epoch: taken
 
 
 def test_rejects_what_is_not_a_trace(tmp_path: Path) -> None:

@@ -148,6 +148,19 @@ def check_ranks(value: Any) -> frozenset[int] | None:
     return frozenset(int(r) for r in members)
 
 
+def profiles_rank(ranks: frozenset[int] | None, rank: int) -> bool:
+    """Whether global rank ``rank`` profiles under ``ranks`` (None: every rank does)."""
+    return ranks is None or rank in ranks
+
+
+def unknown_ranks_message(ranks: frozenset[int] | None, world_size: int) -> str | None:
+    """The warning for ``ranks`` that names no rank of a run of ``world_size`` ranks (nothing is profiled), else
+    None."""
+    if ranks is None or min(ranks) < world_size:
+        return None
+    return f"ranks={sorted(ranks)} names no rank of this run (ranks 0-{world_size - 1}); nothing is profiled."
+
+
 def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileConfig:
     """Check the shared arguments of both callbacks (see :class:`ProfileConfig`)."""
     first, last = parse_profile_batch(profile_batch)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from types import ModuleType
 
 _HINTS = {
@@ -13,14 +12,6 @@ _HINTS = {
     "lightning": "pip install 'fitprof[lightning]'",
     "xprof": "pip install xprof",
 }
-
-
-def available(module: str) -> bool:
-    """Whether ``module`` can be imported, without importing it."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -1,65 +1,137 @@
-"""Where profile files go: ``<log_dir>/plugins/profile/<session>/``, one new session folder per window."""
+"""Where fitprof's files go and what they are called, in one place (stdlib only).
+
+Inside a run directory ``<log_dir>``:
+
+* ``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``: one session folder per window (TensorBoard's
+  Profile tab); ``_rank<r>`` when the run has several ranks, so ranks on one host never collide;
+* ``<host>_rank<r>.<session>.pt.trace.json.gz``: the Kineto trace of a torch window;
+* ``plugins/fitprof/<session>.rank<r>.json``: the report of one window and rank (:mod:`fitprof.report_files`).
+
+A session is named ``YYYY_MM_DD_HH_MM_SS_epoch<N>`` (TensorFlow's run-folder format, which xprof sorts by, and the
+0-based epoch), with ``_2``, ``_3``, ... added when that name is taken (:func:`session_taken`).
+"""
 
 from __future__ import annotations
 
-import datetime
 import os
+import re
 import socket
 import time
 from pathlib import Path
 
+PROFILE_DIR = ("plugins", "profile")
+"""Where session folders live inside a run directory (where TensorBoard's Profile tab looks)."""
+REPORTS_DIR = ("plugins", "fitprof")
+"""Where report files live inside a run directory."""
+KINETO_SUFFIX = ".pt.trace.json.gz"
+XPLANE_SUFFIX = ".xplane.pb"
+_RANK_SUFFIX = re.compile(r"^(.*)_rank(\d+)$")
+
 
 def hostname() -> str:
-    """This machine's host name, as the profilers name their files."""
+    """This machine's host name, as the profilers name their files (``"localhost"`` when it has none)."""
     return socket.gethostname() or "localhost"
 
 
+def with_rank(host: str, rank: int) -> str:
+    """``<host>_rank<rank>``: the name of one rank's files."""
+    return f"{host}_rank{int(rank)}"
+
+
+def rank_host(host: str, rank: int, world_size: int) -> str:
+    """The host name of one rank's ``.xplane.pb``: ``<host>_rank<rank>`` when ``world_size`` > 1, else ``host``."""
+    return with_rank(host, rank) if world_size > 1 else host
+
+
+def split_rank(name: str) -> tuple[str, int | None]:
+    """``("host", 3)`` from ``"host_rank3"``; ``(name, None)`` when ``name`` has no ``_rank<N>`` suffix."""
+    m = _RANK_SUFFIX.match(name)
+    return (m.group(1), int(m.group(2))) if m else (name, None)
+
+
+def check_session(session: object) -> str:
+    """``session`` if it is a plain folder name (what a session is), else :class:`ValueError`.
+
+    A plain name has no ``/``, ``\\`` or NUL, no leading or trailing space, and is not empty, ``.`` or ``..``,
+    so that ``plugins/profile/<session>`` and ``plugins/fitprof/<session>.rank<r>.json`` stay inside the run
+    folder, whoever chose the name (a report file read back may have been tampered with).
+    """
+    if (
+        not isinstance(session, str)
+        or session in ("", ".", "..")
+        or any(c in session for c in "/\\\0")
+        or session != session.strip()
+        or os.path.isabs(session)
+    ):
+        raise ValueError(
+            f"session {session!r} is not a plain folder name (allowed: a non-empty name without '/', '\\', NUL, "
+            "leading or trailing spaces, other than '.' and '..')"
+        )
+    return session
+
+
+def kineto_trace_name(session: str, rank: int, host: str | None = None) -> str:
+    """``<host>_rank<rank>.<session>.pt.trace.json.gz`` (two nodes never collide).
+
+    Raises:
+        ValueError: if ``session`` is not a plain folder name (:func:`check_session`).
+    """
+    return f"{with_rank(host or hostname(), rank)}.{check_session(session)}{KINETO_SUFFIX}"
+
+
+def report_file_name(session: str, rank: int) -> str:
+    """``<session>.rank<rank>.json``.
+
+    Raises:
+        ValueError: if ``session`` is not a plain folder name (:func:`check_session`).
+    """
+    return f"{check_session(session)}.rank{int(rank)}.json"
+
+
+def profile_root(log_dir: str | os.PathLike[str]) -> Path:
+    """``<log_dir>/plugins/profile``."""
+    return Path(log_dir).joinpath(*PROFILE_DIR)
+
+
 def session_taken(log_dir: str | os.PathLike[str], name: str) -> bool:
-    """Whether a window of ``log_dir`` already used session ``name``: its folder exists, or its report file
-    does (the folder of an old window may have been removed by ``keep_last_windows``; its report stays)."""
+    """Whether a window of ``log_dir`` already used session ``name``: its folder, a report file or a Kineto trace
+    of it exists (the folder and trace of an old window may have been removed by ``keep_last_windows``; its
+    report stays)."""
     root = Path(log_dir)
-    return (root / "plugins" / "profile" / name).exists() or any(
-        (root / "plugins" / "fitprof").glob(f"{name}.rank*.json")
+    return (
+        (profile_root(root) / name).exists()
+        or any(root.joinpath(*REPORTS_DIR).glob(f"{name}.rank*.json"))
+        or any(root.glob(f"*.{name}.pt.trace.json*"))
     )
 
 
-def new_session_dir(log_dir: str | os.PathLike[str]) -> Path:
-    """Create and return a fresh session folder under ``<log_dir>/plugins/profile/``.
+def session_name(log_dir: str | os.PathLike[str], epoch: int) -> str:
+    """A session name no window of ``log_dir`` has used: ``YYYY_MM_DD_HH_MM_SS_epoch<epoch>[_<n>]``.
 
-    Named like TensorFlow's (``YYYY_MM_DD_HH_MM_SS``, which xprof sorts by), with ``_1``, ``_2``, ... added
-    when that name is taken (:func:`session_taken`), so two windows never share a session folder or a report.
+    Timestamps have one-second resolution, so when the name is taken (:func:`session_taken`) ``_2``, ``_3``, ...
+    is appended until it is not. Nothing is created.
+    """
+    base = f"{time.strftime('%Y_%m_%d_%H_%M_%S')}_epoch{int(epoch)}"
+    name, n = base, 2
+    while session_taken(log_dir, name):
+        name = f"{base}_{n}"
+        n += 1
+    return name
+
+
+def new_session_dir(log_dir: str | os.PathLike[str], epoch: int) -> Path:
+    """Create and return a fresh session folder ``<log_dir>/plugins/profile/<session_name(...)>``.
 
     Raises:
         OSError: if the folder cannot be created.
     """
-    root = Path(log_dir) / "plugins" / "profile"
+    root = profile_root(log_dir)
     root.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y_%m_%d_%H_%M_%S")
-    for i in range(1000):
-        candidate = root / (stamp if i == 0 else f"{stamp}_{i}")
-        if session_taken(log_dir, candidate.name):
-            continue
+    for _ in range(1000):
+        candidate = root / session_name(log_dir, epoch)
         try:
             candidate.mkdir()
-        except FileExistsError:
+        except FileExistsError:  # another rank or process took it in between
             continue
         return candidate
     raise OSError(f"could not create a new session folder under {root}")
-
-
-def session_name(directory: str | os.PathLike[str] | None = None, suffix: str = "") -> str:
-    """A session name ``YYYY_MM_DD_HH_MM_SS[_suffix]`` (TF's run-folder format), unique in ``directory``.
-
-    Timestamps have one-second resolution, so when ``<directory>/<name>`` exists already ``_2``, ``_3``, ...
-    is appended until it does not.
-    """
-    name = datetime.datetime.now().strftime("%Y_%m_%d_%H_%M_%S")
-    if suffix:
-        name = f"{name}_{suffix}"
-    if directory is None:
-        return name
-    base, n = name, 2
-    while (Path(directory) / name).exists():
-        name = f"{base}_{n}"
-        n += 1
-    return name

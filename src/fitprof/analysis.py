@@ -18,21 +18,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import pandas as pd
 
 from fitprof import metrics
-from fitprof.traces._table import (
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_STEP,
-)
+from fitprof.traces._table import Kind
 
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
@@ -40,14 +32,23 @@ COMPUTE_BOUND_MAX_PERCENT = 10.0
 
 COMMUNICATION_BOUND_PERCENT = 20.0
 
-VERDICTS = (
-    "input-bound",
-    "host-to-device-bound",
-    "communication-bound",
-    "compute-bound",
-    "balanced",
-    "no-steps",
-)
+Framework = Literal["tensorflow", "pytorch"]
+"""The framework a trace comes from: ``"tensorflow"`` (an XSpace: TensorFlow, Keras on TensorFlow, JAX) or
+``"pytorch"`` (a Kineto trace: PyTorch, Lightning, Keras on torch). It picks the advice wording."""
+FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
+FRAMEWORK_OF_FORMAT: dict[str, Framework] = {"xspace": "tensorflow", "kineto": "pytorch"}
+"""The framework of each trace format (``table.attrs["format"]``, set by the readers)."""
+
+
+def check_framework(framework: str) -> Framework:
+    """``framework`` if it is one of :data:`FRAMEWORKS`.
+
+    Raises:
+        ValueError: for any other value.
+    """
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    return cast(Framework, framework)
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,15 @@ class OpStat:
     percent: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class BottleneckReport:
     """Bottleneck figures for one profiled window (one epoch, one rank).
 
-    Every ``*_ms`` figure is in milliseconds, every ``*_percent`` in percent of step time (0-100). See
-    :mod:`fitprof.metrics` for which events each figure is computed from.
+    Built complete by :func:`analyze_table` and never changed afterwards (frozen; use
+    :func:`dataclasses.replace` for a variant). Every ``*_ms`` figure is in milliseconds, every ``*_percent`` in
+    percent of step time (0-100), ``htod_gb_per_s`` in GB/s (1e9 bytes per second). See :mod:`fitprof.metrics`
+    for which events each figure is computed from. ``framework`` is one of :data:`FRAMEWORKS`; ``host``,
+    ``rank`` and ``world_size`` say where the trace was recorded (``rank`` / ``world_size`` None when unknown).
     """
 
     steps_analyzed: int
@@ -80,7 +84,7 @@ class BottleneckReport:
     htod_ms_per_step: float
     htod_percent: float
     htod_bytes_per_step: float
-    htod_gbps: float
+    htod_gb_per_s: float
     htod_pinned_ms_per_step: float
     htod_pageable_ms_per_step: float
     dtoh_ms_per_step: float
@@ -90,7 +94,7 @@ class BottleneckReport:
     op_time_source: str
     verdict: str
     advice: list[str]
-    framework: str = ""
+    framework: Framework
     source: str = ""
     host: str = ""
     rank: int | None = None
@@ -196,7 +200,7 @@ def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarr
 
 
 def _advice(report_verdict: str, framework: str, *, pageable_share: float, top: OpStat | None) -> list[str]:
-    torch_like = framework in ("pytorch", "lightning", "torch")
+    torch_like = framework == "pytorch"
     if report_verdict == "input-bound":
         if torch_like:
             return [
@@ -262,54 +266,68 @@ def analyze_table(
     table: pd.DataFrame,
     *,
     top_k: int = 5,
-    framework: str = "",
+    framework: str | None = None,
     source: str = "",
+    host: str = "",
+    rank: int | None = None,
+    world_size: int | None = None,
 ) -> BottleneckReport:
     """Compute the bottleneck figures of one profiled window.
 
     Args:
         table: an event table (:func:`fitprof.traces.read_trace` output).
         top_k: how many operators to rank by self time (>= 1).
-        framework: ``"tensorflow"`` or ``"pytorch"`` (used for the advice only).
+        framework: ``"tensorflow"`` or ``"pytorch"`` (:data:`FRAMEWORKS`; picks the advice wording); None: from
+            the reader that made ``table`` (``table.attrs["format"]``, :data:`FRAMEWORK_OF_FORMAT`).
         source: where the table came from, copied into the report.
+        host: the host the trace was recorded on, copied into the report.
+        rank: the global rank of the process that recorded it (None: unknown), copied into the report.
+        world_size: how many ranks the run had (None: unknown), copied into the report.
 
     Returns:
-        The report. Steps are the ``KIND_STEP`` events; without any, the whole host span of the trace is
+        The report. Steps are the ``Kind.STEP`` events; without any, the whole host span of the trace is
         analysed as one window, ``steps_analyzed`` is 0 and a warning says so.
 
     Raises:
-        ValueError: if ``top_k`` < 1.
+        ValueError: if ``top_k`` < 1, or ``framework`` is not one of :data:`FRAMEWORKS` (or None and the table
+            says no format).
     """
     if top_k < 1:
         raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+    if framework is None:
+        framework = FRAMEWORK_OF_FORMAT.get(str(table.attrs.get("format")), "")
+        if not framework:
+            raise ValueError("framework is None and the table names no trace format: pass framework=")
+    fw = check_framework(framework)
+    where: dict[str, Any] = {"framework": fw, "source": source, "host": host, "rank": rank, "world_size": world_size}
     warnings: list[str] = []
     ts = table["ts_us"].to_numpy(dtype=float)
     end = ts + table["dur_us"].to_numpy(dtype=float)
     kind = table["kind"].to_numpy()
     on_device = table["on_device"].to_numpy(dtype=bool)
 
-    is_step = kind == KIND_STEP
+    is_step = kind == Kind.STEP
     n_steps = int(is_step.sum())
     if n_steps:
         steps = _union(ts[is_step], end[is_step])
     else:
-        host = ~on_device
-        if host.any():
-            steps = (np.array([ts[host].min()]), np.array([end[host].max()]))
+        on_host = ~on_device
+        if on_host.any():
+            steps = (np.array([ts[on_host].min()]), np.array([end[on_host].max()]))
             warnings.append("No step markers in the trace: the whole trace was analysed as one window.")
         else:
             steps = (np.array([]), np.array([]))
-    excluded = _union(ts[kind == KIND_EXCLUDED], end[kind == KIND_EXCLUDED])
+    excluded = _union(ts[kind == Kind.NOT_TRAINING], end[kind == Kind.NOT_TRAINING])
     step_total_us = float(np.sum(steps[1] - steps[0])) - _overlap(steps, excluded)
     n_div = max(n_steps, 1)
     if step_total_us <= 0:
-        return _empty_report(framework, source, warnings)
+        return _empty_report(where, warnings)
 
     def in_steps(times: np.ndarray) -> np.ndarray:
         return _inside(times, steps) & ~_inside(times, excluded)
 
     # Input wait: the union of input spans, clipped to the steps, less excluded spans.
-    inp = kind == KIND_INPUT
+    inp = kind == Kind.INPUT
     input_union = _union(ts[inp], end[inp])
     input_us = _overlap(input_union, steps) - _overlap(_intersect(input_union, steps), excluded)
 
@@ -322,19 +340,20 @@ def analyze_table(
     copy_kind = table["copy_kind"].to_numpy()
     dur = table["dur_us"].to_numpy(dtype=float)
     nbytes = table["bytes"].to_numpy(dtype=float)
-    htod = dev_in & (kind == KIND_MEMCPY) & np.char.startswith(copy_kind.astype(str), "htod")
+    htod = dev_in & (kind == Kind.MEMCPY) & np.char.startswith(copy_kind.astype(str), "htod")
     htod_us = float(dur[htod].sum())
     known_bytes = htod & ~np.isnan(nbytes)
     # Copies of unknown size (ROCm traces give no bytes) leave bytes and bandwidth unknown: NaN, not 0.
     bytes_unknown = bool(htod.any()) and not known_bytes.any()
     htod_bytes = math.nan if bytes_unknown else float(nbytes[known_bytes].sum())
-    htod_gbps = float(nbytes[known_bytes].sum() / dur[known_bytes].sum() / 1e3) if dur[known_bytes].sum() > 0 else 0.0
-    htod_gbps = math.nan if bytes_unknown else htod_gbps
+    known_us = dur[known_bytes].sum()
+    htod_gb_per_s = float(nbytes[known_bytes].sum() / known_us / 1e3) if known_us > 0 else 0.0
+    htod_gb_per_s = math.nan if bytes_unknown else htod_gb_per_s
     pinned_us = float(dur[dev_in & (copy_kind == "htod_pinned")].sum())
     pageable_us = float(dur[dev_in & (copy_kind == "htod_pageable")].sum())
-    dtoh_us = float(dur[dev_in & (kind == KIND_MEMCPY) & (copy_kind == "dtoh")].sum())
+    dtoh_us = float(dur[dev_in & (kind == Kind.MEMCPY) & (copy_kind == "dtoh")].sum())
 
-    coll = kind == KIND_COLLECTIVE
+    coll = kind == Kind.COLLECTIVE
     if (coll & dev_in).any():  # device time of collective kernels launched in the steps
         sel = coll & dev_in
         coll_us = _union_length(ts[sel], end[sel])
@@ -344,7 +363,7 @@ def analyze_table(
         coll_us = _overlap(coll_union, steps) - _overlap(_intersect(coll_union, steps), excluded)
 
     # Top operators by self time.
-    device_ops = dev_in & np.isin(kind, [KIND_KERNEL, KIND_MEMCPY, KIND_COLLECTIVE])
+    device_ops = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
     if device_ops.any():
         source_name = "device"
         sub = table.loc[device_ops]
@@ -352,15 +371,15 @@ def analyze_table(
         self_us = sub["dur_us"]
     else:
         source_name = "host"
-        sel = host_in & np.isin(kind, [KIND_OP, KIND_COLLECTIVE, KIND_INPUT])
-        sub = table.loc[sel & (kind != KIND_INPUT)]
+        sel = host_in & np.isin(kind, [Kind.OP, Kind.COLLECTIVE, Kind.INPUT])
+        sub = table.loc[sel & (kind != Kind.INPUT)]
         names = sub["name"]
         self_us = sub["self_us"]
     totals = self_us.groupby(names.to_numpy()).sum()
     if source_name == "host":
         # One collective is often recorded on two threads at once (the caller and the backend's worker):
         # count the time it spans, clipped to the steps, not the sum over threads.
-        coll_sub = sub[sub["kind"] == KIND_COLLECTIVE]
+        coll_sub = sub[sub["kind"] == Kind.COLLECTIVE]
         for name, group in coll_sub.groupby("name"):
             g_start = group["ts_us"].to_numpy(dtype=float)
             totals[name] = _overlap(_union(g_start, g_start + group["dur_us"].to_numpy(dtype=float)), steps)
@@ -383,7 +402,7 @@ def analyze_table(
         htod_ms_per_step=htod_us / n_div / 1e3,
         htod_percent=htod_percent,
         htod_bytes_per_step=htod_bytes / n_div,
-        htod_gbps=htod_gbps,
+        htod_gb_per_s=htod_gb_per_s,
         htod_pinned_ms_per_step=pinned_us / n_div / 1e3,
         htod_pageable_ms_per_step=pageable_us / n_div / 1e3,
         dtoh_ms_per_step=dtoh_us / n_div / 1e3,
@@ -392,10 +411,9 @@ def analyze_table(
         top_ops=top_ops,
         op_time_source=source_name,
         verdict=verdict,
-        advice=_advice(verdict, framework, pageable_share=pageable_share, top=top_ops[0] if top_ops else None),
-        framework=framework,
-        source=source,
+        advice=_advice(verdict, fw, pageable_share=pageable_share, top=top_ops[0] if top_ops else None),
         warnings=warnings,
+        **where,
     )
 
 
@@ -422,7 +440,7 @@ def _union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(np.sum(e - s))
 
 
-def _empty_report(framework: str, source: str, warnings: list[str]) -> BottleneckReport:
+def _empty_report(where: dict[str, Any], warnings: list[str]) -> BottleneckReport:
     nan = math.nan
     return BottleneckReport(
         steps_analyzed=0,
@@ -432,7 +450,7 @@ def _empty_report(framework: str, source: str, warnings: list[str]) -> Bottlenec
         htod_ms_per_step=nan,
         htod_percent=nan,
         htod_bytes_per_step=nan,
-        htod_gbps=nan,
+        htod_gb_per_s=nan,
         htod_pinned_ms_per_step=nan,
         htod_pageable_ms_per_step=nan,
         dtoh_ms_per_step=nan,
@@ -441,8 +459,7 @@ def _empty_report(framework: str, source: str, warnings: list[str]) -> Bottlenec
         top_ops=[],
         op_time_source="",
         verdict="no-steps",
-        advice=_advice("no-steps", framework, pageable_share=0.0, top=None),
-        framework=framework,
-        source=source,
+        advice=_advice("no-steps", where["framework"], pageable_share=0.0, top=None),
         warnings=[*warnings, "The profile holds no event inside a training step."],
+        **where,
     )

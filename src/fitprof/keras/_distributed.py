@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fitprof._ranks import VECTOR_LENGTH
+from fitprof.cross_rank import VECTOR_LENGTH
 
 log = logging.getLogger(__name__)
 

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import logging
 import os
-import time
+import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import keras
 
-from fitprof import _ranks, metrics
-from fitprof._config import DEFAULT_PROFILE_BATCH, check_optional_limit, check_ranks, make_config, normalize_log_dir
-from fitprof._reportfile import write_report_file
-from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
-from fitprof._tbwriter import SummaryWriter
-from fitprof.analysis import BottleneckReport, analyze_table
-from fitprof.traces import read_trace
+from fitprof import _config, metrics
+from fitprof._retention import DEFAULT_MAX_TRACE_MB
+from fitprof._tbevents import TBEventFile
+from fitprof._warn import WarnOnce
+from fitprof.analysis import BottleneckReport
+from fitprof.window import WindowPipeline
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,7 @@ class FitProfiler(keras.callbacks.Callback):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] = "logs",
-        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
+        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -87,12 +86,11 @@ class FitProfiler(keras.callbacks.Callback):
         ranks: int | Collection[int] | None = None,
     ) -> None:
         super().__init__()
-        log_dir = normalize_log_dir(log_dir)
-        self.ranks = check_ranks(ranks)
-        self.config = make_config(profile_batch, every_n_epochs, top_k)
-        self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
-        self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
-        self._files = WindowFiles(self.keep_last_windows)
+        log_dir = _config.normalize_log_dir(log_dir)
+        self.ranks = _config.check_ranks(ranks)
+        self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
+        self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
+        self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         backend = keras.backend.backend()
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
@@ -101,41 +99,47 @@ class FitProfiler(keras.callbacks.Callback):
             )
         self.backend = backend
         self.log_dir = log_dir
-        self.reports: dict[int, BottleneckReport] = {}
-        self.trace_paths: dict[int, Path] = {}
-        self._windows: dict[int, Any] = {}
-        self._writer = SummaryWriter(self.log_dir)
+        self._warn_once = WarnOnce(_warn)
+        self._pipeline = WindowPipeline(
+            top_k=self.config.top_k,
+            max_trace_mb=self.max_trace_mb,
+            keep_last_windows=self.keep_last_windows,
+            warn=self._warn_once,
+        )
+        self._closed: dict[int, tuple[Any, Path]] = {}  # epoch -> (stopped window, its trace), until analysed
+        self._events = TBEventFile(self.log_dir)
         self._window: Any = None  # the backend window while profiling
         self._armed = False  # this epoch still has a window to open
         self._step_open = False
         self._epoch = 0
         self._steps_seen = 0
-        self._warned: set[str] = set()
         self._epoch_profiled = False
         self._in_flush = False
         self._rank, self._world = 0, 1
 
     # -- helpers -------------------------------------------------------------------------------------------
 
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning(message)
-            import warnings
+    @property
+    def reports(self) -> dict[int, BottleneckReport]:
+        """The report of each profiled epoch of the last ``fit`` (0-based epoch -> report)."""
+        return self._pipeline.reports
 
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+    @property
+    def trace_paths(self) -> dict[int, Path]:
+        """The trace of each profiled epoch of the last ``fit``."""
+        return self._pipeline.trace_paths
 
     def _profiles_rank(self) -> bool:
-        return self.ranks is None or self._rank in self.ranks
+        return _config.profiles_rank(self.ranks, self._rank)
 
     def _new_window(self) -> Any:
         if self.backend == "tensorflow":
-            from fitprof.keras._tensorflow import TFWindow
+            from fitprof.profilers.tensorflow import TFProfileWindow
 
-            return TFWindow(self.log_dir, rank=self._rank, world=self._world)
-        from fitprof.keras._torch import TorchKerasWindow
+            return TFProfileWindow(self.log_dir, epoch=self._epoch, rank=self._rank, world=self._world)
+        from fitprof.keras._torch_backend import TorchKerasWindow
 
-        return TorchKerasWindow(self.log_dir, rank=self._rank)
+        return TorchKerasWindow(self.log_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once)
 
     def _open_window(self) -> None:
         window = self._new_window()
@@ -190,21 +194,16 @@ class FitProfiler(keras.callbacks.Callback):
             return
         self._unguard_train_function()
         try:
-            self.trace_paths[self._epoch] = window.stop(drop_open_step=drop_open_step)
+            self._closed[self._epoch] = (window, window.stop(drop_open_step=drop_open_step))
         except Exception as err:
             self._warn_once("stop", f"FitProfiler: the window of epoch {self._epoch} was dropped: {err}")
             window.abort()
             return
-        self._windows[self._epoch] = window
-        trace = self.trace_paths[self._epoch]
-        message = oversize_message(trace, self.max_trace_mb)
-        if message:
-            self._warn_once("size", message)
         if window.session_dir is None:
             self._warn_once(
                 "write",
-                f"FitProfiler: could not write the profile under {self.log_dir} ({window.save_error}); "
-                "its figures are still computed and put in the epoch logs.",
+                f"FitProfiler: could not write the profile under {self.log_dir} "
+                f"({getattr(window, 'save_error', None)}); its figures are still computed and put in the epoch logs.",
             )
 
     # -- Keras hooks ---------------------------------------------------------------------------------------
@@ -212,9 +211,8 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:  # a previous fit ended inside a window (exception): flush it now
             self._close_window()
-        self.reports = {}
-        self.trace_paths = {}
-        self._windows = {}
+        self._pipeline.clear()
+        self._closed = {}
         self._steps_seen = 0
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         from fitprof.keras._distributed import rank_and_world
@@ -227,12 +225,9 @@ class FitProfiler(keras.callbacks.Callback):
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
-        if self.ranks is not None and self._rank == 0 and min(self.ranks) >= self._world:
-            self._warn_once(
-                "ranks",
-                f"FitProfiler: ranks={sorted(self.ranks)} names no rank of this run (ranks 0-{self._world - 1}); "
-                "nothing is profiled.",
-            )
+        unknown = _config.unknown_ranks_message(self.ranks, self._world)
+        if unknown and self._rank == 0:
+            self._warn_once("ranks", f"FitProfiler: {unknown}")
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         if int(spe) > 1:
             self._warn_once(
@@ -286,80 +281,54 @@ class FitProfiler(keras.callbacks.Callback):
         if not self._epoch_profiled or epoch in self.reports:
             return  # not a profiled epoch, or already flushed after an exception
         report = None
-        path = self.trace_paths.get(epoch)
-        if path is not None:
-            window = self._windows.get(epoch)
-            report = self._analyze(path)
-            session_dir = getattr(window, "session_dir", None)
-            if window is not None and session_dir is None:
-                window.cleanup()  # the profile could not be saved in log_dir: drop the temporary copy
-            if report is not None:
-                report.rank, report.world_size = self._rank, self._world
-                self.reports[epoch] = report
-                if session_dir is not None:
-                    self._write_report(session_dir.name, epoch, report, path)
-            if session_dir is not None:
-                self._files.add(session_dir, {path, *session_dir.glob("*.xplane.pb")})
-        scalars = report.scalars() if report is not None else {}
-        if self._world > 1 and not self._in_flush:
-            # Every rank takes part, with or without a report of its own, so the collective always completes.
-            scalars.update(self._cross_rank(report))
-        if not scalars:
-            return
+        closed = self._closed.pop(epoch, None)
+        if closed is not None:
+            window, trace = closed
+            session = window.session_dir.name if window.session_dir is not None else None
+            report = self._pipeline.analyze(
+                epoch,
+                trace,
+                log_dir=self.log_dir,
+                session=session,
+                rank=self._rank,
+                world_size=self._world,
+                discard=window.cleanup,
+            )
+        # Every rank takes part in the gather, with or without a report of its own, so it always completes.
+        gather = self._gather if self._world > 1 and not self._in_flush else None
+        scalars = self._pipeline.publish(
+            epoch, report, rank=self._rank, world_size=self._world, gather=gather, log=self._log
+        )
         if logs is not None:
             logs.update(scalars)
-        if self._rank != 0:
-            return  # only rank 0 writes scalars and the summary
-        text = report.summary_markdown() if report is not None else "No report on rank 0 for this epoch."
-        if self._world > 1 and _ranks.STEP_TIME_MS_MAX_RANK in scalars:
-            text += (
-                f"\n\nAcross {int(scalars[_ranks.RANKS_REPORTED])} ranks: slowest step on rank "
-                f"{int(scalars[_ranks.STEP_TIME_MS_MAX_RANK])} ({scalars[_ranks.STEP_TIME_MS_MAX]:.2f} ms), "
-                f"highest input share on rank {int(scalars[_ranks.INPUT_PERCENT_MAX_RANK])} "
-                f"({scalars[_ranks.INPUT_PERCENT_MAX]:.1f}%)."
-            )
+
+    def _gather(self, vector: list[float]) -> list[list[float]]:
+        from fitprof.keras import _distributed
+
+        return _distributed.all_gather_vectors(self.model, self.backend, vector, self._world)
+
+    def _log(self, scalars: dict[str, float], text: str) -> None:
+        """Write the scalars and the summary to fitprof's event file in ``log_dir`` (rank 0, step = epoch)."""
         try:
-            self._writer.scalars(scalars, step=epoch)
-            self._writer.text(metrics.SUMMARY_TAG, text, step=epoch)
-            self._writer.flush()
+            self._events.scalars(scalars, step=self._epoch)
+            self._events.text(metrics.SUMMARY_TAG, text, step=self._epoch)
+            self._events.flush()
         except OSError as err:
             self._warn_once("write", f"FitProfiler: could not write summaries to {self.log_dir}: {err}")
-
-    def _write_report(self, session: str, epoch: int, report: BottleneckReport, path: Path) -> None:
-        try:
-            write_report_file(self.log_dir, session=session, epoch=epoch, report=report, trace=path, rank=self._rank)
-        except OSError as err:
-            self._warn_once("write", f"FitProfiler: could not write the report of epoch {epoch}: {err}")
-
-    def _cross_rank(self, report: BottleneckReport | None) -> dict[str, float]:
-        """Gather every rank's figures and combine them (means, max and the rank it belongs to)."""
-        from fitprof.keras._distributed import all_gather_vectors
-
-        try:
-            vectors = all_gather_vectors(self.model, self.backend, _ranks.pack(report), self._world)
-        except Exception as err:
-            self._warn_once("gather", f"FitProfiler: could not gather the figures of all ranks: {err}")
-            return {}
-        return _ranks.combine(vectors)
-
-    def _analyze(self, path: Path) -> BottleneckReport | None:
-        try:
-            t0 = time.perf_counter()
-            report = analyze_table(read_trace(path), top_k=self.config.top_k, framework=self.backend, source=str(path))
-            log.debug("FitProfiler: analysed %s in %.3f s", path, time.perf_counter() - t0)
-            return report
-        except Exception as err:
-            self._warn_once("analyze", f"FitProfiler: could not analyse {path}: {err}")
-            return None
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         if self._window is not None:
             self._close_window()
-        if not self.trace_paths and self._warned.isdisjoint({"start", "stop"}) and self._profiles_rank():
+        if not self.trace_paths and self._warn_once.keys.isdisjoint({"start", "stop"}) and self._profiles_rank():
             steps = self._steps_seen or (self.params or {}).get("steps")
             self._warn_once(
                 "never",
                 f"FitProfiler: nothing was profiled: the window starts at step {self.config.first_step} but "
                 f"epochs had {steps} steps. Set profile_batch to steps that exist, e.g. profile_batch=(2, 3).",
             )
-        self._writer.close()
+        self._events.close()
+
+
+def _warn(message: str) -> None:
+    log.warning(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)

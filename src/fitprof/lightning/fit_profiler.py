@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
-import socket
-import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -20,14 +17,14 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_warn
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof import _ranks, metrics
-from fitprof._config import check_optional_limit, check_ranks, make_config, normalize_log_dir
-from fitprof._reportfile import write_report_file
-from fitprof._retention import DEFAULT_MAX_TRACE_MB, WindowFiles, oversize_message
-from fitprof._session import session_name, session_taken
-from fitprof._torch import TorchProfileWindow
+from fitprof import _config
+from fitprof._retention import DEFAULT_MAX_TRACE_MB
+from fitprof._session import session_name
+from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
+from fitprof.profilers.torch import TorchProfileWindow
+from fitprof.window import WindowPipeline
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +57,7 @@ class FitProfiler(Callback):
     every rank in ``ranks`` (default: all) profiles the same steps and writes its own trace, report file and
     ``plugins/profile/<session>/<host>_rank<global rank>.xplane.pb``; the ranks of one window share its session
     folder (rank 0 picks the name at epoch start and broadcasts it). At the end of each profiled epoch every
-    rank all-gathers :func:`fitprof._ranks.pack` of its report (a float64 tensor; on the CPU for gloo, on the
+    rank all-gathers :func:`fitprof.cross_rank.pack` of its report (a float64 tensor; on the CPU for gloo, on the
     rank's device otherwise), also when its window was empty or its analysis failed, so the collective always
     completes. Rank 0 logs the cross-rank figures.
 
@@ -71,7 +68,7 @@ class FitProfiler(Callback):
     also the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
     are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
     ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, their ``..._max_rank`` (global rank) and
-    ``fitprof/ranks_reported`` are added (:func:`fitprof._ranks.combine`); the summary starts with a line
+    ``fitprof/ranks_reported`` are added (:func:`fitprof.cross_rank.combine`); the summary starts with a line
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
     figure that names a rank starved of data.
 
@@ -123,23 +120,29 @@ class FitProfiler(Callback):
         ranks: int | Collection[int] | None = None,
     ) -> None:
         super().__init__()
-        self.ranks = check_ranks(ranks)
-        self.log_dir = None if log_dir is None else normalize_log_dir(log_dir)
-        self._config = make_config(profile_batch, every_n_epochs, top_k)
-        self.max_trace_mb = check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
-        self.keep_last_windows = check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
-        self._files = WindowFiles(self.keep_last_windows)
-        self.reports: dict[int, BottleneckReport] = {}
-        self.trace_paths: dict[int, Path] = {}
-        self.xplane_paths: dict[int, Path] = {}
-        self.analysis_seconds: dict[int, float] = {}
-        self.cross_rank: dict[int, dict[str, float]] = {}
-        self._window = TorchProfileWindow(warn=rank_zero_warn)
-        self._rank_warned: set[str] = set()
+        self.ranks = _config.check_ranks(ranks)
+        self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
+        self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
+        self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
+        self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        self._warn_rank = WarnOnce(self._emit_warning)
+        self._pipeline = WindowPipeline(
+            top_k=self.config.top_k,
+            max_trace_mb=self.max_trace_mb,
+            keep_last_windows=self.keep_last_windows,
+            warn=self._warn_rank,
+        )
+        # The pipeline's results, under the names this callback documents.
+        self.reports: dict[int, BottleneckReport] = self._pipeline.reports
+        self.trace_paths: dict[int, Path] = self._pipeline.trace_paths
+        self.xplane_paths: dict[int, Path] = self._pipeline.xplane_paths
+        self.analysis_seconds: dict[int, float] = self._pipeline.analysis_seconds
+        self.cross_rank: dict[int, dict[str, float]] = self._pipeline.cross_rank
+        self._window = TorchProfileWindow(warn=self._warn_rank)
         self._dir: Path | None = None
         # hot-path state: plain ints and bools
-        self._first = self._config.first_step
-        self._last = self._config.last_step
+        self._first = self.config.first_step
+        self._last = self.config.last_step
         self._epoch_profiled = False  # the current epoch is one to profile (the same on every rank)
         self._epoch_on = False  # the current epoch has a window that has not finished
         self._open = False  # the window is open now
@@ -162,7 +165,7 @@ class FitProfiler(Callback):
             return
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
-            self._window.warn_once(
+            self._warn_rank(
                 "lightning-profiler",
                 "fitprof: FitProfiler is off for this run because Trainer(profiler='pytorch') (Lightning's "
                 "PyTorchProfiler) drives torch.profiler too; its validation profiling interleaved with a "
@@ -175,18 +178,16 @@ class FitProfiler(Callback):
         self._dir = Path(log_dir)
         self._rank = int(trainer.global_rank)
         self._world_size = int(trainer.world_size)
-        if self.ranks is not None and min(self.ranks) >= self._world_size:
-            rank_zero_warn(
-                f"fitprof: ranks={sorted(self.ranks)} names no rank of this run (ranks 0-{self._world_size - 1}); "
-                "nothing is profiled."
-            )
+        unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
+        if unknown:
+            rank_zero_warn(f"fitprof: {unknown}")
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch = int(trainer.current_epoch)
-        self._epoch_profiled = self._dir is not None and self._config.profiles_epoch(self._epoch)
+        self._epoch_profiled = self._dir is not None and self.config.profiles_epoch(self._epoch)
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
-        self._epoch_on = self._epoch_profiled and (self.ranks is None or self._rank in self.ranks)
+        self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
         if self._epoch_on and self._first == 1:
             self._start(1)
@@ -230,10 +231,10 @@ class FitProfiler(Callback):
             self._stop(drop_open_step=True)
         self._epoch_on = False
         path, self._pending = self._pending, None
-        report = None if path is None else self._analyse(self._epoch, path)
+        report = None if path is None else self._analyze(self._epoch, path)
         if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
             self._epoch_profiled = False
-            self._publish(trainer, report)
+            self._publish(trainer, report, gather=_distributed())
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -248,10 +249,9 @@ class FitProfiler(Callback):
             self._epoch_profiled = False
             path, self._pending = self._pending, None
             if path is not None and self._epoch not in self.reports:
-                report = self._analyse(self._epoch, path)
+                report = self._analyze(self._epoch, path)
                 # No all-gather here: the other ranks may be anywhere (or gone); rank 0 logs its own figures.
-                if report is not None and trainer.is_global_zero:
-                    self._log(trainer, report)
+                self._publish(trainer, report, gather=False)
         except Exception as err:  # the user's exception matters more
             log.warning("fitprof: could not flush the window after an exception: %s", err)
         finally:
@@ -276,13 +276,7 @@ class FitProfiler(Callback):
 
     def _new_session(self) -> str:
         assert self._dir is not None
-        profile_dir = self._dir / "plugins" / "profile"
-        name = session_name(profile_dir, suffix=f"epoch{self._epoch}")
-        base, k = name, 2
-        while any(self._dir.glob(f"*.{name}.pt.trace.json*")) or session_taken(self._dir, name):
-            name = f"{base}_{k}"
-            k += 1
-        return name
+        return session_name(self._dir, self._epoch)
 
     def _shared_session(self, trainer: pl.Trainer) -> str:
         """This epoch's session name, rank 0's on every rank, so that all ranks write into one session folder.
@@ -314,15 +308,10 @@ class FitProfiler(Callback):
         self._val_annotated = False
         if drop_open_step and self._window.step_num is not None:
             self._warn_short(self._window.step_num - 1)
-        path = self._window.stop(drop_open_step=drop_open_step)
-        if path is not None:
-            self.trace_paths[self._epoch] = self._pending = path
-            message = oversize_message(path, self.max_trace_mb)
-            if message:
-                self._warn_rank("size", message)
+        self._pending = self._window.stop(drop_open_step=drop_open_step)
 
     def _warn_short(self, steps_done: int) -> None:
-        self._window.warn_once(
+        self._warn_rank(
             "short",
             f"fitprof: epoch {self._epoch} ended after step {steps_done}, before the last profiled step "
             f"{self._last} (profile_batch={self._first},{self._last}); that window holds fewer steps.",
@@ -337,110 +326,65 @@ class FitProfiler(Callback):
             if path is not None:
                 self.trace_paths[self._epoch] = path
 
-    def _warn_rank(self, key: str, message: str) -> None:
-        """Warn about a problem of this rank: through Lightning on rank 0, through ``logging`` on the others
-        (``rank_zero_warn`` would swallow them), once per key."""
+    def _emit_warning(self, message: str) -> None:
+        """Warn through Lightning on rank 0, through ``logging`` on the others (``rank_zero_warn`` would swallow
+        them)."""
         if self._rank == 0:
-            self._window.warn_once(key, message)
-        elif key not in self._rank_warned:
-            self._rank_warned.add(key)
+            rank_zero_warn(message)
+        else:
             log.warning("[rank %d] %s", self._rank, message)
 
-    def _analyse(self, epoch: int, path: Path) -> BottleneckReport | None:
-        """Analyse this rank's trace; write its report file and ``.xplane.pb``. None when the analysis fails."""
-        from fitprof import analyze
-        from fitprof.traces.xspace_write import write_xspace
-
-        t0 = time.perf_counter()
-        try:
-            report = analyze(path, top_k=self._config.top_k)
-        except Exception as err:
-            self._warn_rank("analyze", f"fitprof: could not analyse {path} ({err!r}).")
-            return None
-        report.rank, report.world_size = self._rank, self._world_size
-        self.reports[epoch] = report
+    def _analyze(self, epoch: int, path: Path) -> BottleneckReport | None:
+        """Analyse this rank's trace and write its report file and ``.xplane.pb`` (the shared pipeline)."""
         assert self._dir is not None and self._session is not None
-        if self._window.temporary:  # log_dir cannot be written: the figures are logged, nothing is kept
-            shutil.rmtree(path.parent, ignore_errors=True)
-            self.analysis_seconds[epoch] = time.perf_counter() - t0
-            return report
-        try:
-            write_report_file(self._dir, session=self._session, epoch=epoch, report=report, trace=path, rank=self._rank)
-        except OSError as err:
-            self._warn_rank("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
-        host = socket.gethostname()
-        if self._world_size > 1:
-            host = f"{host}_rank{self._rank}"
-        try:
-            self.xplane_paths[epoch] = write_xspace(path, self._dir, self._session, host=host)
-        except Exception as err:
-            self._warn_rank("xspace", f"fitprof: could not write the .xplane.pb for {path} ({err!r}).")
-        xplane = self.xplane_paths.get(epoch)
-        self._files.add(xplane.parent if xplane else None, [p for p in (path, xplane) if p is not None])
-        self.analysis_seconds[epoch] = time.perf_counter() - t0
-        return report
+        temporary = self._window.temporary  # log_dir cannot be written: the figures are logged, nothing is kept
+        return self._pipeline.analyze(
+            epoch,
+            path,
+            log_dir=self._dir,
+            session=None if temporary else self._session,
+            rank=self._rank,
+            world_size=self._world_size,
+            discard=lambda: shutil.rmtree(path.parent, ignore_errors=True),
+        )
 
-    def _publish(self, trainer: pl.Trainer, report: BottleneckReport | None) -> None:
-        """Log this epoch's figures on rank 0: the cross-rank ones under DDP, else rank 0's own."""
-        if _distributed():
-            vectors = self._gather(trainer, report)
-            if vectors is not None:
-                combined = _ranks.combine(vectors)
-                self.cross_rank[self._epoch] = combined
-                if trainer.is_global_zero and combined:
-                    self._log(trainer, report, combined)
-                return
-        if report is not None and trainer.is_global_zero:
-            self._log(trainer, report)
+    def _publish(self, trainer: pl.Trainer, report: BottleneckReport | None, *, gather: bool) -> None:
+        """Hand this epoch's report to the shared pipeline: cross-rank gather when ``gather``, log on rank 0."""
+        self._pipeline.publish(
+            self._epoch,
+            report,
+            rank=self._rank,
+            world_size=self._world_size,
+            gather=(lambda vector: _all_gather(trainer, vector)) if gather else None,
+            log=lambda scalars, text: self._log(trainer, scalars, text),
+        )
 
-    def _gather(self, trainer: pl.Trainer, report: BottleneckReport | None) -> list[list[float]] | None:
-        """All-gather every rank's :func:`fitprof._ranks.pack` vector (index = global rank); None on failure.
-
-        Runs on every rank at the end of every profiled epoch, also when this rank has no report (its window
-        was empty or its analysis failed: it sends ``pack(None)``), so the collective always completes.
-        """
-        import torch
-        import torch.distributed as dist
-
-        try:
-            vector = _ranks.pack(report)
-        except Exception:  # a malformed report must not keep this rank out of the collective
-            vector = _ranks.pack(None)
-        try:
-            backend = str(dist.get_backend())
-            # gloo / MPI take host tensors; NCCL and the others need the rank's device.
-            device = torch.device("cpu") if ("gloo" in backend or "mpi" in backend) else trainer.strategy.root_device
-            local = torch.tensor(vector, dtype=torch.float64, device=device)
-            gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-            dist.all_gather(gathered, local)
-            return [[float(x) for x in t.cpu().tolist()] for t in gathered]
-        except Exception as err:
-            self._warn_rank(
-                "gather", f"fitprof: could not gather the ranks' figures ({err!r}); rank 0 logs its own only."
-            )
-            return None
-
-    def _log(
-        self, trainer: pl.Trainer, report: BottleneckReport | None, combined: dict[str, float] | None = None
-    ) -> None:
-        scalars = {} if report is None else dict(report.scalars())
-        if combined:
-            scalars.update(combined)  # the usual figures become the means over the ranks, plus max and rank
-        scalars = {k: v for k, v in scalars.items() if not math.isnan(v)}
-        text = "" if report is None else report.summary_markdown()
-        if combined:
-            own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
-            text = f"{_ranks_line(combined, self._world_size)}\n\n{own}\n\n{text}".rstrip()
+    def _log(self, trainer: pl.Trainer, scalars: dict[str, float], text: str) -> None:
+        """Log through every logger of the trainer; the summary goes to TensorBoard loggers' Text tab."""
         for logger in trainer.loggers:
             try:
                 logger.log_metrics(scalars, step=trainer.global_step)
                 if isinstance(logger, TensorBoardLogger):
                     logger.experiment.add_text(SUMMARY_TAG, text, global_step=trainer.global_step)
             except Exception as err:
-                self._window.warn_once(
+                self._warn_rank(
                     f"log-{type(logger).__name__}",
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
+
+
+def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
+    """All-gather one vector per rank (index = global rank): a float64 tensor, on the CPU for gloo / MPI, on the
+    rank's device otherwise. Raises on failure."""
+    import torch
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend())
+    device = torch.device("cpu") if ("gloo" in backend or "mpi" in backend) else trainer.strategy.root_device
+    local = torch.tensor(vector, dtype=torch.float64, device=device)
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    return [[float(x) for x in t.cpu().tolist()] for t in gathered]
 
 
 def _distributed() -> bool:
@@ -451,17 +395,3 @@ def _distributed() -> bool:
         return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
     except Exception:  # a broken process group: behave as a single process
         return False
-
-
-def _ranks_line(combined: dict[str, float], world_size: int) -> str:
-    """One line naming the rank with the longest steps and the rank with the largest input share."""
-    c = combined
-    slow, slow_ms = int(c[_ranks.STEP_TIME_MS_MAX_RANK]), c[_ranks.STEP_TIME_MS_MAX]
-    starved, starved_pct = int(c[_ranks.INPUT_PERCENT_MAX_RANK]), c[_ranks.INPUT_PERCENT_MAX]
-    return (
-        f"**Across ranks** ({int(c[_ranks.RANKS_REPORTED])} of {world_size} reported; figures are means): "
-        f"slowest rank {slow} at {slow_ms:.2f} ms/step (mean {c[metrics.STEP_TIME_MS.key]:.2f}); largest input "
-        f"share rank {starved} at {starved_pct:.1f}% (mean {c[metrics.INPUT_PERCENT.key]:.1f}%). Under DDP the "
-        "all-reduce makes every rank wait for the slowest, so step times come out alike and the input share "
-        "names the rank that starves the others."
-    )

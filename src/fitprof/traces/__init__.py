@@ -16,22 +16,11 @@ import pandas as pd
 
 from fitprof.traces._table import (
     COLUMNS,
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
     KINDS,
+    Kind,
+    TraceError,
     make_table,
 )
-
-
-class TraceError(ValueError):
-    """A file that is not a readable trace (missing, truncated, corrupt, or of another format)."""
 
 
 def trace_format(path: str | os.PathLike[str]) -> str:
@@ -48,34 +37,36 @@ def trace_format(path: str | os.PathLike[str]) -> str:
     raise TraceError(f"{path}: not a trace file name (allowed: *.xplane.pb, *.pt.trace.json, *.json.gz)")
 
 
-def read_trace(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_trace(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> pd.DataFrame:
     """Read one trace file into an event table.
 
+    Args:
+        path: an ``.xplane.pb`` or a Kineto ``.pt.trace.json[.gz]`` file.
+        max_trace_mb: the bound on the file's size in MB, inflated for a gzip file (default 512).
+        max_events: the bound on its events (default 10,000,000; for a Kineto trace, its JSON objects).
+            Both are checked before the memory is spent; see :mod:`fitprof.traces._limits`.
+
     Raises:
-        TraceError: if the file is missing, unreadable or not a trace of the format its name says.
+        TraceError: if the file is missing, unreadable, not a trace of the format its name says, or passes a bound
+            (the message names the bound and how to raise it).
+        ValueError: if a bound is not a positive number.
     """
     fmt = trace_format(path)
     if fmt == "xspace":
         from fitprof.traces.xspace import read_xspace
 
-        return read_xspace(path)
+        return read_xspace(path, max_trace_mb=max_trace_mb, max_events=max_events)
     from fitprof.traces.kineto import read_kineto
 
-    return read_kineto(path)
+    return read_kineto(path, max_trace_mb=max_trace_mb, max_events=max_events)
 
 
 __all__ = [
     "COLUMNS",
     "KINDS",
-    "KIND_ANNOTATION",
-    "KIND_COLLECTIVE",
-    "KIND_EXCLUDED",
-    "KIND_INPUT",
-    "KIND_KERNEL",
-    "KIND_MEMCPY",
-    "KIND_OP",
-    "KIND_OTHER",
-    "KIND_STEP",
+    "Kind",
     "TraceError",
     "make_table",
     "read_trace",

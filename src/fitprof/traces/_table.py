@@ -6,10 +6,10 @@ One row per timed event (Chrome-trace "complete" events, XPlane events). Columns
 column     dtype    meaning
 ========== ======== ==========================================================================================
 name       str      event name as the profiler wrote it (op name, kernel name, ``ProfilerStep#12``, ...)
-kind       str      one of the ``KIND_*`` constants below: what the analysis treats the event as
+kind       str      a :class:`Kind` value (plain ``str``): what the analysis treats the event as
 ts_us      float64  start time, microseconds, on the trace's own clock (host and device events share it)
 dur_us     float64  duration, microseconds
-self_us    float64  for host operators (``KIND_OP``, ``KIND_COLLECTIVE``, ``KIND_INPUT``): ``dur_us`` minus the
+self_us    float64  for host operators (``Kind.OP``, ``Kind.COLLECTIVE``, ``Kind.INPUT``): ``dur_us`` minus the
                     operators nested directly inside it on the same ``pid``/``tid`` (as torch's self CPU time
                     and xprof's self time count it); ``dur_us`` for every other event
 on_device  bool     True for events executed on an accelerator (kernels, device copies)
@@ -21,51 +21,61 @@ launch_us  float64  for device events, the start of the host call that launched 
 copy_kind  str      for memory copies: ``htod_pinned``, ``htod_pageable``, ``htod`` (memory kind unknown,
                     e.g. ROCm's ``Host -> Device``), ``dtoh``, ``dtod``; "" for every other event
 bytes      float64  bytes moved by a copy (NaN when the trace does not say)
-step_num   float64  the step number of a ``KIND_STEP`` event (NaN otherwise or when unknown)
+step_num   float64  the step number of a ``Kind.STEP`` event (NaN otherwise or when unknown)
 ========== ======== ==========================================================================================
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-KIND_STEP = "step"
-"""A training-step marker: Kineto ``ProfilerStep#N``, an XSpace event carrying ``_r=1`` / ``step_num``."""
-KIND_INPUT = "input"
-"""Time the training loop blocked on its input: DataLoader ``__next__``, TF ``IteratorGetNext``."""
-KIND_OP = "op"
-"""A framework operator executed on the host (Kineto ``cpu_op``, a TF op on a ``tf_Compute`` line)."""
-KIND_KERNEL = "kernel"
-"""A device kernel."""
-KIND_MEMCPY = "memcpy"
-"""A device memory copy (``copy_kind`` says which direction)."""
-KIND_COLLECTIVE = "collective"
-"""Collective communication (NCCL / RCCL kernels, gloo ops, TF collective ops)."""
-KIND_ANNOTATION = "annotation"
-"""A user annotation (``record_function``, ``tf.profiler.experimental.Trace``) that is not a step."""
-KIND_EXCLUDED = "excluded"
-"""A span whose time is not training (validation run inside a profiled window): removed from step time."""
-KIND_OTHER = "other"
-"""Anything else: runtime calls, Python functions, memsets, ..."""
+
+class TraceError(ValueError):
+    """A file that is not a readable trace (missing, truncated, corrupt, or of another format)."""
+
+
+class Kind(str, enum.Enum):
+    """What the analysis treats an event as: the ``kind`` column's values.
+
+    A ``str`` enum: each member equals (and hashes like) its value, so ``table["kind"] == Kind.STEP`` and
+    ``table["kind"].isin([Kind.OP, ...])`` work on the plain-string column.
+    """
+
+    STEP = "step"
+    """A training-step marker: Kineto ``ProfilerStep#N``, an XSpace event carrying ``_r=1`` / ``step_num``."""
+    INPUT = "input"
+    """Time the training loop blocked on its input: DataLoader ``__next__``, TF ``IteratorGetNext``."""
+    OP = "op"
+    """A framework operator executed on the host (Kineto ``cpu_op``, a TF op on a ``tf_Compute`` line)."""
+    KERNEL = "kernel"
+    """A device kernel."""
+    MEMCPY = "memcpy"
+    """A device memory copy (``copy_kind`` says which direction)."""
+    COLLECTIVE = "collective"
+    """Collective communication (NCCL / RCCL kernels, gloo ops, TF collective ops)."""
+    ANNOTATION = "annotation"
+    """A user annotation (``record_function``, ``tf.profiler.experimental.Trace``) that is not a step."""
+    NOT_TRAINING = "not_training"
+    """A span inside a profiled window whose time is not training, removed from step time and from every share
+    of it: an annotation fitprof puts around such work (today :data:`VALIDATION_ANNOTATION`, validation run
+    inside the window). Any future fitprof-made exclusion (its own bookkeeping) gets this kind too."""
+    OTHER = "other"
+    """Anything else: runtime calls, Python functions, memsets, ..."""
+
+    def __str__(self) -> str:
+        return self.value
+
 
 VALIDATION_ANNOTATION = "fitprof/validation"
-"""Name of the annotation the callbacks put around validation run inside a profiled window (-> KIND_EXCLUDED)."""
+"""Name of the annotation the callbacks put around validation run inside a profiled window (``Kind.NOT_TRAINING``)."""
 
-KINDS = (
-    KIND_STEP,
-    KIND_INPUT,
-    KIND_OP,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_COLLECTIVE,
-    KIND_ANNOTATION,
-    KIND_EXCLUDED,
-    KIND_OTHER,
-)
+KINDS = tuple(Kind)
+"""Every kind, in declaration order."""
 
 COLUMNS: dict[str, str] = {
     "name": "object",
@@ -123,7 +133,7 @@ def make_table(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame
     return df
 
 
-_SELF_TIME_KINDS = ("op", "collective", "input")
+_SELF_TIME_KINDS = (Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
 
 
 def _self_times(df: pd.DataFrame) -> np.ndarray:

@@ -34,34 +34,23 @@ thread that encloses it ("" when none does).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
-import gzip
 import json
 import operator
 import os
 import re
-import zlib
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
-from fitprof.traces import TraceError
-from fitprof.traces._table import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_EXCLUDED,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
-    VALIDATION_ANNOTATION,
-    make_table,
-)
+from fitprof.traces._limits import Limits, count_objects, read_bounded
+from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
 
 _DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""
@@ -77,11 +66,17 @@ _ARGS_KIND = {"htod": "htod", "dtoh": "dtoh", "dtod": "dtod", "ptop": "dtod", "1
 """``args.kind`` of a copy: ROCm writes ``HtoD`` etc.; HIP's ``hipMemcpyKind`` numbers also appear."""
 
 
-def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
+def read_kineto(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> pd.DataFrame:
     """Read a Kineto Chrome trace (``.pt.trace.json``, optionally gzipped) into an event table.
 
     Args:
         path: the trace file. Gzip is recognised by its magic bytes, whatever the file is called.
+        max_trace_mb: the bound on the file's size, inflated, in MB (default 512; see
+            :mod:`fitprof.traces._limits`). A gzip file is inflated in a stream that stops at the bound.
+        max_events: the bound on the JSON objects in the trace (each event and each ``args``; default
+            10,000,000), counted before it is parsed.
 
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
@@ -91,10 +86,13 @@ def read_kineto(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         TraceError: if the file is missing or unreadable, is a truncated or corrupt gzip, is not valid JSON, or is
             JSON but not a trace (no ``traceEvents`` list of event objects, or a complete event without a
-            numeric ``ts``). The message names the file.
+            numeric ``ts``), or passes a bound (the message names the bound and how to raise it). The message
+            names the file.
+        ValueError: if a bound is not a positive number.
     """
+    limits = Limits.of(max_trace_mb, max_events)
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
-        meta, events = _load(Path(path))
+        meta, events = _load(Path(path), limits)
         frame = _frame(events, path)
         del events
     table = make_table(frame)
@@ -128,46 +126,209 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
-def _load(path: Path) -> tuple[Mapping[str, Any], list[dict[str, Any]]]:
-    """The trace's top-level metadata and its event list, or :class:`TraceError`."""
+class _Args(msgspec.Struct, gc=False):
+    """The ``args`` keys the table uses; every other key is skipped by the decoder without being built."""
+
+    correlation: int | float | str | None = None
+    nbytes: int | float | str | None = msgspec.field(default=None, name="bytes")
+    kind: int | float | str | None = None
+
+
+class _Event(msgspec.Struct, gc=False):
+    """The fields of a Chrome trace event the table uses (the others are skipped while decoding)."""
+
+    ph: str | None = None
+    cat: str | int | float | None = ""
+    name: str | int | float | None = ""
+    pid: str | int | float | None = ""
+    tid: str | int | float | None = ""
+    ts: int | float | str | None = None
+    dur: int | float | str | None = 0.0
+    args: _Args | None = None
+
+
+class _Trace(msgspec.Struct, gc=False):
+    traceEvents: list[msgspec.Raw]
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Probe(msgspec.Struct, gc=False):
+    """Any JSON object (its fields are skipped): an event, before its fields are read."""
+
+
+class _ProbeTrace(msgspec.Struct, gc=False):
+    traceEvents: list[_Probe]
+
+
+_PROBE = msgspec.json.Decoder(_ProbeTrace | list[_Probe])
+"""First pass: the document's shape, every event an object (a value that is not stops it at once); 24 bytes an
+event, and events are at most the objects counted before."""
+_DECODER = msgspec.json.Decoder(_Trace | list[msgspec.Raw])
+"""Second pass: each event kept as a raw slice of the text (56 bytes an event)."""
+_BATCH_DECODER = msgspec.json.Decoder(list[_Event])
+"""Second pass, a batch of events at a time: only the fields the table uses."""
+_BATCH = 1 << 16
+_AT_EVENT = re.compile(r" - at `\$(?:\.traceEvents)?\[(\d+)\]\.?(.*)`$")
+_MAX_INFO_BYTES = 1 << 16
+"""``distributedInfo`` longer than this is ignored (a real one is ~200 bytes: backend, rank, world size)."""
+
+
+@dataclasses.dataclass
+class _Columns:
+    """The complete events (``"ph": "X"``, not ``"cat": "Trace"``) as columns, in file order.
+
+    ``*_code`` index the matching unique values (``cats``, ``names``, ...: ``str``, "" for a missing one, in the
+    order of first appearance, as :func:`pandas.factorize` gives them); ``correlation`` and ``nbytes`` are
+    ``args.correlation`` / ``args.bytes`` as numbers (NaN where missing or not numeric); ``kind_arg`` holds
+    ``args.kind`` by row where present.
+    """
+
+    ts: np.ndarray
+    dur: np.ndarray
+    cat_code: np.ndarray
+    cats: np.ndarray
+    name_code: np.ndarray
+    names: np.ndarray
+    pid_code: np.ndarray
+    pids: np.ndarray
+    tid_code: np.ndarray
+    tids: np.ndarray
+    correlation: np.ndarray
+    nbytes: np.ndarray
+    kind_arg: dict[int, Any]
+
+
+class _Interner:
+    """Codes for the values of one column across batches, in the order of first appearance."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+
+    def codes(self, values: list[Any]) -> np.ndarray:
+        codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+        ids = self.ids
+        lut = np.array([ids.setdefault(u, len(ids)) for u in uniques], dtype=np.int64)
+        return lut[codes] if len(lut) else np.zeros(0, dtype=np.int64)
+
+    def strings(self) -> np.ndarray:
+        return np.array(["" if u is None else str(u) for u in self.ids], dtype=object)
+
+
+def _load(path: Path, limits: Limits) -> tuple[Mapping[str, Any], _Columns]:
+    """The trace's ``distributedInfo`` and its complete events as columns, or :class:`TraceError`.
+
+    The bounds of :mod:`fitprof.traces._limits` are checked first: the (inflated) size while the file is read,
+    the number of JSON objects before it is parsed. Memory: the text, 56 bytes an event for the first pass, then
+    the columns (about 70 bytes an event), which grow as the raw events are let go batch by batch.
+    """
+    data = read_bounded(path, limits, TraceError)
+    count_objects(data, path, limits, TraceError)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except OSError as err:
-        raise TraceError(f"{path}: cannot read the file ({err.strerror or err})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as err:
-            raise TraceError(f"{path}: truncated or corrupt gzip ({err})") from None
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
+        doc = _DECODER.decode(data)
+    except msgspec.ValidationError as err:
+        raise TraceError(f"{path}: not a Chrome trace ({_where(err)})") from None
+    except msgspec.DecodeError as err:
         raise TraceError(f"{path}: not valid JSON ({err})") from None
-    if isinstance(doc, dict):
-        if "traceEvents" not in doc:
-            raise TraceError(f"{path}: not a Chrome trace (the JSON object has no 'traceEvents')")
-        meta, events = doc, doc["traceEvents"]
-    elif isinstance(doc, list):
-        meta, events = {}, doc
+    except RecursionError:
+        raise _too_deep(path) from None
+    del data  # the raw events keep the text alive until the last batch is decoded
+    meta: dict[str, Any] = {}
+    if isinstance(doc, list):
+        raws = doc
     else:
-        raise TraceError(
-            f"{path}: not a Chrome trace (the JSON is a {type(doc).__name__}, not an object with 'traceEvents' "
-            "or a list of events)"
-        )
-    if not isinstance(events, list):
-        raise TraceError(f"{path}: not a Chrome trace ('traceEvents' is a {type(events).__name__}, not a list)")
-    bad = None
-    if not set(map(type, events)) <= {dict}:  # fast path: every event a plain dict (json.loads makes them)
-        bad = next((i for i, e in enumerate(events) if not isinstance(e, dict)), None)
-    if bad is not None:
-        raise TraceError(f"{path}: not a Chrome trace (event {bad} is a {type(events[bad]).__name__}, not an object)")
-    return meta, events
+        raws = doc.traceEvents
+        raw = doc.distributedInfo
+        if len(raw) <= _MAX_INFO_BYTES:
+            with contextlib.suppress(ValueError, RecursionError):
+                info = json.loads(bytes(raw))
+                if isinstance(info, dict):
+                    meta["distributedInfo"] = info
+    del doc
+    return meta, _columns(raws, path)
 
 
-def _numbers(values: list[Any], what: str, path: str | os.PathLike[str]) -> np.ndarray:
-    """``values`` as float64; a missing or non-numeric entry raises :class:`TraceError`."""
+def _too_deep(path: Path) -> TraceError:
+    return TraceError(
+        f"{path}: not a Chrome trace (JSON nested deeper than the parser's limit of about "
+        f"{sys.getrecursionlimit():,} levels; a Chrome trace nests 4)"
+    )
+
+
+def _columns(raws: list[Any], path: Path) -> _Columns:
+    """Decode the raw events a batch at a time into columns; each batch's raw events are let go once decoded."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "cat", "name", "pid", "tid", "corr", "bytes")}
+    interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
+    kind_arg: dict[int, Any] = {}
+    done = 0  # complete events so far
+    for start in range(0, len(raws), _BATCH):
+        stop = min(start + _BATCH, len(raws))
+        payload = b"[" + b",".join(raws[start:stop]) + b"]"
+        raws[start:stop] = [None] * (stop - start)
+        try:
+            events = _BATCH_DECODER.decode(payload)
+        except msgspec.ValidationError as err:
+            raise TraceError(f"{path}: not a Chrome trace ({_where(err, start)})") from None
+        except msgspec.DecodeError as err:
+            raise TraceError(f"{path}: not valid JSON (in events {start}-{stop - 1}: {err})") from None
+        except RecursionError:
+            raise _too_deep(path) from None
+        del payload
+        xs = [e for e in events if e.ph == "X" and e.cat != "Trace"]
+        del events
+        if not xs:
+            continue
+        parts["ts"].append(_numbers(_field(xs, "ts"), "ts", path, done))
+        parts["dur"].append(_numbers(_field(xs, "dur"), "dur", path, done))
+        for key, interner in interners.items():
+            parts[key].append(interner.codes(_field(xs, key)))
+        args = _field(xs, "args")
+        parts["corr"].append(_numeric([None if a is None else a.correlation for a in args]))
+        parts["bytes"].append(_numeric([None if a is None else a.nbytes for a in args]))
+        kind_arg.update((done + i, a.kind) for i, a in enumerate(args) if a is not None and a.kind is not None)
+        done += len(xs)
+
+    def joined(key: str, dtype: Any) -> np.ndarray:
+        return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=dtype)
+
+    return _Columns(
+        ts=joined("ts", np.float64),
+        dur=joined("dur", np.float64),
+        cat_code=joined("cat", np.int64),
+        cats=interners["cat"].strings(),
+        name_code=joined("name", np.int64),
+        names=interners["name"].strings(),
+        pid_code=joined("pid", np.int64),
+        pids=interners["pid"].strings(),
+        tid_code=joined("tid", np.int64),
+        tids=interners["tid"].strings(),
+        correlation=joined("corr", np.float64),
+        nbytes=joined("bytes", np.float64),
+        kind_arg=kind_arg,
+    )
+
+
+def _numeric(values: list[Any]) -> np.ndarray:
+    """Numbers as float64, NaN for a missing or non-numeric value (``pandas.to_numeric(errors="coerce")``)."""
+    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+
+
+def _where(err: msgspec.ValidationError, first: int = 0) -> str:
+    """msgspec's message with its JSON path told as "event N" (how the rest of this module names events);
+    ``first``: the index of the batch's first event in the trace."""
+    text = str(err)
+    m = _AT_EVENT.search(text)
+    if m:
+        field = f" {m.group(2)}" if m.group(2) else ""
+        return f"event {first + int(m.group(1))}{field}: {text[: m.start()]}"
+    if "missing required field `traceEvents`" in text:
+        return "the JSON object has no 'traceEvents'"
+    return text.replace("`$`", "the document").replace("`$.traceEvents`", "'traceEvents'")
+
+
+def _numbers(values: list[Any], what: str, path: str | os.PathLike[str], first: int = 0) -> np.ndarray:
+    """``values`` as float64; a missing or non-numeric entry raises :class:`TraceError` (``first``: the index of
+    the first value's complete event in the trace, for the message)."""
     try:
         out = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
@@ -175,7 +336,7 @@ def _numbers(values: list[Any], what: str, path: str | os.PathLike[str]) -> np.n
     bad = np.flatnonzero(~np.isfinite(out))
     if len(bad):
         raise TraceError(
-            f"{os.fspath(path)}: not a Chrome trace (complete event {bad[0]} has {what} {values[bad[0]]!r})"
+            f"{os.fspath(path)}: not a Chrome trace (complete event {first + bad[0]} has {what} {values[bad[0]]!r})"
         )
     return out
 
@@ -187,53 +348,22 @@ def _float_or_nan(value: Any) -> float:
         return np.nan
 
 
-def _field(xs: Sequence[dict[str, Any]], key: str, default: Any) -> list[Any]:
-    """``key`` of every event (``default`` where missing); the fast path assumes it is always there."""
-    try:
-        return list(map(operator.itemgetter(key), xs))
-    except KeyError:
-        return [e.get(key, default) for e in xs]
+def _field(xs: Sequence[_Event], key: str) -> list[Any]:
+    """``key`` of every event (the decoder filled in the default where the trace has none)."""
+    return list(map(operator.attrgetter(key), xs))
 
 
-def _arg(xs: Sequence[dict[str, Any]], rows: np.ndarray, key: str) -> list[Any]:
-    """``args[key]`` of the events at ``rows`` (None where missing)."""
-    out = []
-    for i in rows.tolist():
-        args = xs[i].get("args")
-        out.append(args.get(key) if isinstance(args, dict) else None)
-    return out
-
-
-def _strings(values: list[Any], what: str, path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Factorise ``values``: integer codes and the unique values as ``str`` ("" for missing ones).
-
-    Raises:
-        TraceError: if a value is a list or an object (not a name or a number).
-    """
-    try:
-        codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
-    except TypeError:  # unhashable: a list or dict where a name belongs
-        bad = next(i for i, v in enumerate(values) if isinstance(v, (list, dict)))
-        raise TraceError(
-            f"{os.fspath(path)}: not a Chrome trace (complete event {bad} has {what} {values[bad]!r})"
-        ) from None
-    names = np.array(["" if u is None else str(u) for u in uniques], dtype=object)
-    return np.asarray(codes, dtype=np.int64), names
-
-
-def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd.DataFrame:
+def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per complete event, every table column except ``self_us``."""
-    xs = [e for e in events if e.get("ph") == "X" and e.get("cat") != "Trace"]
-    n = len(xs)
+    n = len(cols.ts)
     if not n:
         return pd.DataFrame()  # make_table adds the columns
-    ts = _numbers(_field(xs, "ts", None), "ts", path)
-    dur = _numbers(_field(xs, "dur", 0.0), "dur", path)
-    cat_code, cats = _strings(_field(xs, "cat", ""), "cat", path)
-    name_code, names = _strings(_field(xs, "name", ""), "name", path)
+    ts, dur = cols.ts, cols.dur
+    cat_code, cats = cols.cat_code, cols.cats
+    name_code, names = cols.name_code, cols.names
     name = names[name_code]
-    pid_code, pids = _strings(_field(xs, "pid", ""), "pid", path)
-    tid_code, tids = _strings(_field(xs, "tid", ""), "tid", path)
+    pid_code, pids = cols.pid_code, cols.pids
+    tid_code, tids = cols.tid_code, cols.tids
     thread = pid_code * len(tids) + tid_code
 
     # Classify each distinct (category, name) pair once, then spread the answers over the events.
@@ -246,16 +376,14 @@ def _frame(events: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> pd
     cat = cats[cat_code]
 
     nbytes = np.full(n, np.nan)
-    copies = np.flatnonzero(kind == KIND_MEMCPY)
+    copies = np.flatnonzero(kind == Kind.MEMCPY)
     if len(copies):
-        nbytes[copies] = pd.to_numeric(pd.Series(_arg(xs, copies, "bytes"), dtype=object), errors="coerce").to_numpy(
-            dtype=np.float64
-        )
+        nbytes[copies] = cols.nbytes[copies]
         unknown = copies[copy_kind[copies] == ""]
-        for i, kind_arg in zip(unknown, _arg(xs, unknown, "kind"), strict=True):  # no direction in the name
-            copy_kind[i] = _ARGS_KIND.get(str(kind_arg).lower(), "")
+        for i in unknown.tolist():  # no direction in the name
+            copy_kind[i] = _ARGS_KIND.get(str(cols.kind_arg.get(i)).lower(), "")
 
-    launch_us, op = _link_launches(xs, ts, dur, cat, name, thread, on_device)
+    launch_us, op = _link_launches(cols.correlation, ts, dur, cat, name, thread, on_device)
     return pd.DataFrame(
         {
             "name": name,
@@ -279,27 +407,27 @@ def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
     if cat in ("user_annotation", "cpu_op"):
         step = _STEP_RE.fullmatch(name)
         if step:
-            return KIND_STEP, False, "", float(step.group(1)) if step.group(1) else np.nan
+            return Kind.STEP, False, "", float(step.group(1)) if step.group(1) else np.nan
     if cat == "user_annotation":
         if name.startswith("enumerate(DataLoader)#") and "__next__" in name:
-            return KIND_INPUT, False, "", np.nan
+            return Kind.INPUT, False, "", np.nan
         if name == VALIDATION_ANNOTATION:
-            return KIND_EXCLUDED, False, "", np.nan
+            return Kind.NOT_TRAINING, False, "", np.nan
         if name.startswith(_COLLECTIVE_PREFIXES):
-            return KIND_COLLECTIVE, False, "", np.nan
-        return KIND_ANNOTATION, False, "", np.nan
+            return Kind.COLLECTIVE, False, "", np.nan
+        return Kind.ANNOTATION, False, "", np.nan
     if cat == "cpu_op":
         if name.startswith(_COLLECTIVE_OP_PREFIXES) or name == "record_param_comms":
-            return KIND_COLLECTIVE, False, "", np.nan
-        return KIND_OP, False, "", np.nan
+            return Kind.COLLECTIVE, False, "", np.nan
+        return Kind.OP, False, "", np.nan
     if cat == "kernel":
         low = name.lower()
-        return (KIND_COLLECTIVE if "nccl" in low or "rccl" in low else KIND_KERNEL), True, "", np.nan
+        return (Kind.COLLECTIVE if "nccl" in low or "rccl" in low else Kind.KERNEL), True, "", np.nan
     if cat == "gpu_memcpy":
-        return KIND_MEMCPY, True, _copy_kind(name), np.nan
+        return Kind.MEMCPY, True, _copy_kind(name), np.nan
     if cat == "gpu_user_annotation":
-        return KIND_ANNOTATION, True, "", np.nan
-    return KIND_OTHER, cat in _DEVICE_CATS, "", np.nan
+        return Kind.ANNOTATION, True, "", np.nan
+    return Kind.OTHER, cat in _DEVICE_CATS, "", np.nan
 
 
 def _copy_kind(name: str) -> str:
@@ -315,7 +443,7 @@ def _copy_kind(name: str) -> str:
 
 
 def _link_launches(
-    xs: Sequence[dict[str, Any]],
+    correlation: np.ndarray,
     ts: np.ndarray,
     dur: np.ndarray,
     cat: np.ndarray,
@@ -332,14 +460,10 @@ def _link_launches(
     if not len(runtime) or not len(device):
         return launch_us, op
 
-    def correlation(rows: np.ndarray) -> pd.Index:
-        values = pd.Series(_arg(xs, rows, "correlation"), dtype=object)
-        return pd.Index(pd.to_numeric(values, errors="coerce"), dtype=np.float64)
-
-    rt_corr = correlation(runtime)
+    rt_corr = pd.Index(correlation[runtime], dtype=np.float64)
     keep = ~rt_corr.isna() & ~rt_corr.duplicated()
     runtime, rt_corr = runtime[keep], rt_corr[keep]
-    hit = rt_corr.get_indexer(correlation(device))
+    hit = rt_corr.get_indexer(pd.Index(correlation[device], dtype=np.float64))
     linked = hit >= 0
     device, launcher = device[linked], runtime[hit[linked]]
     if not len(device):

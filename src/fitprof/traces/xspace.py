@@ -13,8 +13,8 @@ window take 86 ms to read, against 5 ms for the protobuf walk.) How events are c
   input-pipeline analysis counts it;
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
-  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``KIND_COLLECTIVE``;
-* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``KIND_MEMCPY``
+  as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
+* device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
   stat's op name.
 """
@@ -28,15 +28,9 @@ from typing import Any
 
 import pandas as pd
 
+from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded, too_many
 from fitprof.traces._table import (
-    KIND_ANNOTATION,
-    KIND_COLLECTIVE,
-    KIND_INPUT,
-    KIND_KERNEL,
-    KIND_MEMCPY,
-    KIND_OP,
-    KIND_OTHER,
-    KIND_STEP,
+    Kind,
     make_table,
 )
 
@@ -60,12 +54,18 @@ def _stat_value(stat: Any, stat_names: dict[int, str]) -> str:
     return str(getattr(stat, kind))
 
 
-def _stats(meta: Any, event: Any, stat_names: dict[int, str]) -> dict[str, str]:
-    """An event's stats by name, as strings: its metadata's stats, then its own (which win)."""
-    out: dict[str, str] = {}
-    if meta is not None:
-        for st in meta.stats:
-            out[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
+def _stats(meta: Any, event: Any, stat_names: dict[int, str], cache: dict[int, dict[str, str]]) -> dict[str, str]:
+    """An event's stats by name, as strings: its metadata's stats, then its own (which win). Read-only: the
+    metadata's part is built once per metadata (``cache``) and shared by its events, strings included."""
+    base = cache.get(event.metadata_id)
+    if base is None:
+        base = cache[event.metadata_id] = {}
+        if meta is not None:
+            for st in meta.stats:
+                base[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
+    if not event.stats:
+        return base
+    out = dict(base)
     for st in event.stats:
         out[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
     return out
@@ -86,33 +86,67 @@ def _copy_kind(name: str, details: str) -> str:
     return ""
 
 
-def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
+def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]) -> None:
+    """The bounds that hold before any row is built: the events, and the length of every name and metadata string
+    (each event's row refers to its metadata's name and stats, so a long one would be repeated per event)."""
+    n_events = 0
+    for plane in space.planes:
+        strings = [plane.name]
+        for line in plane.lines:
+            n_events += len(line.events)
+            strings += (line.name, line.display_name)
+        for meta in plane.event_metadata.values():
+            strings += (meta.name, meta.display_name)
+            strings += (st.str_value for st in meta.stats)
+        strings += (m.name for m in plane.stat_metadata.values())
+        longest = max(map(len, strings), default=0)
+        if longest > MAX_XSPACE_STRING_BYTES:
+            raise error(
+                f"{path}: plane {plane.name[:80]!r} holds a name or string of {longest:,} characters, more than the "
+                f"bound of {MAX_XSPACE_STRING_BYTES:,} on one XSpace string (no profiler writes names that long)"
+            )
+        if n_events > limits.max_events:
+            raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
+
+
+def read_xspace(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> pd.DataFrame:
     """Read one ``.xplane.pb`` file into an event table.
 
     Args:
         path: the XSpace file, e.g. ``<log_dir>/plugins/profile/<session>/<host>.xplane.pb``.
+        max_trace_mb: the bound on the file's size in MB (default 512), checked before it is read.
+        max_events: the bound on its events (default 10,000,000), checked before the table is built. Every
+            name and string in its metadata must also be at most 1 MB (see :mod:`fitprof.traces._limits`).
 
     Returns:
         The event table (columns in :data:`fitprof.traces.COLUMNS`); ``attrs`` holds ``format="xspace"``,
         ``path`` and ``host`` (the file name's stem).
 
     Raises:
-        TraceError: if the file is missing, empty, or not an XSpace protobuf.
+        TraceError: if the file is missing, empty, or not an XSpace protobuf, or passes a bound (the message names
+            the bound and how to raise it).
+        ValueError: if a bound is not a positive number.
     """
-    from fitprof.traces import TraceError
+    from fitprof.traces._table import TraceError
     from fitprof.traces.xspace_write import xplane_classes
 
+    limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"{p}: no such file")
-    data = p.read_bytes()
+    data = read_bounded(p, limits, TraceError, inflate=False)
     if not data:
         raise TraceError(f"{p}: empty file, not an XSpace")
     try:
-        space = xplane_classes()["XSpace"].FromString(data)
+        space = xplane_classes()["XSpace"].FromString(data)  # a bytearray is read in place, not copied
     except Exception as err:  # DecodeError and friends: not this message type
         raise TraceError(f"{p}: not an XSpace protobuf ({type(err).__name__}: {err})") from None
+    del data
+    _check_bounds(space, p, limits, TraceError)
     rows: list[dict[str, Any]] = []
+    op_names: dict[str, str] = {}
     has_host_plane = False
     for plane in space.planes:
         pname = plane.name
@@ -121,6 +155,8 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
             continue  # Task Environment, metadata planes
         has_host_plane |= not on_device
         event_meta = dict(plane.event_metadata)
+        event_names = {k: m.name for k, m in event_meta.items()}  # one str per name, shared by its events
+        meta_stats: dict[int, dict[str, str]] = {}
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         for line in plane.lines:
             lname = line.name
@@ -134,8 +170,8 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
             want_stats = on_device or not (is_tf_data or is_compute)
             for ev in line.events:
                 meta = event_meta.get(ev.metadata_id)
-                name = meta.name if meta is not None else ""
-                stats = _stats(meta, ev, stat_names) if want_stats else {}
+                name = event_names.get(ev.metadata_id, "")
+                stats = _stats(meta, ev, stat_names, meta_stats) if want_stats else {}
                 row: dict[str, Any] = {
                     "name": name,
                     "ts_us": (base_ns + ev.offset_ps / 1e3) / 1e3,
@@ -147,21 +183,24 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                 if on_device:
                     kind = _copy_kind(name, stats.get("memcpy_details", ""))
                     if kind or name.lower().startswith("memcpy"):
-                        row["kind"] = KIND_MEMCPY
+                        row["kind"] = Kind.MEMCPY
                         row["copy_kind"] = kind
                         m = _BYTES.search(stats.get("memcpy_details", ""))
                         if m:
                             row["bytes"] = float(m.group(1))
                     elif "nccl" in name.lower() or "rccl" in name.lower():
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_KERNEL
+                        row["kind"] = Kind.KERNEL
                     tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
-                    row["op"] = tf_op.split(":")[0]
+                    op = op_names.get(tf_op)
+                    if op is None:  # one str per op name, shared by its kernels
+                        op = op_names[tf_op] = tf_op.split(":")[0]
+                    row["op"] = op
                 elif _INPUT_EVENT.match(name):
-                    row["kind"] = KIND_INPUT
+                    row["kind"] = Kind.INPUT
                 elif "step_num" in stats and not (is_tf_data or is_compute):
-                    row["kind"] = KIND_STEP
+                    row["kind"] = Kind.STEP
                     try:
                         row["step_num"] = float(stats["step_num"])
                     except ValueError:
@@ -170,15 +209,15 @@ def read_xspace(path: str | os.PathLike[str]) -> pd.DataFrame:
                     op_name, _, op_type = name.rpartition(":")
                     row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
                     if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
-                        row["kind"] = KIND_INPUT
+                        row["kind"] = Kind.INPUT
                     elif _COLLECTIVE_TYPES.match(op_type):
-                        row["kind"] = KIND_COLLECTIVE
+                        row["kind"] = Kind.COLLECTIVE
                     else:
-                        row["kind"] = KIND_OP
+                        row["kind"] = Kind.OP
                 elif "_r" in stats and not is_tf_data:
-                    row["kind"] = KIND_ANNOTATION
+                    row["kind"] = Kind.ANNOTATION
                 else:
-                    row["kind"] = KIND_OTHER
+                    row["kind"] = Kind.OTHER
                 rows.append(row)
     if not has_host_plane:
         raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")

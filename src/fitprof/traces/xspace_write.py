@@ -26,12 +26,13 @@ import gzip
 import json
 import os
 import re
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from fitprof._session import hostname
 
 _PACKAGE = "fitprof.xplane"
 _FILE = "fitprof/xplane.proto"
@@ -258,7 +259,7 @@ def kineto_to_xspace(
         complete.append((ts_ns, dur_ps, e))
 
     space = cls["XSpace"]()
-    space.hostnames.append(host or str(data.get("host_name") or socket.gethostname()))
+    space.hostnames.append(host or str(data.get("host_name") or hostname()))
     plane = space.planes.add(id=0, name=HOST_PLANE)
     builder = _Plane(plane)
 
@@ -332,7 +333,7 @@ def write_xspace(
         ValueError: if ``trace`` is not a readable Kineto trace.
         OSError: if the file cannot be written.
     """
-    host = host or socket.gethostname()
+    host = host or hostname()
     space = kineto_to_xspace(trace, host=host)
     out_dir = Path(run_dir) / "plugins" / "profile" / session
     out_dir.mkdir(parents=True, exist_ok=True)

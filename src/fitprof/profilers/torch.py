@@ -1,4 +1,4 @@
-"""torch.profiler machinery shared by the Lightning callback (and Keras on the torch backend).
+"""torch.profiler windows, shared by the Lightning callback and the Keras callback on the torch backend.
 
 :class:`TorchProfileWindow` opens one profiling window at a time, marks training steps with
 ``ProfilerStep#N`` spans, wraps validation in :data:`~fitprof.traces._table.VALIDATION_ANNOTATION` and exports
@@ -24,10 +24,7 @@ import json
 import logging
 import os
 import shutil
-import socket
 import tempfile
-import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +32,15 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
-from fitprof._session import session_name
+from fitprof._session import KINETO_SUFFIX, kineto_trace_name
+from fitprof._warn import WarnOnce
 from fitprof.traces._table import VALIDATION_ANNOTATION
 
 log = logging.getLogger(__name__)
 
 STEP_PREFIX = "ProfilerStep#"
 """Kineto's step-span prefix; the trace reader maps ``ProfilerStep#N`` to a step."""
-TRACE_SUFFIX = ".pt.trace.json.gz"
-
-
-def _default_warn(message: str) -> None:
-    warnings.warn(message, UserWarning, stacklevel=3)
+TRACE_SUFFIX = KINETO_SUFFIX
 
 
 def global_rank() -> int:
@@ -60,12 +54,6 @@ def global_rank() -> int:
         return int(os.environ.get("RANK", "0"))
     except ValueError:
         return 0
-
-
-def trace_file_name(session: str, rank: int, host: str | None = None) -> str:
-    """``<host>_rank<global rank>.<session>.pt.trace.json.gz`` (two nodes never collide)."""
-    host = host or socket.gethostname()
-    return f"{host}_rank{rank}.{session}{TRACE_SUFFIX}"
 
 
 def profiler_running() -> bool:
@@ -86,7 +74,8 @@ class TorchProfileWindow:
         record_shapes: record operator input shapes (bigger traces).
         profile_memory: record allocations (bigger traces).
         with_stack: record Python stacks (traces ~20x bigger).
-        warn: how to warn (default: :func:`warnings.warn`); each distinct problem is warned once per instance.
+        warn: the caller's :class:`~fitprof._warn.WarnOnce` (default: a new one that logs), so each distinct
+            problem is warned once.
 
     Attributes:
         trace_path: the trace exported by the last :meth:`stop`, or None.
@@ -100,13 +89,12 @@ class TorchProfileWindow:
         record_shapes: bool = False,
         profile_memory: bool = False,
         with_stack: bool = False,
-        warn: Callable[[str], Any] | None = None,
+        warn: WarnOnce | None = None,
     ) -> None:
         self.record_shapes = record_shapes
         self.profile_memory = profile_memory
         self.with_stack = with_stack
-        self._warn_fn = warn or _default_warn
-        self._warned: set[str] = set()
+        self.warn_once = warn or WarnOnce(log.warning)
         self._prof: profile | None = None
         self._step: record_function | None = None
         self._annotations: list[record_function] = []
@@ -119,16 +107,6 @@ class TorchProfileWindow:
     @property
     def started_here(self) -> bool:
         return self._prof is not None
-
-    def warn_once(self, key: str, message: str) -> None:
-        """Warn ``message`` unless a warning with ``key`` was already given by this object."""
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        try:
-            self._warn_fn(message)
-        except Exception:  # a warning must never break training (e.g. warnings turned into errors)
-            log.warning(message)
 
     # ----------------------------------------------------------------------------------------------- start
     def start(self, directory: str | os.PathLike[str], session: str, *, rank: int | None = None) -> bool:
@@ -170,7 +148,7 @@ class TorchProfileWindow:
                     prof.stop()
             return False
         self._prof = prof
-        self._path = Path(directory) / trace_file_name(session, rank)
+        self._path = Path(directory) / kineto_trace_name(session, rank)
         self.step_num = None
         return True
 
@@ -314,6 +292,4 @@ __all__ = [
     "TorchProfileWindow",
     "global_rank",
     "profiler_running",
-    "session_name",
-    "trace_file_name",
 ]

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 
-class SummaryWriter:
-    """Lazily created event-file writer for one TensorBoard run directory.
+class TBEventFile:
+    """One TensorBoard event file of fitprof's, created lazily in one run directory (not torch's or TensorFlow's
+    ``SummaryWriter``: tensorboard's own ``EventFileWriter`` with the scalar and text ``*_pb`` summaries).
 
     Args:
         log_dir: the run directory (created on first write).

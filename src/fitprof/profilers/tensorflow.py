@@ -1,4 +1,4 @@
-"""The TensorFlow-backend window: ``tf.profiler`` into a private folder, moved into a new session folder."""
+"""The ``tf.profiler`` window: profile into a private folder, then move the ``.xplane.pb`` into a new session folder."""
 
 from __future__ import annotations
 
@@ -8,31 +8,28 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from fitprof._session import new_session_dir
+from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
 
 log = logging.getLogger(__name__)
 
 
-class TFWindow:
-    """One profiled window on the TensorFlow backend.
+class TFProfileWindow:
+    """One profiled window of ``tf.profiler``.
 
     ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
     ``tf.profiler.experimental.Trace("train", step_num=n, _r=1)``, the marker xprof needs to find steps;
-    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/``
-    (``session_dir``); when ``log_dir`` cannot be written it returns the temporary copy, sets ``save_error``
+    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/`` (``session_dir``,
+    :func:`fitprof._session.new_session_dir`), named ``<host>_rank<r>.xplane.pb`` when ``world`` > 1; when ``log_dir`` cannot be written it returns the temporary copy, sets ``save_error``
     and leaves ``session_dir`` None, and ``cleanup`` deletes that copy after the analysis.
     Every call is guarded: a failure is raised as ``RuntimeError`` for the callback to turn into a warning.
     """
 
-    framework = "tensorflow"
-    trace_suffix = ".xplane.pb"
-
-    def __init__(self, log_dir: str, *, rank: int = 0, world: int = 1) -> None:
+    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1) -> None:
         import tensorflow as tf
 
         self._tf = tf
         self._log_dir = log_dir
-        self._rank, self._world = rank, world
+        self._epoch, self._rank, self._world = epoch, rank, world
         self._tmp: str | None = None
         self._step: Any = None
         self.session_dir: Path | None = None
@@ -84,11 +81,9 @@ class TFWindow:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError("tf.profiler wrote no .xplane.pb")
         try:
-            session = new_session_dir(self._log_dir)
-            name = written[-1].name
-            if self._world > 1:  # ranks on one host must not collide: <host>_rank<r>.xplane.pb
-                name = f"{name.removesuffix('.xplane.pb')}_rank{self._rank}.xplane.pb"
-            target = session / name
+            session = new_session_dir(self._log_dir, self._epoch)
+            host = written[-1].name.removesuffix(XPLANE_SUFFIX)
+            target = session / (rank_host(host, self._rank, self._world) + XPLANE_SUFFIX)
             shutil.move(str(written[-1]), target)
         except OSError as err:
             # log_dir cannot be written (read-only, full disk): keep the temporary copy for the analysis.

@@ -1,0 +1,394 @@
+"""The ``fitprof`` command: bottleneck tables from fitprof runs (``report``) or from any trace file (``analyze``).
+
+``fitprof report LOGDIR``
+    Finds every fitprof run below ``LOGDIR`` (a folder holding ``plugins/fitprof/<session>.rank<r>.json``,
+    written by the Keras and the Lightning callbacks for each profiled window) and prints one row per run,
+    epoch and rank: exactly the figures the callback logged.
+
+``fitprof analyze TRACE...``
+    Analyses trace files directly (``*.xplane.pb``, ``*.pt.trace.json``, ``*.json.gz``, or a
+    ``plugins/profile/<session>`` folder, whose ``*.xplane.pb`` files are read), recorded by fitprof or not:
+    one row per file, with the same figures as :func:`fitprof.analyze`. With several ranks' traces it adds a
+    spread record: max - min of ``step_time_ms`` and ``input_percent`` across the ranks, and the slowest rank.
+
+Output formats (``--format``): ``table`` (default, aligned text, then each row's verdict line and the advice),
+``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
+say, NaN as ``null``) and ``csv`` (one flat row per record, the top operator only).
+
+Bad input (a missing path, a truncated, corrupt or foreign file, a trace past ``--max-trace-mb`` /
+``--max-events``, a report file that leads outside ``LOGDIR``) gives one ``fitprof: error: <path>: <what>``
+line on stderr per file and exit status 2; the other files are still reported. Nothing is printed or
+written when no file could be reported. This module imports no framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fitprof import analyze
+from fitprof._parallel import auto_jobs, default_jobs, ordered_map
+from fitprof.analysis import BottleneckReport
+from fitprof.cli.plot import SEGMENTS, plot_breakdown
+from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
+from fitprof.cross_rank import RankFigures, Spread, spread
+from fitprof.report_files import ReportFileError, find_report_files, read_report_file
+from fitprof.traces import TraceError
+from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+_LEADING_KEYS = ("record", "run", "epoch", "rank", "world_size", "framework")
+
+
+class _BadInput(Exception):
+    """One input that cannot be reported; the message names it and says what is wrong."""
+
+
+# --------------------------------------------------------------------------------------------- entry point
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``fitprof`` command.
+
+    Args:
+        argv: the arguments after the program name (``sys.argv[1:]`` when ``None``).
+
+    Returns:
+        The exit status: 0 when every input was reported, 2 for bad arguments, no arguments (help is printed),
+        or any input that could not be reported (each named on one stderr line; the good ones are still
+        reported).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits for --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    return handler(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from fitprof import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fitprof",
+        description="Where does the training step time go? Tables from fitprof runs or from trace files.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+        p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+        p.add_argument(
+            "--jobs",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
+            f"{default_jobs()} here, when the files hold 32 MB or more, else 1)",
+        )
+
+    rep = sub.add_parser(
+        "report",
+        help="one row per run, epoch and rank of the fitprof runs below LOGDIR",
+        description="Print the bottleneck figures the fitprof callbacks logged for every run below LOGDIR "
+        "(folders holding plugins/fitprof/<session>.rank<r>.json), one row per run, epoch and rank.",
+    )
+    rep.add_argument("logdir", metavar="LOGDIR", help="a log folder (searched at any depth)")
+    common(rep)
+    rep.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also save the step-time breakdown per epoch (stacked: input wait, host-to-device, other/compute)",
+    )
+    rep.set_defaults(handler=_cmd_report)
+
+    ana = sub.add_parser(
+        "analyze",
+        help="analyse trace files (.xplane.pb, .pt.trace.json[.gz]) or plugins/profile/<session> folders",
+        description="Analyse trace files, recorded by fitprof or not: *.xplane.pb, *.pt.trace.json, "
+        "*.json.gz, or a plugins/profile/<session> folder (its *.xplane.pb files). One row per file; "
+        "with several ranks' traces, also the spread across ranks and the slowest rank.",
+    )
+    ana.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
+    common(ana)
+    ana.add_argument("--top-k", type=_positive_int, default=5, metavar="N", help="operators to rank (default: 5)")
+    ana.add_argument(
+        "--max-trace-mb",
+        type=_positive_float,
+        default=DEFAULT_MAX_TRACE_MB,
+        metavar="MB",
+        help=f"refuse a trace bigger than MB, inflated for a .gz (default: {DEFAULT_MAX_TRACE_MB:g})",
+    )
+    ana.add_argument(
+        "--max-events",
+        type=_positive_int,
+        default=DEFAULT_MAX_EVENTS,
+        metavar="N",
+        help=f"refuse a trace with more than N events (default: {DEFAULT_MAX_EVENTS:,})",
+    )
+    ana.set_defaults(handler=_cmd_analyze)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def _error(message: str) -> None:
+    """One line on stderr (whitespace in the message, e.g. a reader's newline, is collapsed)."""
+    print(f"fitprof: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
+    """``<path>: <what is wrong>``, without repeating the path when the message starts with it already."""
+    where = os.fspath(path)
+    if isinstance(err, OSError) and err.strerror:
+        what = err.strerror.lower()
+    else:
+        what = str(err) or type(err).__name__
+    if where in what:
+        return what
+    return f"{where}: {what}"
+
+
+# ------------------------------------------------------------------------------------------------- analyze
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    work: list[Path | str] = []  # the files to analyse, in order, and the error line of each bad argument
+    for arg in args.traces:
+        try:
+            work += _trace_files(Path(arg))
+        except _BadInput as err:
+            work.append(str(err))
+    tasks = [(p, args.top_k, args.max_trace_mb, args.max_events) for p in work if isinstance(p, Path)]
+    jobs = args.jobs or auto_jobs([t[0] for t in tasks])
+    results = iter(ordered_map(_analyze_task, tasks, jobs))
+    records: list[dict[str, Any]] = []
+    bad = False
+    for item in work:
+        report, error = (None, item) if isinstance(item, str) else next(results)
+        if report is None:
+            _error(error or "")
+            bad = True
+            continue
+        records.append(_record(report, record=RECORD_TRACE, run=os.fspath(item), epoch=None, rank=report.rank))
+    records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
+    return _finish(args, records, bad)
+
+
+def _analyze_task(task: tuple[Path, int, float, int]) -> tuple[BottleneckReport | None, str | None]:
+    """The report of one file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+    path, top_k, max_trace_mb, max_events = task
+    try:
+        return analyze(path, top_k=top_k, max_trace_mb=max_trace_mb, max_events=max_events), None
+    except (TraceError, OSError, ValueError, ImportError) as err:
+        return None, _describe(path, err)
+    except Exception as err:  # a reader bug on odd input: still one line, never a traceback
+        return None, f"{path}: could not analyse ({type(err).__name__}: {err})"
+
+
+def _trace_files(path: Path) -> list[Path]:
+    """The trace files one ``analyze`` argument stands for (a file, or a session folder's ``*.xplane.pb``)."""
+    if path.is_dir():
+        files = sorted(path.glob("*.xplane.pb"))
+        if not files:
+            raise _BadInput(
+                f"{path}: no .xplane.pb file in this folder (analyze takes trace files or a "
+                "plugins/profile/<session> folder; for a log folder use 'fitprof report')"
+            )
+        return files
+    if not path.exists():
+        raise _BadInput(f"{path}: no such file or folder")
+    return [path]
+
+
+def _analyze_spread_label(group: list[dict[str, Any]]) -> str:
+    ws = group[0]["world_size"]
+    return f"ranks of world size {ws}" if ws is not None else "ranks"
+
+
+# -------------------------------------------------------------------------------------------------- report
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    logdir = Path(args.logdir)
+    if not logdir.exists():
+        _error(f"{logdir}: no such folder")
+        return EXIT_BAD_INPUT
+    if not logdir.is_dir():
+        _error(f"{logdir}: not a folder (report takes a log folder; for a trace file use 'fitprof analyze')")
+        return EXIT_BAD_INPUT
+    files = find_report_files(logdir)
+    if not files:
+        _error(
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
+            "for other profiles use 'fitprof analyze')"
+        )
+        return EXIT_BAD_INPUT
+    records: list[dict[str, Any]] = []
+    bad = False
+    jobs = args.jobs or auto_jobs(files)
+    for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
+        if record is None:
+            _error(error or "")
+            bad = True
+        else:
+            records.append(record)
+    records.sort(key=lambda r: (r["run"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
+    records += _spreads(records, key=lambda r: (r["run"], r["epoch"]), label=lambda g: g[0]["run"])
+    status = _finish(args, records, bad)
+    if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
+        try:
+            here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
+            windows = [{**r, "run": here} if r["run"] == "." else r for r in records if r["record"] == RECORD_WINDOW]
+            plot_breakdown(windows, args.plot)
+        except (OSError, ValueError, ImportError) as err:
+            _error(_describe(args.plot, err))
+            return EXIT_BAD_INPUT
+    return status
+
+
+def _report_task(task: tuple[Path, Path]) -> tuple[dict[str, Any] | None, str | None]:
+    """The row of one report file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+    path, logdir = task
+    try:
+        return _window_record(path, logdir), None
+    except (ReportFileError, OSError, ValueError) as err:
+        return None, _describe(path, err)
+
+
+def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
+    """The row of one report file (see :mod:`fitprof.report_files`), read with its bounds: the file stays inside
+    ``logdir``, and so does the trace path it names (else the row's source is the report's own)."""
+    doc = read_report_file(path, logdir=logdir)
+    run = doc.run.relative_to(logdir).as_posix()
+    rec = _record(doc.report, record=RECORD_WINDOW, run=run, epoch=doc.epoch, rank=doc.rank)
+    rec["source"] = doc.trace
+    rec["report_file"] = os.fspath(path)
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------- records
+
+
+def _record(report: BottleneckReport, *, record: str, run: str, epoch: int | None, rank: int | None) -> dict[str, Any]:
+    """One output record: where it comes from, then every :class:`BottleneckReport` field and its headline."""
+    fields = report.to_dict()
+    fields["rank"] = rank
+    out: dict[str, Any] = {"record": record, "run": run, "epoch": epoch}
+    out.update({k: fields[k] for k in _LEADING_KEYS if k in fields})
+    out.update(fields)
+    out["headline"] = report.headline()
+    return out
+
+
+def _spreads(
+    records: list[dict[str, Any]],
+    *,
+    key: Callable[[dict[str, Any]], tuple[Any, ...]],
+    label: Callable[[list[dict[str, Any]]], str],
+) -> list[dict[str, Any]]:
+    """A spread record (:func:`fitprof.cross_rank.spread`) for every group (by ``key``) of rows that holds two
+    ranks or more with a step time."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for rec in records:
+        if rec["record"] != RECORD_SPREAD and rec["rank"] is not None and finite(rec["step_time_ms"]):
+            groups.setdefault(key(rec), []).append(rec)
+    out = []
+    for group in groups.values():
+        s = spread([RankFigures(r["rank"], r["step_time_ms"], r["input_percent"]) for r in group])
+        if s is None:
+            continue
+        source = next(r["source"] for r in group if r["rank"] == s.slowest.rank)
+        out.append(
+            {
+                "record": RECORD_SPREAD,
+                "run": label(group),
+                "epoch": group[0]["epoch"],
+                "rank": None,
+                "world_size": group[0]["world_size"],
+                "ranks": list(s.ranks),
+                "step_time_ms_spread": s.step_time_ms_spread,
+                "input_percent_spread": s.input_percent_spread,
+                "slowest_rank": s.slowest.rank,
+                "slowest_step_time_ms": s.slowest.step_time_ms,
+                "slowest_source": source,
+                "fastest_rank": s.fastest.rank,
+                "fastest_step_time_ms": s.fastest.step_time_ms,
+                "most_input_bound_rank": s.most_input_bound.rank,
+                "input_percent_max": s.most_input_bound.input_percent,
+                "straggler_rank": s.straggler.rank,
+                "headline": _spread_headline(s),
+            }
+        )
+    return out
+
+
+def _spread_headline(s: Spread) -> str:
+    """One line: the straggler, why, the slowest and fastest rank and the input-share spread."""
+    why = (
+        f" (input {s.most_input_bound.input_percent:.1f}% of its step time, {s.input_percent_spread:.1f} points "
+        "more than the least input-bound rank)"
+        if s.straggler_by_input
+        else ""
+    )
+    input_spread = format(s.input_percent_spread, ".1f") if finite(s.input_percent_spread) else "-"
+    return (
+        f"straggler: rank {s.straggler.rank}{why}; slowest step: rank {s.slowest.rank}, "
+        f"{s.slowest.step_time_ms:.2f} ms/step, {s.step_time_ms_spread:.2f} ms more than rank {s.fastest.rank} "
+        f"({s.fastest.step_time_ms:.2f} ms); input share spread {input_spread} points."
+    )
+
+
+# -------------------------------------------------------------------------------------------------- output
+
+
+def _finish(args: argparse.Namespace, records: list[dict[str, Any]], bad: bool) -> int:
+    """Render ``records`` and write them to ``--out`` or stdout; nothing at all when there is no record."""
+    status = EXIT_BAD_INPUT if bad else EXIT_OK
+    if not records:
+        return EXIT_BAD_INPUT
+    text = render(records, args.format)
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as err:
+            _error(_describe(args.out, err))
+            return EXIT_BAD_INPUT
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return status
+
+
+__all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "FORMATS", "SEGMENTS", "main", "render"]

@@ -1,0 +1,247 @@
+"""Text renderers of ``fitprof`` records: ``table``, ``markdown``, ``json`` and ``csv``.
+
+A record is a dict: a ``trace`` or ``window`` row (every :class:`~fitprof.BottleneckReport` field, its
+``headline``, and ``record`` / ``run`` / ``epoch`` / ``rank``) or a ``spread`` row across ranks. Framework-free.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from fitprof.report_files import clean_json
+
+FORMATS = ("table", "json", "csv", "markdown")
+RECORD_TRACE = "trace"
+"""``record`` of a row from ``fitprof analyze`` (one trace file)."""
+RECORD_WINDOW = "window"
+"""``record`` of a row from ``fitprof report`` (one profiled window: run, epoch, rank)."""
+RECORD_SPREAD = "spread"
+"""``record`` of a rank-spread summary (max - min across the ranks of one group of rows)."""
+_NAME_WIDTH = 40
+
+
+def finite(value: Any) -> bool:
+    """Whether ``value`` is a finite number (None and NaN are not)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _public(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record as strict JSON (NaN and infinities -> ``None``)."""
+    return dict(clean_json(rec))
+
+
+def render(records: Sequence[dict[str, Any]], fmt: str) -> str:
+    """The records as text in one of :data:`FORMATS`.
+
+    Args:
+        records: rows built by ``report`` / ``analyze`` (trace or window records, then spread records).
+        fmt: ``"table"``, ``"markdown"``, ``"json"`` or ``"csv"``.
+
+    Returns:
+        The text, ending in a newline.
+
+    Raises:
+        ValueError: for an unknown format.
+    """
+    if fmt == "json":
+        return json.dumps([_public(r) for r in records], indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        return _csv(records)
+    if fmt in ("table", "markdown"):
+        return _text(records, markdown=fmt == "markdown")
+    raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+_CSV_COLUMNS = (
+    "record",
+    "run",
+    "epoch",
+    "rank",
+    "world_size",
+    "framework",
+    "steps_analyzed",
+    "step_time_ms",
+    "input_ms_per_step",
+    "input_percent",
+    "htod_ms_per_step",
+    "htod_percent",
+    "htod_gb_per_s",
+    "collective_percent",
+    "top_op",
+    "top_op_ms_per_step",
+    "top_op_percent",
+    "verdict",
+    "headline",
+    "advice",
+    "source",
+)
+_CSV_SPREAD_COLUMNS = (
+    "ranks",
+    "step_time_ms_spread",
+    "input_percent_spread",
+    "slowest_rank",
+    "slowest_step_time_ms",
+    "fastest_rank",
+    "fastest_step_time_ms",
+    "slowest_source",
+    "most_input_bound_rank",
+    "input_percent_max",
+    "straggler_rank",
+)
+_INT_COLUMNS = (
+    "epoch",
+    "rank",
+    "world_size",
+    "steps_analyzed",
+    "slowest_rank",
+    "fastest_rank",
+    "most_input_bound_rank",
+    "straggler_rank",
+)
+
+
+def _csv(records: Sequence[dict[str, Any]]) -> str:
+    import pandas as pd
+
+    rows = []
+    for rec in records:
+        row = {k: v for k, v in rec.items() if k in _CSV_COLUMNS or k in _CSV_SPREAD_COLUMNS}
+        ops = rec.get("top_ops") or []
+        if rec["record"] != RECORD_SPREAD:
+            row["top_op"] = ops[0]["name"] if ops else ""
+            row["top_op_ms_per_step"] = ops[0]["self_ms_per_step"] if ops else math.nan
+            row["top_op_percent"] = ops[0]["percent"] if ops else math.nan
+            row["advice"] = " ".join(rec.get("advice") or [])
+        if "ranks" in row:
+            row["ranks"] = " ".join(str(r) for r in row["ranks"])
+        rows.append(row)
+    columns = list(_CSV_COLUMNS)
+    if any(r["record"] == RECORD_SPREAD for r in records):
+        columns += _CSV_SPREAD_COLUMNS
+    frame = pd.DataFrame(rows, columns=columns)
+    for col in _INT_COLUMNS:
+        if col in frame:
+            frame[col] = frame[col].astype("Int64")
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False, lineterminator="\n")
+    return buf.getvalue()
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def _short(name: str, width: int = _NAME_WIDTH) -> str:
+    """``name`` cut in the middle to ``width`` characters (both ends of op and kernel names say something)."""
+    if len(name) <= width:
+        return name
+    head = (width - 1) // 3
+    return name[:head] + "…" + name[len(name) - (width - 1 - head) :]
+
+
+def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
+    """The aligned table (or Markdown table), then per run: each row's headline and the run's advice."""
+    rows = [r for r in records if r["record"] != RECORD_SPREAD]
+    spreads = [r for r in records if r["record"] == RECORD_SPREAD]
+    ranks = {r["rank"] for r in rows if r["rank"] is not None}
+    show_rank = len(ranks) > 1 or bool(ranks - {0})
+    show_epoch = any(r["epoch"] is not None for r in rows)
+    header = ["run"]
+    header += ["epoch"] * show_epoch + ["rank"] * show_rank
+    header += ["framework", "steps", "step ms", "input %", "HtoD ms/step", "HtoD %", "top op", "top %", "verdict"]
+    body = []
+    for r in rows:
+        top = r["top_ops"][0] if r["top_ops"] else None
+        cells = [r["run"]]
+        cells += [_fmt(r["epoch"], "d")] * show_epoch + [_fmt(r["rank"], "d")] * show_rank
+        cells += [
+            r["framework"] or "-",
+            str(r["steps_analyzed"]),
+            _fmt(r["step_time_ms"], ".2f"),
+            _fmt(r["input_percent"], ".1f"),
+            _fmt(r["htod_ms_per_step"], ".3f"),
+            _fmt(r["htod_percent"], ".1f"),
+            _short(top["name"]) if top else "-",
+            _fmt(top["percent"], ".1f") if top else "-",
+            r["verdict"],
+        ]
+        body.append(cells)
+    left = {"run", "framework", "top op", "verdict"}
+    lines = _markdown_table(header, body, left) if markdown else _plain_table(header, body, left)
+    lines.append("")
+    for run, group in by_run(rows):
+        lines += [f"**{_md_escape(run)}**", ""] if markdown else [run]
+        bullet = "- " if markdown else "  "
+        for r in group:
+            where = []
+            if r["epoch"] is not None:
+                where.append(f"epoch {r['epoch']}")
+            if show_rank and r["rank"] is not None:
+                where.append(f"rank {r['rank']}")
+            prefix = f"{', '.join(where)}: " if where else ""
+            lines.append(f"{bullet}{prefix}{r['headline']}")
+        notes = _unique(w for r in group for w in r.get("warnings") or [])
+        lines += [f"{bullet}note: {w}" for w in notes]
+        latest = {r["verdict"]: r for r in group}  # per verdict, the advice of its last row (it names that op)
+        for verdict, r in latest.items():
+            if r.get("advice"):
+                lines.append(f"{bullet}advice ({verdict}):")
+                lines += [f"  - {a}" if markdown else f"    - {a}" for a in r["advice"]]
+        lines.append("")
+    if spreads:
+        lines += (
+            ["**Rank spread** (max - min across ranks)", ""] if markdown else ["Rank spread (max - min across ranks)"]
+        )
+        for s in spreads:
+            epoch = f", epoch {s['epoch']}" if s["epoch"] is not None else ""
+            lines.append(
+                f"{'- ' if markdown else '  '}{s['run']}{epoch}: step time spread "
+                f"{_fmt(s['step_time_ms_spread'], '.2f')} ms, input share spread "
+                f"{_fmt(s['input_percent_spread'], '.1f')} points; slowest: rank {s['slowest_rank']} "
+                f"({_fmt(s['slowest_step_time_ms'], '.2f')} ms/step, {s['slowest_source']}); "
+                f"straggler: rank {s['straggler_rank']}"
+            )
+        lines.append("")
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _plain_table(header: list[str], body: list[list[str]], left: set[str]) -> list[str]:
+    widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if h in left else c.rjust(w) for c, w, h in zip(cells, widths, header, strict=True)
+        ).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths), *(line(row) for row in body)]
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", r"\|")
+
+
+def _markdown_table(header: list[str], body: list[list[str]], left: set[str]) -> list[str]:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(_md_escape(c) for c in cells) + " |"
+
+    rule = "|" + "|".join("---" if h in left else "---:" for h in header) + "|"
+    return [line(header), rule, *(line(row) for row in body)]
+
+
+def by_run(rows: Iterable[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r["run"], []).append(r)
+    return list(groups.items())
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))

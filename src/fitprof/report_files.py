@@ -1,0 +1,239 @@
+"""The per-window report file, ``<run>/plugins/fitprof/<session>.rank<r>.json``: written by the callbacks, found
+and read back by ``fitprof report``.
+
+Each callback writes one per window and rank. It holds the epoch, the framework, the rank, the session, the
+trace the figures came from (relative to the run directory) and the full
+:class:`~fitprof.analysis.BottleneckReport` as a dict, so ``fitprof report`` prints exactly what was logged.
+It lives outside ``plugins/profile/`` so that removing an old window's profile (``keep_last_windows``) never
+leaves an empty session in the Profile tab, and the report of every window stays.
+
+Files written before the 0.1 renames are still read: ``htod_gbps`` is read as ``htod_gb_per_s``, and the
+framework values ``"torch"`` / ``"lightning"`` as ``"pytorch"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from fitprof._session import REPORTS_DIR, check_session, report_file_name
+from fitprof.analysis import FRAMEWORKS, BottleneckReport, OpStat
+
+SCHEMA = 1
+MAX_REPORT_BYTES = 4_000_000
+"""Bound on a report file's size when it is read: one window's figures take a few KB."""
+_LEGACY_KEYS = {"htod_gbps": "htod_gb_per_s"}
+_LEGACY_FRAMEWORKS = {"torch": "pytorch", "lightning": "pytorch"}
+_FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(BottleneckReport) if f.type == "float")
+_REQUIRED_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(BottleneckReport)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
+
+
+class ReportFileError(ValueError):
+    """A file that is not a readable fitprof report file; the message names it and says what is wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportFile:
+    """One report file read back.
+
+    Attributes:
+        path: the file.
+        run: the run directory it belongs to (``<run>/plugins/fitprof/<file>``).
+        epoch: the 0-based epoch of the window.
+        rank: the global rank that wrote it (None when the file does not say).
+        session: the session folder name of the window ("" when the file does not say).
+        trace: the trace the figures came from, as a path (the report's ``source`` when the file names none).
+        report: the report, as the callback logged it.
+    """
+
+    path: Path
+    run: Path
+    epoch: int
+    rank: int | None
+    session: str
+    trace: str
+    report: BottleneckReport
+
+
+def clean_json(value: Any) -> Any:
+    """NaN/inf -> None, so the file is strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: clean_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_json(v) for v in value]
+    return value
+
+
+def report_path(run_dir: str | os.PathLike[str], session: str, rank: int = 0) -> Path:
+    """``<run_dir>/plugins/fitprof/<session>.rank<rank>.json``.
+
+    Raises:
+        ValueError: if ``session`` is not a plain folder name (:func:`fitprof._session.check_session`).
+    """
+    return Path(run_dir).joinpath(*REPORTS_DIR, report_file_name(session, rank))
+
+
+def write_report_file(
+    run_dir: str | os.PathLike[str],
+    *,
+    session: str,
+    epoch: int,
+    report: BottleneckReport,
+    trace: str | os.PathLike[str],
+    rank: int = 0,
+) -> Path:
+    """Write the report of one window and rank; returns its path (see :func:`report_path`).
+
+    Raises:
+        OSError: if the file cannot be written.
+        ValueError: if ``session`` is not a plain folder name (:func:`fitprof._session.check_session`).
+    """
+    path = report_path(run_dir, session, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "schema": SCHEMA,
+        "epoch": int(epoch),
+        "rank": int(rank),
+        "session": session,
+        "framework": report.framework,
+        "trace": Path(os.path.relpath(trace, run_dir)).as_posix(),
+        "report": clean_json(report.to_dict()),
+    }
+    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    return path
+
+
+def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
+    """Every ``<run>/plugins/fitprof/*.json`` report file below ``logdir`` (any depth), sorted."""
+    found = []
+    for path in Path(logdir).rglob("*.json"):
+        if path.parent.name == REPORTS_DIR[1] and path.parent.parent.name == REPORTS_DIR[0] and path.is_file():
+            found.append(path)
+    return sorted(found)
+
+
+def read_report_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[str] | None = None) -> ReportFile:
+    """Read one report file back, with bounds: it may have been damaged or tampered with.
+
+    The file must lie inside ``logdir`` (default: its run folder) once links are followed and be at most
+    :data:`MAX_REPORT_BYTES`; its ``session``, when present, must be a plain name
+    (:func:`fitprof._session.check_session`). Its ``trace`` is joined to the run folder only where the result stays
+    inside ``logdir`` (the path is computed, never opened); else the report's own ``source`` stands for it (a
+    window whose trace went to a temporary folder records such a path; so may a tampered file).
+
+    Raises:
+        ReportFileError: if it is not UTF-8 JSON holding a fitprof report, is too big, nests deeper than the
+            parser's limit or leads outside ``logdir`` (each message names the file).
+        OSError: if it cannot be read.
+    """
+    path = Path(path)
+    run = path.parent.parent.parent
+    root = Path(run if logdir is None else logdir).resolve()
+    real = path.resolve()
+    if not real.is_relative_to(root):
+        raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
+    with open(real, "rb") as fh:
+        data = fh.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportFileError(
+            f"{path}: not a fitprof report (bigger than {MAX_REPORT_BYTES / 1e6:g} MB; a report file holds one "
+            "window's figures, a few KB)"
+        )
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ReportFileError(f"{path}: not a fitprof report (not UTF-8 text)") from None
+    except json.JSONDecodeError as err:
+        raise ReportFileError(f"{path}: not a fitprof report (not valid JSON: {err})") from None
+    except RecursionError:
+        raise ReportFileError(f"{path}: not a fitprof report (JSON nested deeper than the parser's limit)") from None
+    if not isinstance(doc, dict):
+        raise ReportFileError(f"{path}: not a fitprof report (not a JSON object)")
+    if not isinstance(doc.get("report"), dict):
+        raise ReportFileError(f"{path}: not a fitprof report (no 'report' object)")
+    session = doc.get("session")
+    if session is not None:
+        try:
+            check_session(session)
+        except ValueError as err:
+            raise ReportFileError(f"{path}: not a fitprof report ({err})") from None
+    data_ = dict(doc["report"])
+    if doc.get("framework"):
+        data_["framework"] = doc["framework"]
+    report = report_from_dict(data_, path)
+    epoch, rank = doc.get("epoch"), doc.get("rank", report.rank)
+    if not isinstance(epoch, int) or not (rank is None or isinstance(rank, int)):
+        raise ReportFileError(f"{path}: not a fitprof report ('epoch' or 'rank' is not an integer)")
+    source = trace_inside(run, doc.get("trace"), root) or report.source
+    return ReportFile(path, run, epoch, rank, session if isinstance(session, str) else "", source, report)
+
+
+def trace_inside(run_dir: Path, trace: object, root: str | os.PathLike[str]) -> str | None:
+    """A report's ``trace`` (relative to its run folder) as a path, if it stays inside ``root``; else ``None``.
+
+    The path is only computed, never opened: an absolute path, or one whose ``..`` leave ``root``, gives ``None``.
+    """
+    if not isinstance(trace, str) or not trace or "\0" in trace or os.path.isabs(trace):
+        return None
+    joined = os.path.normpath(run_dir / trace)
+    top = os.path.normpath(os.path.abspath(root))
+    if os.path.commonpath([os.path.realpath(joined), os.path.realpath(top)]) != os.path.realpath(top):
+        return None
+    return joined
+
+
+def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> BottleneckReport:
+    """Rebuild a :class:`BottleneckReport` from its ``to_dict()`` (``null`` -> NaN; unknown keys ignored; the
+    old names of :data:`_LEGACY_KEYS` and framework values accepted).
+
+    Raises:
+        ReportFileError: naming ``path`` when a field is missing or has the wrong type.
+    """
+    data = {_LEGACY_KEYS.get(k, k): v for k, v in data.items()}
+    missing = [name for name in _REQUIRED_FIELDS if name not in data]
+    if missing:
+        raise ReportFileError(f"{path}: not a fitprof report (the report lacks {', '.join(missing)})")
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(BottleneckReport):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name in _FLOAT_FIELDS:
+            value = _float(value, f.name, path)
+        kwargs[f.name] = value
+    framework = _LEGACY_FRAMEWORKS.get(str(kwargs["framework"]), kwargs["framework"])
+    if framework not in FRAMEWORKS:
+        raise ReportFileError(f"{path}: not a fitprof report ('framework' is {framework!r}; allowed: {FRAMEWORKS})")
+    kwargs["framework"] = framework
+    ops = kwargs.get("top_ops")
+    if not isinstance(ops, list) or not all(isinstance(o, dict) and "name" in o for o in ops):
+        raise ReportFileError(f"{path}: not a fitprof report ('top_ops' is not a list of operators)")
+    kwargs["top_ops"] = [
+        OpStat(
+            str(o["name"]),
+            _float(o.get("self_ms_per_step"), "self_ms_per_step", path),
+            _float(o.get("percent"), "percent", path),
+        )
+        for o in ops
+    ]
+    if not isinstance(kwargs.get("advice"), list) or not isinstance(kwargs.get("steps_analyzed"), int):
+        raise ReportFileError(f"{path}: not a fitprof report ('advice' or 'steps_analyzed' has the wrong type)")
+    return BottleneckReport(**kwargs)
+
+
+def _float(value: Any, name: str, path: str | os.PathLike[str]) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ReportFileError(f"{path}: not a fitprof report ({name!r} is {value!r}, not a number)")
+    return float(value)

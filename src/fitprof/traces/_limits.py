@@ -1,0 +1,164 @@
+"""Bounds on what one trace file may make a reader spend, checked before the memory is spent.
+
+Trace files come from other people and other tools (a team's shared log folder, a bug report). A damaged or
+hostile file must end in one :class:`~fitprof.traces.TraceError` that names the file, the bound and how to raise
+it, never in a machine out of memory. The bounds, and their defaults:
+
+* ``max_trace_mb`` (default :data:`DEFAULT_MAX_TRACE_MB` = 512 MB, 10**6 bytes each): the bytes a reader parses:
+  the file's size, or for a gzip file its inflated size. A gzip file is inflated in a stream that stops at the
+  bound, so a file that inflates to 1 GB holds at most the bound in memory. The largest real trace seen by this
+  project is 33 MB of JSON (105k events, an A100 rank of an 8-GPU DDP job).
+* ``max_events`` (default :data:`DEFAULT_MAX_EVENTS` = 10,000,000): for a Kineto trace, the JSON objects it holds
+  (each event is one, its ``args`` another), counted as ``{`` bytes in the text before it is parsed; for an
+  XSpace, its events, counted before the event table is built. The 33 MB trace above holds 193k objects.
+* :data:`MAX_XSPACE_STRING_BYTES` (1 MB): the longest name or string value in an XSpace (event and stat names,
+  string stats). Not raisable: no profiler writes names that long.
+* JSON nesting: deeper than the parser's recursion limit (about 1,000 levels) is refused; a Chrome trace nests
+  four levels (document, ``traceEvents``, event, ``args``).
+
+Raise the first two with ``fitprof analyze --max-trace-mb N --max-events N``, or ``max_trace_mb=`` /
+``max_events=`` of :func:`fitprof.analyze` and :func:`fitprof.traces.read_trace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import zlib
+from pathlib import Path
+from typing import BinaryIO
+
+DEFAULT_MAX_TRACE_MB = 512.0
+"""Default bound on the (inflated) size of one trace file, in MB (10**6 bytes)."""
+DEFAULT_MAX_EVENTS = 10_000_000
+"""Default bound on the events of one trace (JSON objects of a Kineto trace, events of an XSpace)."""
+MAX_XSPACE_STRING_BYTES = 1_000_000
+"""Longest string (name, string stat) accepted in an XSpace."""
+_CHUNK = 1 << 20
+"""Bytes read from the compressed file, and inflated, per step."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The bounds one read works under (see the module docstring).
+
+    Raises:
+        ValueError: if a bound is not a positive number (``max_events``: integer).
+    """
+
+    max_trace_mb: float = DEFAULT_MAX_TRACE_MB
+    max_events: int = DEFAULT_MAX_EVENTS
+
+    def __post_init__(self) -> None:
+        mb = self.max_trace_mb
+        if isinstance(mb, bool) or not isinstance(mb, (int, float)) or not math.isfinite(mb) or mb <= 0:
+            raise ValueError(f"max_trace_mb must be a number of MB > 0, got {mb!r}")
+        ev = self.max_events
+        if isinstance(ev, bool) or not isinstance(ev, int) or ev < 1:
+            raise ValueError(f"max_events must be an integer >= 1, got {ev!r}")
+
+    @classmethod
+    def of(cls, max_trace_mb: float | None = None, max_events: int | None = None) -> Limits:
+        """The limits with these bounds, the defaults for ``None``."""
+        return cls(
+            DEFAULT_MAX_TRACE_MB if max_trace_mb is None else max_trace_mb,
+            DEFAULT_MAX_EVENTS if max_events is None else max_events,
+        )
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.max_trace_mb * 1e6)
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.6g} MB"
+
+
+def too_big(path: str | os.PathLike[str], what: str, limits: Limits) -> str:
+    """The message of a file over the size bound; ``what`` ends in "more than" (the bound follows)."""
+    return (
+        f"{os.fspath(path)}: {what} {_mb(limits.max_bytes)}, the bound on one trace; if the file is genuine, raise "
+        "it with --max-trace-mb (max_trace_mb= in Python)"
+    )
+
+
+def too_many(path: str | os.PathLike[str], what: str, limits: Limits) -> str:
+    """The message of a file over the events bound."""
+    return (
+        f"{os.fspath(path)}: {what}, more than the bound of {limits.max_events:,} events; if the file is genuine, "
+        "raise it with --max-events (max_events= in Python)"
+    )
+
+
+def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True) -> bytearray:
+    """The file's bytes, at most ``limits.max_bytes`` of them; inflated when it starts with the gzip magic bytes
+    and ``inflate`` is true.
+
+    A plain file's size is checked before it is read; a gzip file is inflated in 1 MB steps that stop as soon as
+    the output passes the bound, so at most the bound (plus one step) is ever held. Concatenated gzip members are
+    read as one stream, as :func:`gzip.decompress` does.
+
+    Raises:
+        error: (a :class:`~fitprof.traces.TraceError`) if the file is missing or unreadable, is a truncated or
+            corrupt gzip, or is bigger than the bound.
+    """
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            head = fh.read(2)
+            if head != b"\x1f\x8b" or not inflate:
+                if size > limits.max_bytes:
+                    raise error(too_big(path, f"the file is {_mb(size)}, more than", limits))
+                data = bytearray(size)  # read in place: one copy of the file in memory, never two
+                fh.seek(0)
+                got = fh.readinto(data)
+                del data[got:]  # a file that shrank meanwhile; one that grew is read up to its size at the check
+                return data
+            fh.seek(0)
+            return _inflate(fh, path, limits, error)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as err:
+        raise error(f"{path}: cannot read the file ({err.strerror or err})") from None
+
+
+def _inflate(fh: BinaryIO, path: Path, limits: Limits, error: type[Exception]) -> bytearray:
+    out = bytearray()
+    cap = limits.max_bytes
+    inflater = zlib.decompressobj(wbits=31)  # the gzip wrapper: its header, CRC-32 and length are checked
+    buf = fh.read(_CHUNK)
+    try:
+        while buf:
+            out += inflater.decompress(buf, min(_CHUNK, cap + 1 - len(out)))  # never more than the bound + 1
+            if len(out) > cap:
+                raise error(too_big(path, "it inflates to more than", limits))
+            if inflater.eof:  # one member done; another may follow, as gzip.decompress reads them
+                buf = inflater.unused_data or fh.read(_CHUNK)
+                if len(buf) == 1:
+                    buf += fh.read(1)
+                if buf and buf[:2] != b"\x1f\x8b":
+                    raise error(f"{path}: truncated or corrupt gzip (data after the end of the gzip stream)")
+                if buf:
+                    inflater = zlib.decompressobj(wbits=31)
+                continue
+            buf = inflater.unconsumed_tail or fh.read(_CHUNK)
+        if not inflater.eof:  # output zlib still holds when the input ended exactly at a step's end
+            out += inflater.flush()
+    except zlib.error as err:
+        raise error(f"{path}: truncated or corrupt gzip ({err})") from None
+    if not inflater.eof:
+        raise error(f"{path}: truncated or corrupt gzip (the file ends before the gzip stream does)")
+    return out
+
+
+def count_objects(data: bytes | bytearray, path: str | os.PathLike[str], limits: Limits, error: type[Exception]) -> int:
+    """The number of ``{`` in a JSON text: an upper bound of the objects it holds (one inside a string counts too).
+
+    Raises:
+        error: if it passes ``limits.max_events``.
+    """
+    n = data.count(b"{")
+    if n > limits.max_events:
+        raise error(too_many(path, f"the trace holds up to {n:,} JSON objects (events and their args)", limits))
+    return n

@@ -1,0 +1,193 @@
+"""The framework-neutral epoch-end work of both callbacks: one pipeline, called by the Keras and the Lightning
+adapter alike. Framework-free: the adapter hands in what needs its framework (the cross-rank gather and the
+logger) as callables.
+
+For each profiled window, at the end of its epoch:
+
+1. :meth:`WindowPipeline.analyze`: read and analyse the trace with :func:`fitprof.analyze` (the very function
+   ``fitprof analyze`` runs, so a trace gives the same figures there) into a complete
+   :class:`~fitprof.analysis.BottleneckReport` (framework from the trace format; host, rank and world size
+   passed in), warn once when the trace is over ``max_trace_mb``, write the report file
+   (:mod:`fitprof.report_files`), write the ``.xplane.pb`` of a Kineto trace
+   (``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``, so TensorBoard's Profile tab lists it) and
+   delete the trace files of windows beyond ``keep_last_windows``;
+2. :meth:`WindowPipeline.publish`, on every rank that marked the epoch (with or without a report, so the
+   collective always completes): gather every rank's figures (:func:`fitprof.cross_rank.pack`) with the
+   adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 hand the scalars and
+   the Markdown summary to the adapter's ``log``. Non-finite figures (a window without steps) are never logged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import fitprof
+from fitprof import cross_rank
+from fitprof._retention import WindowFiles, oversize_message
+from fitprof._session import hostname, rank_host
+from fitprof._warn import WarnOnce
+from fitprof.analysis import BottleneckReport
+from fitprof.report_files import write_report_file
+from fitprof.traces import trace_format
+
+Gather = Callable[[list[float]], list[list[float]]]
+"""All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
+Log = Callable[[dict[str, float], str], None]
+"""Log the scalars and the Markdown summary of one epoch (rank 0 only)."""
+
+
+class WindowPipeline:
+    """The epoch-end work of one callback (see the module docstring).
+
+    Args:
+        top_k: how many operators to rank.
+        max_trace_mb: warn once when a trace is larger than this many MB (None: never).
+        keep_last_windows: keep the trace files of only the last N windows (None: all).
+        warn: the adapter's :class:`~fitprof._warn.WarnOnce`.
+
+    Attributes:
+        reports: the report of each analysed epoch (0-based epoch -> report).
+        trace_paths: the trace each report was computed from.
+        xplane_paths: the ``.xplane.pb`` written for each Kineto trace.
+        analysis_seconds: wall time of the analysis, report file and ``.xplane.pb`` of each epoch (s).
+        cross_rank: the combined cross-rank scalars of each epoch that was gathered (empty when no rank reported).
+    """
+
+    def __init__(
+        self, *, top_k: int, max_trace_mb: float | None, keep_last_windows: int | None, warn: WarnOnce
+    ) -> None:
+        self.top_k = top_k
+        self.max_trace_mb = max_trace_mb
+        self.warn = warn
+        self._files = WindowFiles(keep_last_windows)
+        self.reports: dict[int, BottleneckReport] = {}
+        self.trace_paths: dict[int, Path] = {}
+        self.xplane_paths: dict[int, Path] = {}
+        self.analysis_seconds: dict[int, float] = {}
+        self.cross_rank: dict[int, dict[str, float]] = {}
+
+    def clear(self) -> None:
+        """Forget the results of earlier windows (a new ``fit``); trace retention goes on."""
+        for results in (self.reports, self.trace_paths, self.xplane_paths, self.analysis_seconds, self.cross_rank):
+            results.clear()
+
+    def analyze(
+        self,
+        epoch: int,
+        trace: Path,
+        *,
+        log_dir: str | os.PathLike[str],
+        session: str | None,
+        rank: int,
+        world_size: int,
+        discard: Callable[[], None] | None = None,
+    ) -> BottleneckReport | None:
+        """Analyse one window's trace and write what goes beside it; None (after one warning) when the analysis
+        fails.
+
+        Args:
+            epoch: the window's 0-based epoch.
+            trace: the trace file (``.xplane.pb`` or Kineto ``.pt.trace.json.gz``).
+            log_dir: the run directory.
+            session: the window's session folder name; None when the trace is a temporary copy because
+                ``log_dir`` could not be written (then nothing is written and ``discard`` deletes the copy).
+            rank: this process's global rank.
+            world_size: how many ranks the run has.
+            discard: deletes the temporary copy (only when ``session`` is None).
+        """
+        t0 = time.perf_counter()
+        self.trace_paths[epoch] = trace
+        message = oversize_message(trace, self.max_trace_mb)
+        if message:
+            self.warn("size", message)
+        host = hostname()
+        try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
+            report: BottleneckReport | None = fitprof.analyze(
+                trace,
+                top_k=self.top_k,
+                host=host,
+                rank=rank,
+                world_size=world_size,
+                # The window's own trace, just written: not untrusted input, so the reader's bounds are lifted.
+                max_trace_mb=1e9,
+                max_events=2**62,
+            )
+        except Exception as err:
+            self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
+            report = None
+        if report is not None:
+            self.reports[epoch] = report
+        if session is None:
+            if discard is not None:
+                discard()
+            self.analysis_seconds[epoch] = time.perf_counter() - t0
+            return report
+        if report is not None:
+            try:
+                write_report_file(log_dir, session=session, epoch=epoch, report=report, trace=trace, rank=rank)
+            except OSError as err:
+                self.warn("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
+        files = [trace]
+        if trace_format(trace) == "kineto":
+            from fitprof.traces.xspace_write import write_xspace
+
+            try:
+                xplane = write_xspace(trace, log_dir, session, host=rank_host(host, rank, world_size))
+                self.xplane_paths[epoch] = xplane
+                files.append(xplane)
+            except Exception as err:
+                self.warn("xspace", f"fitprof: could not write the .xplane.pb for {trace} ({err!r}).")
+        session_dir = files[-1].parent if files[-1].name.endswith(".xplane.pb") else None
+        self._files.add(session_dir, files)
+        self.analysis_seconds[epoch] = time.perf_counter() - t0
+        return report
+
+    def publish(
+        self,
+        epoch: int,
+        report: BottleneckReport | None,
+        *,
+        rank: int,
+        world_size: int,
+        gather: Gather | None,
+        log: Log,
+    ) -> dict[str, float]:
+        """Gather and combine the ranks' figures, and log them on rank 0.
+
+        Call it on every rank at the end of every profiled epoch (``gather`` None: no cross-rank figures, e.g. a
+        single process, or a flush after an exception, when the other ranks may be anywhere).
+
+        Returns:
+            The scalars of this epoch, the same on every rank that gathered: the report's own
+            (:meth:`~fitprof.analysis.BottleneckReport.scalars`), with the cross-rank means, maxima and
+            ``fitprof/ranks_reported`` over them when gathered; empty when there is nothing to log (no rank
+            reported). Non-finite values are left out.
+        """
+        scalars = {} if report is None else report.scalars()
+        vectors = None
+        if gather is not None:
+            try:
+                vectors = gather(cross_rank.pack(report))
+            except Exception as err:
+                self.warn(
+                    "gather", f"fitprof: could not gather the ranks' figures ({err!r}); rank 0 logs its own only."
+                )
+        combined: dict[str, float] = {}
+        if vectors is not None:
+            combined = self.cross_rank[epoch] = cross_rank.combine(vectors)
+            if not combined:
+                return {}
+        scalars.update(combined)  # the usual figures become the means over the ranks, plus max and rank
+        scalars = {k: v for k, v in scalars.items() if math.isfinite(v)}
+        if not scalars or rank != 0:
+            return scalars
+        text = "" if report is None else report.summary_markdown()
+        if combined and vectors is not None:
+            own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
+            text = f"{cross_rank.summary_line(vectors, combined, world_size)}\n\n{own}\n\n{text}".rstrip()
+        log(scalars, text)
+        return scalars

@@ -1,0 +1,123 @@
+"""The import rules of docs/ARCHITECTURE.md, checked on the source with ``ast`` (no module is imported).
+
+Every ``import`` counts, at module level or inside a function (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "ARCHITECTURE.md"
+FRAMEWORKS = ("tensorflow", "torch", "lightning", "keras", "jax")
+ADAPTERS = ("fitprof.keras", "fitprof.lightning", "fitprof.profilers")
+"""The only places a framework may be imported: the two callbacks and the profiler modules."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(SRC.joinpath("fitprof").rglob("*.py"))}
+
+
+def _imports(name: str) -> set[str]:
+    """Every module ``name`` imports: ``from a import b`` counts as ``a.b`` when that is a fitprof module."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                out.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return out
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _inside(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_the_modules_are_found() -> None:
+    assert {"fitprof", "fitprof.analysis", "fitprof.window", "fitprof.cli", "fitprof.traces"} <= set(MODULES)
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if not _inside(m, ADAPTERS)])
+def test_the_core_imports_no_framework(name: str) -> None:
+    found = {i for i in GRAPH[name] if i.split(".")[0] in FRAMEWORKS}
+    assert not found, f"{name} imports {sorted(found)}; only {ADAPTERS} may import a framework"
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if _inside(m, ("fitprof.cli",))])
+def test_the_cli_imports_no_adapter(name: str) -> None:
+    found = {i for i in GRAPH[name] if _inside(i, ADAPTERS)}
+    assert not found, f"{name} imports {sorted(found)}"
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if _inside(m, ("fitprof.traces",))])
+def test_the_readers_import_only_the_table_and_file_names(name: str) -> None:
+    """Readers produce the event table and never look at what the analysis makes of it."""
+    found = {
+        i for i in GRAPH[name] if i.startswith("fitprof") and not _inside(i, ("fitprof.traces", "fitprof._session"))
+    }
+    assert not found, f"{name} imports {sorted(found)}; traces may import only fitprof.traces and fitprof._session"
+
+
+def test_no_import_cycle_between_fitprof_modules() -> None:
+    internal = {name: {i for i in deps if i in MODULES and i != name} for name, deps in GRAPH.items()}
+    # A module imports its package's __init__ as a side effect of being imported; only explicit edges count.
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(internal[node]):
+            if state.get(dep) == 1:
+                cycles.append([*trail[trail.index(dep) :], dep] if dep in trail else [node, dep])
+            elif dep not in state:
+                visit(dep, [*trail, dep])
+        state[node] = 2
+
+    for name in sorted(internal):
+        if name not in state:
+            visit(name, [name])
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_module_map_lists_every_module() -> None:
+    """docs/ARCHITECTURE.md has one line per module, each naming what it may import."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `([\w.]+)` \|", text, flags=re.MULTILINE))
+    assert listed == set(MODULES), f"missing: {sorted(set(MODULES) - listed)}, stale: {sorted(listed - set(MODULES))}"
+
+
+def test_the_module_map_matches_the_imports() -> None:
+    """Every fitprof module a module imports is in the "may import" column of its line."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    allowed: dict[str, set[str]] = {}
+    for name, may in re.findall(r"^\| `([\w.]+)` \|[^|]*\|([^|]*)\|", text, flags=re.MULTILINE):
+        allowed[name] = set(re.findall(r"`([\w.]+)`", may))
+    wrong = {}
+    for name, deps in GRAPH.items():
+        used = {d for d in deps if d in MODULES and d != name}
+        # A listed package allows its modules; the root package `fitprof` allows only itself.
+        may = allowed.get(name, set())
+        extra = {d for d in used if not any(d == a or (a != "fitprof" and d.startswith(a + ".")) for a in may)}
+        if extra:
+            wrong[name] = sorted(extra)
+    assert not wrong, f"imports not in docs/ARCHITECTURE.md: {wrong}"
