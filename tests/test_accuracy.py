@@ -176,7 +176,7 @@ def test_keras_real_run(keras_backend: None, zoo: Any, tmp_path: Path) -> None:
     """80 ms of sleep a batch, so tf.data's own per-batch overhead (which the truth's spans cannot see) stays
     small against it."""
     result = zoo.keras_scenario("sleep_input", tmp_path, side_tools=False, sleep=0.080)
-    assert result.truth_pct > 70  # the construction worked: the run is input-bound
+    assert result.truth_pct > 60  # the construction worked: input-bound (measured 77-95% over 30 runs)
     _check(result)
 
 
@@ -185,10 +185,11 @@ def test_keras_real_run(keras_backend: None, zoo: Any, tmp_path: Path) -> None:
 def test_lightning_real_run(zoo: Any, tmp_path: Path, scenario: str) -> None:
     pytest.importorskip("lightning")
     result = zoo.lightning_scenario(scenario, tmp_path, side_tools=False)
+    # The construction worked (truths measured over the 30 runs: 56-89%, 1.0-8.5%, 3.4-18.4%).
     if scenario == "sleep_input":
-        assert result.truth_pct > 70
+        assert result.truth_pct > 40
     elif scenario == "compute_bound":
-        assert result.truth_pct < 10
+        assert result.truth_pct < 20
     else:  # two workers hide most of a 20 ms/batch production (25-40% of the step when serial)
         assert result.truth_pct < 25
     _check(result)

@@ -274,7 +274,8 @@ def test_the_slow_rank_is_named_by_its_input_share(run_dir: Path) -> None:
     r0, r1 = reports[0, 0]["report"], reports[0, 1]["report"]
     assert scalars["fitprof/input_percent_max_rank"][0][1] == SLOW_RANK
     assert scalars["fitprof/input_percent_max"][0][1] == pytest.approx(r1["input_percent"], rel=1e-5)
-    assert r1["input_percent"] > 40 > 10 > r0["input_percent"]
+    # rank 0's own input share is not zero: 1.0% on a quiet machine, 11.4% seen at a load average of 14
+    assert r1["input_percent"] > 40 and r1["input_percent"] > r0["input_percent"] + 30
     assert r0["collective_percent"] > r1["collective_percent"]  # the fast rank waits in the all-reduce
     assert r1["step_time_ms"] == pytest.approx(r0["step_time_ms"], rel=0.25)  # equalised by the all-reduce
 
