@@ -1,10 +1,17 @@
-"""Shared test settings: quiet TensorFlow, the examples on sys.path, the shared fixtures folder."""
+"""Shared test settings: quiet TensorFlow, the examples on sys.path, the shared fixtures, the ``gpu`` marker.
+
+* The real GPU traces of ``../shared/fixtures/kineto`` (see ``tests/shared_fixtures.py``): their tests skip with
+  one reason when the folder is not beside the checkout; with ``CI=true`` the run fails instead, naming the
+  missing files (:func:`pytest_sessionfinish`), so CI never goes green without them.
+* Tests marked ``gpu`` need CUDA: they skip with a reason on a machine without it; ``pytest -m gpu`` runs only them.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,13 +23,48 @@ for p in (EXAMPLES, TESTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-FIXTURES = ROOT.parent / "shared" / "fixtures"
+from shared_fixtures import KINETO_DIR, in_ci, missing_shared  # noqa: E402
 
 
-@pytest.fixture(scope="session")
-def kineto_fixtures() -> Path:
-    """``../shared/fixtures/kineto`` beside the checkout (CI lays it there)."""
-    path = FIXTURES / "kineto"
-    if not path.is_dir():
-        pytest.skip(f"shared fixtures not found at {path}")
-    return path
+def _cuda_reason() -> str | None:
+    """Why the ``gpu`` tests cannot run here, or None when they can."""
+    try:
+        import torch
+    except ImportError:
+        return "needs torch with CUDA (torch is not installed)"
+    if not torch.cuda.is_available():
+        return f"needs a CUDA device (torch {torch.__version__} sees none)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    reason = _cuda_reason()
+    if reason:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    missing = missing_shared()
+    state = "all present" if not missing else f"{len(missing)} missing"
+    return f"fitprof: shared Kineto fixtures in {KINETO_DIR}: {state}; CI={'true' if in_ci() else 'false'}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
+    """Under CI, missing shared fixtures fail the run even when no selected test asked for them."""
+    if in_ci() and missing_shared() and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: Any, config: pytest.Config) -> None:
+    missing = missing_shared()
+    if in_ci() and missing:
+        terminalreporter.section("missing shared fixtures (CI=true)", red=True)
+        for path in missing:
+            terminalreporter.line(f"missing: {path}", red=True)
+        terminalreporter.line(
+            "CI runs need ../shared/fixtures beside the checkout (or FITPROF_SHARED_DIR pointing to it).", red=True
+        )

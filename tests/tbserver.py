@@ -34,38 +34,50 @@ def get(base: str, path: str, **params: str) -> Any:
     return json.loads(body) if body else None
 
 
-@contextlib.contextmanager
-def tensorboard(logdir: str | os.PathLike[str], timeout_s: float = 90.0) -> Iterator[str]:
-    """Run ``tensorboard --logdir LOGDIR`` on 127.0.0.1 and yield its base URL; stop it on exit."""
-    port = _free_port()
+BIND_TRIES = 5
+"""A free port can be taken by another process (another test run's TensorBoard) between our check and
+TensorBoard's bind; such a start is retried on a new port, this many times in all."""
+
+
+def _start(logdir: str | os.PathLike[str], timeout_s: float) -> tuple[subprocess.Popen[bytes], str, Any]:
+    """Start TensorBoard on a free loopback port; return the process, its base URL and its open log file, once it
+    answers. Raises RuntimeError when it exits (after :data:`BIND_TRIES` tries when the port was taken)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     exe = Path(sys.executable).with_name("tensorboard")
-    cmd = [
-        str(exe),
-        "--logdir",
-        str(logdir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--reload_interval",
-        "1",
-    ]
-    log = open(Path(logdir) / ".tensorboard-test.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
+    for attempt in range(1, BIND_TRIES + 1):
+        port = _free_port()
+        cmd = [str(exe), "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port), "--reload_interval", "1"]
+        log = open(Path(logdir) / ".tensorboard-test.log", "w")  # noqa: SIM115 - closed by the caller
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited with {proc.returncode}: {Path(log.name).read_text()}")
+                log.close()
+                text = Path(log.name).read_text()
+                if "could not bind" in text and attempt < BIND_TRIES:
+                    break  # the port was taken meanwhile: try another one
+                raise RuntimeError(f"tensorboard exited with {proc.returncode}: {text}")
             try:
                 get(base, "/data/plugins_listing")
-                break
+                return proc, base, log
             except (urllib.error.URLError, ConnectionError, OSError):
                 if time.monotonic() > deadline:
+                    proc.kill()
+                    log.close()
                     raise TimeoutError(f"tensorboard did not answer on {base}") from None
                 time.sleep(0.5)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def tensorboard(logdir: str | os.PathLike[str], timeout_s: float = 180.0) -> Iterator[str]:
+    """Run ``tensorboard --logdir LOGDIR`` on 127.0.0.1 and yield its base URL; stop it on exit.
+
+    ``timeout_s`` is a hang detector, not a timing: TensorBoard took over 90 s to answer on the 2-core test
+    machine at a load average of 14."""
+    proc, base, log = _start(logdir, timeout_s)
+    try:
         yield base
     finally:
         proc.terminate()

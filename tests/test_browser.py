@@ -140,10 +140,28 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+TB_HEADER_RGB = (245, 124, 0)  # TensorBoard's orange top bar (#f57c00)
+
+
 def _screenshot(pg: Any, path: Path) -> None:
+    """Take the screenshot and check, from its decoded pixels, that it shows TensorBoard with something drawn:
+    the viewport's size, TensorBoard's orange header band across the top, and below it a page that is not blank
+    (many distinct colours and some ink: text, plots, the timeline)."""
+    import numpy as np
+    from PIL import Image
+
     pg.wait_for_timeout(500)  # let the last frame paint
     pg.screenshot(path=str(path))
-    assert path.stat().st_size > 10_000, path  # a real picture, not a blank page
+    with Image.open(path) as img:
+        assert img.format == "PNG" and img.size == (VIEWPORT["width"], VIEWPORT["height"]), (path, img.size)
+        rgb = np.asarray(img.convert("RGB")).astype(int)
+    header = (np.abs(rgb[:40] - TB_HEADER_RGB).sum(axis=2) <= 12).mean()
+    assert header > 0.5, (path, header)  # TensorBoard's own page, not an error page
+    body = rgb[80:].reshape(-1, 3)
+    colors = len(np.unique(body, axis=0))
+    non_white = (body.sum(axis=1) < 3 * 245).mean()
+    # The screenshots in docs/ have 431-1,688 colours and 2.2-21% non-white pixels below the header.
+    assert colors > 200 and non_white > 0.01, (path, colors, non_white)
 
 
 def _card_values(page: Any, key: str) -> dict[str, float]:

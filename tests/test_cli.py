@@ -1,9 +1,11 @@
-"""The ``fitprof`` command: ``analyze`` on the real Kineto fixtures and on synthetic multi-rank traces, ``report``
-on a real Keras example run and on built log folders, the plot, and every kind of bad input."""
+"""The ``fitprof`` command: ``analyze`` on real traces (the ones shipped in ``tests/data``, and the shared GPU
+traces of ``../shared/fixtures`` when they are there) and on synthetic multi-rank traces, ``report`` on a real
+Keras example run and on built log folders, the plot, and every kind of bad input (built from shipped files)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import io
 import json
@@ -20,14 +22,20 @@ import pytest
 
 import fitprof
 from fitprof import analyze_table, read_trace
-from fitprof.cli import SEGMENTS, main
+from fitprof.cli import main
 from fitprof.report_files import clean_json as _clean
 from fitprof.report_files import write_report_file
+from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU, SHARED_KINETO, shared_kineto
 
 REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-# rank / world_size from each fixture's distributedInfo (see ../shared/fixtures/README.md)
+# rank / world_size from each trace's distributedInfo (see tests/data/README.md, ../shared/fixtures/README.md)
 FIXTURE_RANKS = {
+    "lightning_cpu.pt.trace.json.gz": (None, None),
+    "ddp_gloo_rank0.pt.trace.json.gz": (0, 2),
+    "ddp_gloo_rank1.pt.trace.json.gz": (1, 2),
+    "keras_tf_cpu.xplane.pb": (None, None),
+    "a100_alexnet_pageable_htod.json.gz": (0, None),
     "a100_ddp8_rank3_dataloader.json.gz": (3, 8),
     "a100_sampled_rank0.json.gz": (0, 128),
     "cpu_only_rank34.pt.trace.json.gz": (34, 300),
@@ -117,21 +125,36 @@ def build_logdir(root: Path, runs: dict[str, dict[tuple[int, int], Path]]) -> Pa
 # --------------------------------------------------------------------------------- analyze: real fixtures
 
 
-@pytest.fixture(scope="module")
-def fixture_reports(kineto_fixtures: Path) -> dict[str, dict[str, Any]]:
-    """``fitprof.analyze(path).to_dict()`` (NaN -> None) of every Kineto fixture, by path."""
-    return {os.fspath(p): _clean(fitprof.analyze(p).to_dict()) for p in sorted(kineto_fixtures.iterdir())}
+@functools.cache
+def _reports(which: str) -> dict[str, dict[str, Any]]:
+    """``fitprof.analyze(path).to_dict()`` (NaN -> None) of every shipped trace (a Lightning window, two gloo
+    ranks, a Keras XSpace) or of every shared GPU trace (skipped without ``../shared``), by path."""
+    if which == "shipped":
+        paths = [LIGHTNING_CPU, *DDP_RANKS, KERAS_XSPACE]
+    else:
+        paths = [shared_kineto(name) for name in SHARED_KINETO]
+    return {os.fspath(p): _clean(fitprof.analyze(p).to_dict()) for p in paths}
 
 
-def test_analyze_json_equals_core(
-    fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture(params=["shipped", "shared"])
+def trace_set(request: pytest.FixtureRequest) -> Any:
+    """A function giving the reports of one set of traces: called in the test, so that without ``../shared`` the
+    skip comes from one place (``shared_fixtures.shared_kineto``) and ``-ra`` shows one line for all of them."""
+    return lambda: _reports(request.param)
+
+
+def test_analyze_json_equals_core(trace_set: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fixture_reports = trace_set()
     rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", "json")
     assert rc == 0, err
     assert err == ""
     records = json.loads(out)
-    assert [r["run"] for r in records] == list(fixture_reports)  # one record per file, in order; no spread
-    for rec in records:
+    traces = [r for r in records if r["record"] == "trace"]
+    assert [r["run"] for r in traces] == list(fixture_reports)  # one record per file, in order
+    spreads = [r for r in records if r["record"] == "spread"]
+    # a spread only over the ranks of one world: the two shipped gloo ranks
+    assert [s["ranks"] for s in spreads] == ([[0, 1]] if os.fspath(DDP_RANKS[0]) in fixture_reports else [])
+    for rec in traces:
         expected = fixture_reports[rec["run"]]
         assert rec["record"] == "trace"
         assert rec["epoch"] is None
@@ -144,19 +167,17 @@ def test_analyze_json_equals_core(
                 assert same(rec[key], expected[key]), (rec["run"], key, rec[key], expected[key])
         assert rec["top_ops"] and set(rec["top_ops"][0]) == {"name", "self_ms_per_step", "percent"}
         assert rec["headline"].startswith(rec["verdict"])
-        name = Path(rec["run"]).name
-        if name in FIXTURE_RANKS:
-            assert (rec["rank"], rec["world_size"]) == FIXTURE_RANKS[name]
+        assert (rec["rank"], rec["world_size"]) == FIXTURE_RANKS[Path(rec["run"]).name]
     # NaN is null, never NaN: the output is strict JSON
     json.loads(out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
 
-def test_analyze_csv_one_row_per_file(
-    fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_analyze_csv_one_row_per_file(trace_set: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fixture_reports = trace_set()
     rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", "csv")
     assert rc == 0, err
     frame = pd.read_csv(io.StringIO(out))
+    frame = frame[frame["record"] == "trace"]
     assert list(frame["run"]) == list(fixture_reports)
     for _, row in frame.iterrows():
         expected = fixture_reports[row["run"]]
@@ -170,9 +191,8 @@ def test_analyze_csv_one_row_per_file(
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
-def test_analyze_text_formats(
-    fmt: str, fixture_reports: dict[str, dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_analyze_text_formats(fmt: str, trace_set: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fixture_reports = trace_set()
     rc, out, err = run_cli(capsys, "analyze", *fixture_reports, "--format", fmt)
     assert rc == 0, err
     lines = out.splitlines()
@@ -195,8 +215,8 @@ def test_analyze_text_formats(
             assert advice in out
 
 
-def test_analyze_top_k_and_out_file(kineto_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trace = kineto_fixtures / "mi250_rocm_minitoy_train.json.gz"
+def test_analyze_top_k_and_out_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = LIGHTNING_CPU
     out_file = tmp_path / "out.json"
     rc, out, err = run_cli(capsys, "analyze", trace, "--top-k", "2", "--format", "json", "--out", out_file)
     assert (rc, out, err) == (0, "", "")
@@ -296,17 +316,77 @@ def test_report_rows_per_run_epoch_rank(built_logdir: Path, capsys: pytest.Captu
     )
 
 
-def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+SEGMENT_COLORS = {"input wait": (255, 127, 14), "host-to-device": (44, 160, 44), "other/compute": (31, 119, 180)}
+"""matplotlib's tab:orange, tab:green and tab:blue, the colours ``fitprof report --plot`` gives the segments."""
+PIXEL_TOLERANCE = 2  # an anti-aliased edge can blur one pixel row at each end of a segment
+
+
+def bar_segments(png: Path) -> list[list[dict[str, int]]]:
+    """The stacked bars drawn in ``png``, decoded from its pixels: per panel (top to bottom), per bar (left to
+    right), the height in pixels of each segment (by its colour; 0 when absent), in the bar's middle column.
+    Legend patches are narrower than any bar and are left out."""
+    import numpy as np
     from PIL import Image
 
+    with Image.open(png) as img:
+        assert img.format == "PNG"
+        rgb = np.asarray(img.convert("RGB")).astype(int)
+    masks = {k: np.abs(rgb - c).sum(axis=2) <= 6 for k, c in SEGMENT_COLORS.items()}
+    bars = []
+    for ys, xs in _regions(np.logical_or.reduce(list(masks.values()))):
+        if xs.stop - xs.start < 40:  # legend patch
+            continue
+        mid = (xs.start + xs.stop) // 2
+        heights = {k: int(m[ys, mid].sum()) for k, m in masks.items()}
+        bars.append((ys.stop, xs.start, heights))
+    panels: list[list[tuple[int, int, dict[str, int]]]] = []
+    for bar in sorted(bars):  # bars of one panel stand on one baseline
+        if panels and abs(panels[-1][0][0] - bar[0]) <= PIXEL_TOLERANCE:
+            panels[-1].append(bar)
+        else:
+            panels.append([bar])
+    return [[h for _, _, h in sorted(panel, key=lambda b: b[1])] for panel in panels]
+
+
+def _runs(flags: Any) -> list[slice]:
+    """The runs of True in a 1-D boolean array, as slices."""
+    import numpy as np
+
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    return [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def _regions(mask: Any) -> list[tuple[slice, slice]]:
+    """Boxes (row slice, column slice) of the coloured blocks of a boolean image: bands of rows holding some
+    colour, split into runs of columns holding some colour within the band (stacked bars are such blocks)."""
+    return [(rows, cols) for rows in _runs(mask.any(axis=1)) for cols in _runs(mask[rows].any(axis=0))]
+
+
+def assert_bars_show(png: Path, panels: list[list[tuple[float, float, float]]]) -> None:
+    """``png`` shows ``panels`` of stacked bars, each bar ``(input ms, htod ms, other ms)``: every segment's height
+    is its value at its panel's scale (pixels per ms, from the panel's tallest bar), to a pixel or two."""
+    drawn = bar_segments(png)
+    assert len(drawn) == len(panels), drawn
+    for got, want in zip(drawn, panels, strict=True):
+        assert len(got) == len(want), (got, want)
+        tallest = max(range(len(want)), key=lambda i: sum(want[i]))
+        scale = sum(got[tallest].values()) / sum(want[tallest])
+        for heights, values in zip(got, want, strict=True):
+            for name, value in zip(SEGMENT_COLORS, values, strict=True):
+                assert abs(heights[name] - value * scale) <= PIXEL_TOLERANCE, (name, heights, values, scale)
+
+
+def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "breakdown.png"
     rc, out, err = run_cli(capsys, "report", built_logdir, "--plot", png)
     assert rc == 0, err
     assert "exp/ddp" in out and "single" in out  # the table is still printed
-    with Image.open(png) as img:
-        assert img.format == "PNG"
-        width, height = img.size
-    assert 500 <= width <= 4000 and 500 <= height <= 4000  # two panels stacked
+    # exp/ddp: epochs 0 and 1 of rank 0 (10 ms steps, 1 ms input) and rank 1 (25 ms, 10 ms input);
+    # single: one epoch of 4 ms steps, no input wait. No copies anywhere.
+    ddp = [(1.0, 0.0, 9.0), (10.0, 0.0, 15.0)] * 2
+    assert_bars_show(png, [ddp, [(0.0, 0.0, 4.0)]])
+    # the bars are tall enough that a wrong segment could not hide within the tolerance
+    assert sum(bar_segments(png)[0][1].values()) > 100
 
 
 # -------------------------------------------------------------------------------- report: real Keras example
@@ -344,7 +424,7 @@ def test_report_on_keras_example(keras_logdir: Path, capsys: pytest.CaptureFixtu
             if key not in ("rank", "source"):
                 assert same(row[key], value), key
         assert Path(row["source"]).samefile(doc["report"]["source"])
-        assert row["steps_analyzed"] >= 1
+        assert row["steps_analyzed"] == 5  # the default window, steps 6-10 of 48
         # the scalars the callback logged at this epoch
         epoch = row["epoch"]
         assert scalars["fitprof/step_time_ms"][epoch] == pytest.approx(row["step_time_ms"], rel=1e-6)
@@ -371,23 +451,17 @@ def test_report_on_keras_example(keras_logdir: Path, capsys: pytest.CaptureFixtu
 
 @pytest.mark.slow
 def test_report_plot_on_keras_example(keras_logdir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from PIL import Image
 
     png = tmp_path / "plot.png"
     rc, out, err = run_cli(capsys, "report", keras_logdir, "--plot", png, "--format", "csv")
     assert rc == 0, err
-    assert len(pd.read_csv(io.StringIO(out))) == 2
-    with Image.open(png) as img:
-        img.load()
-        width, height = img.size
-        assert img.format == "PNG"
-        colors = img.convert("RGB").getcolors(maxcolors=1 << 16) or []
-    assert 400 <= width <= 3000 and 300 <= height <= 3000
-    assert len(colors) > 10  # drawn, not blank
-
-
-def test_plot_segments_are_named() -> None:
-    assert SEGMENTS == ("input wait", "host-to-device", "other/compute")
+    rows = pd.read_csv(io.StringIO(out))
+    assert list(rows["epoch"]) == [0, 1]
+    bars = [
+        (r.input_ms_per_step, r.htod_ms_per_step, r.step_time_ms - r.input_ms_per_step - r.htod_ms_per_step)
+        for r in rows.itertuples()
+    ]
+    assert_bars_show(png, [bars])
 
 
 def _event_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
@@ -480,9 +554,9 @@ BAD_CASES = [
 @pytest.mark.parametrize("case", BAD_CASES)
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_bad_input_one_line_exit_2_nothing_written(
-    case: str, fmt: str, kineto_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    case: str, fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv, named, words = _bad_inputs(tmp_path / "in", kineto_fixtures / "cpu_only_rank34.pt.trace.json.gz")[case]
+    argv, named, words = _bad_inputs(tmp_path / "in", DDP_RANKS[0])[case]
     out_file = tmp_path / "out" / "result.txt"
     out_file.parent.mkdir()
     rc, out, err = run_cli(capsys, *argv, "--format", fmt, "--out", out_file)
@@ -497,10 +571,8 @@ def test_bad_input_one_line_exit_2_nothing_written(
     assert "Traceback" not in err
 
 
-def test_good_and_bad_files_report_the_good(
-    kineto_fixtures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    good = kineto_fixtures / "mi250_rocm_minitoy_train.json.gz"
+def test_good_and_bad_files_report_the_good(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = LIGHTNING_CPU
     bad = tmp_path / "not_trace.json"
     bad.write_text("[]]")
     missing = tmp_path / "missing.xplane.pb"
@@ -548,11 +620,11 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------------------------- the console script
 
 
-def test_console_script(kineto_fixtures: Path, tmp_path: Path) -> None:
+def test_console_script(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("fitprof")
     if not script.exists():
         pytest.skip(f"the fitprof console script is not installed beside {sys.executable}")
-    good = kineto_fixtures / "cpu_only_rank34.pt.trace.json.gz"
+    good = DDP_RANKS[0]
     bad = tmp_path / "random.xplane.pb"
     bad.write_bytes(bytes(range(256)) * 4)
     proc = subprocess.run(

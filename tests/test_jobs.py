@@ -12,6 +12,7 @@ from fitprof import cli
 from fitprof._parallel import PARALLEL_MIN_BYTES, auto_jobs, default_jobs, ordered_map
 from fitprof.report_files import write_report_file
 from fuzz_traces import kineto_seed
+from shared_fixtures import SHIPPED_KINETO
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -36,17 +37,15 @@ def _ranks(tmp_path: Path, n: int) -> list[Path]:
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_analyze_jobs_output_is_identical(
-    tmp_path: Path, kineto_fixtures: Path, fmt: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_analyze_jobs_output_is_identical(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(p) for p in _ranks(tmp_path, 4)]
     bad = tmp_path / "bad.pt.trace.json"
     bad.write_text("{")
-    fixtures = [str(p) for p in sorted(kineto_fixtures.glob("*.json.gz")) if p.stat().st_size < 200_000]
+    fixtures = [str(p) for p in SHIPPED_KINETO]  # real traces shipped in tests/data
     argv = ["analyze", files[0], str(bad), *files[1:], str(tmp_path / "missing.json"), *fixtures, "--format", fmt]
     one = _run([*argv, "--jobs", "1"], capsys)
     assert one[0] == 2 and one[2].count("fitprof: error:") == 2
-    assert one[1].count("r3.pt.trace.json") >= 1 and "kineto" in one[1]
+    assert one[1].count("r3.pt.trace.json") >= 1 and all(f in one[1] for f in fixtures)
     for jobs in ("3",):
         assert _run([*argv, "--jobs", jobs], capsys) == one
 

@@ -1,14 +1,20 @@
-"""The Kineto reader on real GPU / CPU traces, checked against numbers counted by hand from the raw JSON.
+"""The Kineto reader on real traces, checked against figures counted with the standard library alone.
 
-The expected figures below were counted with a throwaway script that reads each fixture's JSON directly (not
-with fitprof) and follows the definitions of :func:`fitprof.analysis.analyze_table`: the steps are the host
-``ProfilerStep#N`` spans (without any, the host span of the trace is one window and ``steps_analyzed`` is 0); a
-device event belongs to the step in which the host runtime call with its correlation id started; input time is
-the ``enumerate(DataLoader)#...__next__`` time inside steps; collective time is the union of NCCL kernels
-launched in the steps (host collectives starting in the steps when there are no device ones); top operators
-are device time grouped by the innermost ``cpu_op`` around the launching runtime call (of two ops with the same
-start and duration, such as ``aten::item`` and its ``aten::_local_scalar_dense``, the later in the file, i.e.
-the callee), host self time on a CPU-only trace. Times are microseconds as in the trace; figures are compared with a relative tolerance of 1e-6.
+Two sets of real traces: the ones this project ships in ``tests/data/`` (recorded on CPU with fitprof's own
+callbacks by ``tests/data/record.py``: a Lightning window, two gloo DDP ranks), always present; and the real GPU
+traces of ``../shared/fixtures/kineto/`` (A100, MI250, a CPU-only gloo rank), an extra layer that skips when the
+folder is not beside the checkout (and fails under ``CI=true``, see ``tests/conftest.py``).
+
+The expected figures come from ``tests/handcount.py``, which reads each trace's JSON with ``json`` + ``gzip`` and
+follows the definitions of :func:`fitprof.analysis.analyze_table` event by event, sharing no code with fitprof:
+the steps are the host ``ProfilerStep#N`` spans (without any, the host span of the trace is one window and
+``steps_analyzed`` is 0); a device event belongs to the step in which the host runtime call with its correlation
+id started; input time is the ``enumerate(DataLoader)#...__next__`` time inside steps; collective time is the
+union of NCCL kernels launched in the steps (host collectives in the steps when there are no device ones); top
+operators are device time grouped by the innermost ``cpu_op`` around the launching runtime call, host self time
+on a CPU-only trace. Times are microseconds as in the trace; figures are compared with a relative tolerance of
+1e-6. A few of the hand counts are also written out below as plain numbers, and checked against the counts
+that ``../shared/fixtures/README.md`` publishes, so the counting script itself is pinned down.
 """
 
 from __future__ import annotations
@@ -19,7 +25,6 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,176 +32,43 @@ import pandas as pd
 import pytest
 
 import fitprof
+import handcount
 from fitprof.traces import (
     Kind,
     TraceError,
     read_trace,
 )
 from fitprof.traces.kineto import read_kineto
+from shared_fixtures import DATA, SHARED_KINETO, SHIPPED_KINETO, shared_kineto
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
 REL = 1e-6
+SHIPPED = [p.name for p in SHIPPED_KINETO]
+ALL = SHIPPED + list(SHARED_KINETO)
+DEVICE = ["a100_alexnet_pageable_htod.json.gz", "a100_sampled_rank0.json.gz", "a100_ddp8_rank3_dataloader.json.gz",
+          "mi250_rocm_minitoy_train.json.gz"]  # fmt: skip
 
 
-def fixture_path(name: str) -> Path:
-    path = FIXTURES / name
-    if not path.is_file():
-        pytest.skip(
-            f"shared Kineto fixture {name} not found in {FIXTURES} (CI lays ../shared/fixtures beside the repo)"
-        )
-    return path
-
-
-@dataclass(frozen=True)
-class Copies:
-    """Copies of one kind inside the analysed window: how many, summed device time (us), summed bytes."""
-
-    count: int = 0
-    dur_us: float = 0.0
-    bytes: float = 0.0
-
-
-@dataclass(frozen=True)
-class Expected:
-    file: str
-    step_nums: list[int]
-    window_us: float  # summed step time (or the host span without steps)
-    input_us: float
-    pinned: Copies = Copies()
-    pageable: Copies = Copies()
-    htod_unknown: Copies = Copies()  # e.g. ROCm "Host -> Device": memory kind unknown, bytes NaN
-    dtoh: Copies = Copies()
-    dtod_count: int = 0
-    collective_us: float = 0.0
-    collective_kernels: int = 0
-    top_ops: list[tuple[str, float]] = field(default_factory=list)  # (name, summed self time in us)
-    op_time_source: str = "device"
-    kinds: dict[str, int] = field(default_factory=dict)  # every complete event but the profiler's own span
-    rank: int | None = None
-    world_size: int | None = None
-
-
-EXPECTED = {
-    "a100_alexnet_pageable_htod": Expected(
-        file="a100_alexnet_pageable_htod.json.gz",
-        step_nums=[],
-        window_us=43_425_365,  # first host event start to last host event end
-        input_us=0,
-        pageable=Copies(16, 55_503, 244_403_360),
-        top_ops=[
-            ("aten::copy_", 55_503),
-            ("aten::cudnn_convolution", 5_371),
-            ("aten::addmm", 2_660),
-            ("aten::add_", 958),
-            ("aten::clamp_min_", 683),
-        ],
-        kinds={Kind.OTHER: 405, Kind.OP: 359, Kind.KERNEL: 79, Kind.MEMCPY: 16, Kind.ANNOTATION: 8},
-        rank=0,
-    ),
-    "a100_sampled_rank0": Expected(
-        file="a100_sampled_rank0.json.gz",
-        step_nums=[551, 552],
-        window_us=1_230_240,
-        input_us=0,
-        pinned=Copies(8, 812, 4_849_696),
-        pageable=Copies(16, 65, 16_416),
-        dtoh=Copies(8, 16, 6_115),
-        dtod_count=8,
-        collective_us=396_199,
-        collective_kernels=10,
-        top_ops=[
-            ("record_param_comms", 290_059),
-            ("c10d::_allgather_base_", 106_140),
-            ("torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>", 62_869),
-            ("aten::mm", 40_954),
-            ("fbgemm::split_embedding_codegen_lookup_rowwise_adagrad_function", 19_299),
-        ],
-        kinds={
-            Kind.OP: 2311,
-            Kind.OTHER: 1214,
-            Kind.KERNEL: 1144,
-            Kind.ANNOTATION: 61,
-            Kind.MEMCPY: 40,
-            Kind.COLLECTIVE: 38,
-            Kind.STEP: 2,
-        },
-        rank=0,
-        world_size=128,
-    ),
-    "a100_ddp8_rank3_dataloader": Expected(
-        file="a100_ddp8_rank3_dataloader.json.gz",
-        step_nums=[1009, 1010, 1011, 1012, 1013, 1014],
-        window_us=464_945,
-        input_us=420,  # 71 + 67 + 73 + 70 + 68 + 71, one fetch at the start of each step
-        pinned=Copies(150, 50_656, 423_923_260),
-        dtoh=Copies(60, 107, 100_896),
-        dtod_count=18,
-        collective_us=163_535,
-        collective_kernels=60,  # 42 ncclKernel_SendRecv + 18 ncclKernel_AllReduce
-        top_ops=[
-            ("record_param_comms", 163_535),
-            ("aten::copy_", 58_771),
-            ("torch::autograd::CppNode<SplitLookupFunction_rowwise_adagrad_Op>", 58_684),
-            ("aten::mm", 41_925),
-            ("aten::addmm", 24_151),
-        ],
-        kinds={
-            Kind.OP: 40_386,
-            Kind.OTHER: 25_346,
-            Kind.KERNEL: 8_508,
-            Kind.COLLECTIVE: 240,
-            Kind.MEMCPY: 228,
-            Kind.ANNOTATION: 216,
-            Kind.STEP: 6,
-            Kind.INPUT: 6,
-        },
-        rank=3,
-        world_size=8,
-    ),
-    "mi250_rocm_minitoy_train": Expected(
-        file="mi250_rocm_minitoy_train.json.gz",
-        step_nums=[1, 2],  # the third ProfilerStep#1 is a gpu_user_annotation mirror, not a step
-        window_us=9_337.364,
-        input_us=0,
-        htod_unknown=Copies(2, 38.161, math.nan),
-        top_ops=[
-            ("aten::copy_", 38.161),
-            ("aten::addmm", 24.48),
-            ("aten::sum", 13.6),
-            ("aten::mm", 12.64),
-            ("aten::mean", 11.04),
-        ],
-        kinds={Kind.OP: 70, Kind.OTHER: 21, Kind.KERNEL: 14, Kind.ANNOTATION: 3, Kind.STEP: 2, Kind.MEMCPY: 2},
-    ),
-    "cpu_only_rank34": Expected(
-        file="cpu_only_rank34.pt.trace.json.gz",
-        step_nums=[551],
-        window_us=210_109.162,
-        input_us=0,
-        # Two gloo:all_reduce spans (on two gloo threads) start in the step: their union.
-        collective_us=178_777.427,
-        # A collective recorded on two threads at once counts the time it spans, not the sum of both threads'
-        # spans (173,209.713 + 170,471.258 us, 164% of the step): the union above.
-        top_ops=[("gloo:all_reduce", 178_777.427)],
-        op_time_source="host",
-        kinds={Kind.COLLECTIVE: 10, Kind.OP: 4, Kind.STEP: 1},
-        rank=34,
-        world_size=300,
-    ),
-}
-GPU = [k for k, e in EXPECTED.items() if e.op_time_source == "device"]
+def trace_path(name: str) -> Path:
+    """A shipped trace (``tests/data``), or a shared one (skips without ``../shared``)."""
+    return DATA / name if name in SHIPPED else shared_kineto(name)
 
 
 @functools.cache
-def table_of(key: str) -> pd.DataFrame:
-    """The fixture's event table, read once per session (the tests only read it)."""
-    return read_kineto(fixture_path(EXPECTED[key].file))
+def counts_of(name: str) -> dict[str, Any]:
+    """``tests/handcount.py``'s figures of the trace, once per session."""
+    return handcount.count(trace_path(name))
 
 
 @functools.cache
-def report_of(key: str) -> fitprof.BottleneckReport:
-    """``fitprof.analyze`` of the fixture (the public path: file name -> reader -> analysis), once per session."""
-    return fitprof.analyze(fixture_path(EXPECTED[key].file))
+def table_of(name: str) -> pd.DataFrame:
+    """The trace's event table, read once per session (the tests only read it)."""
+    return read_kineto(trace_path(name))
+
+
+@functools.cache
+def report_of(name: str) -> fitprof.BottleneckReport:
+    """``fitprof.analyze`` of the trace (the public path: file name -> reader -> analysis), once per session."""
+    return fitprof.analyze(trace_path(name))
 
 
 def approx(value: float) -> Any:
@@ -219,11 +91,11 @@ def test_import_leaves_torch_out() -> None:
 # ---------------------------------------------------------------------------------- real traces: table
 
 
-@pytest.mark.parametrize("key", list(EXPECTED))
-def test_event_table_matches_hand_counts(key: str) -> None:
-    exp = EXPECTED[key]
-    path = fixture_path(exp.file)
-    table = table_of(key)
+@pytest.mark.parametrize("name", ALL)
+def test_event_table_matches_hand_counts(name: str) -> None:
+    exp = counts_of(name)
+    path = trace_path(name)
+    table = table_of(name)
 
     assert list(table.columns) == list(fitprof.traces.COLUMNS)
     assert table["ts_us"].is_monotonic_increasing
@@ -232,34 +104,28 @@ def test_event_table_matches_hand_counts(key: str) -> None:
         "framework": "pytorch",
         "path": str(path),
         "host": "",  # Kineto writes no host name, and these files are not named after one
-        "rank": exp.rank,
-        "world_size": exp.world_size,
+        "rank": exp["rank"],
+        "world_size": exp["world_size"],
     }
-    assert table["kind"].value_counts().to_dict() == exp.kinds
+    assert table["kind"].value_counts().to_dict() == exp["kinds"]
     assert "PyTorch Profiler (0)" not in set(table["name"])  # the profiler's own span is skipped
 
     steps = table[table["kind"] == Kind.STEP]
-    assert sorted(steps["step_num"].astype(int)) == exp.step_nums
+    assert sorted(steps["step_num"].astype(int)) == exp["steps"]
     assert list(steps["name"]) == [f"ProfilerStep#{n:.0f}" for n in steps["step_num"]]
     assert not steps["on_device"].any()
 
     copies = table[table["kind"] == Kind.MEMCPY]
     assert copies["on_device"].all()
-    for copy_kind, want in [
-        ("htod_pinned", exp.pinned),
-        ("htod_pageable", exp.pageable),
-        ("htod", exp.htod_unknown),
-        ("dtoh", exp.dtoh),
-    ]:
+    for copy_kind, want in exp["all_copies"].items():
         sel = copies[copies["copy_kind"] == copy_kind]
-        assert len(sel) == want.count, copy_kind
-        assert sel["dur_us"].sum() == approx(want.dur_us), copy_kind
+        assert len(sel) == want["count"], copy_kind
+        assert sel["dur_us"].sum() == approx(want["dur_us"]), copy_kind
         got_bytes = sel["bytes"].sum(skipna=False) if len(sel) else 0.0
-        assert got_bytes == approx(want.bytes), copy_kind
-    assert (copies["copy_kind"] == "dtod").sum() == exp.dtod_count
+        assert got_bytes == approx(want["bytes"]), copy_kind  # NaN when a copy does not say
 
     device_coll = table[(table["kind"] == Kind.COLLECTIVE) & table["on_device"]]
-    assert len(device_coll) == exp.collective_kernels
+    assert len(device_coll) == exp["all_collective_kernels"]
     assert device_coll["name"].str.contains("nccl", case=False).all()
     kernels = table[table["kind"] == Kind.KERNEL]
     assert kernels["on_device"].all()
@@ -268,9 +134,9 @@ def test_event_table_matches_hand_counts(key: str) -> None:
     assert not table.loc[table["kind"].isin(host_kinds), "on_device"].any()
 
 
-@pytest.mark.parametrize("key", GPU)
-def test_device_events_are_linked_to_their_launch(key: str) -> None:
-    table = table_of(key)
+@pytest.mark.parametrize("name", DEVICE)
+def test_device_events_are_linked_to_their_launch(name: str) -> None:
+    table = table_of(name)
     work = table[table["kind"].isin([Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE]) & table["on_device"]]
     assert work["launch_us"].notna().all()  # every kernel and copy of these traces has its runtime call
     assert (work["launch_us"] <= work["ts_us"]).all()  # launched before it ran
@@ -283,7 +149,7 @@ def test_device_events_are_linked_to_their_launch(key: str) -> None:
 
 
 def test_rocm_trace_details() -> None:
-    table = table_of("mi250_rocm_minitoy_train")
+    table = table_of("mi250_rocm_minitoy_train.json.gz")
     mirror = table[table["name"] == "ProfilerStep#1"]
     assert sorted(mirror["kind"]) == [Kind.ANNOTATION, Kind.STEP]
     assert mirror.loc[mirror["kind"] == Kind.ANNOTATION, "on_device"].all()
@@ -292,7 +158,7 @@ def test_rocm_trace_details() -> None:
     assert list(copies["copy_kind"]) == ["htod", "htod"]
     assert copies["bytes"].isna().all()
     assert list(copies["op"]) == ["aten::copy_", "aten::copy_"]
-    report = report_of("mi250_rocm_minitoy_train")
+    report = report_of("mi250_rocm_minitoy_train.json.gz")
     assert math.isnan(report.htod_bytes_per_step)  # the trace does not say how many bytes: unknown, not 0
     assert math.isnan(report.htod_gb_per_s)
 
@@ -300,59 +166,102 @@ def test_rocm_trace_details() -> None:
 # --------------------------------------------------------------------------------- real traces: report
 
 
-@pytest.mark.parametrize("key", list(EXPECTED))
-def test_report_matches_hand_counts(key: str) -> None:
-    exp = EXPECTED[key]
-    report = report_of(key)
-    n = max(len(exp.step_nums), 1)
-    window = exp.window_us
+@pytest.mark.parametrize("name", ALL)
+def test_report_matches_hand_counts(name: str) -> None:
+    exp = counts_of(name)
+    report = report_of(name)
+    n = max(len(exp["steps"]), 1)
+    window = exp["window_us"]
 
-    assert report.steps_analyzed == len(exp.step_nums)
+    assert report.steps_analyzed == len(exp["steps"])
     assert report.step_time_ms == approx(window / n / 1e3)
-    assert report.input_ms_per_step == approx(exp.input_us / n / 1e3)
-    assert report.input_percent == approx(100 * exp.input_us / window)
+    assert report.input_ms_per_step == approx(exp["input_us"] / n / 1e3)
+    assert report.input_percent == approx(100 * exp["input_us"] / window)
 
-    htod = [exp.pinned, exp.pageable, exp.htod_unknown]
-    htod_us = sum(c.dur_us for c in htod)
+    htod = [exp["htod_pinned"], exp["htod_pageable"], exp["htod"]]
+    htod_us = sum(c["dur_us"] for c in htod)
     assert report.htod_ms_per_step == approx(htod_us / n / 1e3)
     assert report.htod_percent == approx(100 * htod_us / window)
-    known = [c for c in htod if c.count and not math.isnan(c.bytes)]
-    if any(c.count for c in htod) and not known:
+    known = [c for c in htod if c["count"] and not math.isnan(c["bytes"])]
+    if any(c["count"] for c in htod) and not known:
         assert math.isnan(report.htod_bytes_per_step) and math.isnan(report.htod_gb_per_s)
     else:
-        htod_bytes = sum(c.bytes for c in known)
+        htod_bytes = sum(c["bytes"] for c in known)
         assert report.htod_bytes_per_step == approx(htod_bytes / n)
-        known_us = sum(c.dur_us for c in known)
+        known_us = sum(c["dur_us"] for c in known)
         assert report.htod_gb_per_s == approx(htod_bytes / known_us / 1e3 if known_us else 0.0)
-    assert report.htod_pinned_ms_per_step == approx(exp.pinned.dur_us / n / 1e3)
-    assert report.htod_pageable_ms_per_step == approx(exp.pageable.dur_us / n / 1e3)
-    assert report.dtoh_ms_per_step == approx(exp.dtoh.dur_us / n / 1e3)
-    assert report.collective_ms_per_step == approx(exp.collective_us / n / 1e3)
-    assert report.collective_percent == approx(100 * exp.collective_us / window)
+    assert report.htod_pinned_ms_per_step == approx(exp["htod_pinned"]["dur_us"] / n / 1e3)
+    assert report.htod_pageable_ms_per_step == approx(exp["htod_pageable"]["dur_us"] / n / 1e3)
+    assert report.dtoh_ms_per_step == approx(exp["dtoh"]["dur_us"] / n / 1e3)
+    assert report.collective_ms_per_step == approx(exp["collective_us"] / n / 1e3)
+    assert report.collective_percent == approx(100 * exp["collective_us"] / window)
 
-    assert report.op_time_source == exp.op_time_source
-    assert [op.name for op in report.top_ops] == [name for name, _ in exp.top_ops]
-    for op, (_, us) in zip(report.top_ops, exp.top_ops, strict=True):
+    assert report.op_time_source == exp["op_source"]
+    assert [op.name for op in report.top_ops] == [name for name, _ in exp["ops"]]
+    for op, (_, us) in zip(report.top_ops, exp["ops"], strict=True):
         assert op.self_ms_per_step == approx(us / n / 1e3), op.name
         assert op.percent == approx(100 * us / window), op.name
 
 
-def test_figures_on_a_few_fixtures_in_plain_numbers() -> None:
-    """The same figures as above, written out, so a reader sees what the traces say."""
-    ddp = report_of("a100_ddp8_rank3_dataloader")
-    assert ddp.step_time_ms == approx(77.490833333)
-    assert ddp.htod_pinned_ms_per_step == approx(8.442666667)
-    assert ddp.collective_percent == approx(35.172977449)
-    alexnet = report_of("a100_alexnet_pageable_htod")
-    assert alexnet.steps_analyzed == 0 and alexnet.warnings
-    assert alexnet.htod_gb_per_s == approx(4.403426121)  # 244,403,360 B in 55,503 us of pageable copies
-    cpu = report_of("cpu_only_rank34")
-    assert cpu.collective_percent == approx(85.087877752)
+def test_shared_hand_counts_in_plain_numbers() -> None:
+    """The counting script against numbers written out (the published ones from ``../shared/fixtures/README.md``
+    and a few more counted once and kept), and fitprof's headline figures on them."""
+    alexnet = counts_of("a100_alexnet_pageable_htod.json.gz")
+    assert (alexnet["steps"], alexnet["kinds"]["kernel"]) == ([], 79)
+    assert alexnet["htod_pageable"] == {"count": 16, "dur_us": 55_503, "bytes": 244_403_360}
+    sampled = counts_of("a100_sampled_rank0.json.gz")
+    assert sampled["steps"] == [551, 552]
+    assert [sampled[k]["count"] for k in ("htod_pageable", "htod_pinned", "dtoh")] == [16, 8, 8]
+    assert sampled["dtod_count"] == 8
+    assert sampled["kinds"]["kernel"] + sampled["kinds"]["collective"] - 38 == 1_154 - 10  # 28 host collectives
+    ddp = counts_of("a100_ddp8_rank3_dataloader.json.gz")
+    assert ddp["steps"] == list(range(1009, 1015))
+    assert ddp["kinds"]["input"] == 6
+    assert [ddp[k]["count"] for k in ("htod_pinned", "dtoh")] == [150, 60]
+    assert ddp["dtod_count"] == 18
+    assert (ddp["rank"], ddp["world_size"]) == (3, 8)
+    assert ddp["input_us"] == 420  # 71 + 67 + 73 + 70 + 68 + 71, one fetch at the start of each step
+    assert ddp["collective_kernels"] == 60  # 42 ncclKernel_SendRecv + 18 ncclKernel_AllReduce
+    mi250 = counts_of("mi250_rocm_minitoy_train.json.gz")
+    assert mi250["steps"] == [1, 2]  # the third ProfilerStep#1 is a gpu_user_annotation mirror, not a step
+    assert mi250["htod"]["count"] == 2 and math.isnan(mi250["htod"]["bytes"])
+    cpu = counts_of("cpu_only_rank34.pt.trace.json.gz")
+    assert cpu["steps"] == [551] and cpu["op_source"] == "host"
+    # Two gloo:all_reduce spans (on two gloo threads) start in the step: their union, not their sum
+    # (173,209.713 + 170,471.258 us, 164% of the step).
+    assert cpu["ops"] == [("gloo:all_reduce", approx(178_777.427))]
+
+    assert report_of("a100_ddp8_rank3_dataloader.json.gz").step_time_ms == approx(77.490833333)
+    assert report_of("a100_ddp8_rank3_dataloader.json.gz").htod_pinned_ms_per_step == approx(8.442666667)
+    assert report_of("a100_ddp8_rank3_dataloader.json.gz").collective_percent == approx(35.172977449)
+    assert report_of("a100_alexnet_pageable_htod.json.gz").steps_analyzed == 0
+    assert report_of("a100_alexnet_pageable_htod.json.gz").warnings
+    assert report_of("a100_alexnet_pageable_htod.json.gz").htod_gb_per_s == approx(4.403426121)
+    cpu_report = report_of("cpu_only_rank34.pt.trace.json.gz")
+    assert cpu_report.collective_percent == approx(85.087877752)
+    assert cpu_report.verdict == "communication-bound" and "bucket_cap_mb" in cpu_report.advice[0]
 
 
-@pytest.mark.parametrize("key", list(EXPECTED))
-def test_annotations_and_steps_are_never_operators(key: str) -> None:
-    table = table_of(key)
+def test_shipped_traces_in_plain_numbers() -> None:
+    """What ``tests/data/record.py`` recorded (see ``tests/data/README.md``): a 3-step window (steps 6-8) with one
+    DataLoader fetch per step, on one process and on two gloo ranks, rank 1 the planted straggler."""
+    lightning = counts_of("lightning_cpu.pt.trace.json.gz")
+    assert lightning["steps"] == [6, 7, 8]
+    assert lightning["kinds"]["input"] == 3
+    assert (lightning["rank"], lightning["op_source"]) == (None, "host")
+    for rank in (0, 1):
+        ddp = counts_of(f"ddp_gloo_rank{rank}.pt.trace.json.gz")
+        assert ddp["steps"] == [6, 7, 8]
+        assert (ddp["rank"], ddp["world_size"]) == (rank, 2)
+        assert ddp["collective_us"] > 0 and ddp["collective_kernels"] == 0  # gloo: host collectives only
+    slow, fast = report_of("ddp_gloo_rank1.pt.trace.json.gz"), report_of("ddp_gloo_rank0.pt.trace.json.gz")
+    assert slow.input_percent > fast.input_percent + 20
+    assert fast.collective_percent > slow.collective_percent
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_annotations_and_steps_are_never_operators(name: str) -> None:
+    table = table_of(name)
     not_ops = set(table.loc[table["kind"].isin([Kind.ANNOTATION, Kind.STEP, Kind.INPUT, Kind.NOT_TRAINING]), "name"])
     report = fitprof.analyze_table(table, top_k=50)
     names = {op.name for op in report.top_ops}
@@ -360,8 +269,9 @@ def test_annotations_and_steps_are_never_operators(key: str) -> None:
     assert not any(name.startswith(("ProfilerStep", "enumerate(DataLoader)", "## ")) for name in names)
 
 
-def test_read_trace_dispatches_here() -> None:
-    path = fixture_path(EXPECTED["cpu_only_rank34"].file)
+@pytest.mark.parametrize("name", ["lightning_cpu.pt.trace.json.gz", "cpu_only_rank34.pt.trace.json.gz"])
+def test_read_trace_dispatches_here(name: str) -> None:
+    path = trace_path(name)
     pd.testing.assert_frame_equal(read_trace(path), read_kineto(path))
 
 

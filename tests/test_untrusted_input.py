@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import fitprof
+import gputrace
 from fitprof import cli
 from fitprof._session import check_session
 from fitprof.report_files import write_report_file
@@ -30,6 +31,7 @@ from fitprof.traces import TraceError, read_trace
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 from fitprof.traces.xspace_write import xplane_classes
 from fuzz_traces import PEAK_RSS_SOURCE, bomb, byte_mutation, json_mutation, kineto_seed, xspace_seed
+from shared_fixtures import LIGHTNING_CPU
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_KINETO = ROOT.parent / "shared" / "fixtures" / "kineto"
@@ -381,15 +383,14 @@ def test_hostile_report_file_gives_one_error_line(
 
 
 @pytest.mark.parametrize("batch", [1, 7, 1000])
-def test_batched_decoding_gives_the_same_table(
-    tmp_path: Path, kineto_fixtures: Path, batch: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_batched_decoding_gives_the_same_table(tmp_path: Path, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The events are decoded a batch at a time (to bound memory); names, threads and launch links that span
     batches come out as in one batch."""
     from fitprof.traces import kineto
 
     seed = _write(tmp_path / "seed.pt.trace.json", json.dumps(kineto_seed(steps=20)).encode())
-    paths = [seed, kineto_fixtures / "a100_alexnet_pageable_htod.json.gz"]
+    gpu_doc, _ = gputrace.kineto_trace(steps=12)  # kernels and copies linked to their launches across batches
+    paths = [seed, gputrace.write_kineto(tmp_path / "gpu.pt.trace.json.gz", gpu_doc), LIGHTNING_CPU]
     whole = [kineto.read_kineto(p) for p in paths]
     monkeypatch.setattr(kineto, "_BATCH", batch)
     for path, expected in zip(paths, whole, strict=True):

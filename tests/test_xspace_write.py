@@ -6,10 +6,12 @@ import json
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 
+from fitprof import _session
 from fitprof._session import session_name
 from fitprof.traces.xspace_write import kineto_to_xspace, write_xspace
 
@@ -84,11 +86,14 @@ def test_works_without_tensorflow_and_xprof_finds_the_steps(tmp_path: Path) -> N
     assert result["steps"] >= 1  # xprof found step markers (it keeps only steps with work grouped in them)
 
 
-def test_write_and_unique_session_names(tmp_path: Path) -> None:
+def test_write_and_unique_session_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both names in the same second, whenever the test runs (it failed when the clock ticked between the calls).
+    monkeypatch.setattr(_session, "time", types.SimpleNamespace(strftime=lambda fmt: "2026_01_02_03_04_05"))
     first = session_name(tmp_path, epoch=0)
+    assert first == "2026_01_02_03_04_05_epoch0"
     write_xspace(TRACE["traceEvents"], tmp_path, first, host="h1")  # a bare event list works too
-    second = session_name(tmp_path, epoch=0)  # same second, same epoch
-    assert second != first and second.startswith(first)
+    assert (tmp_path / "plugins" / "profile" / first / "h1.xplane.pb").is_file()
+    assert session_name(tmp_path, epoch=0) == f"{first}_2"  # same second, same epoch: taken
 
 
 def test_rejects_what_is_not_a_trace(tmp_path: Path) -> None:

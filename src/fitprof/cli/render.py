@@ -167,7 +167,18 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     show_fit = several_fits(rows)  # several fits into one run directory: tell them apart
     header = ["run"]
     header += ["fit", "session"] * show_fit + ["epoch"] * show_epoch + ["rank"] * show_rank
-    header += ["framework", "steps", "step ms", "input %", "HtoD ms/step", "HtoD %", "top op", "top %", "up to", "verdict"]
+    header += [
+        "framework",
+        "steps",
+        "step ms",
+        "input %",
+        "HtoD ms/step",
+        "HtoD %",
+        "top op",
+        "top %",
+        "up to",
+        "verdict",
+    ]
     body = []
     for r in rows:
         top = r["top_ops"][0] if r["top_ops"] else None
