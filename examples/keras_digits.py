@@ -5,7 +5,8 @@
 The data (``sklearn.datasets.load_digits``: 1,797 8x8 images, shipped with scikit-learn, no download) is fed
 through ``tf.data``. By default the pipeline is fast (cached, prefetched). ``--slow-input`` adds real
 per-sample CPU augmentation (random rotation and blur with SciPy, in a ``py_function``) without parallel
-calls, which makes the run input-bound.
+calls, which makes the run input-bound. It runs on every Keras backend (``KERAS_BACKEND=tensorflow``, ``torch`` or
+``jax``); on JAX the fast pipeline is input-bound too (Keras iterates ``tf.data`` eagerly there, see the README).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 def rank_and_world(model: Any, backend: str) -> tuple[int, int]:
     """``(global rank, world size)`` of this process: its worker index under ``MultiWorkerMirroredStrategy``
     (one rank per worker process; ``MirroredStrategy`` over local devices is one rank), or the
-    ``torch.distributed`` rank on the torch backend. ``(0, 1)`` when not distributed."""
+    ``torch.distributed`` rank on the torch backend. ``(0, 1)`` when not distributed, and always on JAX."""
     if backend == "tensorflow":
         try:
             strategy = model.distribute_strategy
@@ -27,6 +27,8 @@ def rank_and_world(model: Any, backend: str) -> tuple[int, int]:
         except Exception as err:
             log.debug("fitprof: could not read the tf.distribute cluster: %s", err)
         return 0, 1
+    if backend == "jax":
+        return 0, 1  # multi-process JAX (jax.distributed) is not gathered: every process is a rank-0 run
     try:
         import torch.distributed as dist
 

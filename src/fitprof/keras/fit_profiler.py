@@ -23,7 +23,7 @@ from fitprof.window import EpochLog, WindowPipeline, every_key
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_BACKENDS = ("tensorflow", "torch")
+SUPPORTED_BACKENDS = ("tensorflow", "torch", "jax")
 
 
 class FitProfiler(keras.callbacks.Callback):
@@ -94,7 +94,7 @@ class FitProfiler(keras.callbacks.Callback):
 
     Raises:
         ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,
-            an empty ``ranks`` or a rank < 0, or a Keras backend other than TensorFlow or torch.
+            an empty ``ranks`` or a rank < 0, or a Keras backend other than TensorFlow, torch or JAX.
         TypeError: for arguments of the wrong type.
     """
 
@@ -127,7 +127,7 @@ class FitProfiler(keras.callbacks.Callback):
         if backend not in SUPPORTED_BACKENDS:
             raise ValueError(
                 f"FitProfiler supports the Keras backends {SUPPORTED_BACKENDS}; the active backend is {backend!r}. "
-                "Set KERAS_BACKEND=tensorflow or KERAS_BACKEND=torch."
+                "Set KERAS_BACKEND=tensorflow, KERAS_BACKEND=torch or KERAS_BACKEND=jax."
             )
         self.backend = backend
         self.log_dir = log_dir
@@ -198,6 +198,10 @@ class FitProfiler(keras.callbacks.Callback):
             from fitprof.profilers.tensorflow import TFProfileWindow
 
             return TFProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world)
+        if self.backend == "jax":
+            from fitprof.profilers.jax import JaxProfileWindow
+
+            return JaxProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world)
         from fitprof.keras._torch_backend import TorchKerasWindow
 
         return TorchKerasWindow(
@@ -229,6 +233,8 @@ class FitProfiler(keras.callbacks.Callback):
         if model is None:
             return
         self._wrap(model, "train_function", drop_open_step=True)  # the failing step never finished
+        if self.backend == "jax":
+            self._annotate_fetch(model)
         fit_locals = _fit_locals(model)
         callbacks = fit_locals.get("callbacks")
         if isinstance(callbacks, keras.callbacks.CallbackList):
@@ -244,6 +250,19 @@ class FitProfiler(keras.callbacks.Callback):
                 current,
                 _GuardedIterator(current, lambda: self._flush_on_exception(drop_open_step=True)),
             )
+
+    def _annotate_fetch(self, model: Any) -> None:
+        """On JAX, Keras's ``train_function(state, iterator)`` fetches its batch with ``next(iterator)``, after
+        ``on_train_batch_begin``: hand it the iterator wrapped by the window, so each fetch is an input span inside
+        the step marker."""
+        original, window = getattr(model, "train_function", None), self._window
+        if original is None or not hasattr(window, "annotate_input"):
+            return
+
+        def annotated(state: Any, iterator: Any, *args: Any, **kwargs: Any) -> Any:
+            return original(state, window.annotate_input(iterator), *args, **kwargs)
+
+        self._replace(model, "train_function", original, annotated)
 
     def _wrap(self, owner: Any, name: str, *, drop_open_step: bool) -> None:
         original = getattr(owner, name, None)

@@ -24,9 +24,15 @@ class TFProfileWindow:
     Every call is guarded: a failure is raised as ``RuntimeError`` for the callback to turn into a warning.
     """
 
+    _PROFILER = "tf.profiler"
+    _TMP_PREFIX = "fitprof-tf-"
+
     def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1) -> None:
         import tensorflow  # noqa: F401  (fail here, at construction, when TensorFlow is missing)
 
+        self._init_state(log_dir, epoch=epoch, rank=rank, world=world)
+
+    def _init_state(self, log_dir: str, *, epoch: int, rank: int, world: int) -> None:
         self._log_dir = log_dir
         self._epoch, self._rank, self._world = epoch, rank, world
         self._tmp: str | None = None
@@ -44,16 +50,26 @@ class TFProfileWindow:
         return tf
 
     def start(self) -> None:
-        self._tmp = tempfile.mkdtemp(prefix="fitprof-tf-")
+        self._tmp = tempfile.mkdtemp(prefix=self._TMP_PREFIX)
         try:
-            self._tf.profiler.experimental.start(self._tmp)
+            self._start_profiler(self._tmp)
         except Exception as err:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-            raise RuntimeError(f"tf.profiler could not start: {err}") from err
+            raise RuntimeError(f"{self._PROFILER} could not start: {err}") from err
+
+    # The profiler's own calls, overridden by windows of other XSpace profilers (fitprof.profilers.jax).
+    def _start_profiler(self, tmp: str) -> None:
+        self._tf.profiler.experimental.start(tmp)
+
+    def _stop_profiler(self, *, save: bool = True) -> None:
+        self._tf.profiler.experimental.stop(save=save)
+
+    def _step_marker(self, step: int) -> Any:
+        return self._tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
     def begin_step(self, step: int) -> None:
-        self._step = self._tf.profiler.experimental.Trace("train", step_num=step, _r=1)
+        self._step = self._step_marker(step)
         self._step.__enter__()
 
     def end_step(self) -> None:
@@ -77,16 +93,16 @@ class TFProfileWindow:
         self.end_step()
         tmp, self._tmp = self._tmp, None
         try:
-            self._tf.profiler.experimental.stop()
+            self._stop_profiler()
         except Exception as err:
-            raise RuntimeError(f"tf.profiler could not stop: {err}") from err
+            raise RuntimeError(f"{self._PROFILER} could not stop: {err}") from err
         finally:
             del unfinished
         written = sorted(Path(tmp or ".").glob("plugins/profile/*/*.xplane.pb"))
         if not written:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
-            raise RuntimeError("tf.profiler wrote no .xplane.pb")
+            raise RuntimeError(f"{self._PROFILER} wrote no .xplane.pb")
         try:
             session = new_session_dir(self._log_dir, self._epoch)
             host = written[-1].name.removesuffix(XPLANE_SUFFIX)
@@ -112,7 +128,7 @@ class TFProfileWindow:
         """Stop a running profiler without keeping anything (used after a failure)."""
         self._step = None
         try:
-            self._tf.profiler.experimental.stop(save=False)
+            self._stop_profiler(save=False)
         except Exception:
             pass
         if self._tmp:

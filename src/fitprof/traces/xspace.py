@@ -23,7 +23,8 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
   find them; fitprof also accepts Keras's own ``Trace("Profiled Step", step_num=n)`` without it);
 * input: ``IteratorGetNextOp::DoCompute`` (and ``IteratorGetNextAsOptionalOp::DoCompute`` of distributed
   iterators, TF ops of type ``IteratorGetNext*``): the training loop blocked on ``tf.data``, as xprof's
-  input-pipeline analysis counts it;
+  input-pipeline analysis counts it; on JAX, fitprof's ``fitprof/input`` annotation around each batch fetch
+  (:data:`INPUT_ANNOTATION`);
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
   as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
@@ -61,6 +62,9 @@ _COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceSca
 _INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
 """The kernels the training loop blocks in while tf.data produces its batch (``IteratorGetNextOp``,
 ``IteratorGetNextAsOptionalOp`` for distributed iterators, ...)."""
+INPUT_ANNOTATION = "fitprof/input"
+"""The annotation fitprof's JAX window puts around each batch fetch (Keras's JAX trainer calls ``next(iterator)``
+inside ``train_function``, in Python): the training loop waiting for its input, read as ``Kind.INPUT``."""
 _FUNCTION_PREFIX = "StatefulPartitionedCall/"
 """Prefix of every op inside a ``tf.function`` (Keras's train step); dropped from op names for readability."""
 _TF_OP = re.compile(r"(?P<name>[A-Za-z0-9.][\w.\-/>]*):(?P<type>\w+)")
@@ -249,7 +253,7 @@ def read_xspace(
                     if op is None:  # one str per op name, shared by its kernels
                         op = op_names[tf_op] = tf_op.split(":")[0]
                     row["op"] = op
-                elif _INPUT_EVENT.match(name):
+                elif name == INPUT_ANNOTATION or _INPUT_EVENT.match(name):
                     row["kind"] = Kind.INPUT
                 elif _HLO_OP in stats and not is_tf_data:
                     row["kind"] = Kind.OP  # an XLA thunk (HLO op) run on a host thread
