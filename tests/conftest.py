@@ -23,7 +23,14 @@ for p in (EXAMPLES, TESTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from shared_fixtures import KINETO_DIR, in_ci, missing_shared  # noqa: E402
+from shared_fixtures import KINETO_DIR, in_ci, missing_shared, shared_kineto  # noqa: E402
+
+
+@pytest.fixture
+def kineto_fixtures() -> Path:
+    """The folder of the real GPU traces of ``../shared/fixtures/kineto``: skips with the one shared reason when
+    they are missing, fails under CI (:func:`shared_fixtures.shared_kineto`)."""
+    return shared_kineto()
 
 
 def _cuda_reason() -> str | None:

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ class ReportFile:
         session: the session folder name of the window ("" when the file does not say).
         trace: the trace the figures came from, as a path (the report's ``source`` when the file names none).
         report: the report, as the callback logged it.
+        written: when the file was written (seconds since the Unix epoch; NaN for files written before fitprof
+            recorded it): the order of windows, also within one second, where session names cannot tell it.
     """
 
     path: Path
@@ -61,6 +64,7 @@ class ReportFile:
     session: str
     trace: str
     report: BottleneckReport
+    written: float = math.nan
 
 
 def clean_json(value: Any) -> Any:
@@ -108,6 +112,7 @@ def write_report_file(
         "framework": report.framework,
         "trace": Path(os.path.relpath(trace, run_dir)).as_posix(),
         "report": clean_json(report.to_dict()),
+        "written": time.time(),
     }
     path.write_text(json.dumps(record, indent=1), encoding="utf-8")
     return path
@@ -193,7 +198,9 @@ def read_report_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[
     if not isinstance(epoch, int) or not (rank is None or isinstance(rank, int)):
         raise ReportFileError(f"{path}: not a fitprof report ('epoch' or 'rank' is not an integer)")
     source = trace_inside(run, doc.get("trace"), root) or report.source
-    return ReportFile(path, run, epoch, rank, session if isinstance(session, str) else "", source, report)
+    written = doc.get("written")
+    written = float(written) if isinstance(written, (int, float)) and not isinstance(written, bool) else math.nan
+    return ReportFile(path, run, epoch, rank, session if isinstance(session, str) else "", source, report, written)
 
 
 def trace_inside(run_dir: Path, trace: object, root: str | os.PathLike[str]) -> str | None:

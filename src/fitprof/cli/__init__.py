@@ -373,6 +373,7 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     rec["source"] = doc.trace
     rec["report_file"] = os.fspath(path)
     rec["session"] = doc.session or path.name.partition(".rank")[0]
+    rec["_written"] = doc.written
     return rec
 
 
@@ -392,20 +393,27 @@ def _number_fits(records: list[dict[str, Any]]) -> None:
     """Set ``fit`` (1, 2, ...) on the window records: several ``fit`` calls into one run directory each write
     their windows there, epochs counted from their own start.
 
-    Per run and rank, windows in session (time) order: a window whose epoch is not after the previous window's
-    starts the next fit. (A resumed fit that goes on counting epochs reads as the same fit: its rows differ by
+    Per run and rank, windows in the order they were written (the report file's ``written`` time; for files
+    without it, session-name order): a window whose epoch is not after the previous window's starts the next
+    fit. (Session names carry the second and the epoch, so two fits within one second cannot be told apart by
+    their names alone.) (A resumed fit that goes on counting epochs reads as the same fit: its rows differ by
     epoch.)
     """
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for rec in records:
         groups.setdefault((rec["run"], rec["rank"]), []).append(rec)
     for group in groups.values():
-        group.sort(key=lambda r: (_session_order(r["session"]), r["epoch"]))
+        if all(math.isfinite(r.get("_written", math.nan)) for r in group):
+            group.sort(key=lambda r: r["_written"])
+        else:
+            group.sort(key=lambda r: (_session_order(r["session"]), r["epoch"]))
         fit, last = 1, None
         for rec in group:
             if last is not None and rec["epoch"] <= last:
                 fit += 1
             rec["fit"], last = fit, rec["epoch"]
+    for rec in records:
+        rec.pop("_written", None)  # an ordering key only, not a figure
 
 
 def _fit_labeller(records: list[dict[str, Any]]) -> Callable[[list[dict[str, Any]]], str]:
