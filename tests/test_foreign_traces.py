@@ -132,8 +132,12 @@ def test_report_tells_two_fits_apart(two_fits: Path, capsys: pytest.CaptureFixtu
     rows = [r for r in json.loads(out) if r["record"] == "window"]
     assert [(r["fit"], r["epoch"]) for r in rows] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert {r["session"]: r["epoch"] for r in rows} == sessions
-    first, second = [r["session"] for r in rows if r["fit"] == 1], [r["session"] for r in rows if r["fit"] == 2]
-    assert max(first) < min(second)  # the second fit's windows came later
+    # The second fit's windows were written later (session names cannot say it within one second: they carry
+    # the second and the epoch; each report file records when it was written).
+    written = {json.loads(p.read_text())["session"]: json.loads(p.read_text())["written"] for p in files}
+    first = [written[r["session"]] for r in rows if r["fit"] == 1]
+    second = [written[r["session"]] for r in rows if r["fit"] == 2]
+    assert max(first) < min(second)
 
     rc, out, _ = run_cli(capsys, "report", two_fits, "--format", "csv")
     table = list(csv.DictReader(io.StringIO(out)))
@@ -160,7 +164,10 @@ def test_report_of_one_fit_keeps_its_columns(
     import shutil
 
     run = tmp_path / "one"
-    reports = sorted((two_fits / "run" / "plugins" / "fitprof").glob("*.json"))[:2]
+    written = {
+        p: json.loads(p.read_text())["written"] for p in (two_fits / "run" / "plugins" / "fitprof").glob("*.json")
+    }
+    reports = sorted(written, key=written.__getitem__)[:2]  # the first fit's two windows
     (run / "plugins" / "fitprof").mkdir(parents=True)
     for p in reports:
         shutil.copy(p, run / "plugins" / "fitprof" / p.name)
