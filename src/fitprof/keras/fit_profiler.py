@@ -529,8 +529,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._events = TBEventFile(self._run_dir)
 
     def _say_where(self, epoch: int, url: str, session_dir: Path | None) -> None:
-        """TensorFlow logged "Collecting XSpace to repository: <temp folder>": one line naming where it really is."""
-        if session_dir is not None and self.backend == "tensorflow":
+        """TensorFlow logged "Collecting XSpace to repository: <temp folder>": one line naming where it really is
+        (unless ``verbose=False``)."""
+        if session_dir is not None and self.backend == "tensorflow" and self.verbose:
             where = (
                 _fs.join(url, "plugins", "profile", session_dir.name)
                 if _fs.is_remote(url)
