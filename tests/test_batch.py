@@ -1,0 +1,39 @@
+"""`fitprof._batch.batch_size` on the batch shapes the frameworks hand to callbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fitprof._batch import batch_size
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        (np.zeros((32, 4)), 32),
+        ((np.zeros((7, 3)), np.zeros(7)), 7),
+        ([np.zeros((5,)), np.zeros((5, 2))], 5),
+        ({"input_ids": np.zeros((3, 128)), "labels": np.zeros((3,))}, 3),
+        ({"meta": "x", "x": (np.zeros((9, 2)),)}, 9),
+        (np.float32(1.0), None),
+        ("text", None),
+        ([], None),
+        (None, None),
+        ([[[[[[[[[[np.zeros((4,))]]]]]]]]]], None),
+    ],
+)
+def test_batch_size_reads_the_leading_dimension_of_the_first_array(batch: object, expected: int | None) -> None:
+    assert batch_size(batch) == expected
+
+
+def test_torch_tensor_batch() -> None:
+    torch = pytest.importorskip("torch")
+    assert batch_size((torch.zeros(16, 3, 8, 8), torch.zeros(16, dtype=torch.long))) == 16
+
+
+def test_unknown_leading_dimension_is_none() -> None:
+    class Symbolic:
+        shape = (None, 4)
+
+    assert batch_size(Symbolic()) is None
