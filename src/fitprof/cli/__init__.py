@@ -10,6 +10,8 @@
     ``plugins/profile/<session>`` folder, whose ``*.xplane.pb`` files are read), recorded by fitprof or not:
     one row per file, with the same figures as :func:`fitprof.analyze`. With several ranks' traces it adds a
     spread record: max - min of ``step_time_ms`` and ``input_percent`` across the ranks, and the slowest rank.
+    ``--scheduler ADDRESS`` analyses each file as one task on a Dask distributed cluster (:mod:`fitprof._dask`):
+    the workers read the files (absolute paths, or URLs through fsspec) and only the reports come back.
 
 Output formats (``--format``): ``table`` (default, aligned text, then each row's verdict line and the advice),
 ``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
