@@ -11,7 +11,10 @@
   process under it (``--jobs`` workers), or of each Dask worker (``distributed.LocalCluster(processes=True,
   n_workers=--workers, threads_per_worker=1)``, started here; its scheduler runs in this process), read every
   0.1 s while the command runs; the workers' figure before the run (idle, fitprof not yet imported) is shown too;
-* per-file cost on the cluster: the workers' own compute seconds for the tasks (the scheduler's
+* CPU seconds (user + system): the command and its ``--jobs`` workers (``getrusage(RUSAGE_CHILDREN)`` after they
+  ended), or the Dask workers (``/proc/<pid>/stat`` before and after the run; the command itself beside it);
+  on a shared machine this is the figure that does not grow with other work's load;
+* per-file cost on the cluster: the workers' own wall seconds inside the tasks (the scheduler's
   ``task_prefixes[...].all_durations["compute"]``), summed, over the megabytes read;
 * ``--big-mb``: one generated trace of that size analysed alone in a fresh process (seconds, peak RSS / size):
   the reader's ratio at the size the 1,000-rank estimate needs.
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -84,6 +88,19 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished (waited-for) children and their own waited-for children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_watched(argv: list[str], watch: Callable[[int], list[int]]) -> tuple[float, dict[int, int], str]:
     """Run ``argv``; wall seconds, the peak RSS (kB) of each process ``watch(pid)`` names, sampled every 0.1 s
     while it runs, and its stdout."""
@@ -135,9 +152,13 @@ def main(argv: list[str] | None = None) -> None:
         rows: list[dict[str, Any]] = []
         outputs = {}
         for jobs in (1, 2):
+            cpu0 = children_cpu_seconds()
             wall, peaks, out = run_watched([*cmd, "--jobs", str(jobs)], lambda pid: [pid, *children(pid)])
+            cpu = children_cpu_seconds() - cpu0  # the command and its --jobs workers
             outputs[f"--jobs {jobs}"] = out
-            rows.append({"how": f"`--jobs {jobs}`", "wall": wall, "peaks": peaks, "idle": None, "compute": None})
+            rows.append(
+                {"how": f"`--jobs {jobs}`", "wall": wall, "cpu": cpu, "peaks": peaks, "idle": None, "compute": None}
+            )
         with (
             distributed.LocalCluster(
                 processes=True, n_workers=args.workers, threads_per_worker=1, dashboard_address=None
@@ -146,13 +167,18 @@ def main(argv: list[str] | None = None) -> None:
         ):
             workers = list(client.run(os.getpid).values())
             idle = {pid: vm_hwm_kb(pid) or 0 for pid in workers}
+            cpu0, workers_cpu0 = children_cpu_seconds(), sum(map(cpu_seconds, workers))
             wall, peaks, out = run_watched([*cmd, "--scheduler", cluster.scheduler_address], lambda pid: workers)
+            client_cpu = children_cpu_seconds() - cpu0
+            workers_cpu = sum(map(cpu_seconds, workers)) - workers_cpu0
             compute = sum(p.all_durations.get("compute", 0.0) for p in cluster.scheduler.task_prefixes.values())
             outputs["--scheduler"] = out
             rows.append(
                 {
                     "how": f"`--scheduler` (LocalCluster, {args.workers} worker processes)",
                     "wall": wall,
+                    "cpu": workers_cpu,
+                    "client_cpu": client_cpu,
                     "peaks": peaks,
                     "idle": idle,
                     "compute": compute,
@@ -166,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
             f"rank {spread['straggler_rank']}, step-time spread {spread['step_time_ms_spread']:.2f} ms"
         )
         print(
-            "\n| run | wall s | MB/s | s per MB (wall) | peak RSS per process, MB (idle before) | workers' compute s |"
+            "\n| run | wall s | MB/s | CPU s (s/MB) | peak RSS per process, MB (idle before) | workers' task s (s/MB) |"
         )
         print("|---|---:|---:|---:|---|---:|")
         for r in rows:
@@ -175,19 +201,23 @@ def main(argv: list[str] | None = None) -> None:
                 f"{kb / 1024:,.0f}" + (f" ({r['idle'][pid] / 1024:,.0f})" if r["idle"] else "") for pid, kb in peaks
             )
             compute = f"{r['compute']:.1f} ({r['compute'] / total_mb:.3f} s/MB)" if r["compute"] is not None else "–"
+            client = f"; the command itself {r['client_cpu']:.1f}" if "client_cpu" in r else ""
             print(
-                f"| {r['how']} | {r['wall']:.1f} | {total_mb / r['wall']:.1f} | {r['wall'] / total_mb:.3f} | "
-                f"{cells} | {compute} |",
+                f"| {r['how']} | {r['wall']:.1f} | {total_mb / r['wall']:.1f} | {r['cpu']:.1f} "
+                f"({r['cpu'] / total_mb:.3f}{client}) | {cells} | {compute} |",
                 flush=True,
             )
         if args.big_mb:
             big = folder / f"generated_{args.big_mb:g}mb.pt.trace.json"
             generate_kineto_stream(big, args.big_mb)
             size = big.stat().st_size
+            cpu0 = children_cpu_seconds()
             r = analyze_in_child(big)
+            cpu = children_cpu_seconds() - cpu0  # the whole child: its start and imports too
             print(
                 f"\none {size / 1e6:,.0f} MB trace alone, fresh process: {r['s']:.1f} s ({r['s'] / (size / 1e6):.3f} "
-                f"s/MB), peak RSS {r['peak_kb'] / 1024:,.0f} MB = {r['peak_kb'] * 1024 / size:.2f} x its size"
+                f"s/MB), CPU {cpu:.1f} s for the whole process ({cpu / (size / 1e6):.3f} s/MB), peak RSS "
+                f"{r['peak_kb'] / 1024:,.0f} MB = {r['peak_kb'] * 1024 / size:.2f} x its size"
             )
     print(f"\nreproduce: python benchmarks/dask_ranks.py {' '.join(sys.argv[1:] if argv is None else argv)}")
 
