@@ -4,6 +4,8 @@ and its errors (``--jobs`` with it, an unreachable or malformed address, dask mi
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import socket
 import sys
@@ -117,3 +119,30 @@ def test_scheduler_errors(scheduler: str, monkeypatch: pytest.MonkeyPatch, capsy
     monkeypatch.undo()  # and the cluster still answers after all of that
     status, out, err = _run(["analyze", trace, "--scheduler", scheduler, "--format", "csv"], capsys)
     assert (status, err) == (0, []) and out.count("\n") == 2 and str(LIGHTNING_CPU) in out
+
+
+def test_scheduler_workers_read_the_files_themselves(
+    scheduler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A session folder at a ``memory://`` URL: this process lists it, but the files live in this process's
+    memory only, so the workers (other processes) cannot read them, and say so per file; without --scheduler
+    the command copies them here and reads them."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    data, _ = gputrace.xspace_trace(seed=1, steps=3)
+    folder = f"memory://fitprof-test-dask-{tmp_path.name}/plugins/profile/s1"
+    for name in ("h_rank0.xplane.pb", "h_rank1.xplane.pb"):
+        fs.pipe(f"{folder}/{name}", data)
+    try:
+        status, out, err = _run(["analyze", folder, "--jobs", "1", "--format", "csv"], capsys)
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert (status, err) == (0, [])
+        assert [(r["record"], r["run"]) for r in rows[:2]] == [
+            ("trace", f"{folder}/h_rank{k}.xplane.pb") for k in (0, 1)
+        ]
+        status, out, err = _run(["analyze", folder, "--scheduler", scheduler, "--format", "csv"], capsys)
+        assert (status, out) == (2, "")
+        assert err == [f"fitprof: error: {folder}/h_rank{r}.xplane.pb: no such file or folder" for r in (0, 1)]
+    finally:
+        fs.rm(folder.partition("://")[2].partition("/plugins")[0], recursive=True)
