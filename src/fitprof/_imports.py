@@ -12,6 +12,8 @@ _HINTS = {
     "lightning": "pip install 'fitprof[lightning]'",
     "xprof": "pip install xprof",
     "tensorboard": "pip install tensorboard",
+    "dask": "pip install 'fitprof[dask]'",
+    "distributed": "pip install 'fitprof[dask]'",
 }
 
 

@@ -10,6 +10,8 @@
     ``plugins/profile/<session>`` folder, whose ``*.xplane.pb`` files are read), recorded by fitprof or not:
     one row per file, with the same figures as :func:`fitprof.analyze`. With several ranks' traces it adds a
     spread record: max - min of ``step_time_ms`` and ``input_percent`` across the ranks, and the slowest rank.
+    ``--scheduler ADDRESS`` analyses each file as one task on a Dask distributed cluster (:mod:`fitprof._dask`):
+    the workers read the files (absolute paths, or URLs through fsspec) and only the reports come back.
 
 Output formats (``--format``): ``table`` (default, aligned text, then each row's verdict line and the advice),
 ``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs, analyze
+from fitprof._dask import DEFAULT_CONNECT_TIMEOUT_S, SchedulerError, scheduler_map
 from fitprof._parallel import auto_jobs, default_jobs, ordered_map
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
@@ -132,7 +136,7 @@ def _fetch_urls(args: argparse.Namespace, tmp: Path) -> bool:
             args.logdir = _fs.local_path(args.logdir)
     traces = []
     for n, arg in enumerate(getattr(args, "traces", None) or []):
-        if not _fs.is_remote(arg):
+        if not _fs.is_remote(arg) or getattr(args, "scheduler", None):  # a cluster's workers read URLs themselves
             traces.append(_fs.local_path(arg))
             continue
         local = tmp / str(n)
@@ -215,6 +219,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"refuse a trace with more than N events (default: {DEFAULT_MAX_EVENTS:,})",
     )
+    ana.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="analyse each file on the Dask cluster whose scheduler is ADDRESS (tcp://host:8786); its workers read "
+        "the files (a shared filesystem or URLs) and send back only the per-file reports; needs "
+        "pip install 'fitprof[dask]'; not with --jobs",
+    )
+    ana.add_argument(
+        "--scheduler-timeout",
+        type=_positive_float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="S",
+        help=f"give up reaching the scheduler after S seconds (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
+    )
     ana.set_defaults(handler=_cmd_analyze)
     return parser
 
@@ -260,37 +278,116 @@ def _describe(path: str | os.PathLike[str], err: BaseException) -> str:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    work: list[Path | str] = []  # the files to analyse, in order, and the error line of each bad argument
+    if args.scheduler is not None and args.jobs is not None:
+        _error(
+            f"--scheduler {args.scheduler} and --jobs {args.jobs} exclude each other: --scheduler runs the files "
+            "on the Dask cluster's workers, --jobs in local processes; give one of them"
+        )
+        return EXIT_BAD_INPUT
+    work: list[Path | str | _BadInput] = []  # the files (paths, or URLs for --scheduler) and bad arguments
     for arg in args.traces:
         try:
-            work += _trace_files(Path(arg))
+            work += _remote_trace_files(arg) if _fs.is_remote(arg) else _trace_files(Path(arg))
         except _BadInput as err:
-            work.append(str(err))
-    tasks = [(p, args.top_k, args.max_trace_mb, args.max_events) for p in work if isinstance(p, Path)]
-    jobs = args.jobs or auto_jobs([t[0] for t in tasks])
-    results = iter(ordered_map(_analyze_task, tasks, jobs))
+            work.append(err)
+    tasks = [(p, args.top_k, args.max_trace_mb, args.max_events) for p in work if not isinstance(p, _BadInput)]
+    if args.scheduler is not None:
+        try:
+            done = _analyze_on_cluster(tasks, args.scheduler, args.scheduler_timeout)
+        except (SchedulerError, ImportError) as err:
+            _error(str(err))
+            return EXIT_BAD_INPUT
+    else:
+        done = ordered_map(_analyze_task, tasks, args.jobs or auto_jobs([t[0] for t in tasks]))
+    results = iter(done)
     records: list[dict[str, Any]] = []
     bad = False
     for item in work:
-        report, error = (None, item) if isinstance(item, str) else next(results)
+        report, error = (None, str(item)) if isinstance(item, _BadInput) else next(results)
         if report is None:
             _error(error or "")
             bad = True
             continue
-        records.append(_record(report, record=RECORD_TRACE, run=os.fspath(item), epoch=None, rank=report.rank))
+        records.append(_record(report, record=RECORD_TRACE, run=str(item), epoch=None, rank=report.rank))
     records += _spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
     return _finish(args, records, bad)
 
 
-def _analyze_task(task: tuple[Path, int, float, int]) -> tuple[BottleneckReport | None, str | None]:
-    """The report of one file, or the error line that says why there is none (run in a ``--jobs`` worker)."""
+def _analyze_task(task: tuple[Path | str, int, float, int]) -> tuple[BottleneckReport | None, str | None]:
+    """The report of one file, or the error line that says why there is none (run in a ``--jobs`` worker or on
+    a ``--scheduler`` cluster's worker: a URL is copied into a temporary folder there and read from it)."""
     path, top_k, max_trace_mb, max_events = task
+    if isinstance(path, str):
+        return _analyze_url(path, top_k, max_trace_mb, max_events)
     try:
         return analyze(path, top_k=top_k, max_trace_mb=max_trace_mb, max_events=max_events), None
     except (TraceError, OSError, ValueError, ImportError) as err:
         return None, _describe(path, err)
     except Exception as err:  # a reader bug on odd input: still one line, never a traceback
         return None, f"{path}: could not analyse ({type(err).__name__}: {err})"
+
+
+def _analyze_on_cluster(
+    tasks: list[tuple[Path | str, int, float, int]], address: str, connect_timeout_s: float
+) -> list[tuple[BottleneckReport | None, str | None]]:
+    """:func:`_analyze_task` of every task on the Dask cluster at ``address``, in order. The workers get absolute
+    paths (their working folder is not ours); the reports and error lines name each path as it was given.
+
+    Raises:
+        SchedulerError, ModuleNotFoundError: see :func:`fitprof._dask.scheduler_map`.
+    """
+    sent = [(p.absolute() if isinstance(p, Path) else p, k, mb, n) for p, k, mb, n in tasks]
+    done = scheduler_map(_analyze_task, sent, address, connect_timeout_s=connect_timeout_s)
+    out: list[tuple[BottleneckReport | None, str | None]] = []
+    for given, there, (report, error) in zip((t[0] for t in tasks), (t[0] for t in sent), done, strict=True):
+        if there != given:
+            if report is not None:
+                report = dataclasses.replace(report, source=os.fspath(given))
+            if error is not None:
+                error = error.replace(os.fspath(there), os.fspath(given))
+        out.append((report, error))
+    return out
+
+
+def _analyze_url(
+    url: str, top_k: int, max_trace_mb: float, max_events: int
+) -> tuple[BottleneckReport | None, str | None]:
+    """:func:`_analyze_task` for one trace file at a URL, on the worker that runs it: the file is copied through
+    fsspec into a temporary folder, analysed, and deleted; the report and the error line name the URL."""
+    with tempfile.TemporaryDirectory(prefix="fitprof-worker-") as tmp:
+        try:
+            fetched = _fs.fetch(url, Path(tmp), lambda rel: "/" not in rel)
+        except (OSError, ValueError) as err:
+            return None, _describe(url, err)
+        if len(fetched) != 1 or fetched[0][0] != url:  # a folder (the client lists a folder's files)
+            return None, f"{url}: not a trace file"
+        local = fetched[0][1]
+        report, error = _analyze_task((local, top_k, max_trace_mb, max_events))
+    if report is not None:
+        report = dataclasses.replace(report, source=url)
+    return report, None if error is None else error.replace(os.fspath(local), url)
+
+
+def _remote_trace_files(url: str) -> list[str | _BadInput]:
+    """The trace files one ``analyze`` URL argument stands for, as URLs (``--scheduler`` only; without it, URLs
+    are copied here before the command runs): the file, or a session folder's ``*.xplane.pb`` (listed here,
+    read by the workers)."""
+    try:
+        fs, root = _fs.open_fsspec(url)
+        if fs.isfile(root):
+            return [url]
+        if not fs.isdir(root):
+            return [_BadInput(f"{url}: no such file or folder")]
+        names = sorted(n.rstrip("/").rpartition("/")[2] for n in fs.ls(root, detail=False))
+    except (OSError, ValueError) as err:
+        return [_BadInput(_describe(url, err))]
+    files: list[str | _BadInput] = [_fs.join(url, n) for n in names if n.endswith(".xplane.pb")]
+    return files or [
+        _BadInput(
+            f"{url}: no .xplane.pb file in this folder (analyze takes trace files or a plugins/profile/<session> "
+            "folder; for a log folder use 'fitprof report')"
+        )
+    ]
 
 
 def _trace_files(path: Path) -> list[Path]:
