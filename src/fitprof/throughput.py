@@ -173,6 +173,10 @@ class StepWork:
         device_name: the accelerator's name ("" on a CPU).
         dtype: the compute dtype, one of :data:`DTYPES` (or another name, which has no peak).
         flops_note: why ``flops_per_step`` is NaN ("" when counted).
+        samples_total: samples in all the window's steps, where they are known only as a total (Keras); divided
+            by the report's ``steps_analyzed`` when ``samples_per_step`` is NaN.
+        items_per_sample: items per sample of one seen batch (Keras on torch); times the samples per step when
+            ``items_per_step`` is NaN.
     """
 
     samples_per_step: float = math.nan
@@ -182,6 +186,8 @@ class StepWork:
     device_name: str = ""
     dtype: str = ""
     flops_note: str = ""
+    samples_total: float = math.nan
+    items_per_sample: float = math.nan
 
 
 def _per_s(per_step: float, step_time_ms: float) -> float:
@@ -195,25 +201,31 @@ def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckRepor
 
     Returns a new report (the input is frozen and left as it is).
     """
+    samples = work.samples_per_step
+    if not math.isfinite(samples) and report.steps_analyzed > 0:
+        samples = work.samples_total / report.steps_analyzed
+    items = work.items_per_step
+    if not math.isfinite(items):
+        items = work.items_per_sample * samples
     flops = work.flops_per_step
     if (
         math.isfinite(flops)
         and math.isfinite(work.flops_samples)
-        and math.isfinite(work.samples_per_step)
+        and math.isfinite(samples)
         and work.flops_samples > 0
-        and work.flops_samples != work.samples_per_step
+        and work.flops_samples != samples
     ):
-        flops = flops * work.samples_per_step / work.flops_samples
+        flops = flops * samples / work.flops_samples
     flops_per_s = _per_s(flops, report.step_time_ms)
     peak, note = peak_flops_per_s(work.device_name, work.dtype)
     if not math.isfinite(flops_per_s):
         note = work.flops_note or "no FLOP count or step time"
     return dataclasses.replace(
         report,
-        samples_per_step=work.samples_per_step,
-        samples_per_s=_per_s(work.samples_per_step, report.step_time_ms),
-        items_per_step=work.items_per_step,
-        items_per_s=_per_s(work.items_per_step, report.step_time_ms),
+        samples_per_step=samples,
+        samples_per_s=_per_s(samples, report.step_time_ms),
+        items_per_step=items,
+        items_per_s=_per_s(items, report.step_time_ms),
         flops_per_step=flops,
         flops_per_s=flops_per_s,
         peak_flops_per_s=peak,
@@ -250,6 +262,8 @@ class WorkLog:
         self._samples: list[float] = []
         self._items: list[float] = []
         self._items_failed = False
+        self._samples_total = math.nan
+        self._items_per_sample = math.nan
         self.flops_per_step = math.nan
         self.flops_samples = math.nan
         self.flops_note = "FLOPs were not counted for this window"
@@ -259,8 +273,13 @@ class WorkLog:
         raises."""
         n = batch_size(batch)
         self._samples.append(math.nan if n is None else float(n))
+        items = self._call_items(batch)
+        if math.isfinite(items):
+            self._items.append(items)
+
+    def _call_items(self, batch: Any) -> float:
         if self.count_items is None or self._items_failed:
-            return
+            return math.nan
         try:
             items = float(self.count_items(batch))
             if not math.isfinite(items):
@@ -268,12 +287,17 @@ class WorkLog:
         except Exception as err:
             self._items_failed = True
             self.warn(f"fitprof: count_items failed on a batch ({err!r}); fitprof/items_per_s is NaN for the window.")
-            return
-        self._items.append(items)
+            return math.nan
+        return items
 
-    def set_samples(self, samples: float, steps: int) -> None:
-        """Record ``steps`` steps of ``samples`` each (a backend where the batch is not seen, but its size is)."""
-        self._samples.extend([samples] * steps)
+    def add_items(self, batch: Any, *, per_sample_of: float) -> None:
+        """Record the items per sample of one batch of ``per_sample_of`` samples (a step outside the window, where
+        the window's own batches are not seen)."""
+        self._items_per_sample = self._call_items(batch) / per_sample_of
+
+    def set_window_samples(self, total: float) -> None:
+        """Record the samples of all the window's steps together (where they are known only as a total)."""
+        self._samples_total = total
 
     def set_flops(self, flops: float, samples: float, note: str = "") -> None:
         """The FLOPs of one training step whose batch held ``samples`` (NaN flops: ``note`` says why)."""
@@ -293,4 +317,6 @@ class WorkLog:
             device_name=self.device_name,
             dtype=self.dtype,
             flops_note=self.flops_note,
+            samples_total=self._samples_total,
+            items_per_sample=math.nan if self._items_failed else self._items_per_sample,
         )

@@ -205,7 +205,7 @@ class FitProfiler(Callback):
         self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
         # Throughput: the profiled steps' batches, and the FLOPs of one step outside the window (the step before
         # it, or the one after it when the window starts at step 1): counting slows the step it counts.
-        self._work = WorkLog(self.count_items, lambda message: self._warn_rank("count-items", message))
+        self._work = WorkLog(self.count_items, self._warn_count_items)
         self._flops = TorchFlopCount()
         self._count_step = self._first - 1 if self._first > 1 else self._last + 1
         self._count_pending = False  # this epoch's FLOPs are still to be counted
@@ -416,6 +416,9 @@ class FitProfiler(Callback):
             except Exception as err:
                 self._warn_rank("broadcast", f"fitprof: could not share the session name across ranks ({err!r}).")
         return name
+
+    def _warn_count_items(self, message: str) -> None:
+        self._warn_rank("count-items", message)
 
     def _stop_flops(self) -> None:
         flops = self._flops.stop()
