@@ -51,12 +51,14 @@ class _CNN(_MLP):
         )
 
 
-def _fit(tmp: Path, model: Any, shape: tuple[int, ...], **kwargs: Any) -> tuple[FitProfiler, Path]:
+def _fit(
+    tmp: Path, model: Any, shape: tuple[int, ...], *, count_items: Any = None, **trainer_args: Any
+) -> tuple[FitProfiler, Path]:
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(
         torch.randn(BATCHES * B, *shape, generator=g), torch.randint(0, 4, (BATCHES * B,), generator=g)
     )
-    fp = FitProfiler(profile_batch=PROFILE, verbose=False, **kwargs)
+    fp = FitProfiler(profile_batch=PROFILE, verbose=False, count_items=count_items)
     logger = CSVLogger(tmp, name="csv")
     trainer = pl.Trainer(
         max_epochs=1,
@@ -66,6 +68,7 @@ def _fit(tmp: Path, model: Any, shape: tuple[int, ...], **kwargs: Any) -> tuple[
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
+        **trainer_args,
     )
     trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=B))
     return fp, Path(logger.log_dir) / "metrics.csv"
@@ -108,3 +111,20 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     # backward: grad-weight of all three, grad-input of conv2 and linear (the first conv's input needs none)
     backward = conv1 + 2 * conv2 + 2 * linear
     assert fp.reports[0].flops_per_step == forward + backward
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_count_is_the_same_and_mfu_uses_the_dense_peak(tmp_path: Path) -> None:
+    from fitprof.throughput import peak_flops_per_s
+
+    fp, csv_path = _fit(tmp_path, _MLP(), (12,), accelerator="gpu", devices=1, precision="bf16-mixed")
+    report = fp.reports[0]
+    # bf16 autocast runs the same matrix products: the count does not depend on the device or the dtype
+    assert report.flops_per_step == 2 * (2 * B * 12 * 16 + 2 * B * 16 * 4) + 2 * B * 16 * 4
+    assert report.device_name == torch.cuda.get_device_name(0) and report.compute_dtype == "bfloat16"
+    peak, why = peak_flops_per_s(report.device_name, "bfloat16")
+    if math.isnan(peak):  # a device outside the table: FLOP/s, and the reason instead of an MFU
+        assert math.isnan(report.mfu) and report.mfu_note == why
+    else:
+        assert report.mfu == pytest.approx(report.flops_per_s / peak, rel=1e-12)
+        assert _logged(csv_path)["fitprof/mfu"] == pytest.approx(report.mfu, rel=1e-6)
