@@ -266,7 +266,7 @@ class WorkLog:
         self._items_per_sample = math.nan
         self.flops_per_step = math.nan
         self.flops_samples = math.nan
-        self.flops_note = "FLOPs were not counted for this window"
+        self.flops_note = "FLOPs not counted: no step of this epoch ran just before or just after the window"
 
     def add_step(self, batch: Any) -> None:
         """Record one profiled step's batch: its samples (:func:`fitprof._batch.batch_size`) and items. Never

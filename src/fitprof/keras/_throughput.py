@@ -10,7 +10,8 @@ FLOPs are counted on one step outside the window (the step before it; the step a
 step 1), by wrapping ``model.train_function`` for that one call:
 
 * TensorFlow: after the call, :func:`fitprof.profilers.flops_tf.train_step_flops` on the iterator's
-  ``element_spec``, an unknown batch dimension set to the step's sample count;
+  ``element_spec``, an unknown batch dimension set to the step's sample count (traced once a fit per input shape:
+  tracing takes seconds; later windows reuse the count);
 * torch: ``FlopCounterMode`` around the call (:mod:`fitprof.profilers.flops_torch`); ``count_items`` is called on
   that step's batch (the only backend where a callback can see one) and scaled by the window's samples;
 * JAX: not counted (NaN, ``mfu_note`` says so).
@@ -46,13 +47,15 @@ class KerasWork:
         self._at_open = math.nan
         self._items_per_sample = math.nan
         self._restore: Callable[[], None] | None = None
+        self._tf_counts: dict[tuple[int, str], tuple[float, str]] = {}  # (model, spec) -> (FLOPs, note), per fit
 
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle with the callback: a pending wrap of ``train_function`` belongs to the running fit."""
-        return {**self.__dict__, "_restore": None}
+        return {**self.__dict__, "_restore": None, "_tf_counts": {}}
 
     def begin_fit(self, model: Any) -> None:
         """Find the device and compute dtype the MFU is measured against."""
+        self._tf_counts = {}
         name, dtype = "", ""
         try:
             if self.backend == "tensorflow":
@@ -136,7 +139,12 @@ class KerasWork:
                 return s
 
             spec = tf.nest.map_structure(concrete, spec)
-        flops, note = train_step_flops(model, spec)
+        # Tracing the step again takes seconds (2-5 s for the digits CNN on a loaded 2-core machine): once a fit
+        # for each input shape.
+        key = (id(model), repr(spec))
+        if key not in self._tf_counts:
+            self._tf_counts[key] = train_step_flops(model, spec)
+        flops, note = self._tf_counts[key]
         self.log.set_flops(flops, samples if samples > 0 else math.nan, note)
 
     def _count_torch(self, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
