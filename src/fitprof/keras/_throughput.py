@@ -128,7 +128,7 @@ class KerasWork:
     def _count_tf(self, model: Any, iterator: Any, samples: float) -> None:
         import tensorflow as tf
 
-        from fitprof.profilers.flops_tf import train_step_flops
+        from fitprof.profilers.flops_tf import static_batch, train_step_flops
 
         spec = getattr(iterator, "element_spec", None)
         if spec is not None and math.isfinite(samples) and samples > 0:
@@ -145,7 +145,9 @@ class KerasWork:
         if key not in self._tf_counts:
             self._tf_counts[key] = train_step_flops(model, spec)
         flops, note = self._tf_counts[key]
-        self.log.set_flops(flops, samples if samples > 0 else math.nan, note)
+        # The FLOPs are those of one train_step on the traced batch (``steps_per_execution`` calls hold several).
+        traced = static_batch(spec) if spec is not None else math.nan
+        self.log.set_flops(flops, traced, note)
 
     def _count_torch(self, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
         from fitprof.profilers.flops_torch import TorchFlopCount
@@ -156,13 +158,16 @@ class KerasWork:
             out = original(*args, **kwargs)
         finally:
             flops = counter.stop()
+        # ``data`` is the list of the call's batches (``steps_per_execution`` of them); the FLOPs cover them all.
         data = args[0] if args else None
-        batch = data[0] if isinstance(data, (list, tuple)) and len(data) == 1 else data
-        n = batch_size(batch)
-        samples = float(n) if n is not None else _samples_seen(model) - before
+        first = data[0] if isinstance(data, (list, tuple)) and data else data
+        n = batch_size(first)
+        samples = _samples_seen(model) - before
+        if not (math.isfinite(samples) and samples > 0):
+            samples = math.nan if n is None else float(n) * (len(data) if isinstance(data, (list, tuple)) else 1)
         self.log.set_flops(flops, samples, counter.note)
-        if self.count_items is not None and samples > 0:
-            self.log.add_items(batch, per_sample_of=samples)
+        if self.count_items is not None and n:
+            self.log.add_items(first, per_sample_of=float(n))
         return out
 
     def work(self) -> Any:

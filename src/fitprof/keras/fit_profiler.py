@@ -412,7 +412,9 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._mark_step(batch)
-        if self._count_pending and batch + 1 == self._count_step:  # after _mark_step: the window is closed
+        # After _mark_step (a window ending here is closed); >=: steps_per_execution skips step numbers; never
+        # while a window is open (its guard wraps the same train_function).
+        if self._count_pending and batch + 1 >= self._count_step and self._window is None:
             self._count_pending = False
             self._work.count_next_call(self.model)
 
