@@ -103,6 +103,26 @@ def test_report_files_carry_the_new_fields_and_old_files_read_as_nan(tmp_path: P
     assert legacy.mfu_note == ""
 
 
+def test_fitprof_report_csv_has_the_throughput_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    import pandas as pd
+
+    from fitprof.cli import main
+
+    report = with_throughput(
+        analyze(TRACE), StepWork(samples_per_step=8.0, flops_per_step=1e6, device_name="NVIDIA L4", dtype="float16")
+    )
+    write_report_file(tmp_path, session="s", epoch=0, report=report, trace=TRACE)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path), "--format", "csv"]) == 0
+    row = pd.read_csv(io.StringIO(capsys.readouterr().out)).iloc[0]
+    assert row["samples_per_s"] == pytest.approx(report.samples_per_s, rel=1e-9)
+    assert row["flops_per_s"] == pytest.approx(report.flops_per_s, rel=1e-9)
+    assert row["mfu"] == pytest.approx(report.flops_per_s / 121e12, rel=1e-9)  # L4 fp16 dense: 242 / 2 TFLOP/s
+    assert math.isnan(row["items_per_s"])
+
+
 _OLD_FIELDS = {
     f.name
     for f in dataclasses.fields(type(analyze(TRACE)))
