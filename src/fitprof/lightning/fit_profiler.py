@@ -116,7 +116,8 @@ class FitProfiler(Callback):
             recorded). The four are off by default; their measured cost is in the README.
         count_items: a function of one batch (as ``on_train_batch_start`` gets it) returning its items, e.g.
             tokens, for ``fitprof/items_per_s``; None (default) logs NaN there. A call that raises gives one
-            warning and NaN for that window.
+            warning and NaN for that window. It runs inside the profiled steps: keep it cheap (shapes, no
+            ``.item()``, which waits for the device).
 
     Throughput (:mod:`fitprof.throughput`): ``fitprof/samples_per_s`` counts the samples of each profiled step's
     batch (its first tensor's leading dimension, :func:`fitprof._batch.batch_size`); ``fitprof/flops_per_step``
