@@ -39,6 +39,8 @@ TRACE = DATA / "lightning_cpu.pt.trace.json.gz"
         ("AMD Instinct MI250X/MI250", "mi250x"),
         ("AMD Instinct MI300X", "mi300x"),
         ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GH200 480GB", None),
+        ("Tesla V100-SXM3-32GB", None),  # Grace Hopper: not in the table
     ],
 )
 def test_device_names_pick_their_row(name: str, key: str | None) -> None:

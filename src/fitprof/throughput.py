@@ -119,27 +119,28 @@ with structured sparsity: where a datasheet gives only the sparse figure (Hopper
 device lacks (bfloat16 on V100 and T4) is absent: its MFU is NaN."""
 
 _DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"v100s", "v100s-pcie"),
-    (r"v100.*pcie", "v100-pcie"),
-    (r"v100.*sxm", "v100-sxm2"),
-    (r"a100", "a100"),
+    (r"\bv100s", "v100s-pcie"),
+    (r"\bv100.*pcie", "v100-pcie"),
+    (r"\bv100-sxm2", "v100-sxm2"),  # not SXM3 (DGX-2), whose clocks differ
+    (r"\ba100", "a100"),
     (r"\ba10\b", "a10"),
-    (r"h100.*nvl", "h100-nvl"),
-    (r"h100.*pcie", "h100-pcie"),
-    (r"h100", "h100-sxm"),  # "NVIDIA H100 80GB HBM3" is the SXM part
-    (r"h200.*nvl", "h200-nvl"),
-    (r"h200", "h200-sxm"),  # "NVIDIA H200"
+    (r"\bh100.*nvl", "h100-nvl"),
+    (r"\bh100.*pcie", "h100-pcie"),
+    (r"\bh100", "h100-sxm"),  # "NVIDIA H100 80GB HBM3" is the SXM part
+    (r"\bh200.*nvl", "h200-nvl"),
+    (r"\bh200", "h200-sxm"),  # "NVIDIA H200"
     (r"\bl4\b", "l4"),
     (r"\bt4\b", "t4"),
-    (r"mi250x", "mi250x"),  # ROCm names it "AMD Instinct MI250X/MI250": the name does not tell the two apart
-    (r"mi300x", "mi300x"),
+    (r"\bmi250x", "mi250x"),  # ROCm names it "AMD Instinct MI250X/MI250": the name does not tell the two apart
+    (r"\bmi300x", "mi300x"),
 )
 
 
 def device_key(device_name: str) -> str | None:
     """The :data:`PEAK_FLOPS` key of a device name as the framework gives it (``torch.cuda.get_device_name``,
     TensorFlow's ``device_name`` detail, JAX's ``device_kind``), case-insensitive: ``"NVIDIA H100 80GB HBM3"``
-    -> ``"h100-sxm"``; None for a device not in the table (e.g. ``"NVIDIA A10G"``, whose peaks differ from A10's)."""
+    -> ``"h100-sxm"``; None for a device not in the table (e.g. ``"NVIDIA A10G"``, whose peaks differ from A10's;
+    ``"NVIDIA GH200 480GB"``)."""
     name = device_name.lower()
     for pattern, key in _DEVICE_PATTERNS:
         if re.search(pattern, name):
