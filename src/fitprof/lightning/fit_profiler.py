@@ -294,7 +294,6 @@ class FitProfiler(Callback):
         self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
         self._work.reset()
-        self._count_pending = self._epoch_on
         if self._epoch_on and next_step > self._first:
             self._epoch_on = False  # the window's first step ran before the resume
             self._warn_rank(
@@ -304,6 +303,7 @@ class FitProfiler(Callback):
             )
         elif self._epoch_on and self._first == next_step:
             self._start(next_step)
+        self._count_pending = self._epoch_on
 
     @override
     def on_train_batch_end(
