@@ -9,6 +9,7 @@ outputs back: report files and event files, the ``.xplane.pb`` through fitprof's
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -236,3 +237,12 @@ def test_digits_example_slow_input_and_profile_tab(digits_run: dict[str, Any]) -
         )
         tags = get(base, "/data/plugin/scalars/tags")
         assert "fitprof/input_percent" in tags["slow"]
+
+
+def test_samples_per_s_from_keras_sample_count_and_no_flops_on_jax(jax_run: dict[str, Any]) -> None:
+    """Issue 16 part 3: the window's samples are the growth of Keras's own count (batches of 32); FLOPs are not
+    counted on JAX."""
+    for scalars in jax_run["slow"].values():
+        summed_s = scalars["fitprof/step_time_ms"] * scalars["fitprof/steps_analyzed"] / 1000.0
+        assert scalars["fitprof/samples_per_s"] == pytest.approx(32 * scalars["fitprof/steps_analyzed"] / summed_s)
+        assert math.isnan(scalars["fitprof/flops_per_step"]) and math.isnan(scalars["fitprof/mfu"])

@@ -205,3 +205,19 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
     assert out["flushed"] == {"0": 1}  # step 3 complete; step 4's span held the failing fetch of batch 5
     assert out["w_error_history"] == [10.0]  # steps 3-12 of 12
     assert sum("ended inside the window" in m for m in out["logged"]) == 1
+
+
+def test_flops_and_samples_on_the_torch_backend_match_hand_counts(torch_run: dict) -> None:
+    """Issue 16 part 3: ``FlopCounterMode`` around the step before the window, on the example's CNN (batch 32)."""
+    b = 32
+    conv1 = 2 * b * 32 * 8 * 8 * 1 * 3 * 3  # 2 * B * Cout * H * W * Cin * kh * kw ("same" padding: 8x8)
+    conv2 = 2 * b * 32 * 8 * 8 * 32 * 3 * 3
+    dense1 = 2 * b * (4 * 4 * 32) * 64  # after 2x2 max pooling
+    dense2 = 2 * b * 64 * 10
+    forward = conv1 + conv2 + dense1 + dense2
+    backward = conv1 + 2 * (conv2 + dense1 + dense2)  # no grad-input for the first convolution
+    for scalars in torch_run["reports"].values():
+        assert scalars["fitprof/flops_per_step"] == forward + backward
+        summed_s = scalars["fitprof/step_time_ms"] * scalars["fitprof/steps_analyzed"] / 1000.0
+        expected = b * scalars["fitprof/steps_analyzed"] / summed_s
+        assert scalars["fitprof/samples_per_s"] == pytest.approx(expected, rel=1e-9)

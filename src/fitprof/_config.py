@@ -212,3 +212,18 @@ def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileC
         every_n_epochs=check_positive_int("every_n_epochs", every_n_epochs),
         top_k=check_positive_int("top_k", top_k),
     )
+
+
+def check_count_items(value: Any) -> Any:
+    """``count_items`` if it is None or callable (``count_items(batch) -> float``: the items, e.g. tokens, in one
+    batch, for ``fitprof/items_per_s``).
+
+    Raises:
+        TypeError: for anything else.
+    """
+    if value is None or callable(value):
+        return value
+    raise TypeError(
+        f"count_items must be None or a function of one batch returning its number of items (e.g. tokens); "
+        f"got {value!r} of type {type(value).__name__}"
+    )

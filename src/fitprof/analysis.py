@@ -165,6 +165,29 @@ class BottleneckReport:
     speedup_if_no_input: float = math.nan
     speedup_if_no_htod: float = math.nan
     speedup_if_no_collectives: float = math.nan
+    samples_per_step: float = math.nan
+    """Mean samples per profiled step, read from the batch by the callback (NaN: unknown, or a bare trace)."""
+    samples_per_s: float = math.nan
+    """``samples_per_step / (step_time_ms / 1000)``: samples in the analysed steps over their summed step time."""
+    items_per_step: float = math.nan
+    """Mean of the user's ``count_items(batch)`` (tokens, ...) per profiled step (NaN: no function)."""
+    items_per_s: float = math.nan
+    """``items_per_step / (step_time_ms / 1000)``."""
+    flops_per_step: float = math.nan
+    """FLOPs of one training step (forward and backward matrix products and convolutions), counted by the callback
+    on a step outside the analysed ones (:mod:`fitprof.throughput`)."""
+    flops_per_s: float = math.nan
+    """``flops_per_step / (step_time_ms / 1000)``: achieved FLOP/s."""
+    peak_flops_per_s: float = math.nan
+    """Dense peak FLOP/s of the device at ``compute_dtype`` (:data:`fitprof.throughput.PEAK_FLOPS`); NaN on a CPU."""
+    mfu: float = math.nan
+    """``flops_per_s / peak_flops_per_s`` (ratio 0-1): model FLOPs utilisation; NaN on a CPU or unknown device."""
+    device_name: str = ""
+    """The accelerator's name as the framework gives it ("" on a CPU or when unknown)."""
+    compute_dtype: str = ""
+    """The compute dtype the peak was picked for (``float32``, ``tf32``, ``bfloat16``, ``float16``)."""
+    mfu_note: str = ""
+    """Why ``mfu`` (or ``flops_per_s``) is NaN ("" when it is not)."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -182,6 +205,11 @@ class BottleneckReport:
             metrics.STEP_TIME_IF_NO_INPUT_MS.key: self.step_time_if_no_input_ms,
             metrics.STEP_TIME_IF_NO_HTOD_MS.key: self.step_time_if_no_htod_ms,
             metrics.STEP_TIME_IF_NO_COLLECTIVES_MS.key: self.step_time_if_no_collectives_ms,
+            metrics.SAMPLES_PER_S.key: self.samples_per_s,
+            metrics.ITEMS_PER_S.key: self.items_per_s,
+            metrics.FLOPS_PER_STEP.key: self.flops_per_step,
+            metrics.FLOPS_PER_S.key: self.flops_per_s,
+            metrics.MFU.key: self.mfu,
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
@@ -287,6 +315,24 @@ class BottleneckReport:
         ]
         return "Step time if fixed (upper bounds on the gain): " + "; ".join(parts) + "." if parts else ""
 
+    def throughput_line(self) -> str:
+        """``Throughput: 1234.5 samples/s; 3.1e+09 FLOP/step, 2.5e+11 FLOP/s, MFU 12.3%.`` (the finite parts; "" when
+        none is finite)."""
+        parts = [
+            f"{value:.1f} {unit}/s"
+            for value, unit in ((self.samples_per_s, "samples"), (self.items_per_s, "items"))
+            if math.isfinite(value)
+        ]
+        if math.isfinite(self.flops_per_step):
+            parts.append(f"{self.flops_per_step:.3g} FLOP/step")
+        if math.isfinite(self.flops_per_s):
+            parts.append(f"{self.flops_per_s:.3g} FLOP/s")
+        if math.isfinite(self.mfu):
+            parts.append(f"MFU {100 * self.mfu:.1f}% of {self.device_name}'s dense {self.compute_dtype} peak")
+        elif math.isfinite(self.flops_per_s) and self.mfu_note:
+            parts.append(f"no MFU ({self.mfu_note})")
+        return "Throughput: " + "; ".join(parts) + "." if parts else ""
+
     def summary_markdown(self) -> str:
         """Verdict, advice and the top-operator table, as Markdown (TensorBoard's Text tab renders it)."""
         lines = [
@@ -299,6 +345,8 @@ class BottleneckReport:
         ]
         if self.speedup_line():
             lines += [self.speedup_line(), ""]
+        if self.throughput_line():
+            lines += [self.throughput_line(), ""]
         lines += [f"- {a}" for a in self.advice]
         if self.top_ops:
             lines += [

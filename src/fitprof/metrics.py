@@ -105,6 +105,36 @@ SPEEDUP_IF_NO_COLLECTIVES = Metric(
     "`step_time_ms / step_time_if_no_collectives_ms`: how many times faster steps would be with the collectives "
     "overlapped." + _UPPER,
 )
+SAMPLES_PER_S = Metric(
+    PREFIX + "samples_per_s",
+    "samples/s",
+    "Samples in the analysed steps over their summed step time (`samples per step / step_time_ms * 1000`), the "
+    "samples of each profiled step read from its batch (the leading dimension of its first array, "
+    "`fitprof._batch.batch_size`). NaN where the callback cannot see the batch (see the README).",
+)
+ITEMS_PER_S = Metric(
+    PREFIX + "items_per_s",
+    "items/s",
+    "The same with the user's `count_items(batch)` (tokens, pixels, ...) in place of the samples; NaN without it.",
+)
+FLOPS_PER_STEP = Metric(
+    PREFIX + "flops_per_step",
+    "FLOP",
+    "FLOPs of one training step (forward and backward), counted by the callback on a step outside the analysed "
+    "ones: 2 per multiply-add of matrix products and convolutions (torch `FlopCounterMode`; on TensorFlow the same "
+    "rule on the traced step's graph); element-wise ops, the loss and the optimizer count 0.",
+)
+FLOPS_PER_S = Metric(
+    PREFIX + "flops_per_s",
+    "FLOP/s",
+    "`flops_per_step / step_time_ms * 1000`: achieved FLOP rate of the analysed steps.",
+)
+MFU = Metric(
+    PREFIX + "mfu",
+    "ratio (0-1)",
+    "`flops_per_s` over the device's dense peak FLOP/s at the compute dtype (`fitprof.throughput.PEAK_FLOPS`, "
+    "from the vendors' datasheets): model FLOPs utilisation. NaN on a CPU and on a device or dtype not in the table.",
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
@@ -129,6 +159,11 @@ ALL: tuple[Metric, ...] = (
     SPEEDUP_IF_NO_INPUT,
     SPEEDUP_IF_NO_HTOD,
     SPEEDUP_IF_NO_COLLECTIVES,
+    SAMPLES_PER_S,
+    ITEMS_PER_S,
+    FLOPS_PER_STEP,
+    FLOPS_PER_S,
+    MFU,
     TOP_OP,
 )
 
@@ -145,6 +180,11 @@ BASE_KEYS: tuple[str, ...] = (
     STEP_TIME_IF_NO_INPUT_MS.key,
     STEP_TIME_IF_NO_HTOD_MS.key,
     STEP_TIME_IF_NO_COLLECTIVES_MS.key,
+    SAMPLES_PER_S.key,
+    ITEMS_PER_S.key,
+    FLOPS_PER_STEP.key,
+    FLOPS_PER_S.key,
+    MFU.key,
 )
 """The keys every analysed window logs, whatever its operators."""
 

@@ -39,6 +39,7 @@ from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.report_files import write_report_file
+from fitprof.throughput import StepWork, with_throughput
 from fitprof.traces import trace_format
 
 Gather = Callable[[list[float]], list[list[float]]]
@@ -155,6 +156,7 @@ class WindowPipeline:
         rank: int,
         world_size: int,
         discard: Callable[[], None] | None = None,
+        work: StepWork | None = None,
     ) -> BottleneckReport | None:
         """Analyse one window's trace and write what goes beside it; None (after one warning) when the analysis
         fails.
@@ -168,6 +170,8 @@ class WindowPipeline:
             rank: this process's global rank.
             world_size: how many ranks the run has.
             discard: deletes the temporary copy (only when ``session`` is None).
+            work: the window's samples, items and FLOPs (:class:`~fitprof.throughput.WorkLog`), turned into the
+                report's throughput fields (:func:`~fitprof.throughput.with_throughput`); None leaves them NaN.
         """
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
@@ -189,6 +193,8 @@ class WindowPipeline:
         except Exception as err:
             self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
             report = None
+        if report is not None and work is not None:
+            report = with_throughput(report, work)
         if report is not None:
             self.reports[epoch] = report
         if session is None:

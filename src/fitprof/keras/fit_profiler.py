@@ -7,7 +7,7 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,16 @@ class FitProfiler(keras.callbacks.Callback):
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
             recorded). The four are off by default; their measured cost is in the README.
+        count_items: a function of one batch returning its items (e.g. tokens), for ``fitprof/items_per_s``:
+            torch backend only, called on the batch of the step whose FLOPs are counted (the only batch a callback
+            sees) and scaled to the window's samples; None (default), or another backend, logs NaN there.
+
+    Throughput (:mod:`fitprof.throughput`, :mod:`fitprof.keras._throughput`): ``fitprof/samples_per_s`` is the
+    growth of Keras's own sample count (``model._loss_tracker.count``) over the window, per second of the
+    analysed steps; ``fitprof/flops_per_step`` is counted on the step before the window (after it when the window
+    starts at step 1): on TensorFlow from the shapes of the traced ``train_step`` graph, on torch with
+    ``FlopCounterMode``, not on JAX; ``fitprof/flops_per_s`` divides it by the step time and, on a GPU of
+    :data:`fitprof.throughput.PEAK_FLOPS`, ``fitprof/mfu`` by the dense peak of the model's compute dtype.
 
     Raises:
         ValueError: for a bad ``profile_batch``, ``every_n_epochs`` < 1, ``top_k`` < 1, an empty ``log_dir``,
@@ -112,8 +122,10 @@ class FitProfiler(keras.callbacks.Callback):
         profile_memory: bool = False,
         with_stack: bool = False,
         with_flops: bool = False,
+        count_items: Callable[[Any], float] | None = None,
     ) -> None:
         super().__init__()
+        self.count_items = _config.check_count_items(count_items)
         log_dir = _config.normalize_log_dir(log_dir)
         self.verbose = _config.check_flag("verbose", verbose)
         self.torch_options = _config.torch_options(
@@ -161,6 +173,14 @@ class FitProfiler(keras.callbacks.Callback):
         self._step_seen = 0  # the last step seen in this profiled epoch (steps counted when Keras gives none)
         self._spe = 1
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
+        from fitprof.keras._throughput import KerasWork
+
+        # Throughput: the window's samples, and the FLOPs of one step outside it (the step before the window, or
+        # the one after it when the window starts at step 1): counting slows the step it counts.
+        self._work = KerasWork(backend, self.count_items, self._warn_count_items)
+        first, last = self.config.first_step, self.config.last_step
+        self._count_step = first - 1 if first > 1 else last + 1
+        self._count_pending = False
 
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle (``copy.deepcopy``, ``pickle.dumps``) before, after and between fits: a window being
@@ -175,6 +195,7 @@ class FitProfiler(keras.callbacks.Callback):
             _csv_loggers=[],
             _guards=[],
             _mirror=None,
+            _count_pending=False,
         )
         return state
 
@@ -189,6 +210,9 @@ class FitProfiler(keras.callbacks.Callback):
     def trace_paths(self) -> dict[int, Path]:
         """The trace of each profiled epoch of the last ``fit``."""
         return self._pipeline.trace_paths
+
+    def _warn_count_items(self, message: str) -> None:
+        self._warn_once("count-items", message)
 
     def _profiles_rank(self) -> bool:
         return _config.profiles_rank(self.ranks, self._rank)
@@ -209,6 +233,7 @@ class FitProfiler(keras.callbacks.Callback):
         )
 
     def _open_window(self) -> None:
+        self._work.window_opened(self.model)
         window = self._new_window()
         try:
             window.start()
@@ -319,6 +344,7 @@ class FitProfiler(keras.callbacks.Callback):
         if window is None:
             return
         self._unguard_train_function()
+        self._work.window_closed(self.model)
         try:
             self._closed[self._epoch] = (window, window.stop(drop_open_step=drop_open_step))
         except Exception as err:
@@ -348,6 +374,7 @@ class FitProfiler(keras.callbacks.Callback):
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
+        self._work.begin_fit(self.model)
         self._warn_once.reset()  # a new fit warns again when a cause repeats
         self._warn_once.rank = self._rank  # only rank 0 issues Python warnings; the others log
         if self.backend == "tensorflow" and self._rank > 0 and self._profiles_rank():
@@ -378,10 +405,20 @@ class FitProfiler(keras.callbacks.Callback):
         self._armed = self._epoch_profiled and self._profiles_rank()
         self._coverage.epoch(epoch)
         self._step_seen = self._last_begun = 0
+        self._work.begin_epoch()
+        self._count_pending = self._armed
         if self._armed and self._tb_profilers:
             self._yield_to_tensorboard()
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self._mark_step(batch)
+        # After _mark_step (a window ending here is closed); >=: steps_per_execution skips step numbers; never
+        # while a window is open (its guard wraps the same train_function).
+        if self._count_pending and batch + 1 >= self._count_step and self._window is None:
+            self._count_pending = False
+            self._work.count_next_call(self.model)
+
+    def _mark_step(self, batch: int) -> None:
         if not self._armed:
             return
         step = batch + 1
@@ -462,6 +499,7 @@ class FitProfiler(keras.callbacks.Callback):
                 rank=self._rank,
                 world_size=self._world,
                 discard=window.cleanup,
+                work=self._work.work(),
             )
         # Every rank takes part in the gather, with or without a report of its own, so it always completes.
         gather = self._gather if self._world > 1 and not self._in_flush else None
@@ -504,6 +542,7 @@ class FitProfiler(keras.callbacks.Callback):
                 self._window = None
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
+        self._work.restore()
         if self._window is not None:
             self._close_window()
         never = self._coverage.message("fitprof: ")

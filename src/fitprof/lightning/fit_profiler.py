@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,16 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _config, _fs, metrics
+from fitprof._batch import batch_size
 from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
+from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
 from fitprof.profilers.torch import TorchProfileWindow, profiler_running
+from fitprof.throughput import WorkLog
 from fitprof.window import EpochLog, WindowPipeline
 
 log = logging.getLogger(__name__)
@@ -110,6 +114,18 @@ class FitProfiler(Callback):
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
             recorded). The four are off by default; their measured cost is in the README.
+        count_items: a function of one batch (as ``on_train_batch_start`` gets it) returning its items, e.g.
+            tokens, for ``fitprof/items_per_s``; None (default) logs NaN there. A call that raises gives one
+            warning and NaN for that window. It runs inside the profiled steps: keep it cheap (shapes, no
+            ``.item()``, which waits for the device).
+
+    Throughput (:mod:`fitprof.throughput`): ``fitprof/samples_per_s`` counts the samples of each profiled step's
+    batch (its first tensor's leading dimension, :func:`fitprof._batch.batch_size`); ``fitprof/flops_per_step``
+    is counted with ``torch.utils.flop_counter.FlopCounterMode`` on the step just before the window (the one just
+    after it when the window starts at step 1: counting slows the step it counts, so it is never an analysed
+    one), ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
+    :data:`fitprof.throughput.PEAK_FLOPS` ``fitprof/mfu`` divides that by the dense peak of the Trainer's
+    precision (``32-true`` is TF32 when ``torch.get_float32_matmul_precision()`` is not ``"highest"``).
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
@@ -144,8 +160,10 @@ class FitProfiler(Callback):
         profile_memory: bool = False,
         with_stack: bool = False,
         with_flops: bool = False,
+        count_items: Callable[[Any], float] | None = None,
     ) -> None:
         super().__init__()
+        self.count_items = _config.check_count_items(count_items)
         self.ranks = _config.check_ranks(ranks)
         self.verbose = _config.check_flag("verbose", verbose)
         self.torch_options = _config.torch_options(
@@ -186,6 +204,13 @@ class FitProfiler(Callback):
         self._world_size = 1
         self._coverage = FitCoverage(self.config)
         self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
+        # Throughput: the profiled steps' batches, and the FLOPs of one step outside the window (the step before
+        # it, or the one after it when the window starts at step 1): counting slows the step it counts.
+        self._work = WorkLog(self.count_items, self._warn_count_items)
+        self._flops = TorchFlopCount()
+        self._count_step = self._first - 1 if self._first > 1 else self._last + 1
+        self._count_pending = False  # this epoch's FLOPs are still to be counted
+        self._flops_batch: Any = None
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -226,6 +251,12 @@ class FitProfiler(Callback):
         if unknown and self._rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
         self._coverage.left_out = not _config.profiles_rank(self.ranks, self._rank)
+        try:
+            device = trainer.strategy.root_device
+            self._work.device_name = device_name(device)
+            self._work.dtype = compute_dtype(lightning_dtype(trainer.precision), device)
+        except Exception:  # no device known: FLOP/s only
+            self._work.device_name = self._work.dtype = ""
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -243,6 +274,12 @@ class FitProfiler(Callback):
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
             self._begin_epoch(trainer, next_step=batch_idx + 1)
+        if self._open:
+            self._work.add_step(batch)
+        elif self._count_pending and batch_idx + 1 == self._count_step:
+            self._count_pending = False
+            self._flops_batch = batch
+            self._flops.start()
 
     def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int) -> None:
         """Mark the start of an epoch whose next step is ``next_step`` (1 unless resumed mid-epoch); open the window
@@ -256,6 +293,7 @@ class FitProfiler(Callback):
         # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
         self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
         self._session = self._shared_session(trainer) if self._epoch_profiled else None
+        self._work.reset()
         if self._epoch_on and next_step > self._first:
             self._epoch_on = False  # the window's first step ran before the resume
             self._warn_rank(
@@ -265,11 +303,14 @@ class FitProfiler(Callback):
             )
         elif self._epoch_on and self._first == next_step:
             self._start(next_step)
+        self._count_pending = self._epoch_on
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
+        if self._flops.running:
+            self._stop_flops()
         if not self._epoch_on:
             return
         n = batch_idx + 1
@@ -377,6 +418,15 @@ class FitProfiler(Callback):
                 self._warn_rank("broadcast", f"fitprof: could not share the session name across ranks ({err!r}).")
         return name
 
+    def _warn_count_items(self, message: str) -> None:
+        self._warn_rank("count-items", message)
+
+    def _stop_flops(self) -> None:
+        flops = self._flops.stop()
+        n = batch_size(self._flops_batch)
+        self._flops_batch = None
+        self._work.set_flops(flops, math.nan if n is None else float(n), self._flops.note)
+
     def _start(self, step: int) -> None:
         assert self._dir is not None
         if self._session is None:
@@ -408,6 +458,8 @@ class FitProfiler(Callback):
         )
 
     def _abort(self, *, export: bool = True) -> None:
+        if self._flops.running:
+            self._flops.stop()
         if self._open or self._window.started_here:
             self._open = False
             self._epoch_on = False
@@ -434,6 +486,7 @@ class FitProfiler(Callback):
             rank=self._rank,
             world_size=self._world_size,
             discard=lambda: shutil.rmtree(path.parent, ignore_errors=True),
+            work=self._work.work(),
         )
 
     def _publish(

@@ -1,0 +1,174 @@
+"""Keras: the samples of a window's steps and the FLOPs of one training step, per backend (issue 16 part 3).
+
+Keras's batch hooks never see the batch, and on TensorFlow and JAX the batch is fetched inside the compiled step.
+What every backend has is Keras's own loss tracker: each ``train_step`` adds the batch's sample count (the leading
+dimension of the first input, as :func:`fitprof._batch.batch_size` reads it) to ``model._loss_tracker.count``.
+The samples of a window are the growth of that count from the window's first step to its close (read outside the
+steps); NaN where the count does not move (JAX keeps metric state outside the model until the epoch ends).
+
+FLOPs are counted on one step outside the window (the step before it; the step after it when the window starts at
+step 1), by wrapping ``model.train_function`` for that one call:
+
+* TensorFlow: after the call, :func:`fitprof.profilers.flops_tf.train_step_flops` on the iterator's
+  ``element_spec``, an unknown batch dimension set to the step's sample count (traced once a fit per input shape:
+  tracing takes seconds; later windows reuse the count);
+* torch: ``FlopCounterMode`` around the call (:mod:`fitprof.profilers.flops_torch`); ``count_items`` is called on
+  that step's batch (the only backend where a callback can see one) and scaled by the window's samples;
+* JAX: not counted (NaN, ``mfu_note`` says so).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from fitprof._batch import batch_size
+from fitprof.throughput import CountItems, WorkLog
+
+
+def _samples_seen(model: Any) -> float:
+    """Keras's running sample count of this epoch (``model._loss_tracker.count``); NaN when unreadable."""
+    try:
+        import keras
+
+        return float(keras.ops.convert_to_numpy(model._loss_tracker.count))
+    except Exception:
+        return math.nan
+
+
+class KerasWork:
+    """Collects one window's :class:`~fitprof.throughput.StepWork` for the Keras ``FitProfiler``."""
+
+    def __init__(self, backend: str, count_items: CountItems | None, warn: Callable[[str], None]) -> None:
+        self.backend = backend
+        self.log = WorkLog(count_items if backend == "torch" else None, warn)
+        self.count_items = count_items
+        self._at_open = math.nan
+        self._items_per_sample = math.nan
+        self._restore: Callable[[], None] | None = None
+        self._tf_counts: dict[tuple[int, str], tuple[float, str]] = {}  # (model, spec) -> (FLOPs, note), per fit
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copy and pickle with the callback: a pending wrap of ``train_function`` belongs to the running fit."""
+        return {**self.__dict__, "_restore": None, "_tf_counts": {}}
+
+    def begin_fit(self, model: Any) -> None:
+        """Find the device and compute dtype the MFU is measured against."""
+        self._tf_counts = {}
+        name, dtype = "", ""
+        try:
+            if self.backend == "tensorflow":
+                from fitprof.profilers.flops_tf import device_and_dtype
+
+                name, dtype = device_and_dtype(model)
+            elif self.backend == "torch":
+                import torch
+
+                from fitprof.profilers.flops_torch import compute_dtype, device_name
+
+                device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+                name = device_name(device)
+                dtype = compute_dtype(str(model.dtype_policy.compute_dtype), device)
+            elif self.backend == "jax":
+                import jax
+
+                device = jax.devices()[0]
+                name = str(device.device_kind) if device.platform == "gpu" else ""
+                dtype = str(model.dtype_policy.compute_dtype)
+        except Exception:
+            name, dtype = "", ""
+        self.log.device_name, self.log.dtype = name, dtype
+
+    def begin_epoch(self) -> None:
+        self.log.reset()
+        self._at_open = math.nan
+        self._items_per_sample = math.nan
+        if self.backend == "jax":
+            self.log.flops_note = "FLOPs are not counted on the Keras JAX backend"
+
+    def window_opened(self, model: Any) -> None:
+        self._at_open = _samples_seen(model)
+
+    def window_closed(self, model: Any) -> None:
+        total = _samples_seen(model) - self._at_open
+        if math.isfinite(total) and total > 0:
+            self.log.set_window_samples(total)
+
+    def count_next_call(self, model: Any) -> None:
+        """Wrap ``model.train_function`` for its next call only, and count that step's FLOPs."""
+        if self.backend == "jax" or self._restore is not None:
+            return
+        original = getattr(model, "train_function", None)
+        if original is None:
+            return
+
+        def restore() -> None:
+            self._restore = None
+            if model.__dict__.get("train_function") is counting:
+                model.train_function = original
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            restore()
+            before = _samples_seen(model)
+            if self.backend == "torch":
+                return self._count_torch(model, original, before, *args, **kwargs)
+            out = original(*args, **kwargs)
+            self._count_tf(model, args[0] if args else None, _samples_seen(model) - before)
+            return out
+
+        model.train_function = counting
+        self._restore = restore
+
+    def restore(self) -> None:
+        """Unwrap ``model.train_function`` if its counted call never came (the fit ended first)."""
+        if self._restore is not None:
+            self._restore()
+
+    def _count_tf(self, model: Any, iterator: Any, samples: float) -> None:
+        import tensorflow as tf
+
+        from fitprof.profilers.flops_tf import static_batch, train_step_flops
+
+        spec = getattr(iterator, "element_spec", None)
+        if spec is not None and math.isfinite(samples) and samples > 0:
+
+            def concrete(s: Any) -> Any:
+                if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is None:
+                    return tf.TensorSpec([int(samples), *s.shape[1:]], s.dtype, s.name)
+                return s
+
+            spec = tf.nest.map_structure(concrete, spec)
+        # Tracing the step again takes seconds (2-5 s for the digits CNN on a loaded 2-core machine): once a fit
+        # for each input shape.
+        key = (id(model), repr(spec))
+        if key not in self._tf_counts:
+            self._tf_counts[key] = train_step_flops(model, spec)
+        flops, note = self._tf_counts[key]
+        # The FLOPs are those of one train_step on the traced batch (``steps_per_execution`` calls hold several).
+        traced = static_batch(spec) if spec is not None else math.nan
+        self.log.set_flops(flops, traced, note)
+
+    def _count_torch(self, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
+        from fitprof.profilers.flops_torch import TorchFlopCount
+
+        counter = TorchFlopCount()
+        counter.start()
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            flops = counter.stop()
+        # ``data`` is the list of the call's batches (``steps_per_execution`` of them); the FLOPs cover them all.
+        data = args[0] if args else None
+        first = data[0] if isinstance(data, (list, tuple)) and data else data
+        n = batch_size(first)
+        samples = _samples_seen(model) - before
+        if not (math.isfinite(samples) and samples > 0):
+            samples = math.nan if n is None else float(n) * (len(data) if isinstance(data, (list, tuple)) else 1)
+        self.log.set_flops(flops, samples, counter.note)
+        if self.count_items is not None and n:
+            self.log.add_items(first, per_sample_of=float(n))
+        return out
+
+    def work(self) -> Any:
+        return self.log.work()

@@ -1,0 +1,323 @@
+"""Throughput, FLOP rate and MFU of one window, framework-free.
+
+The adapters collect what only they can see (:class:`WorkLog`): the samples of each profiled step (read from the
+batch with :func:`fitprof._batch.batch_size`), the user's ``count_items(batch)`` (tokens, pixels, ...), and the
+FLOPs of one training step counted by the framework (torch ``FlopCounterMode``, TensorFlow graph shapes; see
+:mod:`fitprof.profilers.flops_torch` and :mod:`fitprof.profilers.flops_tf`) on a step *outside* the analysed
+window (counting slows a step). :func:`with_throughput` turns that and the report's step time into the report's
+throughput fields:
+
+* ``samples_per_s = samples_per_step / (step_time_ms / 1000)``, ``samples_per_step`` the mean over the profiled
+  steps: samples in the analysed steps over their summed step time;
+* ``items_per_s``: the same with ``count_items(batch)``;
+* ``flops_per_step``: the FLOPs counted on one step (scaled linearly by the samples when that step's batch held a
+  different number of samples than the window's mean); ``flops_per_s = flops_per_step / (step_time_ms / 1000)``;
+* ``mfu = flops_per_s / peak_flops_per_s`` (a ratio, 0-1), with the peak from :data:`PEAK_FLOPS` for the
+  device and the compute dtype; NaN on a CPU, on an unknown device or dtype (``mfu_note`` says why).
+
+FLOPs count as torch's ``FlopCounterMode`` counts them: 2 per multiply-add of matrix products and convolutions
+(forward and backward), nothing for element-wise work, reductions, the loss or the optimizer; a model's other
+work makes MFU an under-estimate of the device's use, as in PaLM's definition of MFU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fitprof._batch import batch_size
+from fitprof.analysis import BottleneckReport
+
+DTYPES = ("float32", "tf32", "bfloat16", "float16")
+"""The compute dtypes of :data:`PEAK_FLOPS`: ``"tf32"`` is float32 on tensor cores (torch with
+``torch.get_float32_matmul_precision() != "highest"``, TensorFlow's default TF32 on Ampere and later)."""
+
+
+@dataclass(frozen=True)
+class PeakRate:
+    """Dense peak FLOP/s of one device per compute dtype (no structured sparsity), and the datasheet."""
+
+    name: str
+    flops_per_s: dict[str, float]
+    source: str
+
+
+_NV_V100 = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
+_NV_A100 = (
+    "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+    "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+)
+_NV_H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+_NV_H200 = "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
+_NV_L4 = "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet"
+_NV_A10 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf"
+_NV_T4 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"
+_AMD_MI250X = "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html"
+_AMD_MI300X = (
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf"
+)
+
+T = 1e12
+PEAK_FLOPS: dict[str, PeakRate] = {
+    # Volta: "Tensor Performance" is FP16 with FP32 accumulation; no TF32, no bfloat16.
+    "v100-sxm2": PeakRate("V100 SXM2", {"float32": 15.7 * T, "float16": 125 * T}, _NV_V100),
+    "v100-pcie": PeakRate("V100 PCIe", {"float32": 14 * T, "float16": 112 * T}, _NV_V100),
+    "v100s-pcie": PeakRate("V100S PCIe", {"float32": 16.4 * T, "float16": 130 * T}, _NV_V100),
+    # Ampere: the datasheet gives "dense | sparse*"; the dense figure.
+    "a100": PeakRate(
+        "A100 (SXM4 and PCIe)",
+        {"float32": 19.5 * T, "tf32": 156 * T, "bfloat16": 312 * T, "float16": 312 * T},
+        _NV_A100,
+    ),
+    "a10": PeakRate("A10", {"float32": 31.2 * T, "tf32": 62.5 * T, "bfloat16": 125 * T, "float16": 125 * T}, _NV_A10),
+    # Hopper: the datasheets give tensor-core figures "with sparsity" only; dense is half of them.
+    "h100-sxm": PeakRate(
+        "H100 SXM",
+        {"float32": 67 * T, "tf32": 989 / 2 * T, "bfloat16": 1979 / 2 * T, "float16": 1979 / 2 * T},
+        _NV_H100,
+    ),
+    "h100-pcie": PeakRate(
+        "H100 PCIe",
+        {"float32": 51 * T, "tf32": 756 / 2 * T, "bfloat16": 1513 / 2 * T, "float16": 1513 / 2 * T},
+        _NV_H100,
+    ),
+    "h100-nvl": PeakRate(
+        "H100 NVL",
+        {"float32": 60 * T, "tf32": 835 / 2 * T, "bfloat16": 1671 / 2 * T, "float16": 1671 / 2 * T},
+        _NV_H100,
+    ),
+    "h200-sxm": PeakRate(
+        "H200 SXM",
+        {"float32": 67 * T, "tf32": 989 / 2 * T, "bfloat16": 1979 / 2 * T, "float16": 1979 / 2 * T},
+        _NV_H200,
+    ),
+    "h200-nvl": PeakRate(
+        "H200 NVL",
+        {"float32": 60 * T, "tf32": 835 / 2 * T, "bfloat16": 1671 / 2 * T, "float16": 1671 / 2 * T},
+        _NV_H200,
+    ),
+    # Ada: "with sparsity" figures only for tensor cores; dense is half of them.
+    "l4": PeakRate(
+        "L4", {"float32": 30.3 * T, "tf32": 120 / 2 * T, "bfloat16": 242 / 2 * T, "float16": 242 / 2 * T}, _NV_L4
+    ),
+    # Turing: "Mixed Precision (FP16/FP32)" 65 TFLOPS; no TF32, no bfloat16, no sparsity.
+    "t4": PeakRate("T4", {"float32": 8.1 * T, "float16": 65 * T}, _NV_T4),
+    # CDNA 2 / 3: matrix-core peaks (float32 runs on the matrix cores through rocBLAS / hipBLASLt); dense figures.
+    "mi250x": PeakRate("MI250X", {"float32": 95.7 * T, "bfloat16": 383 * T, "float16": 383 * T}, _AMD_MI250X),
+    "mi300x": PeakRate(
+        "MI300X",
+        {"float32": 163.4 * T, "tf32": 653.7 * T, "bfloat16": 1307.4 * T, "float16": 1307.4 * T},
+        _AMD_MI300X,
+    ),
+}
+"""Dense peak FLOP/s of common accelerators per compute dtype, from each vendor's datasheet (``source``). Dense, not
+with structured sparsity: where a datasheet gives only the sparse figure (Hopper, Ada) it is halved. A dtype a
+device lacks (bfloat16 on V100 and T4) is absent: its MFU is NaN."""
+
+_DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
+    (r"\bv100s", "v100s-pcie"),
+    (r"\bv100.*pcie", "v100-pcie"),
+    (r"\bv100-sxm2", "v100-sxm2"),  # not SXM3 (DGX-2), whose clocks differ
+    (r"\ba100", "a100"),
+    (r"\ba10\b", "a10"),
+    (r"\bh100.*nvl", "h100-nvl"),
+    (r"\bh100.*pcie", "h100-pcie"),
+    (r"\bh100", "h100-sxm"),  # "NVIDIA H100 80GB HBM3" is the SXM part
+    (r"\bh200.*nvl", "h200-nvl"),
+    (r"\bh200", "h200-sxm"),  # "NVIDIA H200"
+    (r"\bl4\b", "l4"),
+    (r"\bt4\b", "t4"),
+    (r"\bmi250x", "mi250x"),  # ROCm names it "AMD Instinct MI250X/MI250": the name does not tell the two apart
+    (r"\bmi300x", "mi300x"),
+)
+
+
+def device_key(device_name: str) -> str | None:
+    """The :data:`PEAK_FLOPS` key of a device name as the framework gives it (``torch.cuda.get_device_name``,
+    TensorFlow's ``device_name`` detail, JAX's ``device_kind``), case-insensitive: ``"NVIDIA H100 80GB HBM3"``
+    -> ``"h100-sxm"``; None for a device not in the table (e.g. ``"NVIDIA A10G"``, whose peaks differ from A10's;
+    ``"NVIDIA GH200 480GB"``)."""
+    name = device_name.lower()
+    for pattern, key in _DEVICE_PATTERNS:
+        if re.search(pattern, name):
+            return key
+    return None
+
+
+def peak_flops_per_s(device_name: str, dtype: str) -> tuple[float, str]:
+    """``(dense peak FLOP/s, "")`` of ``device_name`` at ``dtype`` (one of :data:`DTYPES`), or ``(nan, reason)``
+    when the device is a CPU (``""``), is not in :data:`PEAK_FLOPS`, or has no figure for the dtype."""
+    if not device_name:
+        return math.nan, "no accelerator (CPU): FLOP/s only"
+    key = device_key(device_name)
+    if key is None:
+        return math.nan, f"no peak rate known for device {device_name!r}"
+    rate = PEAK_FLOPS[key].flops_per_s.get(dtype)
+    if rate is None:
+        return math.nan, f"no {dtype} peak rate for {PEAK_FLOPS[key].name}"
+    return rate, ""
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one window's steps processed, collected by the adapter (see :class:`WorkLog`).
+
+    Attributes:
+        samples_per_step: mean samples per profiled step (NaN: unknown).
+        items_per_step: mean ``count_items(batch)`` per profiled step (NaN: no function, or it failed).
+        flops_per_step: FLOPs of one training step (NaN: not counted).
+        flops_samples: samples of the batch whose step was counted (NaN: unknown).
+        device_name: the accelerator's name ("" on a CPU).
+        dtype: the compute dtype, one of :data:`DTYPES` (or another name, which has no peak).
+        flops_note: why ``flops_per_step`` is NaN ("" when counted).
+        samples_total: samples in all the window's steps, where they are known only as a total (Keras); divided
+            by the report's ``steps_analyzed`` when ``samples_per_step`` is NaN.
+        items_per_sample: items per sample of one seen batch (Keras on torch); times the samples per step when
+            ``items_per_step`` is NaN.
+    """
+
+    samples_per_step: float = math.nan
+    items_per_step: float = math.nan
+    flops_per_step: float = math.nan
+    flops_samples: float = math.nan
+    device_name: str = ""
+    dtype: str = ""
+    flops_note: str = ""
+    samples_total: float = math.nan
+    items_per_sample: float = math.nan
+
+
+def _per_s(per_step: float, step_time_ms: float) -> float:
+    if not (math.isfinite(per_step) and math.isfinite(step_time_ms) and step_time_ms > 0):
+        return math.nan
+    return per_step / (step_time_ms / 1000.0)
+
+
+def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckReport:
+    """``report`` with its throughput fields filled from ``work`` and its step time (see the module docstring).
+
+    Returns a new report (the input is frozen and left as it is).
+    """
+    samples = work.samples_per_step
+    if not math.isfinite(samples) and report.steps_analyzed > 0:
+        samples = work.samples_total / report.steps_analyzed
+    items = work.items_per_step
+    if not math.isfinite(items):
+        items = work.items_per_sample * samples
+    flops = work.flops_per_step
+    if (
+        math.isfinite(flops)
+        and math.isfinite(work.flops_samples)
+        and math.isfinite(samples)
+        and work.flops_samples > 0
+        and work.flops_samples != samples
+    ):
+        flops = flops * samples / work.flops_samples
+    flops_per_s = _per_s(flops, report.step_time_ms)
+    peak, note = peak_flops_per_s(work.device_name, work.dtype)
+    if not math.isfinite(flops_per_s):
+        note = work.flops_note or "no FLOP count or step time"
+    return dataclasses.replace(
+        report,
+        samples_per_step=samples,
+        samples_per_s=_per_s(samples, report.step_time_ms),
+        items_per_step=items,
+        items_per_s=_per_s(items, report.step_time_ms),
+        flops_per_step=flops,
+        flops_per_s=flops_per_s,
+        peak_flops_per_s=peak,
+        mfu=flops_per_s / peak if math.isfinite(peak) and math.isfinite(flops_per_s) else math.nan,
+        device_name=work.device_name,
+        compute_dtype=work.dtype,
+        mfu_note=note,
+    )
+
+
+CountItems = Callable[[Any], float]
+"""A user function: the items (tokens, pixels, ...) in one batch."""
+
+
+class WorkLog:
+    """The samples and items of one window's steps and the FLOPs counted for it; the adapters feed it.
+
+    Args:
+        count_items: the user's ``count_items(batch)`` (None: no items figure).
+        warn: called once per window with a message when ``count_items`` raises or returns no finite number.
+    """
+
+    def __init__(self, count_items: CountItems | None, warn: Callable[[str], None]) -> None:
+        self.count_items = count_items
+        self.warn = warn
+        self.device_name = ""
+        """The accelerator's name ("" on a CPU); set by the adapter once per fit."""
+        self.dtype = ""
+        """The compute dtype (:data:`DTYPES`); set by the adapter once per fit."""
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the last window's samples, items and FLOPs (call at the start of each profiled epoch)."""
+        self._samples: list[float] = []
+        self._items: list[float] = []
+        self._items_failed = False
+        self._samples_total = math.nan
+        self._items_per_sample = math.nan
+        self.flops_per_step = math.nan
+        self.flops_samples = math.nan
+        self.flops_note = "FLOPs not counted: no step of this epoch ran just before or just after the window"
+
+    def add_step(self, batch: Any) -> None:
+        """Record one profiled step's batch: its samples (:func:`fitprof._batch.batch_size`) and items. Never
+        raises."""
+        n = batch_size(batch)
+        self._samples.append(math.nan if n is None else float(n))
+        items = self._call_items(batch)
+        if math.isfinite(items):
+            self._items.append(items)
+
+    def _call_items(self, batch: Any) -> float:
+        if self.count_items is None or self._items_failed:
+            return math.nan
+        try:
+            items = float(self.count_items(batch))
+            if not math.isfinite(items):
+                raise ValueError(f"it returned {items!r}")
+        except Exception as err:
+            self._items_failed = True
+            self.warn(f"fitprof: count_items failed on a batch ({err!r}); fitprof/items_per_s is NaN for the window.")
+            return math.nan
+        return items
+
+    def add_items(self, batch: Any, *, per_sample_of: float) -> None:
+        """Record the items per sample of one batch of ``per_sample_of`` samples (a step outside the window, where
+        the window's own batches are not seen)."""
+        self._items_per_sample = self._call_items(batch) / per_sample_of
+
+    def set_window_samples(self, total: float) -> None:
+        """Record the samples of all the window's steps together (where they are known only as a total)."""
+        self._samples_total = total
+
+    def set_flops(self, flops: float, samples: float, note: str = "") -> None:
+        """The FLOPs of one training step whose batch held ``samples`` (NaN flops: ``note`` says why)."""
+        self.flops_per_step = flops
+        self.flops_samples = samples
+        self.flops_note = note
+
+    def work(self) -> StepWork:
+        """The window's :class:`StepWork`."""
+        samples = math.nan if not self._samples else sum(self._samples) / len(self._samples)
+        items = math.nan if self._items_failed or not self._items else sum(self._items) / len(self._items)
+        return StepWork(
+            samples_per_step=samples,
+            items_per_step=items,
+            flops_per_step=self.flops_per_step,
+            flops_samples=self.flops_samples,
+            device_name=self.device_name,
+            dtype=self.dtype,
+            flops_note=self.flops_note,
+            samples_total=self._samples_total,
+            items_per_sample=math.nan if self._items_failed else self._items_per_sample,
+        )
