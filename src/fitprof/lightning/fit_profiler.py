@@ -85,6 +85,18 @@ class FitProfiler(Callback):
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
     figure that names a rank starved of data.
 
+    Always-on step timing (every epoch, profiled or not; :mod:`fitprof.steps`): each training step's wall time from
+    one ``on_train_batch_end`` to the next (``time.perf_counter_ns``, no device synchronisation), the time inside
+    Lightning's batch fetch (the ``[_TrainingEpochLoop].train_dataloader_next`` action, timed by wrapping
+    ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation or
+    a checkpoint save, and the steps of a window are excluded (README, "Always-on step timing"). At each epoch end
+    ``fitprof/epoch/step_time_ms_p50``, ``_p90``, ``_max``, ``fitprof/epoch/input_percent``,
+    ``fitprof/epoch/samples_per_s`` and ``fitprof/epoch/steps_timed`` are logged through ``pl_module.log`` (this
+    rank's own, ``sync_dist=False``), and a window's summary says when it is not representative of its epoch.
+    With ``trigger="slowdown"`` a triggered window also logs ``fitprof/trigger/step``,
+    ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
+    ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary``.
+
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
             ``trainer.default_root_dir`` without a logger. A URL (``s3://``, ``gs://``, ``memory://``...; see
