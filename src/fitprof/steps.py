@@ -147,14 +147,22 @@ class StepRecorder:
         self._samples.append(_NO_SAMPLES if samples is None else int(samples))
         return dt
 
-    def summary(self) -> EpochSteps:
-        """The figures of the epoch so far (:class:`EpochSteps`); never raises."""
+    def summary(self, device_ms: list[float] | None = None) -> EpochSteps:
+        """The figures of the epoch so far (:class:`EpochSteps`); never raises.
+
+        Args:
+            device_ms: where steps run on a device, each clean step's device-side time (ms, one per entry of
+                :attr:`step_ns`, e.g. between CUDA events recorded at the step boundaries): the step-time p50, p90,
+                max and mean then come from it; input share and samples/s stay on the host clock. Ignored when
+                its length differs.
+        """
         n = len(self.step_ns)
         if n == 0:
             nan = math.nan
             return EpochSteps(0, self._excluded, nan, nan, nan, nan, nan, nan)
         ms = np.asarray(self.step_ns, dtype=np.float64) / 1e6
-        p50, p90 = (float(v) for v in np.percentile(ms, [50, 90]))
+        times = ms if device_ms is None or len(device_ms) != n else np.asarray(device_ms, dtype=np.float64)
+        p50, p90 = (float(v) for v in np.percentile(times, [50, 90]))
         wait = np.asarray(self._input_ns, dtype=np.float64)
         measured = wait >= 0
         input_pct = math.nan
@@ -172,8 +180,8 @@ class StepRecorder:
             steps_excluded=self._excluded,
             step_time_ms_p50=p50,
             step_time_ms_p90=p90,
-            step_time_ms_max=float(ms.max()),
-            step_time_ms_mean=float(ms.mean()),
+            step_time_ms_max=float(times.max()),
+            step_time_ms_mean=float(times.mean()),
             input_percent=input_pct,
             samples_per_s=per_s,
         )
