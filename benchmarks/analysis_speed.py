@@ -21,6 +21,7 @@ import argparse
 import gzip
 import json
 import logging
+import math
 import os
 import shutil
 import statistics
@@ -134,26 +135,42 @@ def generate_kineto_stream(path: Path, target_mb: float, ops_per_step: int = 100
 
 _CHILD = """
 import json, sys, time
-import fitprof
 def peak_rss_kb():  # VmHWM starts afresh at exec; ru_maxrss would carry the parent's peak
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
+if sys.argv[2] == "json.loads":
+    base_kb = peak_rss_kb()
+    t0 = time.perf_counter()
+    with open(sys.argv[1], "rb") as fh:
+        doc = json.loads(fh.read())
+    took = time.perf_counter() - t0
+    print(json.dumps({"s": took, "peak_kb": peak_rss_kb(), "base_kb": base_kb, "steps": None}))
+    raise SystemExit
+import fitprof
+base_kb = peak_rss_kb()
 t0 = time.perf_counter()
 report = fitprof.analyze(sys.argv[1], max_trace_mb=1e9, max_events=10**9)
 took = time.perf_counter() - t0
-print(json.dumps({"s": took, "peak_kb": peak_rss_kb(),
+print(json.dumps({"s": took, "peak_kb": peak_rss_kb(), "base_kb": base_kb,
                   "steps": report.steps_analyzed}))
 """
 
 
-def analyze_in_child(path: Path) -> dict[str, Any]:
-    """``fitprof.analyze`` of one file in a fresh process: seconds, peak RSS (kB, the process's own), steps."""
+def analyze_in_child(path: Path, what: str = "fitprof") -> dict[str, Any]:
+    """``fitprof.analyze`` (or, with ``what="json.loads"``, ``json.loads`` of the plain file read at once) of one
+    file in a fresh process: seconds, peak RSS and the RSS before the call (kB, the process's own ``VmHWM``),
+    steps."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", _CHILD, str(path), what], capture_output=True, text=True, env=env, check=True
     )
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average now (the runs share the CPUs with whatever else runs)."""
+    return f"{os.getloadavg()[0]:.1f}"
 
 
 def bench_ratio(path: Path, repeats: int) -> dict[str, Any]:
@@ -204,6 +221,36 @@ def bench_kineto(path: Path, repeats: int, hta_parse: Callable[[str], Any] | Non
         except Exception as err:  # HTA fails on some inputs (pandas 3); say so instead of a number
             row["hta_s"] = f"failed: {type(err).__name__}: {str(err)[:80]}"
     return row
+
+
+def xspace_rows(tmp: Path, repeats: int) -> None:
+    """XSpace reader speed: ``fitprof.analyze`` on the shipped ``.xplane.pb`` and on one converted (by
+    :func:`fitprof.traces.xspace_write.kineto_to_xspace`) from a generated Kineto trace of 50,000 events; MB/s of
+    the protobuf file, and the protobuf parse alone (``XSpace.ParseFromString``, the floor) side by side."""
+    import fitprof
+    from fitprof.traces._xplane_schema import xplane_classes
+    from fitprof.traces.xspace_write import kineto_to_xspace
+
+    shipped = ROOT / "tests" / "data" / "keras_tf_cpu.xplane.pb"
+    kineto = tmp / "xspace_source.pt.trace.json"
+    generate_kineto(kineto, 50_000)
+    converted = tmp / "generated_50k.xplane.pb"
+    converted.write_bytes(kineto_to_xspace(kineto, host="bench").SerializeToString())
+    xspace_cls = xplane_classes()["XSpace"]
+    print("\n| .xplane.pb | MB | fitprof.analyze s | MB/s | protobuf parse alone s | ratio to the parse | load |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for path in (shipped, converted):
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        load = load_average()
+        parse_s, _ = median_seconds(lambda r=raw: xspace_cls.FromString(r), repeats)  # type: ignore[misc]
+        ours_s, _ = median_seconds(lambda p=path: fitprof.analyze(p), repeats)  # type: ignore[misc]
+        print(
+            f"| {path.name} | {len(raw) / 1e6:,.2f} | {ours_s:.3f} | {len(raw) / 1e6 / ours_s:,.1f} | {parse_s:.3f} | "
+            f"{ours_s / parse_s:.1f} | {load}-{load_average()} |",
+            flush=True,
+        )
 
 
 def keras_xplane(tmp: Path) -> Path:
@@ -257,6 +304,12 @@ def main(argv: list[str] | None = None) -> None:
         help="also generate plain Kineto traces of these sizes (e.g. 1000) and analyse each in a fresh process: "
         "seconds, MB/s and peak RSS",
     )
+    parser.add_argument("--skip-big-json", action="store_true", help="no json.loads child on the --big-mb traces")
+    parser.add_argument(
+        "--ratio-only",
+        action="store_true",
+        help="only the ratio table (fixtures, generated trace) and --big-mb: no read/analyse split, no HTA",
+    )
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -289,9 +342,11 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         n = generate_kineto(gen, args.events)
         print(f"generated {n} events ({gen.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
-        print("| trace | size | complete events | read s | analyse s | events/s | HTA parse s |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for path in [*files, gen]:
+        print(f"load average at the start: {load_average()}")
+        if not args.ratio_only:
+            print("| trace | size | complete events | read s | analyse s | events/s | HTA parse s |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
+        for path in [] if args.ratio_only else [*files, gen]:
             row = bench_kineto(path, args.repeats, hta_parse)
             rows.append(row)
             hta_cell = row.get("hta_s", "–")
@@ -302,29 +357,39 @@ def main(argv: list[str] | None = None) -> None:
                 flush=True,
             )
         print(
-            "\n| trace | plain JSON MB | json.loads s | fitprof.analyze s (from the file) | MB/s | ratio to json.loads |"
+            "\n| trace | plain JSON MB | json.loads s | fitprof.analyze s (from the file) | MB/s | ratio to json.loads "
+            "| peak RSS MB, fresh process (before the call) | load |"
         )
-        print("|---|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for path in [*files, gen]:
+            load = load_average()
             r = bench_ratio(path, args.repeats)
+            child = analyze_in_child(path)
             print(
                 f"| {r['file']} | {r['plain_mb']:,.1f} | {r['json_loads_s']:.3f} | {r['fitprof_s']:.3f} | "
-                f"{r['mb_per_s']:,.0f} | {r['ratio']:.2f} |",
+                f"{r['mb_per_s']:,.0f} | {r['ratio']:.2f} | {child['peak_kb'] / 1024:,.0f} "
+                f"({child['base_kb'] / 1024:,.0f}) | {load}-{load_average()} |",
                 flush=True,
             )
+        xspace_rows(tmp, args.repeats)
         if args.big_mb:
             print(
-                "\n| generated trace | plain JSON MB | events | analyse s (fresh process) | MB/s | peak RSS MB | RSS / size |"
+                "\n| generated trace | plain JSON MB | events | fitprof.analyze s | MB/s | peak RSS MB (before the "
+                "call) | RSS / size | json.loads s | its peak RSS MB | ratio to json.loads | load |"
             )
-            print("|---|---:|---:|---:|---:|---:|---:|")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for mb in args.big_mb:
             big = tmp / f"generated_{mb:g}mb.pt.trace.json"
             n_big = generate_kineto_stream(big, mb)
             size = big.stat().st_size
-            r = analyze_in_child(big)
+            load = load_average()
+            r = analyze_in_child(big)  # each in a fresh process: its own peak RSS, one after the other
+            j = analyze_in_child(big, "json.loads") if not args.skip_big_json else {"s": math.nan, "peak_kb": 0}
             print(
                 f"| {big.name} ({r['steps']} steps) | {size / 1e6:,.0f} | {n_big:,} | {r['s']:.1f} | "
-                f"{size / 1e6 / r['s']:,.0f} | {r['peak_kb'] / 1024:,.0f} | {r['peak_kb'] * 1024 / size:.2f} |",
+                f"{size / 1e6 / r['s']:,.0f} | {r['peak_kb'] / 1024:,.0f} ({r['base_kb'] / 1024:,.0f}) | "
+                f"{r['peak_kb'] * 1024 / size:.2f} | {j['s']:.1f} | {j['peak_kb'] / 1024:,.0f} | "
+                f"{r['s'] / j['s']:.2f} | {load}-{load_average()} |",
                 flush=True,
             )
             big.unlink()

@@ -617,13 +617,13 @@ def analyze_table(
     device_ops = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
     if device_ops.any():
         source_name = "device"
-        sub = table.loc[device_ops]
+        sub = table.loc[device_ops, ["name", "op", "dur_us"]]  # only the columns used: a copy of these rows
         names = sub["op"].where(sub["op"] != "", sub["name"])
         self_us = sub["dur_us"]
     else:
         source_name = "host"
         sel = host_in & np.isin(kind, [Kind.OP, Kind.COLLECTIVE, Kind.INPUT])
-        sub = table.loc[sel & (kind != Kind.INPUT)]
+        sub = table.loc[sel & (kind != Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
         names = sub["name"]
         self_us = sub["self_us"]
     totals = self_us.groupby(names.to_numpy()).sum()
@@ -639,7 +639,7 @@ def analyze_table(
     if source_name == "host":
         top_host = ranked.head(1)
     else:  # the host operator that holds the host longest (what the device waits for when it idles)
-        host_ops = table.loc[host_in & (kind == Kind.OP)]
+        host_ops = table.loc[host_in & (kind == Kind.OP), ["name", "self_us"]]
         top_host = host_ops["self_us"].groupby(host_ops["name"].to_numpy()).sum().nlargest(1)
     step_time_us = step_total_us / n_div
 

@@ -59,7 +59,7 @@ import pandas as pd
 
 from fitprof.traces._limits import Limits, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
-from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table
+from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table, table_from_columns
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""
@@ -105,9 +105,10 @@ def read_kineto(
     with _gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
         repaired: list[str] = []
         meta, events = _load(Path(path), limits, repaired)
-        frame = _frame(events, path)
+        columns = _frame_columns(events, path)
         del events
-    table = make_table(frame)
+        table = table_from_columns(columns) if columns else make_table(pd.DataFrame())
+        del columns
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, Mapping) else {}
     table.attrs = {
@@ -246,7 +247,10 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     the columns (about 70 bytes an event), which grow as the raw events are let go batch by batch.
     """
     data = read_bounded(path, limits, TraceError)
-    count_objects(data, path, limits, TraceError)
+    objects = count_objects(data, path, limits, TraceError)
+    fast = _load_in_chunks(data, path, objects)
+    if fast is not None:
+        return fast
     try:
         try:
             _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
@@ -281,6 +285,127 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     return meta, _columns(raws, path)
 
 
+_CHUNK_BYTES = 1 << 22
+"""Bytes of event text decoded at a time by :func:`_load_in_chunks` (about 13k events of a real trace)."""
+_TRIES = 8
+"""Cut points tried for one chunk before :func:`_load_in_chunks` gives the file to the three-pass reader."""
+_END_TRIES = 16
+_END_BYTES = 1 << 20
+"""The array's end is looked for among the last ``_END_TRIES`` ``]`` of the document's last ``_END_BYTES``."""
+_EVENTS_KEY = b'"traceEvents"'
+_ARRAY_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+_LEADING_SPACE = re.compile(rb"[ \t\n\r]*")
+_CUT = re.compile(rb"\}[ \t\n\r]*,")
+"""Where one event may end and the next begin: ``}`` and ``,`` with only JSON whitespace between them."""
+
+
+class _Frame(msgspec.Struct, gc=False):
+    """The document around the events (``traceEvents`` replaced by ``[]``)."""
+
+    traceEvents: msgspec.Raw
+    distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+
+
+_FRAME_DECODER = msgspec.json.Decoder(_Frame | list[msgspec.Raw])
+
+
+def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str, Any], _Columns] | None:
+    """The trace's ``distributedInfo`` and columns in one pass over the text, or ``None`` when this fast path
+    cannot prove its reading right (the caller then reads the file with the three passes of :func:`_load`, which
+    give the errors and the repaired names).
+
+    The ``traceEvents`` array is decoded ``_CHUNK_BYTES`` of text at a time, straight into :class:`_Event` structs
+    and columns: no pass that only validates, no raw slice per event, and the text is the one large thing held.
+    A chunk ends at a ``}``, JSON whitespace and ``,``. Such a cut is proven to lie between two events of the array
+    when ``[`` + the text from the chunk's start to the ``}`` + ``]`` decodes: a cut inside a string leaves that
+    string unterminated, and a cut inside a nested value leaves a bracket unclosed, so either fails to decode
+    (then the next cut is tried, ``_TRIES`` at most). The array's end comes from :func:`_array_end`: the document
+    with ``[]`` in place of the array decodes (the few bytes around the events are decoded that way, which also
+    checks them) and its one ``"traceEvents"`` key is the one the array belongs to. A JSON value's extent is fixed
+    by its text, so when ``[`` + the chunks + ``]`` decode as that key's value, the whole text is valid JSON and
+    the events are those the three-pass reader decodes, in the same order.
+    """
+    n = len(data)
+    lead = _LEADING_SPACE.match(data)
+    first = lead.end() if lead else 0
+    if first < n and data[first] == ord("["):  # a bare list of events (the legacy layout)
+        start = first
+    else:
+        key = data.find(_EVENTS_KEY)
+        m = _ARRAY_START.match(data, key) if key >= 0 else None
+        if m is None:
+            return None
+        start = m.end() - 1
+    stop, doc = _array_end(data, start, start == first)
+    if doc is None:
+        return None
+    meta: dict[str, Any] = {}
+    if isinstance(doc, _Frame):
+        raw = doc.distributedInfo
+        if len(raw) <= _MAX_INFO_BYTES:
+            with contextlib.suppress(ValueError, RecursionError):
+                info = json.loads(bytes(raw))
+                if isinstance(info, dict):
+                    meta["distributedInfo"] = info
+    builder = _ColumnBuilder(path, objects)  # every event is one of the JSON objects counted
+    view = memoryview(data)
+    pos = start + 1
+    while pos < stop:
+        cut_from, end, after = pos + _CHUNK_BYTES, stop, stop
+        for _ in range(_TRIES):
+            cut = _CUT.search(data, cut_from, stop) if cut_from < stop else None
+            end, after = (cut.start() + 1, cut.end()) if cut else (stop, stop)
+            try:
+                events = _BATCH_DECODER.decode(b"".join((b"[", view[pos:end], b"]")))
+            except msgspec.ValidationError:
+                return None
+            except (msgspec.DecodeError, RecursionError):
+                if cut is None:
+                    return None
+                cut_from = after
+                continue
+            break
+        else:
+            return None
+        if not events and pos > start + 1:  # a ',' right before the closing bracket
+            return None
+        try:
+            builder.add(events)
+        except TraceError:
+            return None  # the three-pass reader numbers the event in its message
+        del events
+        pos = after
+    return meta, builder.finish()
+
+
+def _array_end(data: bytearray, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
+    """The position of the ``]`` that closes the event array opened at ``start``, and the document decoded
+    with ``[]`` in place of the array (``None`` when not found).
+
+    Candidates are the last ``_END_TRIES`` ``]`` of the document's last ``_END_BYTES``; the first one, from the
+    front, for which the document with ``[]`` in place of the array decodes, holds ``"traceEvents"`` exactly once
+    (``bare``: the bare list, not at all) and no ``\\u`` escape (a key spelled with one could be a second
+    ``traceEvents``). The caller proves it by decoding the array up to it.
+    """
+    n, found = len(data), []
+    stop = n
+    view = memoryview(data)
+    for _ in range(_END_TRIES):
+        stop = data.rfind(b"]", max(start + 1, n - _END_BYTES), stop)
+        if stop < 0:
+            break
+        outside = b"".join((view[:start], b"[]", view[stop + 1 :]))
+        if outside.count(_EVENTS_KEY) != (0 if bare else 1) or b"\\u" in outside:
+            continue
+        try:
+            doc = _FRAME_DECODER.decode(outside)
+        except (msgspec.DecodeError, RecursionError):
+            continue
+        if doc == [] if bare else isinstance(doc, _Frame) and bytes(doc.traceEvents) == b"[]":
+            found.append((stop, doc))
+    return found[-1] if found else (-1, None)
+
+
 def _too_deep(path: Path) -> TraceError:
     return TraceError(
         f"{path}: not a Chrome trace (JSON nested deeper than the parser's limit of about "
@@ -290,11 +415,7 @@ def _too_deep(path: Path) -> TraceError:
 
 def _columns(raws: list[Any], path: Path) -> _Columns:
     """Decode the raw events a batch at a time into columns; each batch's raw events are let go once decoded."""
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("ts", "dur", "cat", "name", "pid", "tid", "corr", "bytes")}
-    interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
-    kind_arg: dict[int, Any] = {}
-    flows: list[tuple[str, str, float, str, Any]] = []
-    done = 0  # complete events so far
+    builder = _ColumnBuilder(path, len(raws))
     for start in range(0, len(raws), _BATCH):
         stop = min(start + _BATCH, len(raws))
         payload = b"[" + b",".join(raws[start:stop]) + b"]"
@@ -308,44 +429,78 @@ def _columns(raws: list[Any], path: Path) -> _Columns:
         except RecursionError:
             raise _too_deep(path) from None
         del payload
+        builder.add(events)
+    return builder.finish()
+
+
+class _ColumnBuilder:
+    """The columns of :class:`_Columns`, filled a batch of decoded events at a time (names, threads and flow
+    arrows that span batches come out as in one batch).
+
+    ``capacity`` is an upper bound on the complete events (the ``{`` counted in the text, or the events): each
+    column is allocated once at that length and filled in place. Its pages that are never written are never
+    resident, so the bound costs address space, not memory; no batch list is joined (joining would hold the
+    columns twice).
+    """
+
+    _FLOAT_KEYS = ("ts", "dur", "corr", "bytes")
+
+    def __init__(self, path: Path, capacity: int) -> None:
+        self.path = path
+        self.interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
+        self.cols: dict[str, np.ndarray] = {k: np.empty(capacity, dtype=np.float64) for k in self._FLOAT_KEYS}
+        self.cols.update((k, np.empty(capacity, dtype=np.int64)) for k in self.interners)
+        self.kind_arg: dict[int, Any] = {}
+        self.flows: list[tuple[str, str, float, str, Any]] = []
+        self.done = 0  # complete events so far
+
+    def add(self, events: list[_Event]) -> None:
+        """Append the complete events of ``events`` (and keep the legacy layout's flow arrows).
+
+        Raises:
+            TraceError: if a complete event's ``ts`` / ``dur`` is missing or not a number.
+        """
+        cols, path, done = self.cols, self.path, self.done
         xs = [e for e in events if e.ph == "X" and e.cat != "Trace"]
-        flows += (
-            (e.ph, str(e.name), _float_or_nan(e.ts), str(e.tid), e.id)
-            for e in events
-            if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.startswith("cpu_to_")
-        )
-        del events
+        if len(xs) < len(events):  # flow arrows are not complete events: look for them only when some are left
+            self.flows += (
+                (e.ph, str(e.name), _float_or_nan(e.ts), str(e.tid), e.id)
+                for e in events
+                if e.ph in ("s", "f") and isinstance(e.cat, str) and e.cat.startswith("cpu_to_")
+            )
         if not xs:
-            continue
-        parts["ts"].append(_numbers(_field(xs, "ts"), "ts", path, done))
-        parts["dur"].append(_numbers(_field(xs, "dur"), "dur", path, done))
-        for key, interner in interners.items():
-            parts[key].append(interner.codes(_field(xs, key)))
+            return
+        end = done + len(xs)
+        if end > len(cols["ts"]):  # cannot happen: every complete event is a counted object
+            raise TraceError(f"{path}: more complete events than JSON objects counted")
+        cols["ts"][done:end] = _numbers(_field(xs, "ts"), "ts", path, done)
+        cols["dur"][done:end] = _numbers(_field(xs, "dur"), "dur", path, done)
+        for key, interner in self.interners.items():
+            cols[key][done:end] = interner.codes(_field(xs, key))
         args = _field(xs, "args")
-        parts["corr"].append(_numeric([None if a is None else a.correlation for a in args]))
-        parts["bytes"].append(_numeric([None if a is None else a.nbytes for a in args]))
-        kind_arg.update((done + i, a.kind) for i, a in enumerate(args) if a is not None and a.kind is not None)
-        done += len(xs)
+        cols["corr"][done:end] = _numeric([None if a is None else a.correlation for a in args])
+        cols["bytes"][done:end] = _numeric([None if a is None else a.nbytes for a in args])
+        self.kind_arg.update((done + i, a.kind) for i, a in enumerate(args) if a is not None and a.kind is not None)
+        self.done = end
 
-    def joined(key: str, dtype: Any) -> np.ndarray:
-        return np.concatenate(parts[key]) if parts[key] else np.zeros(0, dtype=dtype)
-
-    return _Columns(
-        ts=joined("ts", np.float64),
-        dur=joined("dur", np.float64),
-        cat_code=joined("cat", np.int64),
-        cats=interners["cat"].strings(),
-        name_code=joined("name", np.int64),
-        names=interners["name"].strings(),
-        pid_code=joined("pid", np.int64),
-        pids=interners["pid"].strings(),
-        tid_code=joined("tid", np.int64),
-        tids=interners["tid"].strings(),
-        correlation=joined("corr", np.float64),
-        nbytes=joined("bytes", np.float64),
-        kind_arg=kind_arg,
-        flows=flows,
-    )
+    def finish(self) -> _Columns:
+        cols, interners, n = self.cols, self.interners, self.done
+        return _Columns(
+            ts=cols["ts"][:n],
+            dur=cols["dur"][:n],
+            cat_code=cols["cat"][:n],
+            cats=interners["cat"].strings(),
+            name_code=cols["name"][:n],
+            names=interners["name"].strings(),
+            pid_code=cols["pid"][:n],
+            pids=interners["pid"].strings(),
+            tid_code=cols["tid"][:n],
+            tids=interners["tid"].strings(),
+            correlation=cols["corr"][:n],
+            nbytes=cols["bytes"][:n],
+            kind_arg=self.kind_arg,
+            flows=self.flows,
+        )
 
 
 def _numeric(values: list[Any]) -> np.ndarray:
@@ -441,9 +596,15 @@ def trace_host(path: str | os.PathLike[str]) -> str:
 
 def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
     """One row per complete event, every table column except ``self_us``."""
+    columns = _frame_columns(cols, path)
+    return pd.DataFrame(columns) if columns else pd.DataFrame()  # make_table adds the columns of an empty one
+
+
+def _frame_columns(cols: _Columns, path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The columns of :func:`_frame` as arrays, in file order ({} when there are no complete events)."""
     n = len(cols.ts)
     if not n:
-        return pd.DataFrame()  # make_table adds the columns
+        return {}
     ts, dur = cols.ts, cols.dur
     cat_code, cats = cols.cat_code, cols.cats
     name_code, names = cols.name_code, cols.names
@@ -475,22 +636,20 @@ def _frame(cols: _Columns, path: str | os.PathLike[str]) -> pd.DataFrame:
     launch_us, op = _link_launches(cols.correlation, ts, dur, cat, name, thread, on_device)
     if legacy and on_device.any():
         _link_legacy_flows(cols.flows, ts, name, tids[tid_code], on_device, launch_us, op)
-    return pd.DataFrame(
-        {
-            "name": name,
-            "kind": kind,
-            "ts_us": ts,
-            "dur_us": dur,
-            "on_device": on_device,
-            "pid": pids[pid_code],
-            "tid": tids[tid_code],
-            "op": op,
-            "launch_us": launch_us,
-            "copy_kind": copy_kind,
-            "bytes": nbytes,
-            "step_num": step_num,
-        }
-    )
+    return {
+        "name": name,
+        "kind": kind,
+        "ts_us": ts,
+        "dur_us": dur,
+        "on_device": on_device,
+        "pid": pids[pid_code],
+        "tid": tids[tid_code],
+        "op": op,
+        "launch_us": launch_us,
+        "copy_kind": copy_kind,
+        "bytes": nbytes,
+        "step_num": step_num,
+    }
 
 
 _LEGACY_HOST_PID = "CPU functions"
