@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof import metrics
-from fitprof.traces._table import Kind
+from fitprof.traces._table import OVERHEAD_ANNOTATION, Kind
 
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
@@ -165,6 +165,9 @@ class BottleneckReport:
     speedup_if_no_input: float = math.nan
     speedup_if_no_htod: float = math.nan
     speedup_if_no_collectives: float = math.nan
+    self_ms_per_step: float = math.nan
+    """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
+    out of ``step_time_ms``. NaN in report files written before it existed."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -182,6 +185,7 @@ class BottleneckReport:
             metrics.STEP_TIME_IF_NO_INPUT_MS.key: self.step_time_if_no_input_ms,
             metrics.STEP_TIME_IF_NO_HTOD_MS.key: self.step_time_if_no_htod_ms,
             metrics.STEP_TIME_IF_NO_COLLECTIVES_MS.key: self.step_time_if_no_collectives_ms,
+            metrics.SELF_MS_PER_STEP.key: self.self_ms_per_step,
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
@@ -294,7 +298,12 @@ class BottleneckReport:
             "",
             f"Step time {self.step_time_ms:.2f} ms over {self.steps_analyzed} steps; input "
             f"{self.input_percent:.1f}%; host-to-device {self.htod_ms_per_step:.3f} ms/step "
-            f"({self.htod_percent:.1f}%).",
+            f"({self.htod_percent:.1f}%)."
+            + (
+                f" fitprof's own time {self.self_ms_per_step:.3f} ms/step (left out of step time)."
+                if math.isfinite(self.self_ms_per_step)
+                else ""
+            ),
             "",
         ]
         if self.speedup_line():
@@ -518,7 +527,10 @@ def analyze_table(
             warnings.append("No step markers in the trace: the whole trace was analysed as one window.")
         else:
             steps = (np.array([]), np.array([]))
-    excluded = _union(ts[kind == Kind.NOT_TRAINING], end[kind == Kind.NOT_TRAINING])
+    not_training = kind == Kind.NOT_TRAINING
+    excluded = _union(ts[not_training], end[not_training])
+    own = not_training & (table["name"].to_numpy() == OVERHEAD_ANNOTATION)
+    own_us = _overlap(_union(ts[own], end[own]), steps)
     step_total_us = float(np.sum(steps[1] - steps[0])) - _overlap(steps, excluded)
     n_div = max(n_steps, 1)
     if step_total_us <= 0:
@@ -636,6 +648,7 @@ def analyze_table(
         htod_pageable_ms_per_step=pageable_us / n_div / 1e3,
         dtoh_ms_per_step=dtoh_us / n_div / 1e3,
         collective_ms_per_step=coll_us / n_div / 1e3,
+        self_ms_per_step=own_us / n_div / 1e3,
         collective_percent=collective_percent,
         top_ops=top_ops,
         op_time_source=source_name,

@@ -23,7 +23,8 @@ STEP_TIME_MS = Metric(
     PREFIX + "step_time_ms",
     "ms",
     "Mean wall time of an analysed training step: the duration of the step marker (Kineto `ProfilerStep#N`, "
-    "an XSpace event with `_r=1`), less any validation run inside it.",
+    "an XSpace event with `_r=1`), less any validation run inside it and less fitprof's own time "
+    "(`fitprof/self_ms_per_step`).",
 )
 INPUT_PERCENT = Metric(
     PREFIX + "input_percent",
@@ -105,6 +106,13 @@ SPEEDUP_IF_NO_COLLECTIVES = Metric(
     "`step_time_ms / step_time_if_no_collectives_ms`: how many times faster steps would be with the collectives "
     "overlapped." + _UPPER,
 )
+SELF_MS_PER_STEP = Metric(
+    PREFIX + "self_ms_per_step",
+    "ms per step",
+    "fitprof's own time inside the analysed steps: the total duration of its `fitprof/overhead` annotations "
+    "(its hook bodies, step-marker transitions, the flush of a window cut short) inside analysed steps, divided "
+    "by the number of steps. This time is already left out of `step_time_ms` and every share of it.",
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
@@ -129,6 +137,7 @@ ALL: tuple[Metric, ...] = (
     SPEEDUP_IF_NO_INPUT,
     SPEEDUP_IF_NO_HTOD,
     SPEEDUP_IF_NO_COLLECTIVES,
+    SELF_MS_PER_STEP,
     TOP_OP,
 )
 
@@ -145,6 +154,7 @@ BASE_KEYS: tuple[str, ...] = (
     STEP_TIME_IF_NO_INPUT_MS.key,
     STEP_TIME_IF_NO_HTOD_MS.key,
     STEP_TIME_IF_NO_COLLECTIVES_MS.key,
+    SELF_MS_PER_STEP.key,
 )
 """The keys every analysed window logs, whatever its operators."""
 
