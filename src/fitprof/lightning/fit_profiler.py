@@ -45,6 +45,12 @@ class FitProfiler(Callback):
     validation); validation run inside a window is wrapped in the ``fitprof/validation`` annotation and left
     out of the step time. An epoch with fewer than ``last`` steps flushes what it has (one warning).
 
+    The profiler starts one step early (at the end of step ``first - 2``, or at the epoch's start): step
+    ``first - 1`` is the window's warm-up step, recorded but not marked, so the profiler's start-up is never in
+    an analysed step. With ``first == 1`` there is no earlier step: the profiler starts at the epoch's start and
+    step 1 opens at once. Inside the window the batch hook's own work is wrapped in ``fitprof/overhead``, left
+    out of step time and logged as ``fitprof/self_ms_per_step``.
+
     Outside the window the batch hooks do one or two integer comparisons; nothing is wrapped.
 
     Two torch profilers at once raise and can crash the process (segfault), so: with
@@ -71,7 +77,8 @@ class FitProfiler(Callback):
     same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
     epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
     (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
-    ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and ``fitprof/top_op_<i>_ms`` (ms per step, the
+    ``fitprof/collective_percent``, ``fitprof/steps_analyzed``, ``fitprof/self_ms_per_step`` and
+    ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
     the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
     are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
@@ -263,8 +270,9 @@ class FitProfiler(Callback):
                 f"fitprof: epoch {self._epoch} was resumed at step {next_step}, after the window's first step "
                 f"(profile_batch={self._first},{self._last}); that epoch is not profiled.",
             )
-        elif self._epoch_on and self._first == next_step:
-            self._start(next_step)
+        elif self._epoch_on and next_step >= self._first - 1:
+            # The next step is the window's warm-up step (first - 1) or, with no step before it, its first step.
+            self._start(warm_up=next_step < self._first)
 
     @override
     def on_train_batch_end(
@@ -275,18 +283,29 @@ class FitProfiler(Callback):
         n = batch_idx + 1
         self._steps_seen = n
         if self._open:
-            if n >= self._last:
-                self._stop()
-            elif self._epoch_ends_after_this(trainer, n):
-                self._warn_short(n)
-                self._stop()
-            else:
-                self._window.begin_step(n + 1)  # closes ProfilerStep#n
-        elif n == self._first - 1:
-            if self._epoch_ends_after_this(trainer, n):
+            window = self._window
+            window.begin_overhead()  # this hook's own time is fitprof's, never the step's
+            try:
+                if window.step_num is None:  # the warm-up step (first - 1) ended: the analysed steps begin
+                    if self._epoch_ends_after_this(trainer, n):
+                        self._open = self._epoch_on = False
+                        window.stop(export=False)
+                    else:
+                        self._begin_first_step()
+                elif n >= self._last:
+                    self._stop()
+                elif self._epoch_ends_after_this(trainer, n):
+                    self._warn_short(n)
+                    self._stop()
+                else:
+                    window.begin_step(n + 1)  # closes ProfilerStep#n
+            finally:
+                window.end_overhead()
+        elif n == self._first - 2:
+            if self._epoch_ends_after_this(trainer, n + 1):
                 self._epoch_on = False
             else:
-                self._start(self._first)
+                self._start(warm_up=True)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -377,14 +396,19 @@ class FitProfiler(Callback):
                 self._warn_rank("broadcast", f"fitprof: could not share the session name across ranks ({err!r}).")
         return name
 
-    def _start(self, step: int) -> None:
+    def _start(self, *, warm_up: bool) -> None:
+        """Start the profiler. ``warm_up``: one step (``first - 1``) before the analysed ones, recorded but not
+        marked, takes the profiler's start-up; else (``first == 1``, no earlier step) step 1 opens at once,
+        after one span of fitprof's own that makes the first recorded event fall before it."""
         assert self._dir is not None
         if self._session is None:
             self._session = self._new_session()
         if self._window.start(self._dir, self._session, rank=self._rank):
-            self._coverage.windows += 1
             self._open = True
-            self._window.begin_step(step)
+            if not warm_up:
+                self._window.begin_overhead()
+                self._begin_first_step()
+                self._window.end_overhead()
         else:
             self._epoch_on = False
             if self._coverage.blocked is None:
@@ -392,11 +416,19 @@ class FitProfiler(Callback):
                     "another torch profiler was running" if profiler_running() else "the torch profiler did not start"
                 )
 
+    def _begin_first_step(self) -> None:
+        """Open ``ProfilerStep#first``: from here on the window is counted as profiled."""
+        self._window.begin_step(self._first)
+        self._coverage.windows += 1
+
     def _stop(self, *, drop_open_step: bool = False) -> None:
         self._open = False
         self._epoch_on = False
         self._val_annotated = False
-        if drop_open_step and self._window.step_num is not None:
+        if self._window.step_num is None:  # only the warm-up step ran: nothing to analyse
+            self._window.stop(export=False)
+            return
+        if drop_open_step:
             self._warn_short(self._window.step_num - 1)
         self._pending = self._window.stop(drop_open_step=drop_open_step)
 
