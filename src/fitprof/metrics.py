@@ -110,8 +110,8 @@ SELF_MS_PER_STEP = Metric(
     PREFIX + "self_ms_per_step",
     "ms per step",
     "fitprof's own time inside the analysed steps: the total duration of its `fitprof/overhead` annotations "
-    "(its hook bodies, step-marker transitions, the flush of a window cut short) inside analysed steps, divided "
-    "by the number of steps. This time is already left out of `step_time_ms` and every share of it.",
+    "(its batch-hook bodies and step-marker transitions) inside analysed steps, divided by the number of steps. "
+    "This time is already left out of `step_time_ms` and every share of it.",
 )
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(

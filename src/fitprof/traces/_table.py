@@ -77,7 +77,7 @@ VALIDATION_ANNOTATION = "fitprof/validation"
 
 OVERHEAD_ANNOTATION = "fitprof/overhead"
 """Name of the annotation the callbacks put around their own work inside a profiled window (hook bodies, step-marker
-transitions, the flush of a window cut short): ``Kind.NOT_TRAINING``, so fitprof's own time is never step time;
+transitions): ``Kind.NOT_TRAINING``, so fitprof's own time is never step time;
 its total inside the analysed steps is reported as ``fitprof/self_ms_per_step``."""
 
 NOT_TRAINING_ANNOTATIONS = frozenset({VALIDATION_ANNOTATION, OVERHEAD_ANNOTATION})
