@@ -455,6 +455,8 @@ class FitProfiler(keras.callbacks.Callback):
             self._coverage.steps(self._steps_this_epoch())
         if self._window is not None and self._last_begun + self._spe - 1 >= self.config.last_step:
             self._close_window()  # the window's last step was the epoch's last: the window is complete
+        if self._window is not None and not self._last_begun:
+            self._close_window()  # the epoch ended on the warm-up step: nothing to analyse (dropped)
         if self._window is not None:
             self._warn_once(
                 "short",
