@@ -398,8 +398,9 @@ class FitProfiler(Callback):
 
     def _start(self, *, warm_up: bool) -> None:
         """Start the profiler. ``warm_up``: one step (``first - 1``) before the analysed ones, recorded but not
-        marked, takes the profiler's start-up; else (``first == 1``, no earlier step) step 1 opens at once,
-        after one span of fitprof's own that makes the first recorded event fall before it."""
+        marked, takes the profiler's start-up; else (no step before the first: ``first == 1``, or an epoch resumed
+        at ``first``) the first step opens at once, after one span of fitprof's own that makes the first recorded
+        event fall before it."""
         assert self._dir is not None
         if self._session is None:
             self._session = self._new_session()
