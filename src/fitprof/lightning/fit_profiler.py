@@ -797,8 +797,9 @@ class FitProfiler(Callback):
 
     def _may_trigger(self, trainer: pl.Trainer, n: int) -> bool:
         """Whether a triggered window may open after step ``n``: no window open, a writable log dir, this rank
-        profiles, the epoch goes on, and the window (warm-up ``n+1``, analysed ``n+2`` .. ``n+1+L``) ends before
-        the scheduled one starts (its profiler starts at the end of step ``first - 2``)."""
+        profiles, the epoch goes on past the window's warm-up step, and the window (warm-up ``n+1``, analysed
+        ``n+2`` .. ``n+1+L``) ends before the scheduled one starts (its profiler starts at the end of step
+        ``first - 2``)."""
         if (
             self._open
             or self._window.started_here
@@ -808,7 +809,15 @@ class FitProfiler(Callback):
             return False
         if self._epoch_on and n + 1 + self._trigger_length() >= self._first - 2:
             return False
-        return not self._epoch_ends_after_this(trainer, n)
+        if self._epoch_ends_after_this(trainer, n):
+            return False
+        try:  # nor may its warm-up step (n + 1) be the epoch's last: the window would analyse nothing
+            if n + 1 >= trainer.num_training_batches:
+                return False
+            max_steps = trainer.max_steps
+            return not (max_steps is not None and max_steps >= 0 and trainer.global_step + 1 >= max_steps)
+        except Exception:  # private loop state moved: an epoch ending on the warm-up step drops the window
+            return True
 
     def _trigger_length(self) -> int:
         """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
