@@ -137,10 +137,11 @@ class FitProfiler(Callback):
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
             recorded). The four are off by default; their measured cost is in the README.
-        count_items: a function of one batch (as ``on_train_batch_start`` gets it) returning its items, e.g.
+        count_items: a function of one batch (as the batch hooks get it) returning its items, e.g.
             tokens, for ``fitprof/items_per_s``; None (default) logs NaN there. A call that raises gives one
-            warning and NaN for that window. It runs inside the profiled steps: keep it cheap (shapes, no
-            ``.item()``, which waits for the device).
+            warning and NaN for that window. It runs at the end of each profiled step, inside fitprof's own
+            ``fitprof/overhead`` span (``fitprof/self_ms_per_step``, left out of step time): keep it cheap (shapes,
+            no ``.item()``, which waits for the device and changes the steps it measures).
 
     Throughput (:mod:`fitprof.throughput`): ``fitprof/samples_per_s`` counts the samples of each profiled step's
     batch (its first tensor's leading dimension, :func:`fitprof._batch.batch_size`); ``fitprof/flops_per_step``
@@ -349,16 +350,7 @@ class FitProfiler(Callback):
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
             self._begin_epoch(trainer, next_step=batch_idx + 1)
-        if self._open:
-            window = self._window
-            window.begin_overhead()  # this hook's own work (batch size, count_items) is fitprof's, not the step's
-            try:
-                self._samples = batch_size(batch)
-                # the scheduled window's analysed steps (not its warm-up step; a triggered window has no FLOPs)
-                if self._trig_event is None and window.step_num is not None:
-                    self._work.add_step(batch)
-            finally:
-                window.end_overhead()
+        if self._open:  # the step's batch work runs at its end, inside fitprof/overhead (on_train_batch_end)
             return
         self._samples = batch_size(batch)
         if self._count_pending and batch_idx + 1 == self._count_step:
@@ -411,9 +403,16 @@ class FitProfiler(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         if self._open:
+            # This hook's own time is fitprof's, never the step's: one span holds all of it, the step's batch work
+            # included (its size and count_items, moved here from on_train_batch_start, which gets the same batch:
+            # a second span there would cost more than the work it holds).
             window = self._window
-            window.begin_overhead()  # this hook's own time is fitprof's, never the step's
+            window.begin_overhead()
             try:
+                self._samples = batch_size(batch)
+                # the scheduled window's analysed steps (not its warm-up step; a triggered window has no FLOPs)
+                if self._trig_event is None and window.step_num is not None:
+                    self._work.add_step(batch)
                 self._batch_end(trainer, batch_idx)
             finally:
                 window.end_overhead()  # a no-op once the window stopped (stopping closes the span first)
