@@ -1,6 +1,7 @@
 """Accuracy zoo: training runs whose bottleneck is known by construction, fitprof's figures against the truth.
 
-    python benchmarks/zoo.py --framework keras|lightning|all [--quick] [--repeats N] [--scenario NAME] [--json FILE]
+    python benchmarks/zoo.py --framework keras|lightning|all [--quick] [--repeats N] [--epochs N] [--scenario NAME]
+        [--json FILE]
 
 Each scenario trains a small model for 12 steps with ``FitProfiler`` (default window, steps 6-10) and measures
 the ground truth in the same run, independently of any profiler:
@@ -30,6 +31,11 @@ never counts), computed from fitprof's own Kineto trace.
 
 The expected verdict is the one fitprof's own thresholds (:func:`fitprof.analysis.verdict_for`) give on the
 true figure. Target: ``|fitprof - truth| <= 3`` percentage points and the expected verdict.
+
+``--epochs N`` (default 3) trains N epochs of ``STEPS`` steps each, every epoch profiled: epoch 0's window (the
+first window of a run, where the profiler starts for the first time) is reported apart from the later epochs'
+(truth and figure per epoch, from the same clocks; Keras ``prefetch_hidden`` reports epoch 0 only, as its
+truth needs each batch's ready time). The summary prints the largest error of epoch 0 and of later epochs.
 
 ``--quick`` runs one repeat and skips the SimpleProfiler runs; the default runs ``--repeats`` (3) repeats of each
 scenario and prints the median, min and max. Functions here are also used by ``tests/test_accuracy.py``.
@@ -63,6 +69,7 @@ from fitprof.analysis import verdict_for
 
 TOLERANCE_PP = 3.0
 STEPS = 12  # the default window (steps 6-10) plus the step whose start closes it, plus one
+EPOCHS = 3  # default --epochs: epoch 0's window is reported apart from the later ones
 FIRST, LAST = 6, 10
 
 KERAS_SCENARIOS = ("sleep_input", "cpu_augment", "compute_bound", "mixed", "prefetch_hidden", "planted_op")
@@ -100,6 +107,12 @@ class Result:
     busy_pct: float = float("nan")  # fitprof's share of the step that compute covers (device busy, else host ops)
     on_device: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    later: list[tuple[float, float]] = field(default_factory=list)
+    """(truth %, fitprof %) of the windows of epochs 1, 2, ... of the same run (``--epochs``)."""
+
+    @property
+    def later_errors_pp(self) -> list[float]:
+        return [f - t for t, f in self.later]
 
     @property
     def expected_verdict(self) -> str:
@@ -199,9 +212,10 @@ class _KerasClock:
         self.post: list[float] = []
         self.before, self.after = clock(self.pre), clock(self.post)
 
-    def window(self) -> tuple[float, float]:
+    def window(self, epoch: int = 0) -> tuple[float, float]:
         """Start of step FIRST to start of step LAST + 1 (what FitProfiler marks as steps FIRST..LAST)."""
-        return self.post[FIRST - 1], self.pre[LAST]
+        o = epoch * STEPS
+        return self.post[o + FIRST - 1], self.pre[o + LAST]
 
     def step_ms(self) -> float:
         lo, hi = self.window()
@@ -251,6 +265,7 @@ def keras_run(
     parallel: bool = False,
     top_k: int = 5,
     threads: int = 4,
+    epochs: int = 1,
 ) -> tuple[Any, _KerasClock, list[tuple[float, float]], dict[int, float]]:
     """Fit ``STEPS`` steps with FitProfiler; return the profiler, the step clock, the batch-production spans
     and when each batch (0-based) was ready.
@@ -305,7 +320,7 @@ def keras_run(
         y.set_shape((batch,))
         return x, y
 
-    ds = tf.data.Dataset.range(STEPS + 8)  # more batches than steps: a prefetching pipeline keeps producing
+    ds = tf.data.Dataset.range(epochs * STEPS + 8)  # more batches than steps: a prefetching pipeline keeps producing
     if parallel:
         ds = ds.map(to_batch, num_parallel_calls=threads, deterministic=True).prefetch(threads)
     else:
@@ -320,16 +335,23 @@ def keras_run(
     profiler = FitProfiler(log_dir=logdir / scenario, top_k=top_k)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.fit(ds, epochs=1, steps_per_epoch=STEPS, verbose=0, callbacks=[clock.before, profiler, clock.after])
+        model.fit(ds, epochs=epochs, steps_per_epoch=STEPS, verbose=0, callbacks=[clock.before, profiler, clock.after])
     return profiler, clock, spans, ready
 
 
 def keras_scenario(
-    scenario: str, logdir: Path, *, base: Result | None = None, side_tools: bool = True, sleep: float = 0.020
+    scenario: str,
+    logdir: Path,
+    *,
+    base: Result | None = None,
+    side_tools: bool = True,
+    sleep: float = 0.020,
+    epochs: int = 1,
 ) -> Result:
     """Run one Keras scenario and compare.
 
     Args:
+        epochs: epochs to train (each profiled); epochs after 0 go to ``Result.later``.
         base: the compute-bound result (calibrates ``mixed`` and ``prefetch_hidden``).
         side_tools: also compute xprof's figure.
         sleep: seconds of sleep per batch in ``sleep_input``.
@@ -352,7 +374,7 @@ def keras_scenario(
         kw = {"model_kind": "planted", "batch": 128, "top_k": 10}
     else:
         raise ValueError(f"unknown Keras scenario {scenario!r}; known: {KERAS_SCENARIOS}")
-    profiler, clock, spans, ready = keras_run(scenario, logdir, **kw)
+    profiler, clock, spans, ready = keras_run(scenario, logdir, epochs=epochs, **kw)
     report = profiler.reports[0]
     lo, hi = clock.window()
     produce_pct = clipped_share(spans, lo, hi)
@@ -383,6 +405,10 @@ def keras_scenario(
         top_op_pct=report.top_ops[0].percent if report.top_ops else float("nan"),
         extra=extra,
     )
+    if scenario != "prefetch_hidden":  # its truth needs each batch's ready time: epoch 0 only
+        result.later = [
+            (clipped_share(spans, *clock.window(e)), profiler.reports[e].input_percent) for e in range(1, epochs)
+        ]
     if scenario == "planted_op":
         planted = [op for op in report.top_ops if "planted_matmul" in op.name]
         result.planted_pct_fitprof = sum(op.percent for op in planted)
@@ -522,9 +548,10 @@ class _LightningClock:
         self.post: list[float] = []
         self.before, self.after = clock(self.pre), clock(self.post)
 
-    def window(self) -> tuple[float, float]:
+    def window(self, epoch: int = 0) -> tuple[float, float]:
         """End of step FIRST - 1 to end of step LAST (FitProfiler's ProfilerStep#FIRST..#LAST)."""
-        return self.post[FIRST - 2], self.pre[LAST - 1]
+        o = epoch * STEPS
+        return self.post[o + FIRST - 2], self.pre[o + LAST - 1]
 
     def step_ms(self) -> float:
         lo, hi = self.window()
@@ -532,7 +559,7 @@ class _LightningClock:
 
 
 def lightning_run(
-    scenario: str, logdir: Path, *, simple: bool = False, top_k: int = 5, **parts: Any
+    scenario: str, logdir: Path, *, simple: bool = False, top_k: int = 5, epochs: int = 1, **parts: Any
 ) -> tuple[Any, _LightningClock, _NextTimer]:
     """Fit ``STEPS`` steps with FitProfiler (or, ``simple=True``, with ``Trainer(profiler="simple")`` instead)."""
     import lightning.pytorch as pl
@@ -555,8 +582,8 @@ def lightning_run(
         fp = FitProfiler(log_dir=logdir / scenario, top_k=top_k)
         callbacks.insert(1, fp)
     trainer = pl.Trainer(
-        max_epochs=1,
-        max_steps=STEPS,
+        max_epochs=epochs,
+        limit_train_batches=STEPS,
         accelerator="cpu",
         devices=1,
         logger=False,
@@ -588,11 +615,18 @@ def _simple_figures(profiler: Any, clock: _LightningClock) -> tuple[float, float
 
 
 def lightning_scenario(
-    scenario: str, logdir: Path, *, base: Result | None = None, side_tools: bool = True, sleep: float = 0.020
+    scenario: str,
+    logdir: Path,
+    *,
+    base: Result | None = None,
+    side_tools: bool = True,
+    sleep: float = 0.020,
+    epochs: int = 1,
 ) -> Result:
     """Run one Lightning scenario and compare.
 
     Args:
+        epochs: epochs to train (each profiled); epochs after 0 go to ``Result.later``.
         base: the compute-bound result (calibrates ``mixed``).
         side_tools: also compute xprof's, SimpleProfiler's (a second run) and torch-tb-profiler's figures.
         sleep: seconds of sleep per batch in ``sleep_input`` and ``workers_hidden``.
@@ -613,7 +647,8 @@ def lightning_scenario(
         parts = {"model_kind": "planted", "batch": 128}
     else:
         raise ValueError(f"unknown Lightning scenario {scenario!r}; known: {LIGHTNING_SCENARIOS}")
-    fp, clock, timer = lightning_run(scenario, logdir, top_k=10 if scenario == "planted_op" else 5, **parts)
+    top_k = 10 if scenario == "planted_op" else 5
+    fp, clock, timer = lightning_run(scenario, logdir, top_k=top_k, epochs=epochs, **parts)
     report = fp.reports[0]
     lo, hi = clock.window()
     truth = clipped_share(timer.spans, lo, hi)
@@ -630,6 +665,7 @@ def lightning_scenario(
         truth_step_ms=clock.step_ms(),
         top_op=report.top_ops[0].name if report.top_ops else "",
         top_op_pct=report.top_ops[0].percent if report.top_ops else float("nan"),
+        later=[(clipped_share(timer.spans, *clock.window(e)), fp.reports[e].input_percent) for e in range(1, epochs)],
     )
     if scenario == "planted_op":
         result.planted_pct_fitprof = sum(op.percent for op in report.top_ops if op.name == "aten::bmm")
@@ -759,7 +795,7 @@ def _fix_row(c: FixCheck) -> str:
 
 # ------------------------------------------------------------------------------------------------ driver
 def run_all(
-    framework: str, logdir: Path, *, scenarios: tuple[str, ...], side_tools: bool
+    framework: str, logdir: Path, *, scenarios: tuple[str, ...], side_tools: bool, epochs: int = 1
 ) -> tuple[list[Result], float]:
     runner: Callable[..., Result] = keras_scenario if framework == "keras" else lightning_scenario
     results: list[Result] = []
@@ -769,7 +805,7 @@ def run_all(
         order = ["compute_bound", *order]
     t0 = time.perf_counter()
     for s in order:
-        r = runner(s, logdir, base=base, side_tools=side_tools)
+        r = runner(s, logdir, base=base, side_tools=side_tools, epochs=epochs)
         if s == "compute_bound":
             base = r
         if s in scenarios:
@@ -784,8 +820,8 @@ def _fmt(v: float) -> str:
 
 HEADER = (
     "| framework | scenario | truth % | fitprof % | error pp | verdict (expected) | xprof % | SimpleProfiler % "
-    "(its run's truth; summary %) | tb-profiler % | top op | ok |\n"
-    "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|"
+    "(its run's truth; summary %) | tb-profiler % | top op | later epochs: error pp | ok |\n"
+    "|---|---|---:|---:|---:|---|---:|---:|---:|---|---|---|"
 )
 
 
@@ -802,7 +838,7 @@ def _row(r: Result) -> str:
     return (
         f"| {r.framework} | {r.scenario} | {truth} | {_fmt(r.fitprof_pct)} | {r.error_pp:+.1f} | "
         f"{r.verdict} ({r.expected_verdict}) | {_fmt(r.xprof_pct)} | {simple} | {_fmt(r.tbprof_pct)} | {top} | "
-        f"{'yes' if r.ok else 'NO'} |"
+        f"{' '.join(f'{e:+.1f}' for e in r.later_errors_pp) or '–'} | {'yes' if r.ok else 'NO'} |"
     )
 
 
@@ -831,6 +867,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--framework", choices=["keras", "lightning", "all"], default="all")
     parser.add_argument("--quick", action="store_true", help="one repeat, no SimpleProfiler runs")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="epochs per run, each profiled (default 3)")
     parser.add_argument("--scenario", action="append", help="run only these scenarios (repeatable)")
     parser.add_argument("--json", help="write every result to this file")
     parser.add_argument(
@@ -849,7 +886,9 @@ def main(argv: list[str] | None = None) -> int:
             known = KERAS_SCENARIOS if fw == "keras" else LIGHTNING_SCENARIOS
             chosen = tuple(s for s in known if not args.scenario or s in args.scenario)
             for rep in range(repeats):
-                results, seconds = run_all(fw, Path(d) / f"{fw}{rep}", scenarios=chosen, side_tools=not args.quick)
+                results, seconds = run_all(
+                    fw, Path(d) / f"{fw}{rep}", scenarios=chosen, side_tools=not args.quick, epochs=args.epochs
+                )
                 everything += results
                 print(f"<!-- {fw} repeat {rep + 1}/{repeats}: {seconds:.0f} s -->", flush=True)
     if repeats > 1:
@@ -872,10 +911,26 @@ def main(argv: list[str] | None = None) -> int:
                 f"{spread([r.error_pp for r in rs])} | {spread([r.xprof_pct for r in rs])} | {right}/{len(rs)} | "
                 f"{'yes' if all(r.ok for r in rs) else 'NO'} |"
             )
+    input_runs = [r for r in everything if r.scenario != "planted_op"]
+    if input_runs:
+        first = max(abs(r.error_pp) for r in input_runs)
+        later = [abs(e) for r in input_runs for e in r.later_errors_pp]
+        print(
+            f"\nLargest |error| over {len(input_runs)} input-share runs: epoch 0 {first:.1f} pp; later epochs "
+            + (f"{max(later):.1f} pp ({len(later)} windows)" if later else "– (no later epoch)")
+        )
     if args.json:
         Path(args.json).write_text(
             json.dumps(
-                [{**asdict(r), "ok": r.ok, "expected_verdict": r.expected_verdict} for r in everything],
+                [
+                    {
+                        **asdict(r),
+                        "ok": r.ok,
+                        "expected_verdict": r.expected_verdict,
+                        "later_errors_pp": r.later_errors_pp,
+                    }
+                    for r in everything
+                ],
                 indent=1,
                 default=lambda o: o.item() if hasattr(o, "item") else str(o),
             )

@@ -85,6 +85,31 @@ def test_analysis_on_a_hand_built_window() -> None:
     assert "num_workers" in report.advice[0]
     scal = report.scalars()
     assert scal["fitprof/input_percent"] == pytest.approx(30.0)
+    assert report.self_ms_per_step == 0.0  # no fitprof/overhead span in this window
+
+
+def test_fitprofs_own_spans_are_left_out_and_reported() -> None:
+    # Two 10 ms steps; fitprof's own span of 3 ms ends step 1 (1 ms of input wait inside it), and one of 2 ms
+    # straddles the boundary (1 ms in step 2, 1 ms outside every step); one of 4 ms lies before the first step
+    # (the warm-up step: not analysed).
+    table = make_table(
+        [
+            _ev("fitprof/overhead", "not_training", -5_000, 4_000),
+            _ev("ProfilerStep#1", "step", 0, 10_000, step_num=1),
+            _ev("ProfilerStep#2", "step", 11_000, 10_000, step_num=2),
+            _ev("next", "input", 0, 2_000),
+            _ev("next", "input", 6_000, 1_000),
+            _ev("fitprof/overhead", "not_training", 7_000, 3_000),
+            _ev("next", "input", 7_000, 1_000),
+            _ev("fitprof/overhead", "not_training", 10_000, 2_000),
+        ]
+    )
+    report = analyze_table(table, framework="pytorch")
+    assert report.steps_analyzed == 2
+    assert report.step_time_ms == pytest.approx((10 + 10 - 3 - 1) / 2)
+    assert report.input_percent == pytest.approx(100 * 3 / 16)  # the input inside fitprof's span is not counted
+    assert report.self_ms_per_step == pytest.approx((3 + 1) / 2)
+    assert report.scalars()["fitprof/self_ms_per_step"] == pytest.approx(2.0)
 
 
 def test_host_self_time_subtracts_nested_operators() -> None:

@@ -122,10 +122,17 @@ def _xprof_tool(path: Path, tool: str) -> Any:
 
 
 def test_reader_agrees_with_xprof(runs: dict[str, Any]) -> None:
-    """Same files, two readers. Tolerances: step time and input share 0.5% relative / 0.5 pp (both sum the
-    same `train` markers and `IteratorGetNextOp::DoCompute` spans; xprof attributes by step, we clip the
-    union to the steps); op self time 2% (xprof counts occurrences across the whole capture, we count
-    those inside steps; on this model they are the same events)."""
+    """Same files, two readers, compared like with like. Tolerances: step time and input share 0.5% relative /
+    0.5 pp (both sum the same `train` markers and `IteratorGetNextOp::DoCompute` spans; xprof attributes by step,
+    we clip the union to the steps); op self time 2%.
+
+    Two differences are by design (issue 19), so each side is first put on the other's footing, exactly:
+    - xprof's step time is the marker's duration; fitprof leaves its own `fitprof/overhead` spans out of it and
+      reports them as `self_ms_per_step`, so xprof's step = fitprof's step + `self_ms_per_step`;
+    - xprof's operator table counts every occurrence in the capture, which holds the window's warm-up step
+      (recorded, not analysed: one more occurrence of each per-step op); fitprof's `top_ops` count those inside
+      the analysed steps. So fitprof's reader is summed over the whole capture for the comparison, and the
+      occurrences show the warm-up step."""
     for path in _xplanes(runs["root"] / "slow") + _xplanes(runs["root"] / "fast"):
         report = fitprof.analyze(path, top_k=5)
         ipa = _xprof_tool(path, "input_pipeline_analyzer")
@@ -134,19 +141,26 @@ def test_reader_agrees_with_xprof(runs: dict[str, Any]) -> None:
         step_ms = [r[cols.index("stepTimeMs")] for r in rows]
         infeed_ms = [r[cols.index("infeedTimeMs")] for r in rows]
         assert len(rows) == report.steps_analyzed == 5
-        assert report.step_time_ms == pytest.approx(sum(step_ms) / len(step_ms), rel=5e-3)
-        assert report.input_percent == pytest.approx(100 * sum(infeed_ms) / sum(step_ms), abs=0.5)
+        # xprof counts fitprof's own time (its `fitprof/overhead` spans) as step time; fitprof leaves it out.
+        with_own = report.step_time_ms + report.self_ms_per_step
+        assert with_own == pytest.approx(sum(step_ms) / len(step_ms), rel=5e-3)
+        assert 100 * report.input_ms_per_step / with_own == pytest.approx(100 * sum(infeed_ms) / sum(step_ms), abs=0.5)
 
         ops = _xprof_tool(path, "framework_op_stats")[1]
         ocols = [c["id"] for c in ops["cols"]]
-        xprof_self = {}
+        xprof_ops = {}
         for r in ops["rows"]:
             v = [c.get("v") if c else None for c in r["c"]]
             name = str(v[ocols.index("operation")]).removeprefix("StatefulPartitionedCall/")
-            xprof_self[name] = v[ocols.index("total_self_time")] / 1e3 / report.steps_analyzed  # us -> ms/step
+            xprof_ops[name] = (v[ocols.index("total_self_time")], v[ocols.index("occurrences")])  # us, count
+        table = fitprof.read_trace(path)
+        host_ops = table[(table["kind"] == "op") & ~table["on_device"]]
+        capture = host_ops.groupby("name")["self_us"].agg(["sum", "count"])  # fitprof's reader, whole capture
         for op in report.top_ops:
-            assert op.name in xprof_self
-            assert op.self_ms_per_step == pytest.approx(xprof_self[op.name], rel=0.02)
+            total_us, occurrences = xprof_ops[op.name]
+            assert capture.loc[op.name, "count"] == occurrences == report.steps_analyzed + 1  # + the warm-up step
+            assert capture.loc[op.name, "sum"] == pytest.approx(total_us, rel=0.02)
+            assert op.self_ms_per_step * report.steps_analyzed * 1e3 < capture.loc[op.name, "sum"]
 
 
 def test_profile_tab_lists_run_and_finds_steps(runs: dict[str, Any]) -> None:

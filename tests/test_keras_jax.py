@@ -186,14 +186,20 @@ def test_jax_trace_steps_input_and_xla_ops(jax_run: dict[str, Any]) -> None:
     steps = table[table["kind"] == Kind.STEP]
     assert sorted(steps["step_num"].astype(int)) == list(range(4, 11))
     inputs = table[table["kind"] == Kind.INPUT]
-    assert len(inputs) == 7  # one annotated fetch per step, each inside its step's marker
-    for _, row in inputs.iterrows():
+    # One annotated fetch per step, each inside its step's marker, and one more before the first marker: the
+    # window's warm-up step (issue 19), recorded but not analysed.
+    assert len(inputs) == 8
+    warm_up = inputs[inputs["ts_us"] + inputs["dur_us"] <= steps["ts_us"].min()]
+    assert len(warm_up) == 1
+    for _, row in inputs.drop(warm_up.index).iterrows():
         inside = steps[
             (steps["ts_us"] <= row["ts_us"]) & (row["ts_us"] + row["dur_us"] <= steps["ts_us"] + steps["dur_us"])
         ]
         assert len(inside) == 1
     ops = table[table["kind"] == Kind.OP]
     assert len(ops) > 0  # the XLA-compiled step's HLO thunks
+    own = table[table["name"] == "fitprof/overhead"]  # fitprof's own spans (jax.profiler.TraceAnnotation)
+    assert len(own) > 0 and (own["kind"] == Kind.NOT_TRAINING).all()
 
     xprof = pytest.importorskip("xprof.convert.raw_to_tool_data")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

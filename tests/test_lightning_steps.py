@@ -25,6 +25,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fitprof import metrics  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
+from fitprof.traces import read_trace  # noqa: E402
 
 SLOW_FROM = 40  # 0-based batch index from which the run is slowed down (step 41 is the first slow one)
 STEPS = SLOW_FROM + 18  # room for 5 slow steps, a 5-step window and the 2 steps after it
@@ -161,6 +162,11 @@ def test_input_slowdown_fires_and_the_triggered_window_is_input_bound(
     assert report.steps_analyzed >= 4
     sessions = [p.name for p in (root / "tb" / "version_0" / "plugins" / "profile").iterdir()]
     assert any(s.endswith(f"_epoch0_trigger_step{event.step}") for s in sessions), sessions
+    # The trace: step S + 1 is the triggered window's warm-up step (recorded, not marked), S + 2 .. S + 6 analysed.
+    (trace,) = (root / "tb" / "version_0").glob(f"*_epoch0_trigger_step{event.step}.pt.trace.json.gz")
+    table = read_trace(trace)
+    assert sorted(table.loc[table["kind"] == "step", "step_num"]) == list(range(event.step + 2, event.step + 7))
+    assert report.steps_analyzed == 5
     scalars = _scalars(root)
     assert scalars[metrics.TRIGGER_STEP.key] == [float(event.step)]
     assert scalars[metrics.TRIGGER_STEP_TIME_MS.key][0] == pytest.approx(event.step_time_ms, rel=1e-5)
@@ -184,10 +190,12 @@ def test_epoch_figures_reach_tensorboard_and_match_a_truth_timed_in_the_dataset(
     ):
         assert scalars[metric.key] == [pytest.approx(value, rel=1e-5)], metric.key
         assert float(trainer.callback_metrics[metric.key]) == pytest.approx(value, rel=1e-5)
-    # Excluded: 3 warm-up steps, the window's 5 steps and the 2 after it, twice (scheduled and triggered), and
-    # the step whose FLOPs are counted (the one before the scheduled window: counting slows it).
-    assert figures.steps_timed == STEPS - 3 - 2 * (5 + 2) - 1
-    assert fp.profile_batch[0] - 1 not in fp.steps.step_index
+    # Excluded: 3 warm-up steps, each window's profiler warm-up step (issue 19: one step before its analysed ones),
+    # its 5 steps and the 2 after it, twice (scheduled and triggered), and the step whose FLOPs are counted (the
+    # one before the scheduled window's warm-up step: counting slows it).
+    assert figures.steps_timed == STEPS - 3 - 2 * (1 + 5 + 2) - 1
+    first = fp.profile_batch[0]
+    assert first - 2 not in fp.steps.step_index and first - 1 not in fp.steps.step_index
     clean = fp.steps.step_index
     assert len(clean) == figures.steps_timed and 1 not in clean and 6 not in clean
     # Truth: the time spent inside the dataset during each clean step, over the clean steps' wall time (the

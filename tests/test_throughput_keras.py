@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason=
 
 B = 8
 BATCHES = 5
-PROFILE = (3, 4)  # FLOPs are counted on step 2, the step before the window
+PROFILE = (3, 4)  # FLOPs are counted on step 1, the step before the window's warm-up step (2)
 
 
 def _scalars(run_dir: Path) -> dict[str, float]:
@@ -93,3 +93,28 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     backward = conv1 + 2 * conv2 + 2 * linear
     assert fp.reports[0].flops_per_step == forward + backward
     assert fp.reports[0].samples_per_step == B
+
+
+def test_the_counted_call_is_the_one_before_the_warm_up_step(tmp_path: Path) -> None:
+    """Issue 19 with issue 16: counting slows the step it counts, so the counted call is the one before the window's
+    warm-up step (recorded by the profiler), never the warm-up step itself: what ``fit`` calls at each batch, seen
+    by a callback placed after FitProfiler (the counting wrapper, then the window's guard, then Keras's own)."""
+    seen: list[str] = []
+
+    class Spy(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            seen.append(getattr(self.model.train_function, "__name__", ""))
+
+    rng = __import__("numpy").random.default_rng(0)
+    x = rng.standard_normal((BATCHES * B, 12)).astype("float32")
+    y = rng.integers(0, 4, BATCHES * B)
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    fp = FitProfiler(log_dir=str(tmp_path), profile_batch=PROFILE, verbose=False)
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0, shuffle=False, callbacks=[fp, Spy()])
+    # step 1 counted; step 2 the warm-up step and steps 3-4 analysed, all inside the window; step 5 plain
+    assert seen[:4] == ["counting", "guarded", "guarded", "guarded"], seen
+    assert seen[4] not in ("counting", "guarded") and len(seen) == BATCHES, seen
+    assert fp.reports[0].steps_analyzed == 2 and fp.reports[0].flops_per_step == 2 * (
+        2 * B * 12 * 4
+    )  # forward, grad-weight

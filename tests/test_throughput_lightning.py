@@ -19,7 +19,7 @@ from fitprof.lightning import FitProfiler  # noqa: E402
 
 B = 8  # samples per batch
 BATCHES = 5
-PROFILE = (3, 4)  # FLOPs are counted on step 2, the step before the window
+PROFILE = (3, 4)  # FLOPs are counted on step 1, the step before the window's warm-up step (2)
 
 
 class _MLP(pl.LightningModule):

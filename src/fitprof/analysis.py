@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof import metrics
-from fitprof.traces._table import Kind
+from fitprof.traces._table import OVERHEAD_ANNOTATION, Kind
 
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
@@ -188,6 +188,9 @@ class BottleneckReport:
     """The compute dtype the peak was picked for (``float32``, ``tf32``, ``bfloat16``, ``float16``)."""
     mfu_note: str = ""
     """Why ``mfu`` (or ``flops_per_s``) is NaN ("" when it is not)."""
+    self_ms_per_step: float = math.nan
+    """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
+    out of ``step_time_ms``. NaN in report files written before it existed."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -210,6 +213,7 @@ class BottleneckReport:
             metrics.FLOPS_PER_STEP.key: self.flops_per_step,
             metrics.FLOPS_PER_S.key: self.flops_per_s,
             metrics.MFU.key: self.mfu,
+            metrics.SELF_MS_PER_STEP.key: self.self_ms_per_step,
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
@@ -340,7 +344,12 @@ class BottleneckReport:
             "",
             f"Step time {self.step_time_ms:.2f} ms over {self.steps_analyzed} steps; input "
             f"{self.input_percent:.1f}%; host-to-device {self.htod_ms_per_step:.3f} ms/step "
-            f"({self.htod_percent:.1f}%).",
+            f"({self.htod_percent:.1f}%)."
+            + (
+                f" fitprof's own time {self.self_ms_per_step:.3f} ms/step (left out of step time)."
+                if math.isfinite(self.self_ms_per_step)
+                else ""
+            ),
             "",
         ]
         if self.speedup_line():
@@ -566,7 +575,10 @@ def analyze_table(
             warnings.append("No step markers in the trace: the whole trace was analysed as one window.")
         else:
             steps = (np.array([]), np.array([]))
-    excluded = _union(ts[kind == Kind.NOT_TRAINING], end[kind == Kind.NOT_TRAINING])
+    not_training = kind == Kind.NOT_TRAINING
+    excluded = _union(ts[not_training], end[not_training])
+    own = not_training & (table["name"].to_numpy() == OVERHEAD_ANNOTATION)
+    own_us = _overlap(_union(ts[own], end[own]), steps)
     step_total_us = float(np.sum(steps[1] - steps[0])) - _overlap(steps, excluded)
     n_div = max(n_steps, 1)
     if step_total_us <= 0:
@@ -684,6 +696,7 @@ def analyze_table(
         htod_pageable_ms_per_step=pageable_us / n_div / 1e3,
         dtoh_ms_per_step=dtoh_us / n_div / 1e3,
         collective_ms_per_step=coll_us / n_div / 1e3,
+        self_ms_per_step=own_us / n_div / 1e3,
         collective_percent=collective_percent,
         top_ops=top_ops,
         op_time_source=source_name,

@@ -23,7 +23,8 @@ STEP_TIME_MS = Metric(
     PREFIX + "step_time_ms",
     "ms",
     "Mean wall time of an analysed training step: the duration of the step marker (Kineto `ProfilerStep#N`, "
-    "an XSpace event with `_r=1`), less any validation run inside it.",
+    "an XSpace event with `_r=1`), less any validation run inside it and less fitprof's own time "
+    "(`fitprof/self_ms_per_step`).",
 )
 INPUT_PERCENT = Metric(
     PREFIX + "input_percent",
@@ -135,6 +136,13 @@ MFU = Metric(
     "`flops_per_s` over the device's dense peak FLOP/s at the compute dtype (`fitprof.throughput.PEAK_FLOPS`, "
     "from the vendors' datasheets): model FLOPs utilisation. NaN on a CPU and on a device or dtype not in the table.",
 )
+SELF_MS_PER_STEP = Metric(
+    PREFIX + "self_ms_per_step",
+    "ms per step",
+    "fitprof's own time inside the analysed steps: the total duration of its `fitprof/overhead` annotations "
+    "(its batch-hook bodies and step-marker transitions) inside analysed steps, divided by the number of steps. "
+    "This time is already left out of `step_time_ms` and every share of it.",
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
@@ -231,6 +239,7 @@ ALL: tuple[Metric, ...] = (
     FLOPS_PER_STEP,
     FLOPS_PER_S,
     MFU,
+    SELF_MS_PER_STEP,
     TOP_OP,
     *EPOCH_METRICS,
     *TRIGGER_METRICS,
@@ -254,6 +263,7 @@ BASE_KEYS: tuple[str, ...] = (
     FLOPS_PER_STEP.key,
     FLOPS_PER_S.key,
     MFU.key,
+    SELF_MS_PER_STEP.key,
 )
 """The keys every analysed window logs, whatever its operators."""
 

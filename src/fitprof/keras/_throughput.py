@@ -6,8 +6,9 @@ dimension of the first input, as :func:`fitprof._batch.batch_size` reads it) to 
 The samples of a window are the growth of that count from the window's first step to its close (read outside the
 steps); NaN where the count does not move (JAX keeps metric state outside the model until the epoch ends).
 
-FLOPs are counted on one step outside the window (the step before it; the step after it when the window starts at
-step 1), by wrapping ``model.train_function`` for that one call:
+FLOPs are counted on one step outside the window (the call before the window's warm-up call; the call after the
+window when there is none, or no warm-up step), never on the warm-up step the profiler records, by wrapping
+``model.train_function`` for that one call:
 
 * TensorFlow: after the call, :func:`fitprof.profilers.flops_tf.train_step_flops` on the iterator's
   ``element_spec``, an unknown batch dimension set to the step's sample count (traced once a fit per input shape:

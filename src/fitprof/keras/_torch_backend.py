@@ -16,6 +16,7 @@ epoch's end by :class:`fitprof.window.WindowPipeline`, as for Lightning.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,12 @@ class TorchKerasWindow:
     def end_step(self) -> None:
         self._window.end_step()
 
+    def begin_overhead(self) -> None:
+        self._window.begin_overhead()
+
+    def end_overhead(self) -> None:
+        self._window.end_overhead()
+
     def stop(self, *, drop_open_step: bool = False) -> Path:
         """Stop and export the Kineto trace; return it (a temporary copy, with ``session_dir`` None, when
         ``log_dir`` cannot be written).
@@ -128,3 +135,7 @@ class TorchKerasWindow:
     def abort(self) -> None:
         self._fetch.uninstall()
         self._window.stop(export=False)
+        if self.session_dir is not None:  # nothing was written into it: leave no empty session folder
+            with contextlib.suppress(OSError):
+                self.session_dir.rmdir()
+            self.session_dir = None

@@ -35,7 +35,8 @@ class FitProfiler(keras.callbacks.Callback):
     per window, shown by TensorBoard's Profile tab), and at the epoch's end analyses it and logs:
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
-      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and
+      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed``,
+      ``fitprof/self_ms_per_step`` and
       ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
       was profiled), so ``History`` and callbacks placed after this one (``CSVLogger``) see the same keys every
@@ -48,6 +49,11 @@ class FitProfiler(keras.callbacks.Callback):
 
     Each window's report is also written to ``<log_dir>/plugins/fitprof/<session>.rank<r>.json`` for
     ``fitprof report``. Definitions of every figure: :mod:`fitprof.metrics`. The report of each epoch stays in ``self.reports``.
+
+    The window opens one step early: step ``first - 1`` is its warm-up step, recorded but not marked, so the
+    profiler's start-up is never in an analysed step (with ``first == 1`` step 1 opens with the window). Inside
+    the window the batch hook's own work is wrapped in ``fitprof/overhead``, left out of step time and logged as
+    ``fitprof/self_ms_per_step``.
 
     Outside the window the batch hook only compares integers, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
@@ -97,8 +103,8 @@ class FitProfiler(keras.callbacks.Callback):
 
     Throughput (:mod:`fitprof.throughput`, :mod:`fitprof.keras._throughput`): ``fitprof/samples_per_s`` is the
     growth of Keras's own sample count (``model._loss_tracker.count``) over the window, per second of the
-    analysed steps; ``fitprof/flops_per_step`` is counted on the step before the window (after it when the window
-    starts at step 1): on TensorFlow from the shapes of the traced ``train_step`` graph, on torch with
+    analysed steps; ``fitprof/flops_per_step`` is counted on the step before the window's warm-up step (on the step
+    after the window when there is no such step, or no warm-up step): on TensorFlow from the shapes of the traced ``train_step`` graph, on torch with
     ``FlopCounterMode``, not on JAX; ``fitprof/flops_per_s`` divides it by the step time and, on a GPU of
     :data:`fitprof.throughput.PEAK_FLOPS`, ``fitprof/mfu`` by the dense peak of the model's compute dtype.
 
@@ -172,14 +178,15 @@ class FitProfiler(keras.callbacks.Callback):
         self._last_begun = 0  # the last step marked in the open window
         self._step_seen = 0  # the last step seen in this profiled epoch (steps counted when Keras gives none)
         self._spe = 1
+        self._warm_up = 1  # the step that opens this epoch's window: the warm-up step, or first when none is taken
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
         from fitprof.keras._throughput import KerasWork
 
-        # Throughput: the window's samples, and the FLOPs of one step outside it (the step before the window, or
-        # the one after it when the window starts at step 1): counting slows the step it counts.
+        # Throughput: the window's samples, and the FLOPs of one step outside it (the call before the window's
+        # warm-up call, or the one after the window when there is no such call or no warm-up step): counting slows
+        # the step it counts, so it is neither an analysed step nor the warm-up step the profiler records.
         self._work = KerasWork(backend, self.count_items, self._warn_count_items)
-        first, last = self.config.first_step, self.config.last_step
-        self._count_step = first - 1 if first > 1 else last + 1
+        self._count_step = self.config.last_step + 1  # set each epoch (on_epoch_begin)
         self._count_pending = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -233,7 +240,6 @@ class FitProfiler(keras.callbacks.Callback):
         )
 
     def _open_window(self) -> None:
-        self._work.window_opened(self.model)
         window = self._new_window()
         try:
             window.start()
@@ -242,7 +248,6 @@ class FitProfiler(keras.callbacks.Callback):
             if self._coverage.blocked is None:
                 self._coverage.blocked = str(err)
             return
-        self._coverage.windows += 1
         self._window = window
         self._guard_train_function()
 
@@ -341,9 +346,13 @@ class FitProfiler(keras.callbacks.Callback):
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
         window, self._window = self._window, None
         self._step_open = False
+        marked = self._last_begun > 0
         if window is None:
             return
         self._unguard_train_function()
+        if not marked:  # only the warm-up step ran (the epoch ended before the first analysed step)
+            window.abort()
+            return
         self._work.window_closed(self.model)
         try:
             self._closed[self._epoch] = (window, window.stop(drop_open_step=drop_open_step))
@@ -406,9 +415,15 @@ class FitProfiler(keras.callbacks.Callback):
         self._coverage.epoch(epoch)
         self._step_seen = self._last_begun = 0
         self._work.begin_epoch()
-        self._count_pending = self._armed
+        # The warm-up step: the call before the first analysed one (steps_per_execution batches a call).
+        first, last = self.config.first_step, self.config.last_step
+        self._warm_up = max(first - self._spe, 1)
         if self._armed and self._tb_profilers:
-            self._yield_to_tensorboard()
+            self._yield_to_tensorboard()  # may take the warm-up step away, or the whole window
+        # The FLOPs: on the call before the warm-up call when there is one (the first call at or after
+        # ``_count_step``), else on the first call after the window.
+        self._count_step = max(self._warm_up - self._spe, 1) if 1 < self._warm_up < first else last + 1
+        self._count_pending = self._armed
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._mark_step(batch)
@@ -424,22 +439,32 @@ class FitProfiler(keras.callbacks.Callback):
         step = batch + 1
         self._step_seen = step
         try:
-            if self._window is not None:
-                self._window.end_step()
+            window = self._window
+            if window is None:
+                if not self._warm_up <= step <= self.config.last_step:  # <=: steps_per_execution skips
+                    return
+                self._open_window()
+                window = self._window
+                if window is None:
+                    self._armed = False
+                    return
+                if step < self.config.first_step:
+                    return  # the warm-up step runs unmarked: it takes the profiler's start-up
+            window.begin_overhead()  # this hook's own time is fitprof's, never the step's
+            try:
+                window.end_step()
                 if step > self.config.last_step:
                     self._armed = False
                     self._close_window()
                     return
-            elif self.config.first_step <= step <= self.config.last_step:  # >=: steps_per_execution skips numbers
-                self._open_window()
-                if self._window is None:
-                    self._armed = False
-                    return
-            else:
-                return
-            self._window.begin_step(step)
-            self._last_begun = step
-            self._step_open = True
+                if not self._last_begun:
+                    self._coverage.windows += 1  # the window's first analysed step: a window was profiled
+                    self._work.window_opened(self.model)  # the samples Keras counted before it
+                window.begin_step(step)
+                self._last_begun = step
+                self._step_open = True
+            finally:
+                window.end_overhead()
         except Exception as err:  # a step marker failed: drop the window, training goes on
             self._drop_window(f"could not mark step {step} ({err!r})")
 
@@ -471,6 +496,8 @@ class FitProfiler(keras.callbacks.Callback):
             self._coverage.steps(self._steps_this_epoch())
         if self._window is not None and self._last_begun + self._spe - 1 >= self.config.last_step:
             self._close_window()  # the window's last step was the epoch's last: the window is complete
+        if self._window is not None and not self._last_begun:
+            self._close_window()  # the epoch ended on the warm-up step: nothing to analyse (dropped)
         if self._window is not None:
             self._warn_once(
                 "short",
@@ -624,7 +651,8 @@ class FitProfiler(keras.callbacks.Callback):
         ``on_train_batch_begin``, 1-based from the fit's start; one per execution under ``steps_per_execution``);
         two profilers cannot run at once, and whichever starts second loses its profile. So, whatever the order
         of the callbacks, fitprof leaves those steps to TensorBoard, says so once, and profiles no window in
-        this epoch.
+        this epoch. A TensorBoard profile that ends on the warm-up step (just before the window) only costs the
+        window its warm-up step: the profiler then starts at the window's first step.
         """
         first, last, spe = self.config.first_step, self.config.last_step, self._spe
         for tb in self._tb_profilers:
@@ -638,6 +666,12 @@ class FitProfiler(keras.callbacks.Callback):
             except (AttributeError, TypeError, ValueError):
                 continue
             ours = (done + (first - 1) // spe + 1, done + (last - 1) // spe + 1)
+            warm_up = done + (self._warm_up - 1) // spe + 1
+            if warm_up <= stop < ours[0]:
+                # TensorBoard still profiles the step before the window: take no warm-up step, so its profile
+                # is kept and fitprof's window starts after it stops (at the window's first step).
+                self._warm_up = first
+                continue
             if ours[0] <= stop and start <= ours[1]:
                 self._armed = False
                 reason = (

@@ -53,6 +53,12 @@ class FitProfiler(Callback):
     validation); validation run inside a window is wrapped in the ``fitprof/validation`` annotation and left
     out of the step time. An epoch with fewer than ``last`` steps flushes what it has (one warning).
 
+    The profiler starts one step early (at the end of step ``first - 2``, or at the epoch's start): step
+    ``first - 1`` is the window's warm-up step, recorded but not marked, so the profiler's start-up is never in
+    an analysed step. With ``first == 1`` there is no earlier step: the profiler starts at the epoch's start and
+    step 1 opens at once. Inside the window the batch hook's own work is wrapped in ``fitprof/overhead``, left
+    out of step time and logged as ``fitprof/self_ms_per_step``.
+
     Outside the window the batch hooks do one or two integer comparisons; nothing is wrapped.
 
     Two torch profilers at once raise and can crash the process (segfault), so: with
@@ -79,7 +85,8 @@ class FitProfiler(Callback):
     same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
     epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
     (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
-    ``fitprof/collective_percent``, ``fitprof/steps_analyzed`` and ``fitprof/top_op_<i>_ms`` (ms per step, the
+    ``fitprof/collective_percent``, ``fitprof/steps_analyzed``, ``fitprof/self_ms_per_step`` and
+    ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
     the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
     are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
@@ -130,22 +137,25 @@ class FitProfiler(Callback):
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
             recorded). The four are off by default; their measured cost is in the README.
-        count_items: a function of one batch (as ``on_train_batch_start`` gets it) returning its items, e.g.
+        count_items: a function of one batch (as the batch hooks get it) returning its items, e.g.
             tokens, for ``fitprof/items_per_s``; None (default) logs NaN there. A call that raises gives one
-            warning and NaN for that window. It runs inside the profiled steps: keep it cheap (shapes, no
-            ``.item()``, which waits for the device).
+            warning and NaN for that window. It runs at the end of each profiled step, inside fitprof's own
+            ``fitprof/overhead`` span (``fitprof/self_ms_per_step``, left out of step time): keep it cheap (shapes,
+            no ``.item()``, which waits for the device and changes the steps it measures).
 
     Throughput (:mod:`fitprof.throughput`): ``fitprof/samples_per_s`` counts the samples of each profiled step's
     batch (its first tensor's leading dimension, :func:`fitprof._batch.batch_size`); ``fitprof/flops_per_step``
-    is counted with ``torch.utils.flop_counter.FlopCounterMode`` on the step just before the window (the one just
-    after it when the window starts at step 1: counting slows the step it counts, so it is never an analysed
-    one), ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
+    is counted with ``torch.utils.flop_counter.FlopCounterMode`` on the step just before the window's warm-up
+    step (``first - 2``; the one just after the window, ``last + 1``, when there is no such step in the epoch:
+    counting slows the step it counts, so it is never an analysed step nor the warm-up step the profiler records),
+    ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
     :data:`fitprof.throughput.PEAK_FLOPS` ``fitprof/mfu`` divides that by the dense peak of the Trainer's
     precision (``32-true`` is TF32 when ``torch.get_float32_matmul_precision()`` is not ``"highest"``).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
             recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
-            at the next step boundary through the same path as the ``profile_batch`` window, lasts as many steps,
+            at the next step boundary through the same path as the ``profile_batch`` window (that next step is its
+            warm-up step: a slowdown seen after step ``S`` is analysed from step ``S + 2``), lasts as many steps,
             gets its own session ``<time>_epoch<N>_trigger_step<S>`` and is analysed at the end of its epoch.
             None (default): no triggered windows. Step timing runs either way.
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
@@ -237,10 +247,11 @@ class FitProfiler(Callback):
         self._coverage = FitCoverage(self.config)
         self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
         # Throughput: the profiled steps' batches, and the FLOPs of one step outside the window (the step before
-        # it, or the one after it when the window starts at step 1): counting slows the step it counts.
+        # its warm-up step, or the one after it when the epoch has no such step): counting slows the step it
+        # counts, so it is neither an analysed step nor the warm-up step the profiler records. Set per epoch.
         self._work = WorkLog(self.count_items, self._warn_count_items)
         self._flops = TorchFlopCount()
-        self._count_step = self._first - 1 if self._first > 1 else self._last + 1
+        self._count_step = self._last + 1
         self._count_pending = False  # this epoch's FLOPs are still to be counted
         self._flops_batch: Any = None
         # always-on step timing (issue 15): perf_counter_ns stamps, ints only on the hot path
@@ -335,14 +346,14 @@ class FitProfiler(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._fetched_ns = time.perf_counter_ns()  # the batch is here: the time since the last step end was input
-        self._samples = batch_size(batch)
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
             self._begin_epoch(trainer, next_step=batch_idx + 1)
-        if self._open and self._trig_event is None:  # the scheduled window's steps (a triggered one has no FLOPs)
-            self._work.add_step(batch)
-        elif self._count_pending and batch_idx + 1 == self._count_step:
+        if self._open:  # the step's batch work runs at its end, inside fitprof/overhead (on_train_batch_end)
+            return
+        self._samples = batch_size(batch)
+        if self._count_pending and batch_idx + 1 == self._count_step:
             self._count_pending = False
             self._flops_batch = batch
             self.steps.exclude_next(1)  # counting slows this step: out of the always-on figures and the baseline
@@ -380,14 +391,36 @@ class FitProfiler(Callback):
                 f"fitprof: epoch {self._epoch} was resumed at step {next_step}, after the window's first step "
                 f"(profile_batch={self._first},{self._last}); that epoch is not profiled.",
             )
-        elif self._epoch_on and self._first == next_step:
+        elif self._epoch_on and next_step >= self._first - 1:
+            # The next step is the window's warm-up step (first - 1) or, with no step before it, its first step.
             self._start(next_step)
+        # The FLOPs: on the step before the warm-up step when this epoch runs it, else on the step after the window.
+        self._count_step = self._first - 2 if self._first - 2 >= next_step else self._last + 1
         self._count_pending = self._epoch_on
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
+        if self._open:
+            # This hook's own time is fitprof's, never the step's: one span holds all of it, the step's batch work
+            # included (its size and count_items, moved here from on_train_batch_start, which gets the same batch:
+            # a second span there would cost more than the work it holds).
+            window = self._window
+            window.begin_overhead()
+            try:
+                self._samples = batch_size(batch)
+                # the scheduled window's analysed steps (not its warm-up step; a triggered window has no FLOPs)
+                if self._trig_event is None and window.step_num is not None:
+                    self._work.add_step(batch)
+                self._batch_end(trainer, batch_idx)
+            finally:
+                window.end_overhead()  # a no-op once the window stopped (stopping closes the span first)
+        else:
+            self._batch_end(trainer, batch_idx)
+
+    def _batch_end(self, trainer: pl.Trainer, batch_idx: int) -> None:
+        """Step ``batch_idx + 1`` ended: time it, feed the trigger, mark or close the window, or start it."""
         if self._flops.running:
             self._stop_flops()
         now = time.perf_counter_ns()
@@ -418,18 +451,25 @@ class FitProfiler(Callback):
             return
         self._steps_seen = n
         if self._open:
-            if n >= self._last:
+            window = self._window
+            if window.step_num is None:  # the warm-up step (first - 1) ended: the analysed steps begin
+                if self._epoch_ends_after_this(trainer, n):
+                    self._open = self._epoch_on = False
+                    window.stop(export=False)
+                else:
+                    self._begin_first_step(self._first)
+            elif n >= self._last:
                 self._stop()
             elif self._epoch_ends_after_this(trainer, n):
                 self._warn_short(n)
                 self._stop()
             else:
-                self._window.begin_step(n + 1)  # closes ProfilerStep#n
-        elif n == self._first - 1:
-            if self._epoch_ends_after_this(trainer, n):
+                window.begin_step(n + 1)  # closes ProfilerStep#n
+        elif n == self._first - 2:
+            if self._epoch_ends_after_this(trainer, n + 1):
                 self._epoch_on = False
             else:
-                self._start(self._first)
+                self._start(n + 1)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -547,19 +587,28 @@ class FitProfiler(Callback):
         self._work.set_flops(flops, math.nan if n is None else float(n), self._flops.note)
 
     def _start(self, step: int, session: str | None = None) -> bool:
-        """Open a window at step ``step``: this epoch's scheduled window, or (``session`` given) a triggered one.
-        Returns whether it started."""
+        """Start the profiler before step ``step``: this epoch's scheduled window, or (``session`` given) a
+        triggered one. Returns whether it started.
+
+        ``step`` is the window's warm-up step, recorded but not marked, which takes the profiler's start-up: for
+        the scheduled window ``first - 1``, for a triggered one the step after the slowdown was seen (its analysed
+        steps are the next ``_trigger_length()``). A scheduled window with no step before its first (``first ==
+        1``, or an epoch resumed at ``first``) has no warm-up step: ``step == first`` opens at once, after one span
+        of fitprof's own that makes the first recorded event fall before it. The exclusion from the always-on
+        step timing starts at ``step``: the warm-up step carries the profiler's start-up too."""
         assert self._dir is not None
         if session is None and self._session is None:
             self._session = self._new_session()
         name = session or self._session
         assert name is not None
         if self._window.start(self._dir, name, rank=self._rank):
-            self._coverage.windows += 1
             self._open = True
             # the window's steps carry the profiler's cost: out of the always-on figures and the trigger's baseline
-            self.steps.exclude_next(self._last - step + 1 if session is None else self._trigger_length())
-            self._window.begin_step(step)
+            self.steps.exclude_next(self._last - step + 1 if session is None else self._trigger_length() + 1)
+            if session is None and step >= self._first:  # no warm-up step
+                self._window.begin_overhead()
+                self._begin_first_step(step)
+                self._window.end_overhead()
             return True
         if session is None:
             self._epoch_on = False
@@ -569,12 +618,20 @@ class FitProfiler(Callback):
                 )
         return False
 
+    def _begin_first_step(self, step: int) -> None:
+        """Open ``ProfilerStep#step``, the window's first analysed step: from here on it counts as profiled."""
+        self._window.begin_step(step)
+        self._coverage.windows += 1
+
     def _stop(self, *, drop_open_step: bool = False) -> None:
         self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # the stop and export land in the next step
         self._open = False
         self._epoch_on = False
         self._val_annotated = False
-        if drop_open_step and self._window.step_num is not None:
+        if self._window.step_num is None:  # only the warm-up step ran: nothing to analyse
+            self._window.stop(export=False)
+            return
+        if drop_open_step:
             self._warn_short(self._window.step_num - 1)
         self._pending = self._window.stop(drop_open_step=drop_open_step)
 
@@ -739,7 +796,9 @@ class FitProfiler(Callback):
 
     def _may_trigger(self, trainer: pl.Trainer, n: int) -> bool:
         """Whether a triggered window may open after step ``n``: no window open, a writable log dir, this rank
-        profiles, the epoch goes on, and the window (``n+1`` .. ``n+L``) ends before the scheduled one starts."""
+        profiles, the epoch goes on past the window's warm-up step, and the window (warm-up ``n+1``, analysed
+        ``n+2`` .. ``n+1+L``) ends before the scheduled one starts (its profiler starts at the end of step
+        ``first - 2``)."""
         if (
             self._open
             or self._window.started_here
@@ -747,16 +806,25 @@ class FitProfiler(Callback):
             or not _config.profiles_rank(self.ranks, self._rank)
         ):
             return False
-        if self._epoch_on and n + self._trigger_length() + 1 >= self._first:
+        if self._epoch_on and n + 1 + self._trigger_length() >= self._first - 2:
             return False
-        return not self._epoch_ends_after_this(trainer, n)
+        if self._epoch_ends_after_this(trainer, n):
+            return False
+        try:  # nor may its warm-up step (n + 1) be the epoch's last: the window would analyse nothing
+            if n + 1 >= trainer.num_training_batches:
+                return False
+            max_steps = trainer.max_steps
+            return not (max_steps is not None and max_steps >= 0 and trainer.global_step + 1 >= max_steps)
+        except Exception:  # private loop state moved: an epoch ending on the warm-up step drops the window
+            return True
 
     def _trigger_length(self) -> int:
         """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
         return self.config.num_steps if self.config.enabled else 5
 
     def _open_triggered(self, n: int, event: TriggerEvent) -> None:
-        """Open the triggered window at the next step boundary (step ``n + 1``) through :meth:`_start`."""
+        """Start the triggered window at the next step boundary through :meth:`_start`: step ``n + 1`` is its
+        warm-up step, ``n + 2`` .. ``n + 1 + L`` its analysed steps."""
         assert self._dir is not None
         suffix = trigger_suffix(n)
         session = session_name(self._dir, self._epoch, suffix)
@@ -765,11 +833,16 @@ class FitProfiler(Callback):
         event = TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)  # numbered in the epoch
         if self._start(n + 1, session=session):
             self._trig_event, self._trig_session = event, session
-            self._trig_last = n + self._trigger_length()
+            self._trig_last = n + 1 + self._trigger_length()
 
     def _advance_triggered(self, trainer: pl.Trainer, n: int) -> None:
         """Step ``n`` of an open triggered window ended: mark the next step, or close the window."""
-        if n >= self._trig_last:
+        if self._window.step_num is None:  # its warm-up step ended: the analysed steps begin
+            if self._epoch_ends_after_this(trainer, n):
+                self._stop_triggered()  # nothing analysed: dropped
+            else:
+                self._begin_first_step(n + 1)
+        elif n >= self._trig_last:
             self._stop_triggered()
         elif self._epoch_ends_after_this(trainer, n):
             self._stop_triggered(drop_open_step=True)
@@ -782,6 +855,9 @@ class FitProfiler(Callback):
         self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)
         self._open = False
         self._val_annotated = False
+        if self._window.step_num is None:  # only the warm-up step ran: nothing to analyse
+            self._window.stop(export=False)
+            return
         path = self._window.stop(drop_open_step=drop_open_step)
         if path is not None and event is not None and session is not None:
             self._trig_pending.append((path, session, event))

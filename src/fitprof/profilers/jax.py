@@ -54,6 +54,9 @@ class JaxProfileWindow(TFProfileWindow):
     def _step_marker(self, step: int) -> Any:
         return self._jax_profiler.StepTraceAnnotation("train", step_num=step)
 
+    def _annotation(self, name: str) -> Any:
+        return self._jax_profiler.TraceAnnotation(name)
+
     def annotate_input(self, iterator: Iterator[Any]) -> Iterator[Any]:
         """``iterator`` with each ``next`` inside a ``fitprof/input`` annotation (the batch fetch as input)."""
         return _AnnotatedIterator(iterator, self._jax_profiler.TraceAnnotation)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
+from fitprof.traces._table import OVERHEAD_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class TFProfileWindow:
         self._epoch, self._rank, self._world = epoch, rank, world
         self._tmp: str | None = None
         self._step: Any = None
+        self._overhead: Any = None
         self.session_dir: Path | None = None
         self.save_error: OSError | None = None
         self._tmp_keep: str | None = None
@@ -68,14 +70,51 @@ class TFProfileWindow:
     def _step_marker(self, step: int) -> Any:
         return self._tf.profiler.experimental.Trace("train", step_num=step, _r=1)
 
+    def _annotation(self, name: str) -> Any:
+        return self._tf.profiler.experimental.Trace(name)
+
     def begin_step(self, step: int) -> None:
+        """Close the open step marker, if any, and open step ``step``'s. An open overhead span is closed before
+        and reopened after, so spans nest."""
+        overhead = self._close_overhead()
+        self._end_step()
         self._step = self._step_marker(step)
         self._step.__enter__()
+        if overhead:
+            self.begin_overhead()
 
     def end_step(self) -> None:
+        """Close the open step marker, if any (an open overhead span is closed first and reopened after)."""
+        overhead = self._close_overhead()
+        self._end_step()
+        if overhead:
+            self.begin_overhead()
+
+    def _end_step(self) -> None:
         if self._step is not None:
             self._step.__exit__(None, None, None)
             self._step = None
+
+    def begin_overhead(self) -> None:
+        """Open a ``Trace("fitprof/overhead")`` span (:data:`~fitprof.traces._table.OVERHEAD_ANNOTATION`) around the
+        caller's own work: left out of step time, reported as ``fitprof/self_ms_per_step``. No-op when the
+        profiler is not running here or one is already open."""
+        if self._tmp is None or self._overhead is not None:
+            return
+        trace = self._annotation(OVERHEAD_ANNOTATION)
+        trace.__enter__()
+        self._overhead = trace
+
+    def end_overhead(self) -> None:
+        """Close the span opened by :meth:`begin_overhead`, if any."""
+        self._close_overhead()
+
+    def _close_overhead(self) -> bool:
+        trace, self._overhead = self._overhead, None
+        if trace is None:
+            return False
+        trace.__exit__(None, None, None)
+        return True
 
     def stop(self, *, drop_open_step: bool = False) -> Path:
         """Stop the profiler and return the moved ``.xplane.pb``.
@@ -86,6 +125,7 @@ class TFProfileWindow:
         Raises:
             RuntimeError: if stopping fails or no ``.xplane.pb`` was written.
         """
+        self._close_overhead()  # innermost first: the caller's own span, then the step
         unfinished = None
         if drop_open_step:
             # Keep the open marker alive, unclosed, until the profiler has stopped: it is then never recorded.
@@ -126,7 +166,7 @@ class TFProfileWindow:
 
     def abort(self) -> None:
         """Stop a running profiler without keeping anything (used after a failure)."""
-        self._step = None
+        self._step = self._overhead = None
         try:
             self._stop_profiler(save=False)
         except Exception:

@@ -1,8 +1,9 @@
 """torch.profiler windows, shared by the Lightning callback and the Keras callback on the torch backend.
 
 :class:`TorchProfileWindow` opens one profiling window at a time, marks training steps with
-``ProfilerStep#N`` spans, wraps validation in :data:`~fitprof.traces._table.VALIDATION_ANNOTATION` and exports
-a gzipped Kineto trace on stop. Every profiler call is guarded: a failure gives one warning, drops the window
+``ProfilerStep#N`` spans, wraps validation in :data:`~fitprof.traces._table.VALIDATION_ANNOTATION` and the
+caller's own work in :data:`~fitprof.traces._table.OVERHEAD_ANNOTATION` (:meth:`TorchProfileWindow.begin_overhead`),
+and exports a gzipped Kineto trace on stop. Every profiler call is guarded: a failure gives one warning, drops the window
 and never reaches the training loop.
 
 Why our own ``ProfilerStep#N`` spans: ``torch.profiler.profile.step()`` records ``ProfilerStep#N`` only when
@@ -37,7 +38,7 @@ from torch.profiler import ProfilerActivity, profile
 from fitprof._session import KINETO_SUFFIX, kineto_trace_name
 from fitprof._warn import WarnOnce
 from fitprof.traces._repair import name_list, repair_names
-from fitprof.traces._table import VALIDATION_ANNOTATION
+from fitprof.traces._table import OVERHEAD_ANNOTATION, VALIDATION_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class TorchProfileWindow:
         self._prof: profile | None = None
         self._step: record_function | None = None
         self._annotations: list[record_function] = []
+        self._overhead: record_function | None = None
         self._path: Path | None = None
         self.trace_path: Path | None = None
         self.step_num: int | None = None
@@ -164,27 +166,68 @@ class TorchProfileWindow:
 
     # ----------------------------------------------------------------------------------------------- marks
     def begin_step(self, n: int) -> None:
-        """Close the open step span, if any, and open ``ProfilerStep#n``."""
+        """Close the open step span, if any, and open ``ProfilerStep#n``.
+
+        An open overhead span (:meth:`begin_overhead`) is closed before the old step closes and reopened inside
+        the new one, so spans nest and the whole transition is either fitprof's own time or between steps.
+        """
         if self._prof is None:
             return
-        self.end_step()
+        overhead = self._close_overhead()
+        self._end_step()
         try:
             rf = record_function(f"{STEP_PREFIX}{n}")
             rf.__enter__()
         except Exception as err:
             self.warn_once("mark", f"fitprof: could not mark a profiler step ({err!r}).")
-            return
-        self._step = rf
-        self.step_num = n
+        else:
+            self._step = rf
+            self.step_num = n
+        if overhead:
+            self.begin_overhead()
 
     def end_step(self) -> None:
-        """Close the open step span, if any."""
+        """Close the open step span, if any (an open overhead span is closed first and reopened after)."""
+        overhead = self._close_overhead()
+        self._end_step()
+        if overhead:
+            self.begin_overhead()
+
+    def _end_step(self) -> None:
         rf, self._step = self._step, None
         if rf is not None:
             try:
                 rf.__exit__(None, None, None)
             except Exception as err:
                 self.warn_once("mark", f"fitprof: could not mark a profiler step ({err!r}).")
+
+    def begin_overhead(self) -> None:
+        """Open the :data:`~fitprof.traces._table.OVERHEAD_ANNOTATION` span around the caller's own work (its hook
+        body); the analysis leaves it out of step time and reports it as ``fitprof/self_ms_per_step``. No-op
+        outside a window or when one is already open."""
+        if self._prof is None or self._overhead is not None:
+            return
+        try:
+            rf = record_function(OVERHEAD_ANNOTATION)
+            rf.__enter__()
+        except Exception as err:
+            self.warn_once("mark", f"fitprof: could not annotate {OVERHEAD_ANNOTATION!r} ({err!r}).")
+            return
+        self._overhead = rf
+
+    def end_overhead(self) -> None:
+        """Close the span opened by :meth:`begin_overhead`, if any."""
+        self._close_overhead()
+
+    def _close_overhead(self) -> bool:
+        rf, self._overhead = self._overhead, None
+        if rf is None:
+            return False
+        try:
+            rf.__exit__(None, None, None)
+        except Exception as err:
+            self.warn_once("mark", f"fitprof: could not close an annotation ({err!r}).")
+        return True
 
     def begin_annotation(self, name: str = VALIDATION_ANNOTATION) -> None:
         """Open a ``record_function(name)`` span (default: the validation annotation) inside the window."""
@@ -224,13 +267,16 @@ class TorchProfileWindow:
             The path of the gzipped Kineto trace, or None when nothing was exported (no window, ``export``
             False, or a failure, which is warned about once).
         """
-        prof, self._prof = self._prof, None
-        if prof is None:
+        if self._prof is None:
             return None
+        # Spans close innermost first: the caller's overhead span (its hook body so far), annotations, the step;
+        # what follows (stopping, exporting) is outside every step.
+        self._close_overhead()
         while self._annotations:
             self.end_annotation()
         dropped = f"{STEP_PREFIX}{self.step_num}" if drop_open_step and self._step is not None else None
-        self.end_step()
+        self._end_step()
+        prof, self._prof = self._prof, None
         path, self._path = self._path, None
         try:
             prof.stop()

@@ -62,8 +62,9 @@ class Kind(str, enum.Enum):
     """A user annotation (``record_function``, ``tf.profiler.experimental.Trace``) that is not a step."""
     NOT_TRAINING = "not_training"
     """A span inside a profiled window whose time is not training, removed from step time and from every share
-    of it: an annotation fitprof puts around such work (today :data:`VALIDATION_ANNOTATION`, validation run
-    inside the window). Any future fitprof-made exclusion (its own bookkeeping) gets this kind too."""
+    of it: an annotation fitprof puts around such work: :data:`VALIDATION_ANNOTATION` (validation run inside the
+    window) and :data:`OVERHEAD_ANNOTATION` (fitprof's own hook bodies, reported apart as
+    ``fitprof/self_ms_per_step``)."""
     OTHER = "other"
     """Anything else: runtime calls, Python functions, memsets, ..."""
 
@@ -73,6 +74,14 @@ class Kind(str, enum.Enum):
 
 VALIDATION_ANNOTATION = "fitprof/validation"
 """Name of the annotation the callbacks put around validation run inside a profiled window (``Kind.NOT_TRAINING``)."""
+
+OVERHEAD_ANNOTATION = "fitprof/overhead"
+"""Name of the annotation the callbacks put around their own work inside a profiled window (hook bodies, step-marker
+transitions): ``Kind.NOT_TRAINING``, so fitprof's own time is never step time;
+its total inside the analysed steps is reported as ``fitprof/self_ms_per_step``."""
+
+NOT_TRAINING_ANNOTATIONS = frozenset({VALIDATION_ANNOTATION, OVERHEAD_ANNOTATION})
+"""The annotation names the readers classify as ``Kind.NOT_TRAINING``."""
 
 KINDS = tuple(Kind)
 """Every kind, in declaration order."""

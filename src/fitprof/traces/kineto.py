@@ -59,7 +59,7 @@ import pandas as pd
 
 from fitprof.traces._limits import Limits, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
-from fitprof.traces._table import VALIDATION_ANNOTATION, Kind, TraceError, make_table, table_from_columns
+from fitprof.traces._table import NOT_TRAINING_ANNOTATIONS, Kind, TraceError, make_table, table_from_columns
 
 DEVICE_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync"})
 """Categories Kineto records on a device row (``pid`` = device, ``tid`` = stream)."""
@@ -717,7 +717,7 @@ def _classify(cat: str, name: str) -> tuple[str, bool, str, float]:
     if cat == "user_annotation":
         if name.startswith("enumerate(DataLoader)#") and "__next__" in name:
             return Kind.INPUT, False, "", np.nan
-        if name == VALIDATION_ANNOTATION:
+        if name in NOT_TRAINING_ANNOTATIONS:
             return Kind.NOT_TRAINING, False, "", np.nan
         if name.startswith(_COLLECTIVE_PREFIXES):
             return Kind.COLLECTIVE, False, "", np.nan

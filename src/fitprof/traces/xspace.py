@@ -25,6 +25,8 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
   iterators, TF ops of type ``IteratorGetNext*``): the training loop blocked on ``tf.data``, as xprof's
   input-pipeline analysis counts it; on JAX, fitprof's ``fitprof/input`` annotation around each batch fetch
   (:data:`INPUT_ANNOTATION`);
+* fitprof's own annotations ``fitprof/validation`` and ``fitprof/overhead`` (on host lines outside ``tf_data*`` /
+  ``tf_Compute*``) -> ``Kind.NOT_TRAINING``;
 * host ops: events on ``tf_Compute*`` (and ``collective_ops*``) lines named ``<op name>:<op type>`` (C++
   scopes such as ``CollectiveOpV2Kernel::Run`` are not ops); the table's ``name`` is the op name,
   as xprof's ``framework_op_stats`` reports it, less the ``StatefulPartitionedCall/`` prefix; collective op types -> ``Kind.COLLECTIVE``;
@@ -52,6 +54,7 @@ import pandas as pd
 from fitprof.traces import _xplane_schema as xs
 from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded, too_many
 from fitprof.traces._table import (
+    NOT_TRAINING_ANNOTATIONS,
     Kind,
     TraceError,
     make_table,
@@ -255,6 +258,8 @@ def read_xspace(
                     row["op"] = op
                 elif name == INPUT_ANNOTATION or _INPUT_EVENT.match(name):
                     row["kind"] = Kind.INPUT
+                elif name in NOT_TRAINING_ANNOTATIONS and not (is_tf_data or is_compute):
+                    row["kind"] = Kind.NOT_TRAINING  # fitprof's own spans (validation, its overhead)
                 elif _HLO_OP in stats and not is_tf_data:
                     row["kind"] = Kind.OP  # an XLA thunk (HLO op) run on a host thread
                     row["name"] = stats[_HLO_OP] or name
