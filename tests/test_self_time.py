@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,9 +55,11 @@ def _delay(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[floa
 
 
 def _check(base: list[Any], again: list[Any], delayed: list[Any], slept: list[float], per_epoch: int) -> None:
-    step_tol = max(0.5, 2 * _noise(base, again, "step_time_ms"))
-    input_pp = max(FLOOR_PP, 2 * _noise(base, again, "input_percent"))
-    print(f"tolerance (twice the largest undisturbed difference): step {step_tol:.3f} ms, input {input_pp:.3f} pp")
+    # Three times the largest undisturbed difference: two undisturbed runs give a small sample of the noise, and
+    # twice it was exceeded by 6-10% in 2 of 4 runs under a load average of 3-5 (the delayed run is a third draw).
+    step_tol = max(0.5, 3 * _noise(base, again, "step_time_ms"))
+    input_pp = max(FLOOR_PP, 3 * _noise(base, again, "input_percent"))
+    print(f"tolerance (3x the largest undisturbed difference): step {step_tol:.3f} ms, input {input_pp:.3f} pp")
     for e in range(EPOCHS):
         b, d = base[e], delayed[e]
         print(
@@ -64,18 +67,27 @@ def _check(base: list[Any], again: list[Any], delayed: list[Any], slept: list[fl
             f"input {b.input_percent:.3f} / {again[e].input_percent:.3f} / delayed {d.input_percent:.3f} %; "
             f"self {b.self_ms_per_step:.3f} / delayed {d.self_ms_per_step:.3f} ms"
         )
+    # Step time and input share: the median of the delayed run's three windows against the median of the
+    # undisturbed windows. One window of a run can be off by more than the undisturbed runs showed (a neighbour's
+    # burst: 26.5 ms against 24.0 ms in one of three delayed windows under a full-suite load, the other two within
+    # 0.3 ms); the median of three is not moved by one such window, while the delays, were they step time, would
+    # move every window by 40 ms x per_epoch / STEPS.
+    assert 1e3 * DELAY_S * per_epoch / STEPS > step_tol
+    undisturbed = base + again
+    for attr, tol in (("step_time_ms", step_tol), ("input_percent", input_pp)):
+        got = statistics.median(getattr(r, attr) for r in delayed)
+        want = statistics.median(getattr(r, attr) for r in undisturbed)
+        assert abs(got - want) <= tol, (attr, got, want, tol)
     for e in range(EPOCHS):
         b, d = base[e], delayed[e]
         assert b.steps_analyzed == d.steps_analyzed == STEPS
-        # Without the exclusion the delays would add 40 ms x per_epoch / STEPS to every step.
-        assert 1e3 * DELAY_S * per_epoch / STEPS > step_tol
-        assert abs(d.step_time_ms - b.step_time_ms) <= step_tol
-        assert abs(d.input_percent - b.input_percent) <= input_pp
         # fitprof's own time is reported: the measured sleeps of this epoch over its steps, plus the hooks' usual
-        # cost (bounded by three times the largest undisturbed figure).
+        # cost (bounded by three times the largest undisturbed figure) and up to 5% of the sleeps: the span around
+        # a sleep also holds the scheduler's delay in waking the thread, which ``slept`` does not always see under
+        # load (41.64 ms seen against 41.28 ms with no such margin). Without the report it would be 0.
         expected = 1e3 * sum(slept[e * per_epoch : (e + 1) * per_epoch]) / STEPS
         usual = 3 * max(r.self_ms_per_step for r in base + again)
-        assert expected <= d.self_ms_per_step <= expected + usual + 0.5
+        assert expected <= d.self_ms_per_step <= 1.05 * expected + usual + 0.5
     # The first window agrees with the later ones on a steady load.
     for run in (base, again):
         later_step = sum(r.step_time_ms for r in run[1:]) / (EPOCHS - 1)

@@ -49,14 +49,27 @@ class KerasWork:
         self._items_per_sample = math.nan
         self._restore: Callable[[], None] | None = None
         self._tf_counts: dict[tuple[int, str], tuple[float, str]] = {}  # (model, spec) -> (FLOPs, note), per fit
+        self._off = ""  # why this fit counts nothing ("" when it counts)
 
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle with the callback: a pending wrap of ``train_function`` belongs to the running fit."""
         return {**self.__dict__, "_restore": None, "_tf_counts": {}}
 
-    def begin_fit(self, model: Any) -> None:
-        """Find the device and compute dtype the MFU is measured against."""
+    def begin_fit(self, model: Any, world: int = 1) -> None:
+        """Find the device and compute dtype the MFU is measured against.
+
+        With ``world`` > 1 ranks on TensorFlow no FLOPs are counted (NaN, with the reason): under a multi-worker
+        ``tf.distribute`` strategy, tracing ``train_step`` again on the profiling ranks only can allocate
+        collective keys on those ranks alone and put the ranks' later collectives out of step (the way reading the
+        sample count whole did: "Collective instance 114 expected ... data_type 1 but got ... data_type 9", the fit
+        aborted with ``ranks=0``; the samples are read per worker, with no collective).
+        """
         self._tf_counts = {}
+        self._off = (
+            "not counted under a multi-worker tf.distribute strategy (it would desynchronise the ranks' collectives)"
+            if self.backend == "tensorflow" and world > 1
+            else ""
+        )
         name, dtype = "", ""
         try:
             if self.backend == "tensorflow":
@@ -87,6 +100,8 @@ class KerasWork:
         self._items_per_sample = math.nan
         if self.backend == "jax":
             self.log.flops_note = "FLOPs are not counted on the Keras JAX backend"
+        elif self._off:
+            self.log.flops_note = f"FLOPs {self._off}"
 
     def window_opened(self, model: Any) -> None:
         self._at_open = _samples_seen(model)
@@ -98,7 +113,7 @@ class KerasWork:
 
     def count_next_call(self, model: Any) -> None:
         """Wrap ``model.train_function`` for its next call only, and count that step's FLOPs."""
-        if self.backend == "jax" or self._restore is not None:
+        if self.backend == "jax" or self._off or self._restore is not None:
             return
         original = getattr(model, "train_function", None)
         if original is None:

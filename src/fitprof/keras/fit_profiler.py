@@ -383,7 +383,7 @@ class FitProfiler(keras.callbacks.Callback):
         from fitprof.keras._distributed import rank_and_world
 
         self._rank, self._world = rank_and_world(self.model, self.backend)
-        self._work.begin_fit(self.model)
+        self._work.begin_fit(self.model, self._world)
         self._warn_once.reset()  # a new fit warns again when a cause repeats
         self._warn_once.rank = self._rank  # only rank 0 issues Python warnings; the others log
         if self.backend == "tensorflow" and self._rank > 0 and self._profiles_rank():
