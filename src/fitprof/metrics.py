@@ -115,6 +115,73 @@ TOP_OP = Metric(
 )
 SUMMARY_TAG = PREFIX + "summary"
 
+EPOCH_PREFIX = PREFIX + "epoch/"
+_CLEAN = (
+    " Over the epoch's clean steps: every training step timed by wall clock at its step boundary "
+    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the steps holding "
+    "validation or a checkpoint save and the step after, the steps of a profiling window and the step after it)."
+)
+EPOCH_STEP_TIME_MS_P50 = Metric(
+    EPOCH_PREFIX + "step_time_ms_p50",
+    "ms",
+    "Median wall time of a training step, from one step boundary to the next (Lightning: `on_train_batch_end` to "
+    "`on_train_batch_end`, so it holds the batch fetch and the host-to-device copy); no device synchronisation."
+    + _CLEAN,
+)
+EPOCH_STEP_TIME_MS_P90 = Metric(
+    EPOCH_PREFIX + "step_time_ms_p90",
+    "ms",
+    "90th percentile of the step wall time (numpy's linear interpolation)." + _CLEAN,
+)
+EPOCH_STEP_TIME_MS_MAX = Metric(EPOCH_PREFIX + "step_time_ms_max", "ms", "The slowest step." + _CLEAN)
+EPOCH_INPUT_PERCENT = Metric(
+    EPOCH_PREFIX + "input_percent",
+    "% of step time (0-100)",
+    "Time from the end of the previous step to the start of this one (Lightning: `on_train_batch_end` of step "
+    "N-1 to `on_train_batch_start` of step N: the batch fetch, `DataLoader` and collate included, and the "
+    "host-to-device copy), summed, over the summed step time. Measured by wall clock without a profiler, so "
+    "it is the exact wait, not a sample; absent where the adapter cannot see the fetch." + _CLEAN,
+)
+EPOCH_SAMPLES_PER_S = Metric(
+    EPOCH_PREFIX + "samples_per_s",
+    "samples/s",
+    "Samples over seconds, summed over the steps whose batch size is known (`fitprof._batch.batch_size`: the "
+    "leading dimension of the batch's first array)." + _CLEAN,
+)
+EPOCH_STEPS_TIMED = Metric(
+    EPOCH_PREFIX + "steps_timed",
+    "steps",
+    "The clean steps the `fitprof/epoch/*` figures come from." + _CLEAN,
+)
+TRIGGER_PREFIX = PREFIX + "trigger/"
+TRIGGER_STEP = Metric(
+    TRIGGER_PREFIX + "step",
+    "step (1-based, in the epoch)",
+    'The step after which the slowdown trigger fired (`trigger="slowdown"`); its window opens at the next step.',
+)
+TRIGGER_STEP_TIME_MS = Metric(
+    TRIGGER_PREFIX + "step_time_ms",
+    "ms",
+    "Median wall time of the run of slow steps that fired the trigger (`fitprof.steps.TriggerEvent`).",
+)
+TRIGGER_BASELINE_MS = Metric(
+    TRIGGER_PREFIX + "baseline_ms",
+    "ms",
+    "The baseline the slow steps were compared with: the median of the last clean steps' wall times "
+    "(`fitprof.steps.SlowdownTrigger`, `baseline_steps`).",
+)
+EPOCH_METRICS: tuple[Metric, ...] = (
+    EPOCH_STEP_TIME_MS_P50,
+    EPOCH_STEP_TIME_MS_P90,
+    EPOCH_STEP_TIME_MS_MAX,
+    EPOCH_INPUT_PERCENT,
+    EPOCH_SAMPLES_PER_S,
+    EPOCH_STEPS_TIMED,
+)
+"""The whole-epoch step-timing figures (issue 15), logged at every epoch end, profiled or not."""
+TRIGGER_METRICS: tuple[Metric, ...] = (TRIGGER_STEP, TRIGGER_STEP_TIME_MS, TRIGGER_BASELINE_MS)
+"""The figures of one triggered window, logged at the end of the epoch it was taken in."""
+
 ALL: tuple[Metric, ...] = (
     STEP_TIME_MS,
     INPUT_PERCENT,
@@ -130,6 +197,8 @@ ALL: tuple[Metric, ...] = (
     SPEEDUP_IF_NO_HTOD,
     SPEEDUP_IF_NO_COLLECTIVES,
     TOP_OP,
+    *EPOCH_METRICS,
+    *TRIGGER_METRICS,
 )
 
 BASE_KEYS: tuple[str, ...] = (
