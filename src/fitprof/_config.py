@@ -212,3 +212,27 @@ def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileC
         every_n_epochs=check_positive_int("every_n_epochs", every_n_epochs),
         top_k=check_positive_int("top_k", top_k),
     )
+
+
+TRIGGERS = ("slowdown",)
+"""The values ``trigger`` takes besides None (no triggered windows)."""
+
+
+def check_trigger(trigger: Any, max_windows: Any, min_spacing: Any) -> str | None:
+    """``trigger`` (None or ``"slowdown"``), with ``trigger_max_windows`` (an int >= 1) and
+    ``trigger_min_spacing`` (an int >= 0, in steps) checked alongside.
+
+    Raises:
+        ValueError: for a ``trigger`` other than None or ``"slowdown"``, or a limit out of range.
+        TypeError: for a limit that is not an int (bools are refused).
+    """
+    if trigger is not None and trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be None or one of {list(TRIGGERS)}; got {trigger!r}")
+    check_positive_int("trigger_max_windows", max_windows)
+    if not _is_int(min_spacing):
+        raise TypeError(
+            f"trigger_min_spacing must be an int >= 0; got {min_spacing!r} of type {type(min_spacing).__name__}"
+        )
+    if min_spacing < 0:
+        raise ValueError(f"trigger_min_spacing must be an int >= 0; got {min_spacing!r}")
+    return None if trigger is None else str(trigger)

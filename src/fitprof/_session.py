@@ -105,18 +105,26 @@ def session_taken(log_dir: str | os.PathLike[str], name: str) -> bool:
     )
 
 
-def session_name(log_dir: str | os.PathLike[str], epoch: int) -> str:
-    """A session name no window of ``log_dir`` has used: ``YYYY_MM_DD_HH_MM_SS_epoch<epoch>[_<n>]``.
+def session_name(log_dir: str | os.PathLike[str], epoch: int, suffix: str = "") -> str:
+    """A session name no window of ``log_dir`` has used: ``YYYY_MM_DD_HH_MM_SS_epoch<epoch><suffix>[_<n>]``.
+
+    ``suffix`` says why the window was taken (:func:`trigger_suffix`); empty for a scheduled window.
 
     Timestamps have one-second resolution, so when the name is taken (:func:`session_taken`) ``_2``, ``_3``, ...
     is appended until it is not. Nothing is created.
     """
-    base = f"{time.strftime('%Y_%m_%d_%H_%M_%S')}_epoch{int(epoch)}"
+    base = f"{time.strftime('%Y_%m_%d_%H_%M_%S')}_epoch{int(epoch)}{suffix}"
     name, n = base, 2
     while session_taken(log_dir, name):
         name = f"{base}_{n}"
         n += 1
     return name
+
+
+def trigger_suffix(step: int) -> str:
+    """``_trigger_step<step>``: the session-name suffix of a window the slowdown trigger opened after ``step``
+    (1-based, in the epoch), so the Profile tab's session list says why the window was taken."""
+    return f"_trigger_step{int(step)}"
 
 
 def new_session_dir(log_dir: str | os.PathLike[str], epoch: int) -> Path:

@@ -315,8 +315,11 @@ class SlowdownTrigger:
         self._median_ns = median
         self._threshold_ns = median + max(self.mad_k * _MAD_TO_SIGMA * mad, self.rel * median)
 
-    def observe(self, step_ns: int, step: int) -> TriggerEvent | None:
+    def observe(self, step_ns: int, step: int, *, allowed: bool = True) -> TriggerEvent | None:
         """Feed one clean step's wall time (ns) and its number; the :class:`TriggerEvent` when it fires now.
+
+        ``allowed=False`` (the adapter cannot open a window now: one is open or due, the epoch ends) keeps
+        counting the run of slow steps but holds the firing back to the first allowed step.
 
         A slow step is judged against the threshold in force before it (it enters the baseline afterwards, so a
         slowdown that lasts moves the baseline slowly: the median of ``baseline_steps`` needs half of them slow).
@@ -326,7 +329,7 @@ class SlowdownTrigger:
         fired = None
         if step_ns > self._threshold_ns:
             self._run.append(step_ns)
-            if len(self._run) >= self.consecutive and self._may_fire(step):
+            if len(self._run) >= self.consecutive and allowed and self._may_fire(step):
                 run = sorted(self._run)
                 fired = TriggerEvent(
                     step=step,
@@ -369,6 +372,8 @@ INPUT_PP_THRESHOLD = 10.0
 
 Measured spread (the same fits): a 5-step window's wall-clock input share was off the epoch's by more than 5 pp in
 14-21% of windows and by more than 10 pp in 3-13%."""
+MIN_STEPS_COMPARED = 10
+"""An epoch with fewer clean steps than this is not compared with its window (too few to stand for the epoch)."""
 
 
 def not_representative(
@@ -378,6 +383,7 @@ def not_representative(
     *,
     step_rel: float = STEP_TIME_REL_THRESHOLD,
     input_pp: float = INPUT_PP_THRESHOLD,
+    min_steps: int = MIN_STEPS_COMPARED,
 ) -> str | None:
     """Why a profiled window does not represent its epoch, or None when it does (or cannot be compared).
 
@@ -390,11 +396,14 @@ def not_representative(
         epoch: the epoch's :class:`EpochSteps`.
         step_rel: the relative step-time difference above which it says so (0.5 = 50%).
         input_pp: the input-share difference in percentage points above which it says so.
+        min_steps: the fewest clean steps the epoch needs to be compared at all.
 
     Returns:
         E.g. ``"the window is not representative of its epoch (step time 12.1 ms vs 6.0 ms for the epoch's 480
         timed steps; input 45.0% vs 12.0%)"``, or None.
     """
+    if epoch.steps_timed < min_steps:
+        return None
     reasons = []
     epoch_ms = epoch.step_time_ms_mean
     step_known = math.isfinite(window_step_ms) and math.isfinite(epoch_ms) and epoch_ms > 0

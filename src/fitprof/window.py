@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fitprof
-from fitprof import cross_rank, metrics
+from fitprof import cross_rank, metrics, steps
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce
@@ -108,6 +108,45 @@ def summary_line(epoch: int, scalars: dict[str, float], report: BottleneckReport
             line += f", top op {top.name} {top.self_ms_per_step:.2f} ms"
         line += f" -> {report.verdict}"
     return line
+
+
+def representativeness(scalars: dict[str, float], epoch_steps: steps.EpochSteps | None) -> str | None:
+    """The "window is not representative of its epoch (...)" sentence for a window's logged ``scalars`` (mean step
+    time and input share) against its epoch's always-on figures (:func:`fitprof.steps.not_representative`);
+    None when they agree, or without figures to compare."""
+    if epoch_steps is None:
+        return None
+    return steps.not_representative(
+        scalars.get(metrics.STEP_TIME_MS.key, math.nan), scalars.get(metrics.INPUT_PERCENT.key, math.nan), epoch_steps
+    )
+
+
+def compare_windows(triggered: BottleneckReport, normal: BottleneckReport | None, normal_epoch: int | None) -> str:
+    """What changed from the last normal window to a triggered one, in one sentence: step time, input share,
+    host-to-device copy time per step, and the operator whose self time per step grew most (an operator absent
+    from the normal window's top list counts as 0 there, so its growth is an upper bound).
+
+    Returns:
+        E.g. ``"vs the normal window of epoch 0: step 3.1 -> 41.0 ms, input 4.0% -> 88.2%, HtoD 0.00 -> 0.00
+        ms/step, grew most: aten::bmm 0.00 -> 12.30 ms/step"``; ``"no normal window to compare with"`` without one.
+    """
+    if normal is None:
+        return "no normal window to compare with"
+    where = f"epoch {normal_epoch}" if normal_epoch is not None else "this run"
+    parts = [
+        f"step {normal.step_time_ms:.1f} -> {triggered.step_time_ms:.1f} ms",
+        f"input {normal.input_percent:.1f}% -> {triggered.input_percent:.1f}%",
+        f"HtoD {normal.htod_ms_per_step:.2f} -> {triggered.htod_ms_per_step:.2f} ms/step",
+    ]
+    before = {op.name: op.self_ms_per_step for op in normal.top_ops}
+    growth = [(op.self_ms_per_step - before.get(op.name, 0.0), op) for op in triggered.top_ops]
+    growth = [(g, op) for g, op in growth if math.isfinite(g) and g > 0]
+    if growth:
+        _, op = max(growth, key=lambda item: item[0])
+        parts.append(f"grew most: {op.name} {before.get(op.name, 0.0):.2f} -> {op.self_ms_per_step:.2f} ms/step")
+    else:
+        parts.append("no operator grew")
+    return f"vs the normal window of {where}: " + ", ".join(parts)
 
 
 class WindowPipeline:
@@ -231,11 +270,15 @@ class WindowPipeline:
         world_size: int,
         gather: Gather | None,
         log: Log,
+        epoch_steps: steps.EpochSteps | None = None,
     ) -> dict[str, float]:
         """Gather and combine the ranks' figures, and log them on rank 0 (one :class:`EpochLog` to ``log``).
 
         Call it on every rank at the end of every profiled epoch (``gather`` None: no cross-rank figures, e.g. a
-        single process, or a flush after an exception, when the other ranks may be anywhere).
+        single process, or a flush after an exception, when the other ranks may be anywhere). With
+        ``epoch_steps`` (rank 0's always-on figures of the epoch, :class:`fitprof.steps.EpochSteps`), the one-line
+        and the Markdown summary say when the window is not representative of its epoch
+        (:func:`representativeness`).
 
         Returns:
             The scalars of this epoch, the same on every rank that gathered: the report's own
@@ -266,5 +309,10 @@ class WindowPipeline:
             own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
             text = f"{cross_rank.summary_line(vectors, combined, world_size)}\n\n{own}\n\n{text}".rstrip()
         ops = {} if report is None else {k: v for k, v in report.op_scalars().items() if math.isfinite(v)}
-        log(EpochLog(epoch, scalars, ops, text, summary_line(epoch, scalars, report)))
+        line = summary_line(epoch, scalars, report)
+        note = representativeness(scalars, epoch_steps)
+        if note:
+            line += f"; {note}"
+            text = f"Note: {note}.\n\n{text}".rstrip()
+        log(EpochLog(epoch, scalars, ops, text, line))
         return scalars

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import shutil
+import time
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -17,14 +20,16 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _config, _fs, metrics
+from fitprof._batch import batch_size
 from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
-from fitprof._session import session_name
+from fitprof._session import session_name, session_taken, trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.torch import TorchProfileWindow, profiler_running
-from fitprof.window import EpochLog, WindowPipeline
+from fitprof.steps import AFTER_PAUSE_STEPS, EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
+from fitprof.window import EpochLog, WindowPipeline, compare_windows
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +115,14 @@ class FitProfiler(Callback):
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
             recorded). The four are off by default; their measured cost is in the README.
+        trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
+            recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
+            the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
+            at the next step boundary through the same path as the ``profile_batch`` window, lasts as many steps,
+            gets its own session ``<time>_epoch<N>_trigger_step<S>`` and is analysed at the end of its epoch.
+            None (default): no triggered windows. Step timing runs either way.
+        trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
+        trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
@@ -117,13 +130,17 @@ class FitProfiler(Callback):
         trace_paths: the Kineto trace of each profiled epoch.
         xplane_paths: the ``.xplane.pb`` of each profiled epoch.
         analysis_seconds: wall time of the end-of-epoch analysis + XSpace conversion, per epoch (s).
+        steps: the always-on :class:`fitprof.steps.StepRecorder` (the current or last epoch's clean steps).
+        epoch_steps: the :class:`fitprof.steps.EpochSteps` of each epoch (0-based epoch -> figures).
+        triggered: one ``(epoch, TriggerEvent, report or None)`` per triggered window, in order.
         cross_rank: with several ranks, the cross-rank scalars of each profiled epoch (the same on every rank;
             empty when no rank reported).
 
     Raises:
         TypeError: if an argument has the wrong type (e.g. ``top_k=1.5``, ``log_dir=3``).
-        ValueError: if ``profile_batch`` is malformed or out of range, ``every_n_epochs`` / ``top_k`` < 1, or
-            ``ranks`` is empty or holds a rank < 0.
+        ValueError: if ``profile_batch`` is malformed or out of range, ``every_n_epochs`` / ``top_k`` < 1,
+            ``ranks`` is empty or holds a rank < 0, ``trigger`` is not None or ``"slowdown"``, or a trigger limit
+            is out of range.
 
     Example::
 
@@ -144,8 +161,12 @@ class FitProfiler(Callback):
         profile_memory: bool = False,
         with_stack: bool = False,
         with_flops: bool = False,
+        trigger: str | None = None,
+        trigger_max_windows: int = 3,
+        trigger_min_spacing: int = 200,
     ) -> None:
         super().__init__()
+        self.trigger = _config.check_trigger(trigger, trigger_max_windows, trigger_min_spacing)
         self.ranks = _config.check_ranks(ranks)
         self.verbose = _config.check_flag("verbose", verbose)
         self.torch_options = _config.torch_options(
@@ -186,6 +207,30 @@ class FitProfiler(Callback):
         self._world_size = 1
         self._coverage = FitCoverage(self.config)
         self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
+        # always-on step timing (issue 15): perf_counter_ns stamps, ints only on the hot path
+        self.steps = StepRecorder()
+        self.epoch_steps: dict[int, EpochSteps] = {}
+        self._prev_end_ns: int | None = None  # the last step boundary (on_train_batch_end, or the epoch start)
+        self._fetched_ns: int | None = None  # on_train_batch_start of the step in progress
+        self._fetch_ns = 0  # time inside Lightning's batch fetch since the last step boundary
+        self._fetch_t0 = 0
+        self._hooked: Any = None  # the trainer profiler whose start/stop we wrap (see _hook_fetch)
+        self._samples: int | None = None
+        self._trigger: SlowdownTrigger | None = None
+        if self.trigger is not None:
+            self._trigger = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
+        self._trigger_pipeline = WindowPipeline(
+            top_k=self.config.top_k,
+            max_trace_mb=self.max_trace_mb,
+            keep_last_windows=self.keep_last_windows,
+            warn=self._warn_rank,
+        )
+        self.triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = []
+        self._trig_event: TriggerEvent | None = None  # the triggered window open now
+        self._trig_session: str | None = None
+        self._trig_last = 0  # its last step
+        self._trig_pending: list[tuple[Path, str, TriggerEvent]] = []  # closed, analysed at epoch end
+        self._trig_steps_total = 0  # clean steps seen by the trigger over the run (its step numbering)
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -200,6 +245,10 @@ class FitProfiler(Callback):
         self._warn_rank.reset()  # a new fit warns again when a cause repeats
         self._warn_rank.rank = self._rank = int(trainer.global_rank)  # only rank 0 issues Python warnings
         self._coverage.begin_fit()
+        self.triggered.clear()
+        self._trig_steps_total = 0
+        if self._trigger is not None:
+            self._trigger.reset()
         self._coverage.limit = _epoch_limit(trainer, self._first)
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
@@ -222,6 +271,7 @@ class FitProfiler(Callback):
         else:
             self._dir = Path(_fs.local_path(log_dir))
         self._world_size = int(trainer.world_size)
+        self._hook_fetch(trainer)
         unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
         if unknown and self._rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
@@ -239,6 +289,8 @@ class FitProfiler(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        self._fetched_ns = time.perf_counter_ns()  # the batch is here: the time since the last step end was input
+        self._samples = batch_size(batch)
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
@@ -249,6 +301,15 @@ class FitProfiler(Callback):
         now when it starts at that step."""
         self._epoch_started = True
         self._epoch = int(trainer.current_epoch)
+        self._fetch_ns = 0
+        if next_step == 1:
+            self._prev_end_ns = time.perf_counter_ns()
+            self.steps.begin_epoch(self._prev_end_ns)
+        else:  # resumed mid-epoch: this step's start is unknown, the first boundary only sets the origin
+            self._prev_end_ns = None
+            self.steps.begin_epoch(None)
+        if self._trigger is not None:
+            self._trigger.reset_run()  # a new epoch (new iterator, maybe a new learning rate): a fresh baseline
         self._epoch_profiled = self._dir is not None and self.config.enabled and self.config.profiles_epoch(self._epoch)
         if self._dir is not None:
             self._coverage.epoch(self._epoch)
@@ -270,9 +331,29 @@ class FitProfiler(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
+        now = time.perf_counter_ns()
+        n = batch_idx + 1
+        fetched, self._fetched_ns = self._fetched_ns, None
+        prev, self._prev_end_ns = self._prev_end_ns, now
+        if self._hooked is not None:  # the exact time inside the fetch
+            wait: int | None = self._fetch_ns
+        else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
+            wait = None if fetched is None or prev is None else fetched - prev
+        self._fetch_ns = 0
+        dt = self.steps.step(now, n, input_ns=wait, samples=self._samples)
+        if self._trig_event is not None:
+            if self._epoch_on:
+                self._steps_seen = n
+            self._advance_triggered(trainer, n)
+            return
+        if dt is not None and self._trigger is not None:
+            self._trig_steps_total += 1
+            event = self._trigger.observe(dt, self._trig_steps_total, allowed=self._may_trigger(trainer, n))
+            if event is not None:
+                self._open_triggered(n, event)
+                return
         if not self._epoch_on:
             return
-        n = batch_idx + 1
         self._steps_seen = n
         if self._open:
             if n >= self._last:
@@ -290,6 +371,8 @@ class FitProfiler(Callback):
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # validation runs inside the next step's interval
         if self._open and not trainer.sanity_checking:
             self._window.begin_annotation()
             self._val_annotated = True
@@ -301,8 +384,18 @@ class FitProfiler(Callback):
             self._window.end_annotation()
 
     @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # the save lands in this step or the next
+
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
+        epoch_steps = self.epoch_steps[self._epoch] = self.steps.summary()
+        self._log_epoch_steps(pl_module, epoch_steps)
+        if self._open and self._trig_event is not None:
+            self._stop_triggered(drop_open_step=True)
         if self._open:  # the epoch ended inside the window without our noticing: flush what there is
             self._stop(drop_open_step=True)
         if self._epoch_profiled:
@@ -312,8 +405,10 @@ class FitProfiler(Callback):
         report = None if path is None else self._analyze(self._epoch, path)
         if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
             self._epoch_profiled = False
-            self._publish(trainer, report, gather=_distributed(), pl_module=pl_module)
-        if path is not None and self._mirror is not None:
+            self._publish(trainer, report, gather=_distributed(), pl_module=pl_module, epoch_steps=epoch_steps)
+        # Triggered windows after the gather, with no collective of their own: each rank triggers on its own signal.
+        triggered = self._publish_triggered(trainer, pl_module)
+        if (path is not None or triggered) and self._mirror is not None:
             self._mirror.sync()
 
     @override
@@ -327,6 +422,8 @@ class FitProfiler(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # Flush and analyse the partial window (the failing step left out); Lightning re-raises the exception.
         try:
+            if self._trig_event is not None:
+                self._stop_triggered(drop_open_step=True)
             if self._open or self._window.started_here:
                 self._stop(drop_open_step=True)
             self._epoch_profiled = False
@@ -343,6 +440,7 @@ class FitProfiler(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._unhook_fetch()
         self._abort()
         self._close_mirror()
 
@@ -377,22 +475,31 @@ class FitProfiler(Callback):
                 self._warn_rank("broadcast", f"fitprof: could not share the session name across ranks ({err!r}).")
         return name
 
-    def _start(self, step: int) -> None:
+    def _start(self, step: int, session: str | None = None) -> bool:
+        """Open a window at step ``step``: this epoch's scheduled window, or (``session`` given) a triggered one.
+        Returns whether it started."""
         assert self._dir is not None
-        if self._session is None:
+        if session is None and self._session is None:
             self._session = self._new_session()
-        if self._window.start(self._dir, self._session, rank=self._rank):
+        name = session or self._session
+        assert name is not None
+        if self._window.start(self._dir, name, rank=self._rank):
             self._coverage.windows += 1
             self._open = True
+            # the window's steps carry the profiler's cost: out of the always-on figures and the trigger's baseline
+            self.steps.exclude_next(self._last - step + 1 if session is None else self._trigger_length())
             self._window.begin_step(step)
-        else:
+            return True
+        if session is None:
             self._epoch_on = False
             if self._coverage.blocked is None:
                 self._coverage.blocked = (
                     "another torch profiler was running" if profiler_running() else "the torch profiler did not start"
                 )
+        return False
 
     def _stop(self, *, drop_open_step: bool = False) -> None:
+        self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # the stop and export land in the next step
         self._open = False
         self._epoch_on = False
         self._val_annotated = False
@@ -408,6 +515,7 @@ class FitProfiler(Callback):
         )
 
     def _abort(self, *, export: bool = True) -> None:
+        self._trig_event = None
         if self._open or self._window.started_here:
             self._open = False
             self._epoch_on = False
@@ -443,6 +551,7 @@ class FitProfiler(Callback):
         *,
         gather: bool,
         pl_module: pl.LightningModule | None,
+        epoch_steps: EpochSteps | None = None,
     ) -> None:
         """Hand this epoch's report to the shared pipeline (cross-rank gather when ``gather``), then log.
 
@@ -459,6 +568,7 @@ class FitProfiler(Callback):
             world_size=self._world_size,
             gather=(lambda vector: _all_gather(trainer, vector)) if gather else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
+            epoch_steps=epoch_steps,
         )
         if pl_module is None or not scalars:
             return
@@ -475,6 +585,161 @@ class FitProfiler(Callback):
                 )
         except Exception as err:
             self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
+
+    # ------------------------------------------------------------------------ step timing and triggered windows
+    def _log_epoch_steps(self, pl_module: pl.LightningModule, figures: EpochSteps) -> None:
+        """Log the epoch's always-on figures (``fitprof/epoch/*``, finite ones) through ``pl_module.log``, this
+        rank's own (``sync_dist=False``: no collective), so they reach ``callback_metrics`` and every logger."""
+        values = {
+            metrics.EPOCH_STEP_TIME_MS_P50.key: figures.step_time_ms_p50,
+            metrics.EPOCH_STEP_TIME_MS_P90.key: figures.step_time_ms_p90,
+            metrics.EPOCH_STEP_TIME_MS_MAX.key: figures.step_time_ms_max,
+            metrics.EPOCH_INPUT_PERCENT.key: figures.input_percent,
+            metrics.EPOCH_SAMPLES_PER_S.key: figures.samples_per_s,
+            metrics.EPOCH_STEPS_TIMED.key: float(figures.steps_timed),
+        }
+        self._log_scalars(pl_module, {k: v for k, v in values.items() if v == v})  # NaN != NaN
+
+    def _log_scalars(self, pl_module: pl.LightningModule | None, scalars: dict[str, float]) -> None:
+        if pl_module is None:
+            return
+        try:
+            for key, value in scalars.items():
+                pl_module.log(key, float(value), on_step=False, on_epoch=True, sync_dist=False, batch_size=1)
+        except Exception as err:
+            self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
+
+    def _hook_fetch(self, trainer: pl.Trainer) -> None:
+        """Time Lightning's batch fetch exactly: the training loop brackets ``next(data_fetcher)`` with
+        ``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")`` (whatever the profiler, the
+        default one doing nothing); wrap the two methods on this trainer's profiler instance, delegate every call,
+        and add up the time between the two for that action. Undone at ``teardown``. Where this fails, the input
+        wait is the gap from the previous step's end to this step's start (fetch, copy and other hooks)."""
+        self._unhook_fetch()
+        profiler = getattr(trainer, "profiler", None)
+        if profiler is None or isinstance(profiler, PyTorchProfiler):
+            return
+        try:
+            start, stop = profiler.start, profiler.stop
+
+            def timed_start(action_name: str) -> None:
+                if action_name == _FETCH_ACTION:
+                    self._fetch_t0 = time.perf_counter_ns()
+                start(action_name)
+
+            def timed_stop(action_name: str) -> None:
+                stop(action_name)
+                if action_name == _FETCH_ACTION and self._fetch_t0:
+                    self._fetch_ns += time.perf_counter_ns() - self._fetch_t0
+                    self._fetch_t0 = 0
+
+            profiler.start, profiler.stop = timed_start, timed_stop
+            self._hooked = profiler
+        except Exception as err:  # a profiler that refuses attributes: fall back to the gap
+            log.debug("fitprof: cannot time the batch fetch through the trainer's profiler (%r)", err)
+
+    def _unhook_fetch(self) -> None:
+        profiler, self._hooked = self._hooked, None
+        if profiler is not None:
+            for name in ("start", "stop"):
+                with contextlib.suppress(Exception):
+                    delattr(profiler, name)  # the class's own methods again
+
+    def _may_trigger(self, trainer: pl.Trainer, n: int) -> bool:
+        """Whether a triggered window may open after step ``n``: no window open, a writable log dir, this rank
+        profiles, the epoch goes on, and the window (``n+1`` .. ``n+L``) ends before the scheduled one starts."""
+        if (
+            self._open
+            or self._window.started_here
+            or self._dir is None
+            or not _config.profiles_rank(self.ranks, self._rank)
+        ):
+            return False
+        if self._epoch_on and n + self._trigger_length() + 1 >= self._first:
+            return False
+        return not self._epoch_ends_after_this(trainer, n)
+
+    def _trigger_length(self) -> int:
+        """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
+        return self.config.num_steps if self.config.enabled else 5
+
+    def _open_triggered(self, n: int, event: TriggerEvent) -> None:
+        """Open the triggered window at the next step boundary (step ``n + 1``) through :meth:`_start`."""
+        assert self._dir is not None
+        suffix = trigger_suffix(n)
+        session = session_name(self._dir, self._epoch, suffix)
+        if session_taken(self._dir, session):  # pragma: no cover - session_name already avoids it
+            return
+        event = TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)  # numbered in the epoch
+        if self._start(n + 1, session=session):
+            self._trig_event, self._trig_session = event, session
+            self._trig_last = n + self._trigger_length()
+
+    def _advance_triggered(self, trainer: pl.Trainer, n: int) -> None:
+        """Step ``n`` of an open triggered window ended: mark the next step, or close the window."""
+        if n >= self._trig_last:
+            self._stop_triggered()
+        elif self._epoch_ends_after_this(trainer, n):
+            self._stop_triggered(drop_open_step=True)
+        else:
+            self._window.begin_step(n + 1)
+
+    def _stop_triggered(self, *, drop_open_step: bool = False) -> None:
+        event, session = self._trig_event, self._trig_session
+        self._trig_event = self._trig_session = None
+        self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)
+        self._open = False
+        self._val_annotated = False
+        path = self._window.stop(drop_open_step=drop_open_step)
+        if path is not None and event is not None and session is not None:
+            self._trig_pending.append((path, session, event))
+
+    def _publish_triggered(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None) -> bool:
+        """Analyse this epoch's triggered windows (this rank's own, no collective), log ``fitprof/trigger/*``
+        (the last one of the epoch) and, on rank 0, the summary comparing each with the last normal window."""
+        pending, self._trig_pending = self._trig_pending, []
+        if not pending or self._dir is None:
+            return False
+        normal_epoch = max(self.reports) if self.reports else None
+        normal = None if normal_epoch is None else self.reports[normal_epoch]
+        for path, session, event in pending:
+            temporary = self._window.temporary
+            report = self._trigger_pipeline.analyze(
+                self._epoch,
+                path,
+                log_dir=self._dir,
+                session=None if temporary else session,
+                rank=self._rank,
+                world_size=self._world_size,
+                discard=functools.partial(shutil.rmtree, path.parent, ignore_errors=True),
+            )
+            self.triggered.append((self._epoch, event, report))
+            line = _trigger_line(
+                self._epoch, event, report, compare_windows(report, normal, normal_epoch) if report else ""
+            )
+            if self._rank == 0:
+                if self.verbose:
+                    if pl_module is not None:
+                        pl_module.print(line)
+                    else:
+                        print(line, flush=True)
+                text = line if report is None else f"{line}\n\n{report.summary_markdown()}"
+                for logger in trainer.loggers:
+                    if isinstance(logger, TensorBoardLogger):
+                        try:
+                            logger.experiment.add_text(TRIGGER_SUMMARY_TAG, text, global_step=trainer.global_step)
+                        except Exception as err:
+                            self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
+        _, last, _ = self.triggered[-1]
+        self._log_scalars(
+            pl_module,
+            {
+                metrics.TRIGGER_STEP.key: float(last.step),
+                metrics.TRIGGER_STEP_TIME_MS.key: last.step_time_ms,
+                metrics.TRIGGER_BASELINE_MS.key: last.baseline_ms,
+            },
+        )
+        return True
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, entry: EpochLog) -> None:
         """Rank 0: the one-line summary (``verbose``), and for TensorBoard loggers the operators by name and the
@@ -498,6 +763,27 @@ class FitProfiler(Callback):
                     f"log-{type(logger).__name__}",
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
+
+
+_FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
+"""The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
+
+TRIGGER_SUMMARY_TAG = metrics.TRIGGER_PREFIX + "summary"
+"""TensorBoard text tag of each triggered window's summary (the Text tab)."""
+
+
+def _trigger_line(epoch: int, event: TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
+    """``fitprof epoch 0: slowdown after step 41 (40.1 ms/step vs baseline 3.2 ms), triggered window: ...``"""
+    head = (
+        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
+        f"{event.baseline_ms:.1f} ms)"
+    )
+    if report is None:
+        return f"{head}, the triggered window could not be analysed"
+    return (
+        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
+        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
+    )
 
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
