@@ -219,6 +219,7 @@ def main() -> None:
     medians: dict[tuple[str, str], list[float]] = {j: [] for j in jobs}
     spreads: dict[tuple[str, str], list[tuple[float, float]]] = {j: [] for j in jobs}
     windows: dict[tuple[str, str], list[int]] = {j: [] for j in jobs}
+    counted: dict[tuple[str, str], int] = dict.fromkeys(jobs, 0)
     rng = random.Random(0)
     with tempfile.TemporaryDirectory() as d:
         work = Path(d)
@@ -232,6 +233,7 @@ def main() -> None:
                 medians[job].append(med)
                 spreads[job].append((deltas[len(deltas) // 10], deltas[(9 * len(deltas)) // 10]))
                 windows[job].append(result["windows"])
+                counted[job] += len(deltas)
                 extra = f", TraceML callbacks {result['traceml_callbacks']}" if job[1] == "traceml" else ""
                 print(
                     f"repeat {rep}: {job[0]:<9} {job[1]:<16} median {med:8.1f} us/step over {len(deltas)} steps "
@@ -241,9 +243,9 @@ def main() -> None:
     load1 = os.getloadavg()
     print(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
     print()
-    print("| framework | variant | step time, us (median of run medians) | run medians, us | overhead, us/step | ratio |"
-          " windows opened |")  # fmt: skip
-    print("|---|---|---:|---|---:|---:|---|")
+    print("| framework | variant | steps measured | step time, us (median of run medians) | run medians, us |"
+          " overhead, us/step | ratio | windows opened |")  # fmt: skip
+    print("|---|---|---:|---:|---|---:|---:|---|")
     for job in jobs:
         base = statistics.median(medians[(job[0], "none")])
         med = statistics.median(medians[job])
@@ -251,7 +253,7 @@ def main() -> None:
         paired = [a - b for a, b in zip(medians[job], medians[(job[0], "none")], strict=True)]
         over = "–" if job[1] == "none" else f"{med - base:+.0f} (paired {min(paired):+.0f} to {max(paired):+.0f})"
         ratio = "–" if job[1] == "none" else f"{med / base:.3f}"
-        print(f"| {job[0]} | {job[1]} | {med:.0f} | {runs} | {over} | {ratio} | {windows[job]} |")
+        print(f"| {job[0]} | {job[1]} | {counted[job]} | {med:.0f} | {runs} | {over} | {ratio} | {windows[job]} |")
 
 
 if __name__ == "__main__":

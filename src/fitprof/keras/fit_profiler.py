@@ -483,7 +483,9 @@ class FitProfiler(keras.callbacks.Callback):
         if step_ns is None or self._slowdown is None:
             return None
         self._trig_steps_total += 1
-        event = self._slowdown.observe(step_ns, self._trig_steps_total, allowed=self._may_trigger(step - 1))
+        # Only a slow step can fire it: the (longer) check whether a window may open now is made for those only.
+        allowed = step_ns <= self._slowdown.threshold_ms * 1e6 or self._may_trigger(step - 1)
+        event = self._slowdown.observe(step_ns, self._trig_steps_total, allowed=allowed)
         if event is None:
             return None
         return TriggerEvent(step - 1, event.step_time_ms, event.baseline_ms, event.threshold_ms)  # in the epoch
