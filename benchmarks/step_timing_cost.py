@@ -66,6 +66,30 @@ def windows_opened(callback: Any) -> int:
 
 # -- the child: one fit, step times out as JSON ---------------------------------------------------------------
 
+HOOK_NS = [0]  # --hook-cost: nanoseconds spent inside the tool's callback hooks
+
+
+def time_hooks(callback: Any, base: type) -> None:
+    """Wrap every hook ``callback``'s class overrides (``on_*`` methods not inherited from ``base``) on the
+    instance, adding the time spent inside them to ``HOOK_NS`` (the frameworks look hooks up on the instance)."""
+    for name in dir(type(callback)):
+        if not name.startswith("on_") or getattr(type(callback), name) is getattr(base, name, None):
+            continue
+        inner = getattr(callback, name)
+
+        def timed(*args: Any, _inner: Any = inner, **kwargs: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            try:
+                return _inner(*args, **kwargs)
+            finally:
+                HOOK_NS[0] += time.perf_counter_ns() - t0
+
+        setattr(callback, name, timed)
+
+
+def hook_cost_enabled() -> bool:
+    return os.environ.get("FITPROF_BENCH_HOOKS") == "1"
+
 
 def deltas_us(stamps: list[float]) -> list[float]:
     return [1e6 * (b - a) for a, b in zip(stamps[SKIP:], stamps[SKIP + 1 :], strict=False)]
@@ -81,6 +105,12 @@ def child_lightning(variant: str, steps: int, tmp: str) -> dict[str, Any]:
     class StepClock(pl.Callback):
         def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
             stamps.append(time.perf_counter())
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            if hook_cost_enabled():  # the tools' hooks, TraceML's attached by its launcher included
+                for cb in trainer.callbacks:
+                    if "traceml" in type(cb).__module__.lower() or "fitprof" in type(cb).__module__.lower():
+                        time_hooks(cb, pl.Callback)
 
     class Tiny(pl.LightningModule):
         def __init__(self) -> None:
@@ -121,6 +151,7 @@ def child_lightning(variant: str, steps: int, tmp: str) -> dict[str, Any]:
         "deltas_us": deltas_us(stamps),
         "windows": windows_opened(profiler) if profiler is not None else 0,
         "traceml_callbacks": traceml,
+        "hook_us_per_step": HOOK_NS[0] / 1e3 / max(len(stamps), 1),
     }
 
 
@@ -150,9 +181,15 @@ def child_keras(variant: str, steps: int, tmp: str) -> dict[str, Any]:
         from fitprof.keras import FitProfiler
 
         profiler = FitProfiler(**fitprof_kwargs(variant, os.path.join(tmp, "fitprof")))
+        if hook_cost_enabled():
+            time_hooks(profiler, keras.callbacks.Callback)
         callbacks.append(profiler)
     model.fit(data, epochs=1, verbose=0, callbacks=callbacks)
-    return {"deltas_us": deltas_us(stamps), "windows": windows_opened(profiler) if profiler is not None else 0}
+    return {
+        "deltas_us": deltas_us(stamps),
+        "windows": windows_opened(profiler) if profiler is not None else 0,
+        "hook_us_per_step": HOOK_NS[0] / 1e3 / max(len(stamps), 1),
+    }
 
 
 def child_main(args: argparse.Namespace) -> None:
@@ -195,12 +232,34 @@ def run_child(framework: str, variant: str, steps: int, work: Path) -> dict[str,
     return json.loads(out.read_text())
 
 
+def hook_cost(jobs: list[tuple[str, str]], steps: int) -> None:
+    """Per tool, one run with every hook of its callback timed (``time_hooks``): microseconds per step spent
+    inside them (whole fit, window steps included: the mean). For TraceML a lower bound: its DataLoader and
+    ``batch_to_device`` patches, forward hooks, sampler threads and telemetry run outside its callback hooks."""
+    os.environ["FITPROF_BENCH_HOOKS"] = "1"
+    print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print("| framework | tool | time inside its callback hooks, us per step |")
+    print("|---|---|---:|")
+    with tempfile.TemporaryDirectory() as d:
+        for job in jobs:
+            if job[1] == "none":
+                continue
+            result = run_child(*job, steps, Path(d))
+            print(f"| {job[0]} | {job[1]} | {result['hook_us_per_step']:.1f} |", flush=True)
+    print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2200, help="training steps per run (measured: SKIP..steps)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--frameworks", default="lightning,keras")
     parser.add_argument("--variants", default="", help="a comma-separated subset of the variants (default: all)")
+    parser.add_argument(
+        "--hook-cost",
+        action="store_true",
+        help="instead: one run per tool, timing the time spent inside the tool's callback hooks per step",
+    )
     parser.add_argument("--child-framework", help=argparse.SUPPRESS)
     parser.add_argument("--child-variant", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -214,6 +273,9 @@ def main() -> None:
     if not traceml_available():
         print(f"TraceML is not installed: its rows are skipped ({TRACEML_HINT}).")
         jobs = [j for j in jobs if j[1] != "traceml"]
+    if args.hook_cost:
+        hook_cost(jobs, args.steps)
+        return
     load0 = os.getloadavg()
     print(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}; {os.cpu_count()} CPUs", flush=True)
     medians: dict[tuple[str, str], list[float]] = {j: [] for j in jobs}
