@@ -66,12 +66,14 @@ def windows_opened(callback: Any) -> int:
 
 # -- the child: one fit, step times out as JSON ---------------------------------------------------------------
 
-HOOK_NS = [0]  # --hook-cost: nanoseconds spent inside the tool's callback hooks
+HOOK_NS: dict[int, int] = {}  # --hook-cost: step (stamps taken so far) -> ns spent inside the tool's hooks
+STAMPS: list[float] = []  # the step clock's stamps, shared with the hook timer
 
 
 def time_hooks(callback: Any, base: type) -> None:
     """Wrap every hook ``callback``'s class overrides (``on_*`` methods not inherited from ``base``) on the
-    instance, adding the time spent inside them to ``HOOK_NS`` (the frameworks look hooks up on the instance)."""
+    instance, adding the time spent inside them to ``HOOK_NS`` under the step in progress (the frameworks look
+    hooks up on the instance)."""
     for name in dir(type(callback)):
         if not name.startswith("on_") or getattr(type(callback), name) is getattr(base, name, None):
             continue
@@ -82,9 +84,16 @@ def time_hooks(callback: Any, base: type) -> None:
             try:
                 return _inner(*args, **kwargs)
             finally:
-                HOOK_NS[0] += time.perf_counter_ns() - t0
+                step = len(STAMPS)
+                HOOK_NS[step] = HOOK_NS.get(step, 0) + time.perf_counter_ns() - t0
 
         setattr(callback, name, timed)
+
+
+def hook_us(n: int) -> list[float]:
+    """Microseconds inside the tool's hooks for each step ``SKIP``..``n - 1`` (the last step, which holds the
+    epoch-end work, and the window's steps at the start are left out, as in the step-time figures)."""
+    return [HOOK_NS.get(step, 0) / 1e3 for step in range(SKIP, n)]
 
 
 def hook_cost_enabled() -> bool:
@@ -100,7 +109,7 @@ def child_lightning(variant: str, steps: int, tmp: str) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    stamps: list[float] = []
+    stamps = STAMPS
 
     class StepClock(pl.Callback):
         def on_train_batch_start(self, *args: Any, **kwargs: Any) -> None:
@@ -151,7 +160,7 @@ def child_lightning(variant: str, steps: int, tmp: str) -> dict[str, Any]:
         "deltas_us": deltas_us(stamps),
         "windows": windows_opened(profiler) if profiler is not None else 0,
         "traceml_callbacks": traceml,
-        "hook_us_per_step": HOOK_NS[0] / 1e3 / max(len(stamps), 1),
+        "hook_us": hook_us(len(stamps)),
     }
 
 
@@ -163,7 +172,7 @@ def child_keras(variant: str, steps: int, tmp: str) -> dict[str, Any]:
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    stamps: list[float] = []
+    stamps = STAMPS
 
     class StepClock(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
@@ -188,7 +197,7 @@ def child_keras(variant: str, steps: int, tmp: str) -> dict[str, Any]:
     return {
         "deltas_us": deltas_us(stamps),
         "windows": windows_opened(profiler) if profiler is not None else 0,
-        "hook_us_per_step": HOOK_NS[0] / 1e3 / max(len(stamps), 1),
+        "hook_us": hook_us(len(stamps)),
     }
 
 
@@ -234,18 +243,25 @@ def run_child(framework: str, variant: str, steps: int, work: Path) -> dict[str,
 
 def hook_cost(jobs: list[tuple[str, str]], steps: int) -> None:
     """Per tool, one run with every hook of its callback timed (``time_hooks``): microseconds per step spent
-    inside them (whole fit, window steps included: the mean). For TraceML a lower bound: its DataLoader and
-    ``batch_to_device`` patches, forward hooks, sampler threads and telemetry run outside its callback hooks."""
+    inside them over steps ``SKIP``.. the last but one (after the window, before the epoch's end), median and
+    mean. For TraceML a lower bound: its DataLoader and ``batch_to_device`` patches, forward hooks, sampler
+    threads and telemetry run outside its callback hooks."""
     os.environ["FITPROF_BENCH_HOOKS"] = "1"
     print(f"load average before: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print("| framework | tool | time inside its callback hooks, us per step |")
-    print("|---|---|---:|")
+    print("| framework | tool | steps | inside its callback hooks, us per step: median | mean | p90 |")
+    print("|---|---|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as d:
         for job in jobs:
             if job[1] == "none":
                 continue
             result = run_child(*job, steps, Path(d))
-            print(f"| {job[0]} | {job[1]} | {result['hook_us_per_step']:.1f} |", flush=True)
+            us = sorted(result["hook_us"])
+            mean = sum(us) / len(us)
+            p90 = us[(9 * len(us)) // 10]
+            print(
+                f"| {job[0]} | {job[1]} | {len(us)} | {statistics.median(us):.1f} | {mean:.1f} | {p90:.1f} |",
+                flush=True,
+            )
     print(f"load average after: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
