@@ -17,7 +17,9 @@ each repeat runs every (framework, variant) once, in a new shuffled order):
 * ``fitprof``: ``FitProfiler()`` with its default window (steps 6-10), so the measured steps (``SKIP``.. the
   end) lie after the window: always-on step timing and the batch hooks only;
 * ``fitprof_trigger``: the same with ``trigger="slowdown"``, the rolling baseline updated at every step (the
-  run is steady: a window it opens anyway is counted and printed).
+  run is steady: a window it opens anyway is counted and printed);
+* ``fitprof_nowindow``: ``FitProfiler(profile_batch=0)``: the step timing with no profiler window in the process
+  at all (does a torch profiler window leave a cost behind in the steps after it?).
 
 Step time is the interval between consecutive batch-begin hooks (``on_train_batch_start`` in Lightning,
 ``on_train_batch_begin`` in Keras) of a timing callback placed first, the same in every variant, so it holds
@@ -45,8 +47,8 @@ from typing import Any
 
 SKIP = 100  # steps left out at the start: compilation, warm-up, the default window (steps 6-10) and its export
 VARIANTS = {
-    "lightning": ["none", "traceml", "fitprof", "fitprof_trigger"],
-    "keras": ["none", "fitprof", "fitprof_trigger"],
+    "lightning": ["none", "traceml", "fitprof", "fitprof_trigger", "fitprof_nowindow"],
+    "keras": ["none", "fitprof", "fitprof_trigger", "fitprof_nowindow"],
 }
 TRACEML_HINT = 'pip install "fitprof[bench]" (or pip install traceml-ai==0.5.0)'
 
@@ -56,6 +58,8 @@ def fitprof_kwargs(variant: str, log_dir: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"log_dir": log_dir, "verbose": False}
     if variant == "fitprof_trigger":
         kwargs["trigger"] = "slowdown"
+    if variant == "fitprof_nowindow":  # step timing without any window in the process (profile_batch=0)
+        kwargs["profile_batch"] = 0
     return kwargs
 
 
