@@ -37,6 +37,9 @@ EPOCHS = 2
 FAILING = (1, 1)  # (rank, epoch) whose analysis raises
 RUN = "ddp/version_0"  # TensorBoardLogger(save_dir=DIR, name="ddp", version=0)
 TIMEOUT_S = 300
+TRIGGER_BATCHES = 40  # per rank and epoch, in the run with trigger="slowdown"
+TRIGGER_SLOW_FROM = 24  # batch index from which rank 1's batches take TRIGGER_SLEEP_S longer
+TRIGGER_SLEEP_S = [0.1]  # per batch; sized in the run (3x the trigger's threshold from rank 1's own step times)
 
 
 # ---------------------------------------------------------------------------------------------- the training run
@@ -53,6 +56,7 @@ def _train(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
+    parser.add_argument("--trigger", action="store_true", help="trigger='slowdown', rank 1 slowed down mid-epoch")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # two ranks on two cores
     # gpu: NCCL, one rank per GPU (two at most; one GPU gives a world of one, whose gather still runs)
@@ -78,7 +82,12 @@ def _train(argv: list[str]) -> None:
 
         def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
             if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
-                time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
+                if not args.trigger:
+                    time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
+                elif (i // BATCH_SIZE) % (
+                    2 * TRIGGER_BATCHES
+                ) >= 2 * TRIGGER_SLOW_FROM:  # rank 1 holds every 2nd sample
+                    time.sleep(TRIGGER_SLEEP_S[0] / BATCH_SIZE)
             return self.x[i], self.y[i]
 
     class Model(pl.LightningModule):
@@ -93,20 +102,40 @@ def _train(argv: list[str]) -> None:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    profiler = FitProfiler(profile_batch=PROFILE_BATCH)
+    class SizeTheSlowdown(pl.Callback):
+        """Rank 1's slowdown, sized from its own step times before it: 3x median + 8 robust sigmas, >= 100 ms."""
+
+        def __init__(self) -> None:
+            self.ends: list[int] = []
+
+        def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+            self.ends = []
+            TRIGGER_SLEEP_S[0] = 0.0  # epoch 1 stays steady (and short)
+
+        def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
+            self.ends.append(time.perf_counter_ns())
+            if i + 2 == TRIGGER_SLOW_FROM:
+                ms = sorted((b - a) / 1e6 for a, b in zip(self.ends[2:], self.ends[3:], strict=False))
+                median = ms[len(ms) // 2]
+                mad = sorted(abs(x - median) for x in ms)[len(ms) // 2]
+                if trainer.current_epoch == 0:
+                    TRIGGER_SLEEP_S[0] = max(0.1, 3 * (median + 8 * 1.4826 * mad) / 1e3)
+
+    profiler = FitProfiler(profile_batch=PROFILE_BATCH, trigger="slowdown" if args.trigger else None)
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=devices,
         strategy="ddp",
         max_epochs=EPOCHS,
         logger=TensorBoardLogger(args.logdir, name="ddp", version=0),
-        callbacks=[profiler],
+        callbacks=[SizeTheSlowdown(), profiler] if args.trigger else [profiler],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         log_every_n_steps=1,
     )
-    data = DataLoader(Data(2 * BATCHES_PER_RANK * BATCH_SIZE), batch_size=BATCH_SIZE)
+    batches = TRIGGER_BATCHES if args.trigger else BATCHES_PER_RANK
+    data = DataLoader(Data(2 * batches * BATCH_SIZE), batch_size=BATCH_SIZE)
     trainer.fit(Model(), data)
     seen = {
         "rank": trainer.global_rank,
@@ -114,6 +143,7 @@ def _train(argv: list[str]) -> None:
         "reports": sorted(profiler.reports),
         "cross_rank": {str(e): v for e, v in profiler.cross_rank.items()},
         "world_size": trainer.world_size,
+        "triggered": [[epoch, event.step] for epoch, event, _ in profiler.triggered],
     }
     Path(args.logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
 
@@ -362,3 +392,29 @@ def test_nccl_gather_on_gpus(tmp_path: Path) -> None:
 
 if __name__ == "__main__":
     _train(sys.argv[1:])
+
+
+# ------------------------------------------------------------------------------- trigger="slowdown" under DDP
+@pytest.fixture(scope="module")
+def trigger_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A second 2-rank run with ``trigger="slowdown"``: rank 1's input slows down from batch 24 of epoch 0 (rank
+    0 waits for it in the gradient all-reduce, so it may trigger too, at its own step), plus rank 1's planted
+    analysis failure in epoch 1."""
+    pytest.importorskip("lightning.pytorch")
+    torch = pytest.importorskip("torch")
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    return _launch(tmp_path_factory.mktemp("ddp_trigger"), "--trigger")
+
+
+@pytest.mark.slow
+def test_triggered_windows_ride_the_epoch_end_gather(trigger_run: dict[str, Any]) -> None:
+    assert trigger_run["rc"] == 0, trigger_run["out"][-4000:]
+    seen = [json.loads((trigger_run["logdir"] / f"callback_rank{r}.json").read_text()) for r in (0, 1)]
+    assert [s["epochs_done"] for s in seen] == [EPOCHS, EPOCHS]  # no deadlock whatever each rank captured
+    assert seen[0]["cross_rank"] == seen[1]["cross_rank"] and sorted(seen[0]["cross_rank"]) == ["0", "1"]
+    assert seen[SLOW_RANK]["triggered"], trigger_run["out"][-4000:]
+    epoch, step = seen[SLOW_RANK]["triggered"][0]
+    assert epoch == 0 and TRIGGER_SLOW_FROM < step <= TRIGGER_SLOW_FROM + 10
+    session = next(Path(trigger_run["run"], "plugins", "profile").glob(f"*_epoch0_trigger_step{step}"))
+    assert [p.name for p in session.glob(f"*_rank{SLOW_RANK}.xplane.pb")]

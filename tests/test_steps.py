@@ -191,3 +191,13 @@ def test_not_representative() -> None:
     )
     assert not_representative(10.0, 45.0, _epoch(10.0, math.nan)) is None  # no input measured: not compared
     assert not_representative(math.nan, 20.0, _epoch(10.0, 20.0)) is None
+
+
+def test_device_step_times_replace_the_host_step_times_only() -> None:
+    rec = StepRecorder(warmup_steps=0)
+    rec.begin_epoch(0)
+    _feed(rec, [10.0, 10.0, 10.0, 10.0], input_ns=2 * MS, samples=4)
+    s = rec.summary(device_ms=[8.0, 8.0, 8.0, 20.0])
+    assert (s.step_time_ms_p50, s.step_time_ms_max, s.step_time_ms_mean) == (8.0, 20.0, 11.0)
+    assert s.input_percent == pytest.approx(20.0) and s.samples_per_s == pytest.approx(400.0)  # host clock
+    assert rec.summary(device_ms=[8.0]).step_time_ms_p50 == pytest.approx(10.0)  # wrong length: ignored

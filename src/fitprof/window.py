@@ -121,10 +121,16 @@ def representativeness(scalars: dict[str, float], epoch_steps: steps.EpochSteps 
     )
 
 
+OP_GROWTH_FLOOR = 0.05
+"""An operator is named as the one that grew only when its self time per step grew by at least 5% of the triggered
+window's step time (a 0.06 ms wobble in ``aten::copy_`` is not the cause of a 400 ms step)."""
+
+
 def compare_windows(triggered: BottleneckReport, normal: BottleneckReport | None, normal_epoch: int | None) -> str:
     """What changed from the last normal window to a triggered one, in one sentence: step time, input share,
-    host-to-device copy time per step, and the operator whose self time per step grew most (an operator absent
-    from the normal window's top list counts as 0 there, so its growth is an upper bound).
+    host-to-device copy time per step, and the operator whose self time per step grew most, when that growth is at
+    least :data:`OP_GROWTH_FLOOR` of the triggered step time (an operator absent from the normal window's top list
+    counts as 0 there, so its growth is an upper bound).
 
     Returns:
         E.g. ``"vs the normal window of epoch 0: step 3.1 -> 41.0 ms, input 4.0% -> 88.2%, HtoD 0.00 -> 0.00
@@ -140,12 +146,13 @@ def compare_windows(triggered: BottleneckReport, normal: BottleneckReport | None
     ]
     before = {op.name: op.self_ms_per_step for op in normal.top_ops}
     growth = [(op.self_ms_per_step - before.get(op.name, 0.0), op) for op in triggered.top_ops]
-    growth = [(g, op) for g, op in growth if math.isfinite(g) and g > 0]
+    floor = OP_GROWTH_FLOOR * triggered.step_time_ms
+    growth = [(g, op) for g, op in growth if math.isfinite(g) and g >= floor]
     if growth:
         _, op = max(growth, key=lambda item: item[0])
         parts.append(f"grew most: {op.name} {before.get(op.name, 0.0):.2f} -> {op.self_ms_per_step:.2f} ms/step")
     else:
-        parts.append("no operator grew")
+        parts.append(f"no operator grew by {100 * OP_GROWTH_FLOOR:.0f}% of the step or more")
     return f"vs the normal window of {where}: " + ", ".join(parts)
 
 

@@ -85,6 +85,18 @@ class FitProfiler(Callback):
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
     figure that names a rank starved of data.
 
+    Always-on step timing (every epoch, profiled or not; :mod:`fitprof.steps`): each training step's wall time from
+    one ``on_train_batch_end`` to the next (``time.perf_counter_ns``, no device synchronisation), the time inside
+    Lightning's batch fetch (the ``[_TrainingEpochLoop].train_dataloader_next`` action, timed by wrapping
+    ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation or
+    a checkpoint save, and the steps of a window are excluded (README, "Always-on step timing"). At each epoch end
+    ``fitprof/epoch/step_time_ms_p50``, ``_p90``, ``_max``, ``fitprof/epoch/input_percent``,
+    ``fitprof/epoch/samples_per_s`` and ``fitprof/epoch/steps_timed`` are logged through ``pl_module.log`` (this
+    rank's own, ``sync_dist=False``), and a window's summary says when it is not representative of its epoch.
+    With ``trigger="slowdown"`` a triggered window also logs ``fitprof/trigger/step``,
+    ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
+    ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary``.
+
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
             ``trainer.default_root_dir`` without a logger. A URL (``s3://``, ``gs://``, ``memory://``...; see
@@ -216,6 +228,8 @@ class FitProfiler(Callback):
         self._fetch_t0 = 0
         self._hooked: Any = None  # the trainer profiler whose start/stop we wrap (see _hook_fetch)
         self._samples: int | None = None
+        self._cuda_events: list[Any] | None = None  # on a CUDA device: one timing event per step boundary
+        self._epoch_first_step = 1
         self._trigger: SlowdownTrigger | None = None
         if self.trigger is not None:
             self._trigger = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -272,6 +286,7 @@ class FitProfiler(Callback):
             self._dir = Path(_fs.local_path(log_dir))
         self._world_size = int(trainer.world_size)
         self._hook_fetch(trainer)
+        self._cuda_events = [] if _on_cuda(trainer) else None
         unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
         if unknown and self._rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
@@ -302,6 +317,9 @@ class FitProfiler(Callback):
         self._epoch_started = True
         self._epoch = int(trainer.current_epoch)
         self._fetch_ns = 0
+        self._epoch_first_step = next_step
+        if self._cuda_events is not None:
+            self._cuda_events = [_cuda_event()] if next_step == 1 else [None]
         if next_step == 1:
             self._prev_end_ns = time.perf_counter_ns()
             self.steps.begin_epoch(self._prev_end_ns)
@@ -340,6 +358,8 @@ class FitProfiler(Callback):
         else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
             wait = None if fetched is None or prev is None else fetched - prev
         self._fetch_ns = 0
+        if self._cuda_events is not None:
+            self._cuda_events.append(_cuda_event())
         dt = self.steps.step(now, n, input_ns=wait, samples=self._samples)
         if self._trig_event is not None:
             if self._epoch_on:
@@ -348,7 +368,8 @@ class FitProfiler(Callback):
             return
         if dt is not None and self._trigger is not None:
             self._trig_steps_total += 1
-            event = self._trigger.observe(dt, self._trig_steps_total, allowed=self._may_trigger(trainer, n))
+            slow = dt > self._trigger.threshold_ms * 1e6  # the checks below only for a step that may fire
+            event = self._trigger.observe(dt, self._trig_steps_total, allowed=slow and self._may_trigger(trainer, n))
             if event is not None:
                 self._open_triggered(n, event)
                 return
@@ -392,7 +413,7 @@ class FitProfiler(Callback):
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
-        epoch_steps = self.epoch_steps[self._epoch] = self.steps.summary()
+        epoch_steps = self.epoch_steps[self._epoch] = self.steps.summary(self._device_step_ms())
         self._log_epoch_steps(pl_module, epoch_steps)
         if self._open and self._trig_event is not None:
             self._stop_triggered(drop_open_step=True)
@@ -609,6 +630,24 @@ class FitProfiler(Callback):
         except Exception as err:
             self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
 
+    def _device_step_ms(self) -> list[float] | None:
+        """On a CUDA device: each clean step's device time (ms) between the CUDA events recorded at its two
+        boundaries (non-blocking ``record()`` at every ``on_train_batch_end``), read now, at the epoch's end, after
+        waiting for the last event only. None elsewhere, or when any event is missing (one debug log)."""
+        events = self._cuda_events
+        if not events or events[-1] is None:
+            return None
+        self._cuda_events = []
+        try:
+            events[-1].synchronize()
+            # events[0]: the start of the epoch's first step (None when resumed mid-epoch); events[k]: the end of
+            # step first + k - 1
+            first = self._epoch_first_step
+            return [float(events[n - first].elapsed_time(events[n - first + 1])) for n in self.steps.step_index]
+        except Exception as err:  # an event missing or not recorded: the host clock's figures stand
+            log.debug("fitprof: CUDA step timing unavailable this epoch (%r)", err)
+            return None
+
     def _hook_fetch(self, trainer: pl.Trainer) -> None:
         """Time Lightning's batch fetch exactly: the training loop brackets ``next(data_fetcher)`` with
         ``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")`` (whatever the profiler, the
@@ -802,6 +841,28 @@ def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
     if max_steps is not None and 0 <= max_steps < first_step:
         return f"Trainer(max_steps={max_steps})"
     return None
+
+
+def _on_cuda(trainer: pl.Trainer) -> bool:
+    """Whether this rank trains on a CUDA device (step times then also come from CUDA events)."""
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available() and trainer.strategy.root_device.type == "cuda")
+    except Exception:
+        return False
+
+
+def _cuda_event() -> Any:
+    """A CUDA timing event recorded on the current stream, without waiting (None when that fails)."""
+    try:
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+    except Exception:
+        return None
 
 
 def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
