@@ -127,6 +127,16 @@ def trigger_suffix(step: int) -> str:
     return f"_trigger_step{int(step)}"
 
 
+_TRIGGER_SESSION = re.compile(r"_epoch\d+_trigger_step(\d+)(?:_\d+)?$")
+
+
+def trigger_step(session: str) -> int | None:
+    """The step ``S`` after which the slowdown trigger opened the window of session ``session``
+    (``..._epoch<N>_trigger_step<S>[_<n>]``, see :func:`trigger_suffix`); None for a scheduled window."""
+    m = _TRIGGER_SESSION.search(session)
+    return int(m.group(1)) if m else None
+
+
 def new_session_dir(log_dir: str | os.PathLike[str], epoch: int, suffix: str = "") -> Path:
     """Create and return a fresh session folder ``<log_dir>/plugins/profile/<session_name(...)>`` (``suffix``: as
     :func:`session_name`'s, e.g. :func:`trigger_suffix`).
