@@ -28,8 +28,6 @@ from fitprof.window import EpochLog, WindowPipeline, compare_windows, every_key
 log = logging.getLogger(__name__)
 
 SUPPORTED_BACKENDS = ("tensorflow", "torch", "jax")
-TRIGGER_SUMMARY_TAG = metrics.TRIGGER_PREFIX + "summary"
-"""TensorBoard text tag of each triggered window's summary (the Text tab), as in the Lightning callback."""
 
 
 class FitProfiler(keras.callbacks.Callback):
@@ -778,7 +776,7 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             self._events.scalars(scalars, step=epoch)
             for text in trigger_texts:
-                self._events.text(TRIGGER_SUMMARY_TAG, text, step=epoch)
+                self._events.text(metrics.TRIGGER_SUMMARY_TAG, text, step=epoch)
             self._events.flush()
         except ModuleNotFoundError:  # no tensorboard: warned once by _log; the figures still reach the logs
             pass
