@@ -128,7 +128,18 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
             "top_ops": [op.name for op in r.top_ops],
         }
 
+    from fitprof.traces import read_trace
+
+    marked = {}  # the step numbers marked in each triggered window's trace (its warm-up step is not marked)
+    for session in (folder / "plugins" / "profile").glob("*_trigger_step*"):
+        for trace in session.glob("*.xplane.pb"):
+            table = read_trace(trace)
+            marked[session.name] = sorted(
+                int(n) for n in table.loc[table["kind"] == "step", "step_num"].dropna().unique()
+            )
+
     return {
+        "marked": marked,
         "steady_ms": 1e3 * steady,
         "first_slow": first_slow,
         "triggered": [[e, t.step, t.step_time_ms, t.baseline_ms, report(r)] for e, t, r in cb.triggered],
@@ -242,7 +253,11 @@ def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run
     assert len(seen["sessions"]) == 1 + len(seen["triggered"])
     assert sum(name.endswith(f"_epoch0_trigger_step{step}") for name in seen["sessions"]) == 1
     normal = seen["normal"]
-    assert triggered is not None and triggered["steps"] >= 3
+    # as the profile_batch window (steps 6-10, warm-up step 5): step + 1 is its warm-up step, recorded but not
+    # marked, and the next 5 steps are analysed
+    [session] = [name for name in seen["marked"] if name.endswith(f"_trigger_step{step}")]
+    assert seen["marked"][session] == list(range(step + 2, step + 7))
+    assert triggered is not None and triggered["steps"] == 5
     if scenario == "input":  # the triggered window names the input; the scheduled one does not
         assert triggered["verdict"] == "input-bound"
         assert normal["verdict"] != "input-bound"
