@@ -4,6 +4,7 @@ Keras example run and on built log folders, the plot, and every kind of bad inpu
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import functools
 import gzip
@@ -662,3 +663,66 @@ def test_report_reads_files_written_before_the_renames(tmp_path: Path, capsys: p
     rc, out, _ = run_cli(capsys, "report", tmp_path, "--format", "csv")
     header, row = out.splitlines()
     assert row.split(",")[header.split(",").index("htod_gb_per_s")] == "2.5"
+
+
+def test_report_numbers_fits_with_triggered_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A window the slowdown trigger opened (session ``*_trigger_step<S>``) is written at its epoch's end after
+    that epoch's scheduled window: it belongs to the same fit, is reported as triggered, and joins no cross-rank
+    spread (each rank triggers at its own step). Two fits, in the order a fit writes its report files:
+    fit 1: scheduled epoch 0 (ranks 0, 1), triggered epoch 0 (rank 0), scheduled epoch 1 (ranks 0, 1);
+    fit 2: scheduled epoch 0 (ranks 0, 1), triggered epoch 0 (rank 1)."""
+    run = tmp_path / "run"
+    order = [  # (session, epoch, rank, step time in us)
+        ("2026_11_30_10_00_00_epoch0", 0, 0, 10_000),
+        ("2026_11_30_10_00_00_epoch0", 0, 1, 12_000),
+        ("2026_11_30_10_00_01_epoch0_trigger_step49", 0, 0, 40_000),
+        ("2026_11_30_10_00_02_epoch1", 1, 0, 11_000),
+        ("2026_11_30_10_00_02_epoch1", 1, 1, 13_000),
+        ("2026_11_30_10_00_05_epoch0", 0, 0, 10_500),
+        ("2026_11_30_10_00_05_epoch0", 0, 1, 12_500),
+        ("2026_11_30_10_00_06_epoch0_trigger_step7", 0, 1, 50_000),
+    ]
+    for i, (session, epoch, rank, step_us) in enumerate(order):
+        trace = write_kineto(
+            run / f"h_rank{rank}.{session}.pt.trace.json", step_us=step_us, input_us=1_000, rank=rank, world_size=2
+        )
+        path = write_report_file(
+            run, session=session, epoch=epoch, report=fitprof.analyze(trace), trace=trace, rank=rank
+        )
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["written"] = 1_000.0 + i  # the order a fit writes them (no two files within one clock tick)
+        path.write_text(json.dumps(doc), encoding="utf-8")
+
+    rc, out, err = run_cli(capsys, "report", tmp_path, "--format", "json")
+    assert (rc, err) == (0, "")
+    records = json.loads(out)
+    rows = [r for r in records if r["record"] == "window"]
+    # Before: the triggered window of epoch 0 (epoch not after the previous window's) started a new fit.
+    assert [(r["fit"], r["epoch"], r["trigger_step"], r["rank"], r["step_time_ms"]) for r in rows] == [
+        (1, 0, None, 0, 10.0),
+        (1, 0, None, 1, 12.0),
+        (1, 0, 49, 0, 40.0),
+        (1, 1, None, 0, 11.0),
+        (1, 1, None, 1, 13.0),
+        (2, 0, None, 0, 10.5),
+        (2, 0, None, 1, 12.5),
+        (2, 0, 7, 1, 50.0),
+    ]
+    spreads = [r for r in records if r["record"] == "spread"]
+    # one spread per scheduled window, over its two ranks only: the triggered windows' 40 and 50 ms are in none
+    assert [(r["epoch"], r["ranks"], r["slowest_step_time_ms"]) for r in spreads] == [
+        (0, [0, 1], 12.0),
+        (1, [0, 1], 13.0),
+        (0, [0, 1], 12.5),
+    ]
+
+    rc, out, _ = run_cli(capsys, "report", tmp_path, "--format", "csv")
+    table = list(csv.DictReader(io.StringIO(out)))
+    windows = [t for t in table if t["record"] == "window"]
+    assert [t["trigger_step"] for t in windows] == ["", "", "49", "", "", "", "", "7"]
+
+    rc, out, _ = run_cli(capsys, "report", tmp_path)
+    assert "epoch 0, rank 0: " in out
+    assert "epoch 0, window triggered by a slowdown after step 49, rank 0: " in out
+    assert "epoch 0, window triggered by a slowdown after step 7, rank 1: " in out
+    assert " 0 trig@49 " in out

@@ -126,11 +126,14 @@ def test_one_line_summary_follows_fit_verbose_and_can_be_turned_off(
     capsys.readouterr()
     _, fp, _ = _fit(tmp_path / "loud", validation=False, fit_verbose=2)
     report = fp.reports[2]
-    assert summary_lines() == [
+    head = (
         f"fitprof epoch 2: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
         f"HtoD {report.htod_percent:.1f}%, top op {report.top_ops[0].name} "
         f"{report.top_ops[0].self_ms_per_step:.2f} ms -> {report.verdict}"
-    ]
+    )
+    (line,) = summary_lines()
+    # the window-vs-epoch note (issue 15) follows when the window's figures are off the epoch's always-on ones
+    assert line == head or line.startswith(f"{head}; the window is not representative of its epoch (")
     _, fp, _ = _fit(tmp_path / "off", validation=False, fit_verbose=2, verbose=False)
     assert sorted(fp.reports) == [2] and summary_lines() == []
     _, fp, _ = _fit(tmp_path / "fit_quiet", validation=False, fit_verbose=0)

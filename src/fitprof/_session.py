@@ -127,8 +127,19 @@ def trigger_suffix(step: int) -> str:
     return f"_trigger_step{int(step)}"
 
 
-def new_session_dir(log_dir: str | os.PathLike[str], epoch: int) -> Path:
-    """Create and return a fresh session folder ``<log_dir>/plugins/profile/<session_name(...)>``.
+_TRIGGER_SESSION = re.compile(r"_epoch\d+_trigger_step(\d+)(?:_\d+)?$")
+
+
+def trigger_step(session: str) -> int | None:
+    """The step ``S`` after which the slowdown trigger opened the window of session ``session``
+    (``..._epoch<N>_trigger_step<S>[_<n>]``, see :func:`trigger_suffix`); None for a scheduled window."""
+    m = _TRIGGER_SESSION.search(session)
+    return int(m.group(1)) if m else None
+
+
+def new_session_dir(log_dir: str | os.PathLike[str], epoch: int, suffix: str = "") -> Path:
+    """Create and return a fresh session folder ``<log_dir>/plugins/profile/<session_name(...)>`` (``suffix``: as
+    :func:`session_name`'s, e.g. :func:`trigger_suffix`).
 
     Raises:
         OSError: if the folder cannot be created.
@@ -136,7 +147,7 @@ def new_session_dir(log_dir: str | os.PathLike[str], epoch: int) -> Path:
     root = profile_root(log_dir)
     root.mkdir(parents=True, exist_ok=True)
     for _ in range(1000):
-        candidate = root / session_name(log_dir, epoch)
+        candidate = root / session_name(log_dir, epoch, suffix)
         try:
             candidate.mkdir()
         except FileExistsError:  # another rank or process took it in between

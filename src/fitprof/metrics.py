@@ -192,6 +192,8 @@ EPOCH_STEPS_TIMED = Metric(
     "The clean steps the `fitprof/epoch/*` figures come from." + _CLEAN,
 )
 TRIGGER_PREFIX = PREFIX + "trigger/"
+TRIGGER_SUMMARY_TAG = TRIGGER_PREFIX + "summary"
+"""TensorBoard text tag of each triggered window's summary (the Text tab), in both callbacks."""
 TRIGGER_STEP = Metric(
     TRIGGER_PREFIX + "step",
     "step (1-based, in the epoch)",

@@ -45,6 +45,7 @@ from typing import Any
 from fitprof import _fs, analyze
 from fitprof._dask import DEFAULT_CONNECT_TIMEOUT_S, SchedulerError, scheduler_map
 from fitprof._parallel import auto_jobs, default_jobs, ordered_map
+from fitprof._session import trigger_step
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
 from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
@@ -438,8 +439,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
         else:
             records.append(record)
     _number_fits(records)
-    records.sort(key=lambda r: (r["run"], r["fit"], r["epoch"], -1 if r["rank"] is None else r["rank"]))
-    records += _spreads(records, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
+    records.sort(
+        key=lambda r: (
+            r["run"],
+            r["fit"],
+            r["epoch"],
+            -1 if r["trigger_step"] is None else r["trigger_step"],  # the scheduled window, then triggered ones
+            -1 if r["rank"] is None else r["rank"],
+        )
+    )
+    # Cross-rank spreads of the scheduled windows only: each rank triggers on its own signal, at its own step.
+    scheduled = [r for r in records if r["trigger_step"] is None]
+    records += _spreads(scheduled, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
@@ -470,6 +481,7 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     rec["source"] = doc.trace
     rec["report_file"] = os.fspath(path)
     rec["session"] = doc.session or path.name.partition(".rank")[0]
+    rec["trigger_step"] = trigger_step(rec["session"])  # a window the slowdown trigger opened; None: scheduled
     rec["_written"] = doc.written
     return rec
 
@@ -491,10 +503,14 @@ def _number_fits(records: list[dict[str, Any]]) -> None:
     their windows there, epochs counted from their own start.
 
     Per run and rank, windows in the order they were written (the report file's ``written`` time; for files
-    without it, session-name order): a window whose epoch is not after the previous window's starts the next
-    fit. (Session names carry the second and the epoch, so two fits within one second cannot be told apart by
-    their names alone.) (A resumed fit that goes on counting epochs reads as the same fit: its rows differ by
-    epoch.)
+    without it, session-name order): a window whose epoch is before the previous window's starts the next fit,
+    and so does a scheduled window in the epoch of the previous one when this fit has a scheduled window in that
+    epoch already. A window the slowdown trigger opened (``trigger_step`` set, session ``*_trigger_step<S>``) is
+    written in the same epoch as its fit's scheduled window (after it: both are analysed at the epoch's end), so
+    it starts a new fit only when its epoch is before the previous window's. (Session names carry the second and
+    the epoch, so two fits within one second cannot be told apart by their names alone; two fits whose only
+    windows were triggered in the same epoch read as one.) (A resumed fit that goes on counting epochs reads as
+    the same fit: its rows differ by epoch.)
     """
     groups: dict[tuple[str, Any], list[dict[str, Any]]] = {}
     for rec in records:
@@ -504,10 +520,15 @@ def _number_fits(records: list[dict[str, Any]]) -> None:
             group.sort(key=lambda r: r["_written"])
         else:
             group.sort(key=lambda r: (_session_order(r["session"]), r["epoch"]))
-        fit, last = 1, None
+        fit, last, scheduled = 1, None, False  # scheduled: this fit has a scheduled window in epoch ``last``
         for rec in group:
-            if last is not None and rec["epoch"] <= last:
+            triggered = rec.get("trigger_step") is not None
+            if last is not None and (rec["epoch"] < last or (rec["epoch"] == last and not triggered and scheduled)):
                 fit += 1
+                scheduled = False
+            elif rec["epoch"] != last:
+                scheduled = False
+            scheduled = scheduled or not triggered
             rec["fit"], last = fit, rec["epoch"]
     for rec in records:
         rec.pop("_written", None)  # an ordering key only, not a figure
@@ -531,7 +552,14 @@ def _record(report: BottleneckReport, *, record: str, run: str, epoch: int | Non
     """One output record: where it comes from, then every :class:`BottleneckReport` field and its headline."""
     fields = report.to_dict()
     fields["rank"] = rank
-    out: dict[str, Any] = {"record": record, "run": run, "epoch": epoch, "fit": None, "session": None}
+    out: dict[str, Any] = {
+        "record": record,
+        "run": run,
+        "epoch": epoch,
+        "fit": None,
+        "session": None,
+        "trigger_step": None,
+    }
     out.update({k: fields[k] for k in _LEADING_KEYS if k in fields})
     out.update(fields)
     out["headline"] = report.headline()

@@ -92,6 +92,7 @@ _CSV_COLUMNS = (
     "source",
     "fit",
     "session",
+    "trigger_step",
 )
 _CSV_SPREAD_COLUMNS = (
     "ranks",
@@ -109,6 +110,7 @@ _CSV_SPREAD_COLUMNS = (
 _INT_COLUMNS = (
     "epoch",
     "fit",
+    "trigger_step",
     "rank",
     "world_size",
     "steps_analyzed",
@@ -189,7 +191,7 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
         top = r["top_ops"][0] if r["top_ops"] else None
         cells = [r["run"]]
         cells += [_fmt(r.get("fit"), "d"), r.get("session") or "-"] * show_fit
-        cells += [_fmt(r["epoch"], "d")] * show_epoch + [_fmt(r["rank"], "d")] * show_rank
+        cells += [_epoch_cell(r)] * show_epoch + [_fmt(r["rank"], "d")] * show_rank
         cells += [
             r["framework"] or "-",
             str(r["steps_analyzed"]),
@@ -215,6 +217,8 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
                 where.append(f"fit {r['fit']} ({r['session']})")
             if r["epoch"] is not None:
                 where.append(f"epoch {r['epoch']}")
+            if r.get("trigger_step") is not None:
+                where.append(f"window triggered by a slowdown after step {r['trigger_step']}")
             if show_rank and r["rank"] is not None:
                 where.append(f"rank {r['rank']}")
             prefix = f"{', '.join(where)}: " if where else ""
@@ -281,6 +285,13 @@ def _markdown_table(header: list[str], body: list[list[str]], left: set[str]) ->
 
     rule = "|" + "|".join("---" if h in left else "---:" for h in header) + "|"
     return [line(header), rule, *(line(row) for row in body)]
+
+
+def _epoch_cell(r: dict[str, Any]) -> str:
+    """The epoch, and ``trig@S`` for a window the slowdown trigger opened after step ``S``."""
+    cell = _fmt(r["epoch"], "d")
+    step = r.get("trigger_step")
+    return cell if step is None else f"{cell} trig@{step}"
 
 
 def by_run(rows: Iterable[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:

@@ -29,11 +29,20 @@ from fitprof.throughput import CountItems, WorkLog
 
 
 def _samples_seen(model: Any) -> float:
-    """Keras's running sample count of this epoch (``model._loss_tracker.count``); NaN when unreadable."""
+    """Keras's running sample count of this epoch (``model._loss_tracker.count``); NaN when unreadable.
+
+    Under a ``tf.distribute`` strategy the count is a sync-on-read variable: reading it whole is an all-reduce
+    across the workers, which a rank that profiles alone (``ranks=[0]``) would run without its peers (they then
+    fail in their next collective with mismatched types). Its local components are summed instead: this
+    worker's samples, read with no collective."""
     try:
         import keras
 
-        return float(keras.ops.convert_to_numpy(model._loss_tracker.count))
+        count = model._loss_tracker.count
+        components = getattr(getattr(count, "value", None), "values", None)  # a tf.distribute variable's replicas
+        if isinstance(components, tuple) and components:
+            return float(sum(float(keras.ops.convert_to_numpy(c.read_value())) for c in components))
+        return float(keras.ops.convert_to_numpy(count))
     except Exception:
         return math.nan
 

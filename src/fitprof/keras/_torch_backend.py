@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from torch.autograd.profiler import record_function
 
+from fitprof._batch import batch_size
 from fitprof._session import new_session_dir
 from fitprof._warn import WarnOnce
 from fitprof.profilers.torch import TorchProfileWindow, profiler_running
@@ -71,15 +73,99 @@ class _FetchAnnotation:
         self._own = self._MISSING
 
 
+class FetchTimer:
+    """Time every batch fetch of Keras's torch fit loop, for the always-on step timing (no profiler).
+
+    Between :meth:`install` and :meth:`uninstall`, ``TorchEpochIterator.__next__`` (the whole fetch: Keras's step
+    generator and the ``DataLoader``, the span :data:`INPUT_ANNOTATION` marks inside a window) is wrapped to
+    record its wall time (``time.perf_counter_ns``) and the samples it returned (:func:`fitprof._batch.batch_size`
+    of each batch of the ``steps_per_execution`` buffer, summed). The fetch of step ``n`` happens right before
+    ``on_train_batch_begin(n)``, so the hook reads :attr:`wait_ns` / :attr:`samples` of the batch it is about to
+    run. Two ``perf_counter_ns`` calls and a shape lookup per step; validation fetches go through it too (the
+    adapter reads it only in training batch hooks). The class attribute is set and then restored, as
+    :class:`_FetchAnnotation` does (that one wraps this one while a window is open).
+
+    Attributes:
+        wait_ns: the wall time of the last fetch (ns), None before the first.
+        samples: the samples the last fetch returned, None when unknown.
+    """
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self._cls: Any = None
+        self._own: Any = self._MISSING
+        self.wait_ns: int | None = None
+        self.samples: int | None = None
+
+    def install(self) -> None:
+        try:
+            from keras.src.backend.torch.trainer import TorchEpochIterator
+        except Exception:  # Keras moved it: no input wait and no samples (NaN), step time still measured
+            return
+        if self._cls is not None:
+            return
+        inherited = TorchEpochIterator.__next__
+        timer = self
+
+        def __next__(iterator: Any) -> Any:
+            t0 = time.perf_counter_ns()
+            out = inherited(iterator)
+            timer.wait_ns = time.perf_counter_ns() - t0
+            try:
+                timer.samples = _buffer_samples(out)
+            except Exception:  # pragma: no cover - batch_size never raises; an odd tuple shape is no reason to fail
+                timer.samples = None
+            return out
+
+        self._own = TorchEpochIterator.__dict__.get("__next__", self._MISSING)
+        self._cls = TorchEpochIterator
+        TorchEpochIterator.__next__ = __next__
+
+    def uninstall(self) -> None:
+        cls, self._cls = self._cls, None
+        self.wait_ns = self.samples = None
+        if cls is None:
+            return
+        if self._own is self._MISSING:
+            del cls.__next__
+        else:
+            cls.__next__ = self._own
+        self._own = self._MISSING
+
+
+def _buffer_samples(out: Any) -> int | None:
+    """Samples in one ``EpochIterator.__next__`` result, ``(begin_step, end_step, [batch, ...])``."""
+    buffer = out[2] if isinstance(out, tuple) and len(out) == 3 else None
+    if not isinstance(buffer, list) or not buffer:
+        return None
+    total = 0
+    for batch in buffer:
+        n = batch_size(batch)
+        if n is None:
+            return None
+        total += n
+    return total
+
+
 class TorchKerasWindow:
     """One profiled window of a Keras model on the torch backend."""
 
     def __init__(
-        self, log_dir: str, *, epoch: int, rank: int = 0, warn: WarnOnce, options: dict[str, bool] | None = None
+        self,
+        log_dir: str,
+        *,
+        epoch: int,
+        rank: int = 0,
+        warn: WarnOnce,
+        options: dict[str, bool] | None = None,
+        suffix: str = "",
     ) -> None:
         """``options``: the ``torch.profiler.profile`` flags (``record_shapes``, ``profile_memory``,
-        ``with_stack``, ``with_flops``), passed to :class:`~fitprof.profilers.torch.TorchProfileWindow`."""
+        ``with_stack``, ``with_flops``), passed to :class:`~fitprof.profilers.torch.TorchProfileWindow`;
+        ``suffix``: appended to the session name (a triggered window's ``_trigger_step<S>``)."""
         self._log_dir = log_dir
+        self._suffix = suffix
         self._epoch = epoch
         self._rank = rank
         self._window = TorchProfileWindow(warn=warn, **(options or {}))
@@ -92,7 +178,7 @@ class TorchKerasWindow:
         RuntimeError: if another torch profiler runs or the profiler did not start."""
         if profiler_running():
             raise RuntimeError("another torch profiler is already running; fitprof does not start a second one")
-        session = new_session_dir(self._log_dir, self._epoch)
+        session = new_session_dir(self._log_dir, self._epoch, self._suffix)
         if not self._window.start(self._log_dir, session.name, rank=self._rank):
             session.rmdir()
             raise RuntimeError("the torch profiler did not start")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import os
 import sys
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -16,10 +18,12 @@ import keras
 from fitprof import _config, _fs, metrics
 from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
+from fitprof._session import trigger_suffix
 from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
-from fitprof.window import EpochLog, WindowPipeline, every_key
+from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
+from fitprof.window import EpochLog, WindowPipeline, compare_windows, every_key
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,8 @@ class FitProfiler(keras.callbacks.Callback):
     the window the batch hook's own work is wrapped in ``fitprof/overhead``, left out of step time and logged as
     ``fitprof/self_ms_per_step``.
 
-    Outside the window the batch hook only compares integers, and the callback does not override
+    Outside the windows the batch hook only times the step (one clock read, :class:`fitprof.steps.StepRecorder`)
+    and compares a few values, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
     Profiling never stops training: a profiler that cannot start (another one running) or stop, or a step marker
     that fails, is reported with one warning and the window is dropped. Warnings are
@@ -100,6 +105,14 @@ class FitProfiler(keras.callbacks.Callback):
         count_items: a function of one batch returning its items (e.g. tokens), for ``fitprof/items_per_s``:
             torch backend only, called on the batch of the step whose FLOPs are counted (the only batch a callback
             sees) and scaled to the window's samples; None (default), or another backend, logs NaN there.
+        trigger: ``"slowdown"`` opens an extra window when steps stay slower than their baseline
+            (:class:`fitprof.steps.SlowdownTrigger`): fired after step ``S``, step ``S + 1`` is its warm-up step and
+            the next ``L`` steps (as many as ``profile_batch``, 5 when that is off) are analysed, in the session
+            ``<time>_epoch<N>_trigger_step<S>``, at the epoch's end, with no collective. It never overlaps the
+            ``profile_batch`` window, its warm-up step or its FLOP-count step, and counts no samples or FLOPs.
+            None (default): no triggered windows; step timing runs either way.
+        trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
+        trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
 
     Throughput (:mod:`fitprof.throughput`, :mod:`fitprof.keras._throughput`): ``fitprof/samples_per_s`` is the
     growth of Keras's own sample count (``model._loss_tracker.count``) over the window, per second of the
@@ -129,9 +142,13 @@ class FitProfiler(keras.callbacks.Callback):
         with_stack: bool = False,
         with_flops: bool = False,
         count_items: Callable[[Any], float] | None = None,
+        trigger: str | None = None,
+        trigger_max_windows: int = 3,
+        trigger_min_spacing: int = 200,
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
+        self.trigger = _config.check_trigger(trigger, trigger_max_windows, trigger_min_spacing)
         log_dir = _config.normalize_log_dir(log_dir)
         self.verbose = _config.check_flag("verbose", verbose)
         self.torch_options = _config.torch_options(
@@ -188,6 +205,27 @@ class FitProfiler(keras.callbacks.Callback):
         self._work = KerasWork(backend, self.count_items, self._warn_count_items)
         self._count_step = self.config.last_step + 1  # set each epoch (on_epoch_begin)
         self._count_pending = False
+        # Always-on step timing (every training step, outside and inside the windows) and the slowdown trigger.
+        self.steps = StepRecorder()
+        self._slowdown: SlowdownTrigger | None = None
+        if self.trigger is not None:
+            self._slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
+        self._fetch_timer: Any = None  # torch backend: times each batch fetch (fitprof.keras._torch_backend)
+        self._adapter_samples: int | None = None  # TensorFlow / JAX: samples per step, from Keras's data adapter
+        self._prev_samples: int | None = None  # torch: the samples of the batch the step in progress runs
+        self._checkpoints: list[Any] = []  # the fit's ModelCheckpoints that save every N batches
+        self.epoch_steps: dict[int, EpochSteps] = {}
+        self.triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = []
+        self._trig_event: TriggerEvent | None = None  # the firing whose window is open now
+        self._trigger_last: int | None = None  # the last step of the open triggered window
+        self._trig_pending: list[tuple[Any, Path, TriggerEvent]] = []  # closed, analysed at the epoch's end
+        self._trig_steps_total = 0  # clean steps seen by the trigger over the fit (its step numbering)
+        self._trigger_pipeline = WindowPipeline(
+            top_k=self.config.top_k,
+            max_trace_mb=self.max_trace_mb,
+            keep_last_windows=self.keep_last_windows,
+            warn=self._warn_once,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle (``copy.deepcopy``, ``pickle.dumps``) before, after and between fits: a window being
@@ -203,6 +241,11 @@ class FitProfiler(keras.callbacks.Callback):
             _guards=[],
             _mirror=None,
             _count_pending=False,
+            _fetch_timer=None,
+            _checkpoints=[],
+            _trigger_last=None,
+            _trig_event=None,
+            _trig_pending=[],
         )
         return state
 
@@ -224,23 +267,29 @@ class FitProfiler(keras.callbacks.Callback):
     def _profiles_rank(self) -> bool:
         return _config.profiles_rank(self.ranks, self._rank)
 
-    def _new_window(self) -> Any:
+    def _new_window(self, suffix: str = "") -> Any:
         if self.backend == "tensorflow":
             from fitprof.profilers.tensorflow import TFProfileWindow
 
-            return TFProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world)
+            return TFProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world, suffix=suffix)
         if self.backend == "jax":
             from fitprof.profilers.jax import JaxProfileWindow
 
-            return JaxProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world)
+            return JaxProfileWindow(self._run_dir, epoch=self._epoch, rank=self._rank, world=self._world, suffix=suffix)
         from fitprof.keras._torch_backend import TorchKerasWindow
 
         return TorchKerasWindow(
-            self._run_dir, epoch=self._epoch, rank=self._rank, warn=self._warn_once, options=self.torch_options
+            self._run_dir,
+            epoch=self._epoch,
+            rank=self._rank,
+            warn=self._warn_once,
+            options=self.torch_options,
+            suffix=suffix,
         )
 
-    def _open_window(self) -> None:
-        window = self._new_window()
+    def _open_window(self, suffix: str = "") -> None:
+        self._last_begun = 0  # a new window: no step of it marked yet
+        window = self._new_window(suffix)
         try:
             window.start()
         except Exception as err:
@@ -346,6 +395,7 @@ class FitProfiler(keras.callbacks.Callback):
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
         window, self._window = self._window, None
         self._step_open = False
+        event, self._trig_event, self._trigger_last = self._trig_event, None, None
         marked = self._last_begun > 0
         if window is None:
             return
@@ -353,9 +403,14 @@ class FitProfiler(keras.callbacks.Callback):
         if not marked:  # only the warm-up step ran (the epoch ended before the first analysed step)
             window.abort()
             return
-        self._work.window_closed(self.model)
+        if event is None:  # the samples are the scheduled window's only (a triggered window counts no work)
+            self._work.window_closed(self.model)
         try:
-            self._closed[self._epoch] = (window, window.stop(drop_open_step=drop_open_step))
+            trace = window.stop(drop_open_step=drop_open_step)
+            if event is None:
+                self._closed[self._epoch] = (window, trace)
+            else:
+                self._trig_pending.append((window, trace, event))
         except Exception as err:
             self._warn_once("stop", f"fitprof: the window of epoch {self._epoch} was dropped: {err}")
             window.abort()
@@ -373,8 +428,16 @@ class FitProfiler(keras.callbacks.Callback):
         if self._window is not None:  # a previous fit ended inside a window (exception): flush it now
             self._close_window()
         self._pipeline.clear()
+        self._trigger_pipeline.clear()
         self._closed = {}
+        self._trig_pending = []
         self._logged = {}
+        self.epoch_steps = {}
+        self.triggered = []
+        self._trig_steps_total = 0
+        self.steps = StepRecorder()
+        if self._slowdown is not None:
+            self._slowdown.reset()
         self._csv_loggers = _csv_loggers(sys._getframe(1))
         self._steps_seen = 0
         self._coverage.begin_fit()
@@ -397,9 +460,12 @@ class FitProfiler(keras.callbacks.Callback):
         if unknown and self._rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
         self._coverage.left_out = not self._profiles_rank()
-        self._tb_profilers = [cb for cb in self._fit_callbacks() if _tensorboard_profiles(cb)]
+        fit_callbacks = self._fit_callbacks()
+        self._tb_profilers = [cb for cb in fit_callbacks if _tensorboard_profiles(cb)]
+        self._checkpoints = [cb for cb in fit_callbacks if _saves_every_n_batches(cb)]
         spe = getattr(self.model, "steps_per_execution", 1) or 1
         self._spe = max(int(spe), 1)
+        self._start_step_timing()
         if int(spe) > 1:
             self._warn_once(
                 "spe",
@@ -415,6 +481,10 @@ class FitProfiler(keras.callbacks.Callback):
         self._coverage.epoch(epoch)
         self._step_seen = self._last_begun = 0
         self._work.begin_epoch()
+        self.steps.begin_epoch(None)  # the first batch-begin only sets the origin
+        self._prev_samples = None
+        if self._slowdown is not None:
+            self._slowdown.reset_run()  # a new epoch (new iterator, maybe a new learning rate): a fresh baseline
         # The warm-up step: the call before the first analysed one (steps_per_execution batches a call).
         first, last = self.config.first_step, self.config.last_step
         self._warm_up = max(first - self._spe, 1)
@@ -426,53 +496,195 @@ class FitProfiler(keras.callbacks.Callback):
         self._count_pending = self._armed
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        self._mark_step(batch)
-        # After _mark_step (a window ending here is closed); >=: steps_per_execution skips step numbers; never
-        # while a window is open (its guard wraps the same train_function).
-        if self._count_pending and batch + 1 >= self._count_step and self._window is None:
+        now = time.perf_counter_ns()
+        step = batch + 1
+        window = self._window
+        if window is not None:
+            self._window_step(window, now, step)
+            return
+        fired = self._time_step(now, step)
+        if fired is None and not self._armed and not self._count_pending:
+            return  # the usual step outside every window: the timing above and three comparisons
+        if self._armed:
+            self._step_seen = step
+        if fired is not None:  # _may_trigger allowed it: no overlap with the scheduled window or its FLOP count
+            self._open_triggered(fired, step)
+        elif self._armed:
+            self._open_scheduled(step)
+        if self._window is not None:
+            self.steps.exclude_next()  # the window's steps (its warm-up step first) and the one after
+        else:
+            self._count_flops(step)
+
+    def _window_step(self, window: Any, now: int, step: int) -> None:
+        """A batch begin while a window is open: all of this hook's work (the step timing, the markers, closing the
+        window, the FLOP count that may follow) is fitprof's own, inside ``fitprof/overhead`` (a no-op once the
+        window stopped: stopping closes the span first)."""
+        window.begin_overhead()
+        try:
+            self._time_step(now, step)  # a window's steps are excluded: nothing is recorded and nothing fires
+            if self._armed:
+                self._step_seen = step
+            if self._trig_event is not None:
+                self._mark_triggered(window, step)
+            else:
+                self._mark_scheduled(window, step)
+            self.steps.exclude_next()  # a window's steps and the one after: the profiler's own cost
+            if self._window is None:  # the window closed here: the FLOPs may be counted on the call after it
+                self._count_flops(step)
+        finally:
+            window.end_overhead()
+
+    def _count_flops(self, step: int) -> None:
+        """Count the FLOPs of this call (``_count_step``; >=: steps_per_execution skips step numbers), never while
+        a window is open (its guard wraps the same ``train_function``); the counted step is left out of the step
+        timing and the trigger's baseline (counting slows it)."""
+        if self._count_pending and step >= self._count_step:
             self._count_pending = False
+            self.steps.exclude_next(1)
             self._work.count_next_call(self.model)
 
-    def _mark_step(self, batch: int) -> None:
-        if not self._armed:
+    def _time_step(self, now: int, step: int) -> TriggerEvent | None:
+        """Record the step that ends at this batch begin (``step - 1``) and feed it to the slowdown trigger.
+
+        The step time is ``now`` less the previous batch begin's stamp: on TensorFlow the step's traced function
+        (its ``IteratorGetNext`` included) and every batch-end hook; on torch and JAX also the next batch's fetch,
+        which Keras runs in Python before this hook (``FetchTimer`` gives its wait on torch). A step during which
+        a ``ModelCheckpoint(save_freq=N)`` saved, and the one after it, are excluded.
+        """
+        recorder = self.steps
+        if self._checkpoints and any(_saved_in_last_step(cb) for cb in self._checkpoints):
+            recorder.exclude_next()
+        timer = self._fetch_timer
+        if timer is not None:
+            wait, samples = timer.wait_ns, self._prev_samples
+            self._prev_samples = timer.samples
+        else:
+            wait, samples = None, self._adapter_samples
+        step_ns = recorder.step(now, step - 1, input_ns=wait, samples=samples)
+        if step_ns is None or self._slowdown is None:
+            return None
+        self._trig_steps_total += 1
+        # Only a slow step can fire it: the (longer) check whether a window may open now is made for those only.
+        allowed = step_ns <= self._slowdown.threshold_ms * 1e6 or self._may_trigger(step - 1)
+        event = self._slowdown.observe(step_ns, self._trig_steps_total, allowed=allowed)
+        if event is None:
+            return None
+        return TriggerEvent(step - 1, event.step_time_ms, event.baseline_ms, event.threshold_ms)  # in the epoch
+
+    def _may_trigger(self, n: int) -> bool:
+        """Whether a triggered window may open after step ``n``: no window open, this rank profiles, the epoch goes
+        on past the window's warm-up step, and the window (warm-up call ``n+1``, analysed calls after it, closed on
+        the call after its last) closes before this epoch's ``profile_batch`` block starts: its FLOP-count call or,
+        without one before it, its warm-up call."""
+        if self._window is not None or not self._profiles_rank():
+            return False
+        spe = self._spe
+        closing = n + 1 + spe * (self._trigger_length() + 1)  # the call that stops the triggered window
+        if self._armed:
+            start = self._warm_up
+            if self._count_pending and self._count_step < start:
+                start = self._count_step
+            if closing >= start:
+                return False
+        known = int((self.params or {}).get("steps") or 0)
+        return not known or n + 1 + spe <= known  # the warm-up call is not the epoch's last
+
+    def _trigger_length(self) -> int:
+        """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
+        return self.config.num_steps if self.config.enabled else 5
+
+    def _start_step_timing(self) -> None:
+        """The sources of the input wait and the samples per step (see :meth:`_time_step`)."""
+        self._stop_step_timing()
+        self._adapter_samples = None
+        if self.backend == "torch":
+            from fitprof.keras._torch_backend import FetchTimer
+
+            self._fetch_timer = FetchTimer()
+            self._fetch_timer.install()
             return
-        step = batch + 1
-        self._step_seen = step
+        # TensorFlow and JAX: the fetch is not visible (TF: inside the traced step); the batch size is the data
+        # adapter's when Keras knows it (arrays, a tf.data pipeline with a static batch dimension).
+        adapter = getattr(_fit_locals(self.model).get("epoch_iterator"), "data_adapter", None)
         try:
-            window = self._window
-            if window is None:
-                if not self._warm_up <= step <= self.config.last_step:  # <=: steps_per_execution skips
-                    return
-                self._open_window()
-                window = self._window
-                if window is None:
-                    self._armed = False
-                    return
-                if step < self.config.first_step:
-                    return  # the warm-up step runs unmarked: it takes the profiler's start-up
-            window.begin_overhead()  # this hook's own time is fitprof's, never the step's
-            try:
-                window.end_step()
-                if step > self.config.last_step:
-                    self._armed = False
-                    self._close_window()
-                    return
-                if not self._last_begun:
-                    self._coverage.windows += 1  # the window's first analysed step: a window was profiled
-                    self._work.window_opened(self.model)  # the samples Keras counted before it
-                window.begin_step(step)
-                self._last_begun = step
-                self._step_open = True
-            finally:
-                window.end_overhead()
+            n = getattr(adapter, "batch_size", None)
+            n = None if n is None else int(n)
+        except Exception:  # an adapter whose batch size is unknown raises or gives a symbolic dimension
+            n = None
+        self._adapter_samples = n * self._spe if n else None
+
+    def _stop_step_timing(self) -> None:
+        timer, self._fetch_timer = self._fetch_timer, None
+        if timer is not None:
+            timer.uninstall()
+
+    def _open_triggered(self, event: TriggerEvent, step: int) -> None:
+        """Open the window the slowdown trigger asked for at this step boundary, through the same path as the
+        ``profile_batch`` window, in a session named ``<time>_epoch<N>_trigger_step<S>`` (``S`` = ``event.step``,
+        the last slow step). As in the scheduled window (and Lightning's triggered one), step ``step`` (``S + 1``)
+        is its warm-up step, recorded but not marked; the next ``_trigger_length()`` calls are analysed."""
+        self._open_window(trigger_suffix(event.step))
+        if self._window is None:
+            return
+        self._trig_event = event
+        self._trigger_last = step + self._spe * self._trigger_length()
+
+    def _mark_triggered(self, window: Any, step: int) -> None:
+        try:
+            window.end_step()
+            if self._trigger_last is not None and step > self._trigger_last:
+                self._close_window()
+                return
+            window.begin_step(step)
+            self._last_begun = step
+            self._step_open = True
+        except Exception as err:
+            self._drop_window(f"could not mark step {step} ({err!r})")
+
+    def _open_scheduled(self, step: int) -> None:
+        """Open the ``profile_batch`` window at its warm-up call (``_warm_up``), or at its first step when it takes
+        none; ``<=``: steps_per_execution skips step numbers."""
+        if not self._warm_up <= step <= self.config.last_step:
+            return
+        self._open_window()
+        window = self._window
+        if window is None:
+            self._armed = False
+            return
+        if step < self.config.first_step:
+            return  # the warm-up step runs unmarked: it takes the profiler's start-up
+        window.begin_overhead()  # no warm-up step: marking the first step is fitprof's own time
+        try:
+            self._mark_scheduled(window, step)
+        finally:
+            window.end_overhead()
+
+    def _mark_scheduled(self, window: Any, step: int) -> None:
+        """The open ``profile_batch`` window: mark each step, close it after its last (the caller holds the
+        ``fitprof/overhead`` span)."""
+        try:
+            window.end_step()
+            if step > self.config.last_step:
+                self._armed = False
+                self._close_window()
+                return
+            if not self._last_begun:
+                self._coverage.windows += 1  # the window's first analysed step: a window was profiled
+                self._work.window_opened(self.model)  # the samples Keras counted before it
+            window.begin_step(step)
+            self._last_begun = step
+            self._step_open = True
         except Exception as err:  # a step marker failed: drop the window, training goes on
             self._drop_window(f"could not mark step {step} ({err!r})")
 
     def _drop_window(self, reason: str) -> None:
         """Stop the open window without keeping it (one warning naming ``reason``)."""
-        self._armed = False
+        if self._trig_event is None:
+            self._armed = False  # the scheduled window: this epoch opens no other (a triggered one leaves it armed)
         window, self._window = self._window, None
         self._step_open = False
+        self._trigger_last = self._trig_event = None
         self._unguard_train_function()
         self._warn_once("mark", f"fitprof: {reason}; the window of epoch {self._epoch} was dropped.")
         if window is not None:
@@ -492,6 +704,9 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._steps_seen = max(self._steps_seen, int(self.params.get("steps") or 0) if self.params else 0)
+        self.epoch_steps[epoch] = self.steps.summary()
+        if self._trig_event is not None:  # a triggered window cut short by the epoch's end: analyse what it has
+            self._close_window()
         if self._armed or self._window is not None:  # a profiled epoch of this rank: its steps, as counted
             self._coverage.steps(self._steps_this_epoch())
         if self._window is not None and self._last_begun + self._spe - 1 >= self.config.last_step:
@@ -508,9 +723,65 @@ class FitProfiler(keras.callbacks.Callback):
         self._armed = False
         if self._epoch_profiled and epoch not in self.reports:  # not flushed already after an exception
             self._logged[epoch] = self._analyze_and_publish(epoch)
+        timing = self._publish_step_timing(epoch)
         if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
             logs.update(every_key(self._logged.get(epoch, {}), self.config.top_k, self._world))
+            logs.update(timing)
             _no_val_columns(self._csv_loggers, logs)
+
+    def _publish_step_timing(self, epoch: int) -> dict[str, float]:
+        """The epoch's always-on scalars and its triggered windows: every ``fitprof/epoch/*`` and
+        ``fitprof/trigger/*`` key (NaN where there is no figure; the trigger's are the epoch's last firing's).
+
+        Each triggered window closed in this epoch is analysed (:class:`fitprof.window.WindowPipeline`, its own
+        session and report file) and compared with the last ``profile_batch`` window
+        (:func:`fitprof.window.compare_windows`); rank 0 writes the finite scalars and one summary per triggered
+        window (``fitprof/trigger/summary``) to the event file (step = epoch) and prints its line when
+        ``verbose``. Each rank times its own steps and triggers on its own signal: nothing is gathered here, so
+        the epoch-end gather of the scheduled window stays the only collective whatever each rank captured."""
+        figures = self.epoch_steps.get(epoch) or self.steps.summary()
+        out = _epoch_scalars(figures)
+        out.update({m.key: math.nan for m in metrics.TRIGGER_METRICS})
+        pending, self._trig_pending = self._trig_pending, []
+        normal_epoch = max(self.reports) if self.reports else None
+        normal = None if normal_epoch is None else self.reports[normal_epoch]
+        texts = []
+        for window, trace, event in pending:
+            report = self._trigger_pipeline.analyze(
+                epoch,
+                trace,
+                log_dir=self._run_dir,
+                session=window.session_dir.name if window.session_dir is not None else None,
+                rank=self._rank,
+                world_size=self._world,
+                discard=window.cleanup,
+            )
+            self.triggered.append((epoch, event, report))
+            line = _trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
+            if self.verbose and self._rank == 0 and (self.params or {}).get("verbose", 1) != 0:
+                print(line, flush=True)
+            texts.append(line if report is None else f"{line}\n\n{report.summary_markdown()}")
+            out.update(
+                {
+                    metrics.TRIGGER_STEP.key: float(event.step),
+                    metrics.TRIGGER_STEP_TIME_MS.key: event.step_time_ms,
+                    metrics.TRIGGER_BASELINE_MS.key: event.baseline_ms,
+                }
+            )
+        if self._rank == 0:
+            self._write_events({k: v for k, v in out.items() if math.isfinite(v)}, epoch, texts)
+        return out
+
+    def _write_events(self, scalars: dict[str, float], epoch: int, trigger_texts: list[str]) -> None:
+        try:
+            self._events.scalars(scalars, step=epoch)
+            for text in trigger_texts:
+                self._events.text(metrics.TRIGGER_SUMMARY_TAG, text, step=epoch)
+            self._events.flush()
+        except ModuleNotFoundError:  # no tensorboard: warned once by _log; the figures still reach the logs
+            pass
+        except OSError as err:
+            self._warn_once("write", f"fitprof: could not write summaries to {self.log_dir}: {err}")
 
     def _analyze_and_publish(self, epoch: int) -> dict[str, float]:
         report = None
@@ -531,7 +802,13 @@ class FitProfiler(keras.callbacks.Callback):
         # Every rank takes part in the gather, with or without a report of its own, so it always completes.
         gather = self._gather if self._world > 1 and not self._in_flush else None
         logged = self._pipeline.publish(
-            epoch, report, rank=self._rank, world_size=self._world, gather=gather, log=self._log
+            epoch,
+            report,
+            rank=self._rank,
+            world_size=self._world,
+            gather=gather,
+            log=self._log,
+            epoch_steps=self.epoch_steps.get(epoch),
         )
         if closed is not None and (self._mirror is None or self._mirror.sync()):
             self._say_where(epoch, self.log_dir, closed[0].session_dir)
@@ -572,6 +849,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._work.restore()
         if self._window is not None:
             self._close_window()
+        self._stop_step_timing()
         never = self._coverage.message("fitprof: ")
         if never:
             self._warn_once("never", never)
@@ -687,6 +965,47 @@ class FitProfiler(keras.callbacks.Callback):
                     "no window in that epoch. Give the two callbacks different steps to get both profiles.",
                 )
                 return
+
+
+def _saves_every_n_batches(callback: Any) -> bool:
+    """Whether ``callback`` is a ``keras.callbacks.ModelCheckpoint`` that saves every N batches."""
+    freq = getattr(callback, "save_freq", None)
+    return isinstance(callback, keras.callbacks.ModelCheckpoint) and isinstance(freq, int) and freq > 0
+
+
+def _saved_in_last_step(checkpoint: Any) -> bool:
+    """Whether a ``ModelCheckpoint(save_freq=N)`` saved in the step that just ended: keras 3.15 sets its batch
+    counter back to 0 when it saves (``callbacks/model_checkpoint.py``, ``_should_save_on_batch``)."""
+    return getattr(checkpoint, "_last_batch_seen", None) is not None and not getattr(
+        checkpoint, "_batches_seen_since_last_saving", 1
+    )
+
+
+def _epoch_scalars(steps: EpochSteps) -> dict[str, float]:
+    """The ``fitprof/epoch/*`` scalars of one epoch (NaN where there is no figure)."""
+    return {
+        metrics.EPOCH_STEP_TIME_MS_P50.key: steps.step_time_ms_p50,
+        metrics.EPOCH_STEP_TIME_MS_P90.key: steps.step_time_ms_p90,
+        metrics.EPOCH_STEP_TIME_MS_MAX.key: steps.step_time_ms_max,
+        metrics.EPOCH_INPUT_PERCENT.key: steps.input_percent,
+        metrics.EPOCH_SAMPLES_PER_S.key: steps.samples_per_s,
+        metrics.EPOCH_STEPS_TIMED.key: float(steps.steps_timed),
+    }
+
+
+def _trigger_line(epoch: int, event: TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
+    """``fitprof epoch 0: slowdown after step 41 (40.1 ms/step vs baseline 3.2 ms), triggered window: ...``
+    (the words of the Lightning callback's line)."""
+    head = (
+        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
+        f"{event.baseline_ms:.1f} ms)"
+    )
+    if report is None:
+        return f"{head}, the triggered window could not be analysed"
+    return (
+        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
+        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
+    )
 
 
 def _tensorboard_profiles(callback: Any) -> bool:

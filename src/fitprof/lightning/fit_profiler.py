@@ -895,7 +895,9 @@ class FitProfiler(Callback):
                 for logger in trainer.loggers:
                     if isinstance(logger, TensorBoardLogger):
                         try:
-                            logger.experiment.add_text(TRIGGER_SUMMARY_TAG, text, global_step=trainer.global_step)
+                            logger.experiment.add_text(
+                                metrics.TRIGGER_SUMMARY_TAG, text, global_step=trainer.global_step
+                            )
                         except Exception as err:
                             self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
         _, last, _ = self.triggered[-1]
@@ -935,9 +937,6 @@ class FitProfiler(Callback):
 
 _FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
 """The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
-
-TRIGGER_SUMMARY_TAG = metrics.TRIGGER_PREFIX + "summary"
-"""TensorBoard text tag of each triggered window's summary (the Text tab)."""
 
 
 def _trigger_line(epoch: int, event: TriggerEvent, report: BottleneckReport | None, compared: str) -> str:

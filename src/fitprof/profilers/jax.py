@@ -28,10 +28,10 @@ class JaxProfileWindow(TFProfileWindow):
     _PROFILER = "jax.profiler"
     _TMP_PREFIX = "fitprof-jax-"
 
-    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1) -> None:
+    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1, suffix: str = "") -> None:
         import jax.profiler  # noqa: F401  (fail here, at construction, when JAX is missing)
 
-        self._init_state(log_dir, epoch=epoch, rank=rank, world=world)
+        self._init_state(log_dir, epoch=epoch, rank=rank, world=world, suffix=suffix)
 
     @property
     def _jax_profiler(self) -> Any:

@@ -28,13 +28,16 @@ class TFProfileWindow:
     _PROFILER = "tf.profiler"
     _TMP_PREFIX = "fitprof-tf-"
 
-    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1) -> None:
+    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1, suffix: str = "") -> None:
+        """``suffix``: appended to the session name (:func:`fitprof._session.session_name`; a triggered window's
+        :func:`~fitprof._session.trigger_suffix`)."""
         import tensorflow  # noqa: F401  (fail here, at construction, when TensorFlow is missing)
 
-        self._init_state(log_dir, epoch=epoch, rank=rank, world=world)
+        self._init_state(log_dir, epoch=epoch, rank=rank, world=world, suffix=suffix)
 
-    def _init_state(self, log_dir: str, *, epoch: int, rank: int, world: int) -> None:
+    def _init_state(self, log_dir: str, *, epoch: int, rank: int, world: int, suffix: str = "") -> None:
         self._log_dir = log_dir
+        self._suffix = suffix
         self._epoch, self._rank, self._world = epoch, rank, world
         self._tmp: str | None = None
         self._step: Any = None
@@ -144,7 +147,7 @@ class TFProfileWindow:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(f"{self._PROFILER} wrote no .xplane.pb")
         try:
-            session = new_session_dir(self._log_dir, self._epoch)
+            session = new_session_dir(self._log_dir, self._epoch, getattr(self, "_suffix", ""))
             host = written[-1].name.removesuffix(XPLANE_SUFFIX)
             target = session / (rank_host(host, self._rank, self._world) + XPLANE_SUFFIX)
             shutil.move(str(written[-1]), target)

@@ -1,0 +1,315 @@
+"""Keras ``FitProfiler(trigger="slowdown")`` and the always-on step timing, on a real fit per scenario.
+
+Two injected slowdowns from a known step, each in a steady one-epoch fit:
+
+* ``input``: a Python generator that sleeps ``SLEEP_S`` before every batch it yields from batch ``AT`` on (an
+  input-pipeline slowdown);
+* ``op``: a layer whose heavy branch (a ``HEAVY``x``HEAVY`` matmul, named ``planted``) is switched on by a flag from
+  step ``AT`` on (a slower operator).
+
+The truth is measured in the same run, without fitprof: a clock callback (batch-begin only, placed first) stamps
+every step; the slowdown starts at the first step after warm-up that begins 5 steps in a row each at least 3 times
+the median of the steady steps (the generator runs ahead of the loop by tf.data's prefetch, so on the input side
+the loop sees it a few steps before batch ``AT``). ``trigger_min_spacing=0``: a false firing before the slowdown on
+this shared machine (their rate is measured in ``benchmarks/false_triggers.py``) cannot hold the real one back.
+Keras picks its backend at import, so every scenario of a backend runs in one child process (this file as a script,
+``KERAS_BACKEND`` set), as ``tests/test_scenarios_keras.py`` does. The slowdown starts soon after the trigger's
+baseline is ready (3 warm-up steps, the scheduled window, 16 clean steps): a false firing shortly before it would
+restart the baseline and hold the real one back, so the steady stretch is kept short.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BATCH = 32
+STEPS = 90  # steps in the epoch
+AT = 45  # the slowdown starts here (generator: the batch produced; op: the step begun)
+SLEEP_S = 0.08
+HEAVY = 512
+BACKENDS = ("tensorflow", "torch")
+SCENARIOS = {"tensorflow": ("input", "op"), "torch": ("truth",)}
+TRUTH_SLEEP_S = 0.01
+
+
+# ------------------------------------------------------------------------------------------------ the child process
+def _run(scenario: str, folder: Path) -> dict[str, Any]:
+    import keras
+    import numpy as np
+
+    from fitprof.keras import FitProfiler
+
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.random((STEPS * BATCH, 16), dtype=np.float32)
+    y = rng.random((STEPS * BATCH, 1), dtype=np.float32)
+    stamps: list[float] = []
+
+    class Planted(keras.layers.Layer):
+        """Identity, plus (while ``flag`` is on) a heavy matmul whose result is added times zero."""
+
+        def build(self, shape: Any) -> None:
+            self.w = self.add_weight(shape=(HEAVY, HEAVY), initializer="ones", trainable=False)
+            self.flag = self.add_weight(shape=(), initializer="zeros", trainable=False)
+
+        def call(self, inputs: Any) -> Any:
+            ops = keras.ops
+
+            def heavy() -> Any:
+                m = self.w
+                for _ in range(4):
+                    m = ops.matmul(m, self.w) * 1e-3
+                return ops.sum(m) * 0.0
+
+            extra = ops.cond(self.flag > 0, heavy, lambda: ops.zeros(()))
+            return inputs + extra
+
+    planted = Planted(name="planted")
+    model = keras.Sequential(
+        [keras.Input((16,)), keras.layers.Dense(64, activation="relu"), planted, keras.layers.Dense(1)]
+    )
+    model.compile("sgd", "mse")
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            stamps.append(time.perf_counter())
+            if scenario == "op" and batch + 1 == AT:
+                planted.flag.assign(1.0)
+
+    produced = [0]
+
+    def generator() -> Any:
+        for i in range(STEPS):
+            produced[0] += 1
+            if produced[0] >= AT:
+                time.sleep(SLEEP_S)
+            yield x[i * BATCH : (i + 1) * BATCH], y[i * BATCH : (i + 1) * BATCH]
+
+    cb = FitProfiler(log_dir=str(folder), trigger="slowdown", trigger_min_spacing=0, verbose=False)
+    data: dict[str, Any] = {"x": generator()} if scenario == "input" else {"x": x, "y": y, "batch_size": BATCH}
+    history = model.fit(**data, epochs=1, verbose=0, callbacks=[Clock(), cb])
+    step_s = [b - a for a, b in itertools.pairwise(stamps)]  # step n (1-based) = step_s[n - 1]
+    steady = statistics.median(step_s[12 : AT - 5])  # after the scheduled window (steps 6-10) and the step after it
+    first_slow = next(n for n in range(12, len(step_s) - 4) if min(step_s[n - 1 : n + 4]) >= 3 * steady)
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    events.Reload()
+    tensors = {tag: [float(make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)] for tag in events.Tags()["tensors"]
+               if not tag.endswith("summary")}  # fmt: skip
+    texts = {
+        tag: [make_ndarray(e.tensor_proto).item().decode() for e in events.Tensors(tag)]
+        for tag in events.Tags()["tensors"]
+        if tag.endswith("summary")
+    }
+
+    def report(r: Any) -> dict[str, Any] | None:
+        if r is None:
+            return None
+        return {
+            "verdict": r.verdict,
+            "input_percent": r.input_percent,
+            "step_time_ms": r.step_time_ms,
+            "steps": r.steps_analyzed,
+            "top_ops": [op.name for op in r.top_ops],
+        }
+
+    from fitprof.traces import read_trace
+
+    marked = {}  # the step numbers marked in each triggered window's trace (its warm-up step is not marked)
+    for session in (folder / "plugins" / "profile").glob("*_trigger_step*"):
+        for trace in session.glob("*.xplane.pb"):
+            table = read_trace(trace)
+            marked[session.name] = sorted(
+                int(n) for n in table.loc[table["kind"] == "step", "step_num"].dropna().unique()
+            )
+
+    return {
+        "marked": marked,
+        "steady_ms": 1e3 * steady,
+        "first_slow": first_slow,
+        "triggered": [[e, t.step, t.step_time_ms, t.baseline_ms, report(r)] for e, t, r in cb.triggered],
+        "normal": report(cb.reports.get(0)),
+        "history": {k: v for k, v in history.history.items() if k.startswith("fitprof/epoch/") or "trigger" in k},
+        "events": tensors,
+        "texts": texts,
+        "sessions": sorted(p.name for p in (folder / "plugins" / "profile").iterdir()),
+    }
+
+
+def _truth(folder: Path) -> dict[str, Any]:
+    """A steady fit (no window) whose generator sleeps ``TRUTH_SLEEP_S`` per batch: the epoch input share
+    against the time the loop waited for each batch, over the very steps fitprof timed. The wait is measured by a
+    clock callback as the gap from ``on_train_batch_end(n)`` to ``on_train_batch_begin(n + 1)``: Keras's torch
+    loop fetches the next batch there and does nothing else (the generator's body alone misses the conversion to
+    tensors in Keras's ``DataLoader``; it is kept as a lower bound)."""
+    import keras
+    import numpy as np
+
+    from fitprof.keras import FitProfiler
+
+    keras.utils.set_random_seed(0)
+    n_steps = 60
+    x = np.random.default_rng(0).random((n_steps * BATCH, 16), dtype=np.float32)
+    stamps: list[float] = []
+    ends: list[float] = []
+    made: dict[int, float] = {}  # batch (1-based) -> seconds spent producing it
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            stamps.append(time.perf_counter())
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            ends.append(time.perf_counter())
+
+    def generator() -> Any:
+        for i in range(n_steps):
+            t0 = time.perf_counter()
+            time.sleep(TRUTH_SLEEP_S)
+            batch = (x[i * BATCH : (i + 1) * BATCH], x[i * BATCH : (i + 1) * BATCH, :1])
+            made[i + 1] = time.perf_counter() - t0
+            yield batch
+
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(256, activation="relu"), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    cb = FitProfiler(log_dir=str(folder), profile_batch=0, verbose=False)
+    history = model.fit(generator(), epochs=1, verbose=0, callbacks=[Clock(), cb])
+    timed = cb.steps.step_index  # step n spans begin(n) .. begin(n+1), which holds the fetch of batch n + 1
+    wall = sum(stamps[n] - stamps[n - 1] for n in timed)
+    return {
+        "steps_timed": len(timed),
+        "truth_input_percent": 100.0 * sum(stamps[n] - ends[n - 1] for n in timed) / wall,
+        "generator_percent": 100.0 * sum(made[n + 1] for n in timed) / wall,
+        "truth_samples_per_s": BATCH * len(timed) / wall,
+        "history": {k: v for k, v in history.history.items() if k.startswith("fitprof/")},
+    }
+
+
+def _child(out: Path) -> None:
+    import keras
+
+    results: dict[str, Any] = {}
+    for scenario in SCENARIOS[keras.backend.backend()]:
+        try:
+            run = _truth if scenario == "truth" else functools.partial(_run, scenario)
+            results[scenario] = run(out / scenario)
+        except BaseException as err:  # one broken scenario must not hide the other
+            results[scenario] = {"error": f"{type(err).__name__}: {err}"}
+    (out / "results.json").write_text(json.dumps(results))
+
+
+# ----------------------------------------------------------------------------------------------------- the tests
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    pytest.importorskip("keras")
+    backend = str(request.param)
+    pytest.importorskip("tensorflow" if backend == "tensorflow" else "torch")
+    out = tmp_path_factory.mktemp(f"trigger_{backend}")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, os.fspath(Path(__file__).resolve()), os.fspath(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return backend, json.loads((out / "results.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", SCENARIOS["tensorflow"])
+def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run: tuple[str, dict]) -> None:
+    backend, results = backend_run
+    if scenario not in results:
+        pytest.skip(f"{scenario}: runs on {list(b for b, s in SCENARIOS.items() if scenario in s)} only")
+    seen = results[scenario]
+    assert "error" not in seen, seen.get("error")
+    # it fired within a few steps of the slowdown (5 slow steps in a row are needed), the firing the last one
+    real = [t for t in seen["triggered"] if seen["first_slow"] + 4 <= t[1] <= seen["first_slow"] + 8]
+    assert len(real) == 1, (seen["first_slow"], seen["triggered"])
+    assert seen["triggered"][-1] == real[0]
+    epoch, step, slow_ms, baseline_ms, triggered = real[0]
+    assert epoch == 0 and slow_ms > 2 * baseline_ms
+    if scenario == "op":  # the heavy branch is switched on at step AT exactly
+        assert AT - 1 <= seen["first_slow"] <= AT + 1
+    # its window has its own session, named for why it was taken, beside the scheduled window's
+    assert len(seen["sessions"]) == 1 + len(seen["triggered"])
+    assert sum(name.endswith(f"_epoch0_trigger_step{step}") for name in seen["sessions"]) == 1
+    normal = seen["normal"]
+    # as the profile_batch window (steps 6-10, warm-up step 5): step + 1 is its warm-up step, recorded but not
+    # marked, and the next 5 steps are analysed
+    [session] = [name for name in seen["marked"] if name.endswith(f"_trigger_step{step}")]
+    assert seen["marked"][session] == list(range(step + 2, step + 7))
+    assert triggered is not None and triggered["steps"] == 5
+    if scenario == "input":  # the triggered window names the input; the scheduled one does not
+        assert triggered["verdict"] == "input-bound"
+        assert normal["verdict"] != "input-bound"
+    else:  # the planted operator leads the triggered window and is not the scheduled window's top operator
+        assert "planted" in triggered["top_ops"][0]
+        assert "planted" not in normal["top_ops"][0] or triggered["step_time_ms"] > 3 * normal["step_time_ms"]
+    # the trigger's scalars at the epoch's end (its last firing) and one summary per triggered window
+    assert seen["events"]["fitprof/trigger/step"] == [step]
+    assert seen["events"]["fitprof/trigger/baseline_ms"] == pytest.approx([baseline_ms])
+    assert seen["history"]["fitprof/trigger/step"] == [step]
+    texts = seen["texts"]["fitprof/trigger/summary"]
+    assert len(texts) == len(seen["triggered"])
+    assert f"slowdown after step {step}" in texts[-1] and "vs the normal window of epoch 0" in texts[-1]
+    # the whole-epoch figures: every step timed but the excluded ones
+    timed = seen["history"]["fitprof/epoch/steps_timed"][0]
+    assert STEPS - 30 <= timed <= STEPS - 3
+    assert seen["events"]["fitprof/epoch/steps_timed"] == [timed]
+    p50 = seen["history"]["fitprof/epoch/step_time_ms_p50"][0]
+    assert (
+        p50
+        <= seen["history"]["fitprof/epoch/step_time_ms_p90"][0]
+        <= seen["history"]["fitprof/epoch/step_time_ms_max"][0]
+    )
+    samples = seen["history"]["fitprof/epoch/samples_per_s"][0]
+    input_pct = seen["history"]["fitprof/epoch/input_percent"][0]
+    if backend == "torch":  # the fetch is timed in Python: input wait and batch size are known
+        assert samples > 0 and 0 <= input_pct <= 100
+    elif scenario == "op":  # TensorFlow, arrays: the data adapter knows the batch size; the fetch is not visible
+        assert samples > 0 and math.isnan(input_pct)
+    else:  # TensorFlow, a generator: neither
+        assert math.isnan(samples) and math.isnan(input_pct)
+
+
+@pytest.mark.slow
+def test_epoch_input_share_and_throughput_match_the_truth_on_torch(backend_run: tuple[str, dict]) -> None:
+    """Keras on torch: the fetch is timed in Python, so the epoch's input share is exact (within 3 pp of the time
+    the generator spent producing the batches, over the same steps) and samples per second are known."""
+    _, results = backend_run
+    if "truth" not in results:
+        pytest.skip("the truth scenario runs on the torch backend")
+    seen = results["truth"]
+    assert "error" not in seen, seen.get("error")
+    history = seen["history"]
+    assert history["fitprof/epoch/steps_timed"] == [seen["steps_timed"]]
+    assert seen["steps_timed"] >= 50
+    assert history["fitprof/epoch/input_percent"][0] == pytest.approx(seen["truth_input_percent"], abs=3.0)
+    assert history["fitprof/epoch/input_percent"][0] >= seen["generator_percent"]
+    assert history["fitprof/epoch/samples_per_s"][0] == pytest.approx(seen["truth_samples_per_s"], rel=1e-3)
+    assert math.isnan(history["fitprof/step_time_ms"][0])  # profile_batch=0: no window, the epoch figures only
+
+
+if __name__ == "__main__":  # the child process: every scenario of the backend KERAS_BACKEND names
+    _child(Path(sys.argv[1]))
+    sys.stdout.flush()
+    os._exit(0)  # skip interpreter teardown (TensorFlow's can take seconds)
