@@ -58,7 +58,7 @@ class KerasWork:
         self._items_per_sample = math.nan
         self._restore: Callable[[], None] | None = None
         self._tf_counts: dict[tuple[int, str], tuple[float, str]] = {}  # (model, spec) -> (FLOPs, note), per fit
-        self._off = ""  # why this fit counts nothing ("" when it counts)
+        self._off = ""  # why this fit counts no FLOPs ("" when it counts them)
 
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle with the callback: a pending wrap of ``train_function`` belongs to the running fit."""
