@@ -157,6 +157,45 @@ def compare_windows(triggered: BottleneckReport, normal: BottleneckReport | None
     return f"vs the normal window of {where}: " + ", ".join(parts)
 
 
+def epoch_scalars(figures: steps.EpochSteps) -> dict[str, float]:
+    """The ``fitprof/epoch/*`` scalars of one epoch's always-on step timing (NaN where there is no figure), the
+    same keys in both callbacks."""
+    return {
+        metrics.EPOCH_STEP_TIME_MS_P50.key: figures.step_time_ms_p50,
+        metrics.EPOCH_STEP_TIME_MS_P90.key: figures.step_time_ms_p90,
+        metrics.EPOCH_STEP_TIME_MS_MAX.key: figures.step_time_ms_max,
+        metrics.EPOCH_INPUT_PERCENT.key: figures.input_percent,
+        metrics.EPOCH_SAMPLES_PER_S.key: figures.samples_per_s,
+        metrics.EPOCH_STEPS_TIMED.key: float(figures.steps_timed),
+    }
+
+
+def trigger_scalars(event: steps.TriggerEvent) -> dict[str, float]:
+    """The ``fitprof/trigger/*`` scalars of one triggered window: the step after which it fired, that step's time
+    and the baseline (ms)."""
+    return {
+        metrics.TRIGGER_STEP.key: float(event.step),
+        metrics.TRIGGER_STEP_TIME_MS.key: event.step_time_ms,
+        metrics.TRIGGER_BASELINE_MS.key: event.baseline_ms,
+    }
+
+
+def trigger_line(epoch: int, event: steps.TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
+    """One line for a triggered window, the same in both callbacks: ``fitprof epoch 0: slowdown after step 41
+    (40.1 ms/step vs baseline 3.2 ms), triggered window: ...`` followed by ``compared``
+    (:func:`compare_windows`)."""
+    head = (
+        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
+        f"{event.baseline_ms:.1f} ms)"
+    )
+    if report is None:
+        return f"{head}, the triggered window could not be analysed"
+    return (
+        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
+        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
+    )
+
+
 class WindowPipeline:
     """The epoch-end work of one callback (see the module docstring).
 

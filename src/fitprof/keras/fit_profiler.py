@@ -23,7 +23,15 @@ from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
-from fitprof.window import EpochLog, WindowPipeline, compare_windows, every_key
+from fitprof.window import (
+    EpochLog,
+    WindowPipeline,
+    compare_windows,
+    epoch_scalars,
+    every_key,
+    trigger_line,
+    trigger_scalars,
+)
 
 log = logging.getLogger(__name__)
 
@@ -740,7 +748,7 @@ class FitProfiler(keras.callbacks.Callback):
         ``verbose``. Each rank times its own steps and triggers on its own signal: nothing is gathered here, so
         the epoch-end gather of the scheduled window stays the only collective whatever each rank captured."""
         figures = self.epoch_steps.get(epoch) or self.steps.summary()
-        out = _epoch_scalars(figures)
+        out = epoch_scalars(figures)
         out.update({m.key: math.nan for m in metrics.TRIGGER_METRICS})
         pending, self._trig_pending = self._trig_pending, []
         normal_epoch = max(self.reports) if self.reports else None
@@ -757,17 +765,11 @@ class FitProfiler(keras.callbacks.Callback):
                 discard=window.cleanup,
             )
             self.triggered.append((epoch, event, report))
-            line = _trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
+            line = trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
             if self.verbose and self._rank == 0 and (self.params or {}).get("verbose", 1) != 0:
                 print(line, flush=True)
             texts.append(line if report is None else f"{line}\n\n{report.summary_markdown()}")
-            out.update(
-                {
-                    metrics.TRIGGER_STEP.key: float(event.step),
-                    metrics.TRIGGER_STEP_TIME_MS.key: event.step_time_ms,
-                    metrics.TRIGGER_BASELINE_MS.key: event.baseline_ms,
-                }
-            )
+            out.update(trigger_scalars(event))
         if self._rank == 0:
             self._write_events({k: v for k, v in out.items() if math.isfinite(v)}, epoch, texts)
         return out
@@ -978,33 +980,6 @@ def _saved_in_last_step(checkpoint: Any) -> bool:
     counter back to 0 when it saves (``callbacks/model_checkpoint.py``, ``_should_save_on_batch``)."""
     return getattr(checkpoint, "_last_batch_seen", None) is not None and not getattr(
         checkpoint, "_batches_seen_since_last_saving", 1
-    )
-
-
-def _epoch_scalars(steps: EpochSteps) -> dict[str, float]:
-    """The ``fitprof/epoch/*`` scalars of one epoch (NaN where there is no figure)."""
-    return {
-        metrics.EPOCH_STEP_TIME_MS_P50.key: steps.step_time_ms_p50,
-        metrics.EPOCH_STEP_TIME_MS_P90.key: steps.step_time_ms_p90,
-        metrics.EPOCH_STEP_TIME_MS_MAX.key: steps.step_time_ms_max,
-        metrics.EPOCH_INPUT_PERCENT.key: steps.input_percent,
-        metrics.EPOCH_SAMPLES_PER_S.key: steps.samples_per_s,
-        metrics.EPOCH_STEPS_TIMED.key: float(steps.steps_timed),
-    }
-
-
-def _trigger_line(epoch: int, event: TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
-    """``fitprof epoch 0: slowdown after step 41 (40.1 ms/step vs baseline 3.2 ms), triggered window: ...``
-    (the words of the Lightning callback's line)."""
-    head = (
-        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
-        f"{event.baseline_ms:.1f} ms)"
-    )
-    if report is None:
-        return f"{head}, the triggered window could not be analysed"
-    return (
-        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
-        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
     )
 
 

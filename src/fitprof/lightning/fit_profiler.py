@@ -32,7 +32,7 @@ from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_
 from fitprof.profilers.torch import TorchProfileWindow, profiler_running
 from fitprof.steps import AFTER_PAUSE_STEPS, EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
-from fitprof.window import EpochLog, WindowPipeline, compare_windows
+from fitprof.window import EpochLog, WindowPipeline, compare_windows, epoch_scalars, trigger_line, trigger_scalars
 
 log = logging.getLogger(__name__)
 
@@ -721,14 +721,7 @@ class FitProfiler(Callback):
     def _log_epoch_steps(self, pl_module: pl.LightningModule, figures: EpochSteps) -> None:
         """Log the epoch's always-on figures (``fitprof/epoch/*``, finite ones) through ``pl_module.log``, this
         rank's own (``sync_dist=False``: no collective), so they reach ``callback_metrics`` and every logger."""
-        values = {
-            metrics.EPOCH_STEP_TIME_MS_P50.key: figures.step_time_ms_p50,
-            metrics.EPOCH_STEP_TIME_MS_P90.key: figures.step_time_ms_p90,
-            metrics.EPOCH_STEP_TIME_MS_MAX.key: figures.step_time_ms_max,
-            metrics.EPOCH_INPUT_PERCENT.key: figures.input_percent,
-            metrics.EPOCH_SAMPLES_PER_S.key: figures.samples_per_s,
-            metrics.EPOCH_STEPS_TIMED.key: float(figures.steps_timed),
-        }
+        values = epoch_scalars(figures)
         self._log_scalars(pl_module, {k: v for k, v in values.items() if v == v})  # NaN != NaN
 
     def _log_scalars(self, pl_module: pl.LightningModule | None, scalars: dict[str, float]) -> None:
@@ -882,7 +875,7 @@ class FitProfiler(Callback):
                 discard=functools.partial(shutil.rmtree, path.parent, ignore_errors=True),
             )
             self.triggered.append((self._epoch, event, report))
-            line = _trigger_line(
+            line = trigger_line(
                 self._epoch, event, report, compare_windows(report, normal, normal_epoch) if report else ""
             )
             if self._rank == 0:
@@ -901,14 +894,7 @@ class FitProfiler(Callback):
                         except Exception as err:
                             self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
         _, last, _ = self.triggered[-1]
-        self._log_scalars(
-            pl_module,
-            {
-                metrics.TRIGGER_STEP.key: float(last.step),
-                metrics.TRIGGER_STEP_TIME_MS.key: last.step_time_ms,
-                metrics.TRIGGER_BASELINE_MS.key: last.baseline_ms,
-            },
-        )
+        self._log_scalars(pl_module, trigger_scalars(last))
         return True
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, entry: EpochLog) -> None:
@@ -937,20 +923,6 @@ class FitProfiler(Callback):
 
 _FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
 """The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
-
-
-def _trigger_line(epoch: int, event: TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
-    """``fitprof epoch 0: slowdown after step 41 (40.1 ms/step vs baseline 3.2 ms), triggered window: ...``"""
-    head = (
-        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
-        f"{event.baseline_ms:.1f} ms)"
-    )
-    if report is None:
-        return f"{head}, the triggered window could not be analysed"
-    return (
-        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
-        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
-    )
 
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
