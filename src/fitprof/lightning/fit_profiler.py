@@ -262,6 +262,7 @@ class FitProfiler(Callback):
         self._fetch_ns = 0  # time inside Lightning's batch fetch since the last step boundary
         self._fetch_t0 = 0
         self._hooked: Any = None  # the trainer profiler whose start/stop we wrap (see _hook_fetch)
+        self._hooked_fns: tuple[Any, Any] = (None, None)  # our wrappers, removed only while still in place
         self._samples: int | None = None
         self._cuda_events: list[Any] | None = None  # on a CUDA device: one timing event per step boundary
         self._epoch_first_step = 1
@@ -295,6 +296,8 @@ class FitProfiler(Callback):
         self._warn_rank.rank = self._rank = int(trainer.global_rank)  # only rank 0 issues Python warnings
         self._coverage.begin_fit()
         self.triggered.clear()
+        self._trig_pending = []  # a window stopped by an exception in an earlier fit is not this fit's
+        self.epoch_steps = {}
         self._trig_steps_total = 0
         if self._trigger is not None:
             self._trigger.reset()
@@ -433,7 +436,10 @@ class FitProfiler(Callback):
             wait = None if fetched is None or prev is None else fetched - prev
         self._fetch_ns = 0
         if self._cuda_events is not None:
-            self._cuda_events.append(_cuda_event())
+            if len(self._cuda_events) <= _MAX_CUDA_EVENTS:
+                self._cuda_events.append(_cuda_event())
+            else:  # bounded: a longer epoch keeps the host clock's figures (_device_step_ms gives None)
+                self._cuda_events = [None]
         dt = self.steps.step(now, n, input_ns=wait, samples=self._samples)
         if self._trig_event is not None:
             if self._epoch_on:
@@ -777,15 +783,18 @@ class FitProfiler(Callback):
 
             profiler.start, profiler.stop = timed_start, timed_stop
             self._hooked = profiler
+            self._hooked_fns = (timed_start, timed_stop)
         except Exception as err:  # a profiler that refuses attributes: fall back to the gap
             log.debug("fitprof: cannot time the batch fetch through the trainer's profiler (%r)", err)
 
     def _unhook_fetch(self) -> None:
         profiler, self._hooked = self._hooked, None
         if profiler is not None:
-            for name in ("start", "stop"):
-                with contextlib.suppress(Exception):
-                    delattr(profiler, name)  # the class's own methods again
+            for name, ours in zip(("start", "stop"), self._hooked_fns, strict=True):
+                if vars(profiler).get(name) is ours:  # not one wrapped again since by someone else
+                    with contextlib.suppress(Exception):
+                        delattr(profiler, name)  # the class's own methods again
+        self._hooked_fns = (None, None)
 
     def _may_trigger(self, trainer: pl.Trainer, n: int) -> bool:
         """Whether a triggered window may open after step ``n``: no window open, a writable log dir, this rank
@@ -951,6 +960,11 @@ def _on_cuda(trainer: pl.Trainer) -> bool:
         return bool(torch.cuda.is_available() and trainer.strategy.root_device.type == "cuda")
     except Exception:
         return False
+
+
+_MAX_CUDA_EVENTS = 10_000
+"""The most CUDA timing events one epoch keeps (one per step boundary, read at the epoch's end): an epoch with
+more steps times them with the host clock only, so that the events held stay bounded."""
 
 
 def _cuda_event() -> Any:
