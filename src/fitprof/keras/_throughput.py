@@ -139,7 +139,10 @@ class KerasWork:
             if self.backend == "torch":
                 return self._count_torch(model, original, before, *args, **kwargs)
             out = original(*args, **kwargs)
-            self._count_tf(model, args[0] if args else None, _samples_seen(model) - before)
+            try:
+                self._count_tf(model, args[0] if args else None, _samples_seen(model) - before)
+            except Exception as err:  # a profiling problem never breaks the training step: NaN, with the reason
+                self.log.set_flops(math.nan, math.nan, f"FLOPs not counted ({err!r})")
             return out
 
         model.train_function = counting
