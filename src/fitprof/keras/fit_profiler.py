@@ -400,6 +400,8 @@ class FitProfiler(keras.callbacks.Callback):
                 self._close_mirror()
         except Exception as err:
             log.warning("fitprof: could not flush the window after an exception: %s", err)
+        finally:  # no on_train_end follows: never leave the fetch timer patched in after the fit
+            self._stop_step_timing()
 
     def _close_window(self, *, drop_open_step: bool = False) -> None:
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
@@ -869,6 +871,8 @@ class FitProfiler(keras.callbacks.Callback):
             with contextlib.suppress(Exception):
                 self._window.abort()
                 self._window = None
+        with contextlib.suppress(Exception):  # nor the fetch timer patched into Keras's torch epoch iterator
+            self._stop_step_timing()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
