@@ -121,7 +121,7 @@ def test_each_window_reads_the_same_from_its_trace_and_its_xplane(torch_run: dic
 
 HOSTILE = textwrap.dedent(
     """
-    import json, logging, sys, warnings
+    import gc, json, logging, sys, warnings
     sys.modules["tensorboard"] = None  # a Keras-torch user without tensorboard installed
     import numpy as np
     import keras
@@ -130,6 +130,12 @@ HOSTILE = textwrap.dedent(
     import fitprof.traces.xspace_write as xw
     from fitprof.keras import FitProfiler
     from fitprof.profilers.torch import profiler_running
+    from keras.src.backend.torch.trainer import TorchEpochIterator
+
+    keras_next = TorchEpochIterator.__dict__.get("__next__")  # Keras's own (inherited: None), before any fit
+
+    def keras_own():
+        return TorchEpochIterator.__dict__.get("__next__") is keras_next
 
     def no_xspace(*args, **kwargs):
         raise RuntimeError("conversion broke")
@@ -167,7 +173,27 @@ HOSTILE = textwrap.dedent(
     except ValueError as err:
         out["raised"] = str(err)
     out["running_after_raise"] = profiler_running()
+    out["next_after_raise"] = keras_own()  # the fetch timer is taken out with the flushed window
     out["flushed"] = {{str(e): r.steps_analyzed for e, r in second.reports.items()}}
+
+    class Boom(keras.callbacks.Callback):  # raises in the third step, before fitprof's window: nothing is guarded
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                raise ValueError("boom")
+
+    early = FitProfiler({logdir!r} + "/early_error", profile_batch=(9, 10))
+    try:
+        model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[early, Boom()])
+    except ValueError:
+        pass
+    out["next_before_del"] = keras_own()
+    del early
+    gc.collect()
+    out["next_after_del"] = keras_own()  # the callback gone, the patch with it
+
+    both = [FitProfiler({logdir!r} + f"/both{{i}}", profile_batch=0) for i in range(2)]
+    model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=both)  # taken out in install order
+    out["next_after_two"] = keras_own()
 
     third = FitProfiler({logdir!r} + "/w_error", profile_batch=(3, 50))
     with warnings.catch_warnings():
@@ -207,6 +233,12 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
     assert not list(tmp_path.glob("*.tfevents*")) and not list(tmp_path.glob("plugins/profile/*"))  # no empty session
     assert out["raised"] == "bad batch 5"
     assert out["running_after_raise"] is False
+    # the step timing's patch of Keras's TorchEpochIterator.__next__ never outlives a fit that raised (in its
+    # window: taken out with the flush; before it: when the callback is collected), nor two FitProfilers
+    assert out["next_after_raise"] is True
+    assert out["next_before_del"] is False, out
+    assert out["next_after_del"] is True, out
+    assert out["next_after_two"] is True
     assert out["flushed"] == {"0": 1}  # step 3 complete; step 4's span held the failing fetch of batch 5
     assert out["w_error_history"] == [10.0]  # steps 3-12 of 12
     assert sum("ended inside the window" in m for m in out["logged"]) == 1

@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ AT = 45  # the slowdown starts here (generator: the batch produced; op: the step
 SLEEP_S = 0.08
 HEAVY = 512
 BACKENDS = ("tensorflow", "torch")
-SCENARIOS = {"tensorflow": ("input", "op"), "torch": ("truth",)}
+SCENARIOS = {"tensorflow": ("input", "op", "tensorboard"), "torch": ("truth",)}
+TB_BATCHES = (AT + 5, AT + 12)  # scenario "tensorboard": a profiling TensorBoard where the slowdown would fire
 TRUTH_SLEEP_S = 0.01
 
 
@@ -85,7 +87,7 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
     class Clock(keras.callbacks.Callback):
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             stamps.append(time.perf_counter())
-            if scenario == "op" and batch + 1 == AT:
+            if scenario in ("op", "tensorboard") and batch + 1 == AT:
                 planted.flag.assign(1.0)
 
     produced = [0]
@@ -99,7 +101,15 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
 
     cb = FitProfiler(log_dir=str(folder), trigger="slowdown", trigger_min_spacing=0, verbose=False)
     data: dict[str, Any] = {"x": generator()} if scenario == "input" else {"x": x, "y": y, "batch_size": BATCH}
-    history = model.fit(**data, epochs=1, verbose=0, callbacks=[Clock(), cb])
+    callbacks = [Clock(), cb]
+    if (
+        scenario == "tensorboard"
+    ):  # placed before fitprof: it starts tracing in a batch begin before fitprof's hook runs
+        tb_dir = folder.parent / f"{folder.name}_tb"
+        callbacks.insert(1, keras.callbacks.TensorBoard(str(tb_dir), profile_batch=TB_BATCHES, write_graph=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(**data, epochs=1, verbose=0, callbacks=callbacks)
     step_s = [b - a for a, b in itertools.pairwise(stamps)]  # step n (1-based) = step_s[n - 1]
     steady = statistics.median(step_s[12 : AT - 5])  # after the scheduled window (steps 6-10) and the step after it
     first_slow = next(n for n in range(12, len(step_s) - 4) if min(step_s[n - 1 : n + 4]) >= 3 * steady)
@@ -138,7 +148,10 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
                 int(n) for n in table.loc[table["kind"] == "step", "step_num"].dropna().unique()
             )
 
+    tb_traces = sorted(str(p) for p in (folder.parent / f"{folder.name}_tb").rglob("*.xplane.pb"))
     return {
+        "warnings": [str(w.message) for w in caught if "fitprof" in str(w.message)],
+        "tb_trace_bytes": [os.path.getsize(t) for t in tb_traces],
         "marked": marked,
         "steady_ms": 1e3 * steady,
         "first_slow": first_slow,
@@ -234,7 +247,7 @@ def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", SCENARIOS["tensorflow"])
+@pytest.mark.parametrize("scenario", ("input", "op"))
 def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run: tuple[str, dict]) -> None:
     backend, results = backend_run
     if scenario not in results:
@@ -289,6 +302,26 @@ def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run
         assert samples > 0 and math.isnan(input_pct)
     else:  # TensorFlow, a generator: neither
         assert math.isnan(samples) and math.isnan(input_pct)
+
+
+@pytest.mark.slow
+def test_slowdown_waits_for_a_profiling_tensorboard(backend_run: tuple[str, dict]) -> None:
+    """A ``keras.callbacks.TensorBoard(profile_batch=(AT+5, AT+12))`` (placed before fitprof) where the slowdown
+    from step ``AT`` would fire: the firing is held back until a triggered window no longer meets TensorBoard's
+    batches, so both profiles are written and nothing is skipped."""
+    _, results = backend_run
+    if "tensorboard" not in results:
+        pytest.skip("the tensorboard scenario runs on the tensorflow backend")
+    seen = results["tensorboard"]
+    assert "error" not in seen, seen.get("error")
+    assert len(seen["tb_trace_bytes"]) == 1 and seen["tb_trace_bytes"][0] > 0  # TensorBoard's own profile
+    assert not [w for w in seen["warnings"] if "profiling skipped" in w], seen["warnings"]
+    assert seen["triggered"], seen["warnings"]
+    lo, hi = TB_BATCHES  # one epoch, steps_per_execution=1: TensorBoard's batch n is step n
+    for _, step, *_ in seen["triggered"]:  # a window runs from its warm-up call step + 1 to its closing call
+        assert step + 7 < lo or step + 1 > hi, (step, seen["triggered"])
+    assert any(step >= hi for _, step, *_ in seen["triggered"])  # the slowdown still got its window, after
+    assert len(seen["sessions"]) == 1 + len(seen["triggered"])  # each firing wrote its profile
 
 
 @pytest.mark.slow

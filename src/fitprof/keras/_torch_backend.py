@@ -94,7 +94,8 @@ class FetchTimer:
 
     def __init__(self) -> None:
         self._cls: Any = None
-        self._own: Any = self._MISSING
+        self._own: Any = self._MISSING  # what the class held before install (its own __next__, or none)
+        self._wrapper: Any = None
         self.wait_ns: int | None = None
         self.samples: int | None = None
 
@@ -109,6 +110,8 @@ class FetchTimer:
         timer = self
 
         def __next__(iterator: Any) -> Any:
+            if timer._cls is None:  # uninstalled while another timer's wrapper was above it: pass through
+                return inherited(iterator)
             t0 = time.perf_counter_ns()
             out = inherited(iterator)
             timer.wait_ns = time.perf_counter_ns() - t0
@@ -118,19 +121,27 @@ class FetchTimer:
                 timer.samples = None
             return out
 
+        __next__._fitprof_timer = timer  # type: ignore[attr-defined]
         self._own = TorchEpochIterator.__dict__.get("__next__", self._MISSING)
         self._cls = TorchEpochIterator
+        self._wrapper = __next__
         TorchEpochIterator.__next__ = __next__
 
     def uninstall(self) -> None:
+        """Put back what :meth:`install` replaced, only while the class still holds this timer's own wrapper
+        (another ``FitProfiler``'s timer installed after it is not stripped). A wrapper left under another one
+        passes through from now on, and is skipped when the one above it is uninstalled."""
         cls, self._cls = self._cls, None
         self.wait_ns = self.samples = None
-        if cls is None:
+        if cls is None or cls.__dict__.get("__next__") is not self._wrapper:
             return
-        if self._own is self._MISSING:
+        own = self._own
+        while getattr(own, "_fitprof_timer", None) is not None and own._fitprof_timer._cls is None:
+            own = own._fitprof_timer._own  # an uninstalled timer's wrapper below this one: skip it too
+        if own is self._MISSING:
             del cls.__next__
         else:
-            cls.__next__ = self._own
+            cls.__next__ = own
         self._own = self._MISSING
 
 

@@ -205,6 +205,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._spe = 1
         self._warm_up = 1  # the step that opens this epoch's window: the warm-up step, or first when none is taken
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
+        self._tb_done: list[int] = []  # each one's global train batch count when this epoch began
         from fitprof.keras._throughput import KerasWork
 
         # Throughput: the window's samples, and the FLOPs of one step outside it (the call before the window's
@@ -245,6 +246,7 @@ class FitProfiler(keras.callbacks.Callback):
             _armed=False,
             _step_open=False,
             _tb_profilers=[],
+            _tb_done=[],
             _csv_loggers=[],
             _guards=[],
             _mirror=None,
@@ -302,7 +304,7 @@ class FitProfiler(keras.callbacks.Callback):
             window.start()
         except Exception as err:
             self._warn_once("start", f"fitprof: profiling skipped for epoch {self._epoch}: {err}")
-            if self._coverage.blocked is None:
+            if not suffix and self._coverage.blocked is None:  # the scheduled window's (a triggered one is extra)
                 self._coverage.blocked = str(err)
             return
         self._window = window
@@ -398,6 +400,8 @@ class FitProfiler(keras.callbacks.Callback):
                 self._close_mirror()
         except Exception as err:
             log.warning("fitprof: could not flush the window after an exception: %s", err)
+        finally:  # no on_train_end follows: never leave the fetch timer patched in after the fit
+            self._stop_step_timing()
 
     def _close_window(self, *, drop_open_step: bool = False) -> None:
         """Stop the window and remember its trace for this epoch's analysis (warn and drop on failure)."""
@@ -496,6 +500,7 @@ class FitProfiler(keras.callbacks.Callback):
         # The warm-up step: the call before the first analysed one (steps_per_execution batches a call).
         first, last = self.config.first_step, self.config.last_step
         self._warm_up = max(first - self._spe, 1)
+        self._tb_done = [_tb_batches(tb) for tb in self._tb_profilers]
         if self._armed and self._tb_profilers:
             self._yield_to_tensorboard()  # may take the warm-up step away, or the whole window
         # The FLOPs: on the call before the warm-up call when there is one (the first call at or after
@@ -584,11 +589,14 @@ class FitProfiler(keras.callbacks.Callback):
         """Whether a triggered window may open after step ``n``: no window open, this rank profiles, the epoch goes
         on past the window's warm-up step, and the window (warm-up call ``n+1``, analysed calls after it, closed on
         the call after its last) closes before this epoch's ``profile_batch`` block starts: its FLOP-count call or,
-        without one before it, its warm-up call."""
+        without one before it, its warm-up call; and no ``keras.callbacks.TensorBoard`` of the fit is tracing or
+        will trace any call from the warm-up call to the closing one (two profilers cannot run at once)."""
         if self._window is not None or not self._profiles_rank():
             return False
         spe = self._spe
         closing = n + 1 + spe * (self._trigger_length() + 1)  # the call that stops the triggered window
+        if self._tb_profilers and self._tensorboard_overlaps(n + 1, closing):
+            return False
         if self._armed:
             start = self._warm_up
             if self._count_pending and self._count_step < start:
@@ -597,6 +605,23 @@ class FitProfiler(keras.callbacks.Callback):
                 return False
         known = int((self.params or {}).get("steps") or 0)
         return not known or n + 1 + spe <= known  # the warm-up call is not the epoch's last
+
+    def _tensorboard_overlaps(self, first: int, last: int) -> bool:
+        """Whether a profiling ``keras.callbacks.TensorBoard`` of this fit is tracing now, or its ``profile_batch``
+        range (its global train batches, one per call, counted as :meth:`_yield_to_tensorboard` does) meets this
+        epoch's calls ``first..last`` (steps, 1-based). The closing call counts: in its batch begin TensorBoard
+        may start before fitprof stops, whatever the order of the callbacks."""
+        spe = self._spe
+        for tb, done in zip(self._tb_profilers, self._tb_done, strict=False):
+            try:
+                if getattr(tb, "_is_tracing", False):
+                    return True
+                start, stop = int(tb._start_batch), int(tb._stop_batch)
+            except (AttributeError, TypeError, ValueError):
+                continue
+            if start <= done + (last - 1) // spe + 1 and done + (first - 1) // spe + 1 <= stop:
+                return True
+        return False
 
     def _trigger_length(self) -> int:
         """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
@@ -846,6 +871,8 @@ class FitProfiler(keras.callbacks.Callback):
             with contextlib.suppress(Exception):
                 self._window.abort()
                 self._window = None
+        with contextlib.suppress(Exception):  # nor the fetch timer patched into Keras's torch epoch iterator
+            self._stop_step_timing()
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
@@ -981,6 +1008,14 @@ def _saved_in_last_step(checkpoint: Any) -> bool:
     return getattr(checkpoint, "_last_batch_seen", None) is not None and not getattr(
         checkpoint, "_batches_seen_since_last_saving", 1
     )
+
+
+def _tb_batches(callback: Any) -> int:
+    """The train batches a ``keras.callbacks.TensorBoard`` has counted in this fit (0 when unreadable)."""
+    try:
+        return int(callback._global_train_batch)
+    except (AttributeError, TypeError, ValueError):
+        return 0
 
 
 def _tensorboard_profiles(callback: Any) -> bool:
