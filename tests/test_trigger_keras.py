@@ -254,12 +254,17 @@ def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run
         pytest.skip(f"{scenario}: runs on {list(b for b, s in SCENARIOS.items() if scenario in s)} only")
     seen = results[scenario]
     assert "error" not in seen, seen.get("error")
-    # it fired within a few steps of the slowdown (5 slow steps in a row are needed), the firing the last one
-    real = [t for t in seen["triggered"] if seen["first_slow"] + 4 <= t[1] <= seen["first_slow"] + 8]
+    # It fired within a few steps of the slowdown (5 slow steps in a row are needed), the firing the last one.
+    # ``first_slow`` is the first of 5 steps at 3x the steady step; the trigger's own bar is lower (25% or 8 robust
+    # sigmas over the baseline), so it can fire before ``first_slow + 4``: seen on a quiet machine (1.8 ms steady
+    # steps), the input slowdown fired after step 40 (3.2 ms against a 1.8 ms baseline: the prefetch buffer
+    # drains first) for a ``first_slow`` of 45, its window input-bound at 93.4% and 34.6 ms/step; the op slowdown
+    # fired after step 48.
+    real = [t for t in seen["triggered"] if seen["first_slow"] - 6 <= t[1] <= seen["first_slow"] + 8]
     assert len(real) == 1, (seen["first_slow"], seen["triggered"])
     assert seen["triggered"][-1] == real[0]
     epoch, step, slow_ms, baseline_ms, triggered = real[0]
-    assert epoch == 0 and slow_ms > 2 * baseline_ms
+    assert epoch == 0 and slow_ms > baseline_ms
     if scenario == "op":  # the heavy branch is switched on at step AT exactly
         assert AT - 1 <= seen["first_slow"] <= AT + 1
     # its window has its own session, named for why it was taken, beside the scheduled window's
@@ -271,6 +276,7 @@ def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run
     [session] = [name for name in seen["marked"] if name.endswith(f"_trigger_step{step}")]
     assert seen["marked"][session] == list(range(step + 2, step + 7))
     assert triggered is not None and triggered["steps"] == 5
+    assert triggered["step_time_ms"] > 3 * normal["step_time_ms"]  # the window caught the slowdown itself
     if scenario == "input":  # the triggered window names the input; the scheduled one does not
         assert triggered["verdict"] == "input-bound"
         assert normal["verdict"] != "input-bound"
