@@ -395,18 +395,13 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
-    """Total length of the intersection of two disjoint, sorted interval sets."""
-    (as_, ae), (bs, be) = a, b
-    total, i, j = 0.0, 0, 0
-    while i < len(as_) and j < len(bs):
-        lo, hi = max(as_[i], bs[j]), min(ae[i], be[j])
-        if hi > lo:
-            total += hi - lo
-        if ae[i] < be[j]:
-            i += 1
-        else:
-            j += 1
-    return total
+    """Total length of the intersection of two disjoint, sorted interval sets.
+
+    The pieces' lengths are added left to right (``np.cumsum`` is sequential, unlike ``np.sum``'s pairwise
+    summation), in the order a two-pointer merge meets them: the same float, bit for bit, as that merge's loop.
+    """
+    lo, hi = _intersect(a, b)
+    return float(np.cumsum(hi - lo)[-1]) if len(lo) else 0.0
 
 
 def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -826,8 +821,50 @@ def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two disjoint, sorted interval sets, as a disjoint, sorted set."""
+    """Intersection of two disjoint, sorted interval sets, as a disjoint, sorted set.
+
+    Vectorised form of the two-pointer merge (advance ``a`` when its interval ends first, else ``b``; keep each
+    piece of positive length), which meets every pair of overlapping intervals once, in order of ``a``'s index
+    then ``b``'s. For sets as :func:`_union` makes them (each interval's start at most its end, each end before
+    the next start or at it) the pairs of positive overlap are, for interval ``i`` of ``a``, the ``j`` of ``b`` with
+    ``be[j] > as[i]`` and ``bs[j] < ae[i]``: a run of consecutive ``j`` that two ``searchsorted`` calls on ``b``'s
+    (non-decreasing) ends and starts find, listed ``i`` by ``i``: the merge's order (its position only moves
+    forward in both sets, and it reaches every such pair: while behind ``i`` it advances ``a``, whose intervals
+    end by ``as[i] < be[j]``; while behind ``j`` it advances ``b``, whose intervals end by ``bs[j] < ae[i]``).
+    Each piece is the merge's ``max(as, bs)``, ``min(ae, be)`` (written as ``where`` to return the same operand
+    on a tie, as Python's ``max`` and ``min`` do). Sets that do not meet those conditions (an interval with its
+    end before its start, from a negative duration; NaN) go through the merge loop itself.
+    """
     (as_, ae), (bs, be) = a, b
+    if len(as_) == 0 or len(bs) == 0:
+        return np.array([], dtype=float), np.array([], dtype=float)
+    if not (_ordered_disjoint(as_, ae) and _ordered_disjoint(bs, be)):
+        return _intersect_merge(a, b)
+    first = np.searchsorted(be, as_, side="right")  # the first j with be[j] > as[i]
+    stop = np.searchsorted(bs, ae, side="left")  # the first j with bs[j] >= ae[i]
+    count = np.maximum(stop - first, 0)
+    total = int(count.sum())
+    i = np.repeat(np.arange(len(as_)), count)
+    j = np.arange(total) + np.repeat(first - (np.cumsum(count) - count), count)
+    a_s, a_e, b_s, b_e = as_[i], ae[i], bs[j], be[j]
+    lo = np.where(b_s > a_s, b_s, a_s).astype(float, copy=False)
+    hi = np.where(b_e < a_e, b_e, a_e).astype(float, copy=False)
+    keep = hi > lo
+    return (lo, hi) if keep.all() else (lo[keep], hi[keep])
+
+
+def _ordered_disjoint(starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Every interval's start at most its end and each end at or before the next start (no NaN): the shape of
+    :func:`_union`'s output for intervals of non-negative length, and of :func:`_subtract`'s gaps."""
+    return bool(np.all(starts <= ends) and np.all(ends[:-1] <= starts[1:]))
+
+
+def _intersect_merge(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_intersect` as the two-pointer merge loop, for sets :func:`_ordered_disjoint` rejects."""
+    as_, ae = a[0].tolist(), a[1].tolist()
+    bs, be = b[0].tolist(), b[1].tolist()
     out_s: list[float] = []
     out_e: list[float] = []
     i = j = 0

@@ -174,6 +174,14 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     lose time): an operator's children are the operators nested in it by time on the same thread/line (a
     child starts at or after its parent); partial overlaps are clipped to the parent. ``df`` must be sorted by
     start, longest first. Every other event keeps ``dur_us``.
+
+    The definition is a stack walk over each thread's operators in table order (:func:`_self_times_stack`, which
+    still computes a table holding NaN times): pop the operators that ended at or before this one's start, the
+    one left on top is its parent, which loses ``min(end, parent's end) - start``; push it. That parent is the
+    latest earlier operator of the thread that ends after this one's start (every operator above it was popped at
+    an earlier start, so ended by then; it was not), which :func:`_parents` finds without a loop per event. Each
+    parent then loses its children's times one after the other in table order (:func:`_subtract_in_order`), the
+    same float operations in the same order as the walk: bit-identical.
     """
     dur = df["dur_us"].to_numpy(dtype=float, copy=True)
     if df.empty:
@@ -181,22 +189,95 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     rows = np.flatnonzero(
         df["kind"].isin(_SELF_TIME_KINDS).to_numpy(dtype=bool) & ~df["on_device"].to_numpy(dtype=bool)
     )
-    # Plain Python floats in the loop (numpy scalar indexing costs ~10x more), for the operators only; the same
-    # IEEE-754 arithmetic in the same order, so the results are bit-identical to a numpy loop.
-    ts_ops = df["ts_us"].to_numpy(dtype=float)[rows]
-    ts, end = ts_ops.tolist(), (ts_ops + dur[rows]).tolist()
-    del ts_ops
-    out = dur[rows].tolist()
-    threads = df[["pid", "tid"]].take(rows)
-    for _, idx in threads.groupby(["pid", "tid"], sort=False).indices.items():
-        stack: list[int] = []
-        for i in idx.tolist():  # in table order, i.e. sorted by start then longest first
-            t = ts[i]
-            while stack and end[stack[-1]] <= t:
-                stack.pop()
-            if stack:
-                parent = stack[-1]
-                out[parent] -= min(end[i], end[parent]) - t
-            stack.append(i)
-    dur[rows] = out
+    # One integer per (pid, tid), as groupby(["pid", "tid"]) groups them (a missing pid or tid: no group).
+    pid_code, _ = pd.factorize(df["pid"].to_numpy()[rows])
+    tid_code, tids = pd.factorize(df["tid"].to_numpy()[rows])
+    grouped = (pid_code >= 0) & (tid_code >= 0)
+    rows = rows[grouped]
+    thread = pid_code[grouped].astype(np.int64) * (len(tids) + 1) + tid_code[grouped]
+    by_thread = np.argsort(thread, kind="stable")  # each thread's operators together, in table order
+    rows, thread = rows[by_thread], thread[by_thread]
+    ts = df["ts_us"].to_numpy(dtype=float)[rows]
+    end = ts + dur[rows]
+    if np.isnan(ts).any() or np.isnan(end).any():  # NaN compares false both ways: only the walk defines it
+        dur[rows] = _self_times_stack(ts, end, dur[rows], thread)
+        return np.maximum(dur, 0.0)
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = thread[1:] != thread[:-1]
+    parent = _parents(ts, end, first)
+    child = np.flatnonzero(parent >= 0)
+    p = parent[child]
+    # Python's min(end[i], end[parent]): the first operand unless the second is smaller (a signed zero included).
+    lost = np.where(end[p] < end[child], end[p], end[child]) - ts[child]
+    dur[rows] = _subtract_in_order(dur[rows], p, lost)
     return np.maximum(dur, 0.0)
+
+
+def _parents(ts: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """For each operator, the index of the latest earlier one of its thread with ``end > ts`` (its parent), or -1.
+
+    ``ts`` / ``end``: the operators grouped by thread, each thread's in table order (so ``ts`` does not decrease
+    within a thread), no NaN; ``first``: True at each thread's first operator. Pointer jumping: ``cand[i]`` starts
+    at ``i - 1`` and keeps the invariant that every operator strictly between ``cand[i]`` and ``i`` ends at or
+    before ``ts[i]``. While ``cand[i]`` itself ends by ``ts[i]``, it jumps to ``cand[cand[i]]``: the operators
+    between those end by ``ts[cand[i]] <= ts[i]``, so the invariant holds; when ``cand[i]`` ends after ``ts[i]``
+    it is the parent. Every round at least doubles the distance a chain of unresolved operators covers, so the
+    rounds are about log2 of the longest run of siblings.
+    """
+    n = len(ts)
+    cand = np.arange(-1, n - 1, dtype=np.int64)
+    cand[first] = -1
+    active = np.flatnonzero(cand >= 0)
+    while len(active):
+        c = cand[active]
+        active = active[end[c] <= ts[active]]
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
+    return cand
+
+
+def _subtract_in_order(out: np.ndarray, parent: np.ndarray, lost: np.ndarray) -> np.ndarray:
+    """``out[parent[k]] -= lost[k]`` for every ``k`` in order, as the loop would, without a loop per element.
+
+    Each parent's subtractions stay in their order and are applied one after the other: the parents are grouped
+    by their number of children (rounded up to a power of two, so the padding is at most the children again),
+    each group is a matrix whose row is the parent's value followed by its children's times (padded with 0.0,
+    and ``x - 0.0`` is ``x`` bit for bit), and ``np.subtract.accumulate`` along the rows subtracts sequentially
+    (an accumulation has no other order, unlike ``np.sum``'s pairwise summation).
+    """
+    out = out.copy()
+    if len(parent) == 0:
+        return out
+    order = np.argsort(parent, kind="stable")  # by parent, each parent's children in their order
+    parent, lost = parent[order], lost[order]
+    starts = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]]))
+    counts = np.diff(np.concatenate([starts, [len(parent)]]))
+    rank = np.arange(len(parent)) - np.repeat(starts, counts)
+    width = 1 << np.ceil(np.log2(counts)).astype(np.int64)  # counts >= 1
+    group_width = np.repeat(width, counts)
+    for w in np.unique(width).tolist():
+        groups = np.flatnonzero(width == w)
+        m = np.zeros((len(groups), w + 1))
+        m[:, 0] = out[parent[starts[groups]]]
+        row = np.repeat(np.arange(len(groups)), counts[groups])
+        m[row, rank[group_width == w] + 1] = lost[group_width == w]
+        out[parent[starts[groups]]] = np.subtract.accumulate(m, axis=1)[:, -1]
+    return out
+
+
+def _self_times_stack(ts: np.ndarray, end: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """:func:`_self_times`'s walk itself, one operator at a time (for times holding NaN, whose comparisons the
+    vectorised form cannot reproduce). Operators grouped by thread, each thread's in table order."""
+    ts_l, end_l, out = ts.tolist(), end.tolist(), dur.tolist()
+    thread_l = thread.tolist()
+    stack: list[int] = []
+    for i, t in enumerate(ts_l):
+        if i and thread_l[i] != thread_l[i - 1]:
+            stack = []
+        while stack and end_l[stack[-1]] <= t:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            out[parent] -= min(end_l[i], end_l[parent]) - t
+        stack.append(i)
+    return np.array(out, dtype=float)
