@@ -5,6 +5,8 @@ lengths, microsecond magnitudes of real traces. The results must be equal bit fo
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -244,3 +246,57 @@ def test_parents_of_long_sibling_runs_and_deep_nesting() -> None:
     first = np.zeros(d, dtype=bool)
     first[0] = True
     assert (_table._parents(ts, end, first) == np.arange(-1, d - 1)).all()
+
+
+# --- masks of the kind, copy-kind and name columns -------------------------------------------------------------------
+
+
+def test_kind_masks_equal_comparing_every_row() -> None:
+    rng = np.random.default_rng(11)
+    values = np.array([*rng.choice([str(k) for k in _table.KINDS], 500), None, np.nan, "", "OP"], dtype=object)
+    kinds = analysis._Kinds(values)
+    for k in _table.KINDS:
+        assert (kinds.mask(k) == (values == k)).all()
+    for group in [(_table.Kind.KERNEL, _table.Kind.MEMCPY, _table.Kind.COLLECTIVE), (_table.Kind.OP,)]:
+        assert (kinds.mask(*group) == np.isin(values, list(group))).all()
+        assert (~kinds.mask(*group) == ~np.isin(values, list(group))).all()
+
+
+def test_value_masks_equal_the_row_by_row_tests() -> None:
+    rng = np.random.default_rng(12)
+    kinds = ["htod_pinned", "htod_pageable", "htod", "dtoh", "dtod", "", "xhtod"]
+    copy_kind = np.array([*rng.choice(kinds, 400), None, np.nan], dtype=object)
+    rows = rng.random(len(copy_kind)) < 0.7
+    got = analysis._value_mask(copy_kind, rows, lambda ck: str(ck).startswith("htod"))
+    assert (got == (rows & np.char.startswith(copy_kind.astype(str), "htod"))).all()
+    for kind in kinds:
+        assert (
+            analysis._value_mask(copy_kind, rows, lambda ck, kind=kind: ck == kind) == (rows & (copy_kind == kind))
+        ).all()
+    names = np.array(rng.choice(["aten::pin_memory", "aten::_pin_memory", "aten::mm", "pin", "x pin_memory y"], 300))
+    names = names.astype(object)
+    got = analysis._value_mask(names, rows[:300], lambda name: "pin_memory" in name)
+    want = rows[:300] & pd.Series(names, dtype=object).str.contains("pin_memory", regex=False).to_numpy(dtype=bool)
+    assert (got == want).all()
+    assert not analysis._value_mask(names, np.zeros(300, dtype=bool), lambda name: True).any()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_reports_equal_with_the_reference_interval_loops(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole reports on random tables (steps, operators, input, collectives, device work), once with the vectorised
+    helpers and once with the merge loops patched in: every field equal, floats bit for bit."""
+    rng = np.random.default_rng(900 + seed)
+    table = _random_table(rng, 600)
+    table["launch_us"] = np.where(table["on_device"], table["ts_us"] - 1.0, np.nan)
+    got = dataclasses.asdict(analysis.analyze_table(table, framework="pytorch"))
+    assert got["steps_analyzed"] > 0 and got["verdict"] != "no-steps"
+    monkeypatch.setattr(analysis, "_overlap", ref_overlap)
+    monkeypatch.setattr(analysis, "_intersect", ref_intersect)
+    monkeypatch.setattr(analysis, "_subtract", ref_subtract)
+    want = dataclasses.asdict(analysis.analyze_table(table, framework="pytorch"))
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, float):
+            assert _bits(got[key]) == _bits(value), key
+        else:
+            assert got[key] == value, key
