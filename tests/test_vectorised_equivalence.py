@@ -254,12 +254,12 @@ def test_parents_of_long_sibling_runs_and_deep_nesting() -> None:
 def test_kind_masks_equal_comparing_every_row() -> None:
     rng = np.random.default_rng(11)
     values = np.array([*rng.choice([str(k) for k in _table.KINDS], 500), None, np.nan, "", "OP"], dtype=object)
-    kinds = analysis._Kinds(values)
+    kinds = analysis._Distinct(values)
     for k in _table.KINDS:
-        assert (kinds.mask(k) == (values == k)).all()
+        assert (kinds.equal(k) == (values == k)).all()
     for group in [(_table.Kind.KERNEL, _table.Kind.MEMCPY, _table.Kind.COLLECTIVE), (_table.Kind.OP,)]:
-        assert (kinds.mask(*group) == np.isin(values, list(group))).all()
-        assert (~kinds.mask(*group) == ~np.isin(values, list(group))).all()
+        assert (kinds.equal(*group) == np.isin(values, list(group))).all()
+        assert (~kinds.equal(*group) == ~np.isin(values, list(group))).all()
 
 
 def test_value_masks_equal_the_row_by_row_tests() -> None:
@@ -267,18 +267,17 @@ def test_value_masks_equal_the_row_by_row_tests() -> None:
     kinds = ["htod_pinned", "htod_pageable", "htod", "dtoh", "dtod", "", "xhtod"]
     copy_kind = np.array([*rng.choice(kinds, 400), None, np.nan], dtype=object)
     rows = rng.random(len(copy_kind)) < 0.7
-    got = analysis._value_mask(copy_kind, rows, lambda ck: str(ck).startswith("htod"))
+    copies = analysis._Distinct(copy_kind, rows)
+    got = copies.mask(lambda ck: str(ck).startswith("htod"))
     assert (got == (rows & np.char.startswith(copy_kind.astype(str), "htod"))).all()
     for kind in kinds:
-        assert (
-            analysis._value_mask(copy_kind, rows, lambda ck, kind=kind: ck == kind) == (rows & (copy_kind == kind))
-        ).all()
+        assert (copies.equal(kind) == (rows & (copy_kind == kind))).all()
     names = np.array(rng.choice(["aten::pin_memory", "aten::_pin_memory", "aten::mm", "pin", "x pin_memory y"], 300))
     names = names.astype(object)
-    got = analysis._value_mask(names, rows[:300], lambda name: "pin_memory" in name)
+    got = analysis._Distinct(names, rows[:300]).mask(lambda name: "pin_memory" in name)
     want = rows[:300] & pd.Series(names, dtype=object).str.contains("pin_memory", regex=False).to_numpy(dtype=bool)
     assert (got == want).all()
-    assert not analysis._value_mask(names, np.zeros(300, dtype=bool), lambda name: True).any()
+    assert not analysis._Distinct(names, np.zeros(300, dtype=bool)).mask(lambda name: True).any()
 
 
 @pytest.mark.parametrize("seed", range(8))

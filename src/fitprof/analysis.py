@@ -417,33 +417,33 @@ def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarr
     return out
 
 
-class _Kinds:
-    """The ``kind`` column, its distinct values compared once: :meth:`mask` gives the boolean mask that
-    ``kind == k`` (or ``np.isin(kind, kinds)``) gives, from ``pd.factorize``'s codes through a lookup of one entry
-    per distinct value, instead of comparing every row's string again for each kind asked."""
+class _Distinct:
+    """One column's values (at some rows), each distinct value tested once: ``pd.factorize`` codes the rows, a test
+    runs on the distinct values, and a lookup spreads the answers to the rows. :meth:`mask` and :meth:`equal` give
+    the masks that testing every row gives (``values == v``, ``np.isin``, ``str.startswith``, ``in``), for a
+    fraction of the per-row Python or string comparisons."""
 
-    def __init__(self, values: np.ndarray) -> None:
-        self._codes, self._uniques = pd.factorize(values)
+    def __init__(self, values: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """``rows``: a boolean mask of the rows to code (None: all); the masks are False at every other row."""
+        self._n = len(values)
+        self._rows = None if rows is None else np.flatnonzero(rows)
+        self._codes, self._uniques = pd.factorize(values if self._rows is None else values[self._rows])
 
-    def mask(self, *kinds: Kind) -> np.ndarray:
-        # The extra last entry is read by code -1 (a missing value, None or NaN), which equals no kind.
-        lut = np.array([any(bool(u == k) for k in kinds) for u in self._uniques] + [False], dtype=bool)
-        return lut[self._codes]
+    def mask(self, test: Callable[[Any], bool]) -> np.ndarray:
+        """Boolean mask of the rows whose value passes ``test``."""
+        # The extra last entry is read by code -1, a missing value (None, NaN), which is False: as it compares
+        # unequal to every string and its ``str`` ("None", "nan") starts with no prefix the analysis asks for.
+        lut = np.array([bool(test(u)) for u in self._uniques] + [False], dtype=bool)
+        hit = lut[self._codes]
+        if self._rows is None:
+            return hit
+        out = np.zeros(self._n, dtype=bool)
+        out[self._rows] = hit
+        return out
 
-
-def _value_mask(values: np.ndarray, rows: np.ndarray, test: Callable[[Any], bool]) -> np.ndarray:
-    """Boolean mask over ``values``: ``test(value)`` at the ``rows`` (a boolean mask), False elsewhere.
-
-    ``test`` runs once per distinct value among those rows (``pd.factorize``), not once per row; a missing value
-    (None, NaN) is False, as ``==`` a string or ``str(value).startswith`` a prefix gives for it.
-    """
-    out = np.zeros(len(values), dtype=bool)
-    idx = np.flatnonzero(rows)
-    if len(idx):
-        codes, uniques = pd.factorize(values[idx])
-        lut = np.array([bool(test(u)) for u in uniques] + [False], dtype=bool)
-        out[idx] = lut[codes]
-    return out
+    def equal(self, *values: object) -> np.ndarray:
+        """Boolean mask of the rows whose value equals one of ``values``."""
+        return self.mask(lambda u: any(bool(u == v) for v in values))
 
 
 def _advice(report_verdict: str, framework: str, *, pageable_share: float, top: OpStat | None) -> list[str]:
@@ -586,10 +586,10 @@ def analyze_table(
     warnings: list[str] = [str(w) for w in table.attrs.get("warnings") or []]  # the reader's (repaired names)
     ts = table["ts_us"].to_numpy(dtype=float)
     end = ts + table["dur_us"].to_numpy(dtype=float)
-    kind = _Kinds(table["kind"].to_numpy())
+    kind = _Distinct(table["kind"].to_numpy())
     on_device = table["on_device"].to_numpy(dtype=bool)
 
-    is_step = kind.mask(Kind.STEP)
+    is_step = kind.equal(Kind.STEP)
     n_steps = int(is_step.sum())
     if n_steps:
         steps = _union(ts[is_step], end[is_step])
@@ -600,9 +600,9 @@ def analyze_table(
             warnings.append("No step markers in the trace: the whole trace was analysed as one window.")
         else:
             steps = (np.array([]), np.array([]))
-    not_training = kind.mask(Kind.NOT_TRAINING)
+    not_training = kind.equal(Kind.NOT_TRAINING)
     excluded = _union(ts[not_training], end[not_training])
-    own = _value_mask(table["name"].to_numpy(), not_training, lambda name: name == OVERHEAD_ANNOTATION)
+    own = _Distinct(table["name"].to_numpy(), not_training).equal(OVERHEAD_ANNOTATION)
     own_us = _overlap(_union(ts[own], end[own]), steps)
     step_total_us = float(np.sum(steps[1] - steps[0])) - _overlap(steps, excluded)
     n_div = max(n_steps, 1)
@@ -613,7 +613,7 @@ def analyze_table(
         return _inside(times, steps) & ~_inside(times, excluded)
 
     # Input wait: the union of input spans, clipped to the steps, less excluded spans.
-    inp = kind.mask(Kind.INPUT)
+    inp = kind.equal(Kind.INPUT)
     input_union = _union(ts[inp], end[inp])
     input_us = _overlap(input_union, steps) - _overlap(_intersect(input_union, steps), excluded)
 
@@ -626,9 +626,9 @@ def analyze_table(
     copy_kind = table["copy_kind"].to_numpy()
     dur = table["dur_us"].to_numpy(dtype=float)
     nbytes = table["bytes"].to_numpy(dtype=float)
-    memcpy = kind.mask(Kind.MEMCPY)
-    # Each test runs once per distinct copy kind of the device rows in the steps (``_value_mask``), not per row.
-    htod = dev_in & memcpy & _value_mask(copy_kind, dev_in & memcpy, lambda ck: str(ck).startswith("htod"))
+    memcpy = kind.equal(Kind.MEMCPY)
+    copies = _Distinct(copy_kind, dev_in)  # each distinct copy kind of the device rows in the steps tested once
+    htod = dev_in & memcpy & copies.mask(lambda ck: str(ck).startswith("htod"))
     htod_us = float(dur[htod].sum())
     known_bytes = htod & ~np.isnan(nbytes)
     # Copies of unknown size (ROCm traces give no bytes) leave bytes and bandwidth unknown: NaN, not 0.
@@ -637,11 +637,11 @@ def analyze_table(
     known_us = dur[known_bytes].sum()
     htod_gb_per_s = float(nbytes[known_bytes].sum() / known_us / 1e3) if known_us > 0 else 0.0
     htod_gb_per_s = math.nan if bytes_unknown else htod_gb_per_s
-    pinned_us = float(dur[_value_mask(copy_kind, dev_in, lambda ck: ck == "htod_pinned")].sum())
-    pageable_us = float(dur[_value_mask(copy_kind, dev_in, lambda ck: ck == "htod_pageable")].sum())
-    dtoh_us = float(dur[_value_mask(copy_kind, dev_in & memcpy, lambda ck: ck == "dtoh")].sum())
+    pinned_us = float(dur[copies.equal("htod_pinned")].sum())  # False outside dev_in
+    pageable_us = float(dur[copies.equal("htod_pageable")].sum())
+    dtoh_us = float(dur[memcpy & copies.equal("dtoh")].sum())
 
-    coll = kind.mask(Kind.COLLECTIVE)
+    coll = kind.equal(Kind.COLLECTIVE)
     if (coll & dev_in).any():  # device time of collective kernels launched in the steps
         sel = coll & dev_in
         coll_us = _union_length(ts[sel], end[sel])
@@ -653,7 +653,7 @@ def analyze_table(
     exposed = _exposed_times(table, ts, end, kind, on_device, dev_in, htod, coll, steps, excluded)
 
     # Top operators by self time.
-    device_ops = dev_in & kind.mask(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    device_ops = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     if device_ops.any():
         source_name = "device"
         sub = table.loc[device_ops, ["name", "op", "dur_us"]]  # only the columns used: a copy of these rows
@@ -661,8 +661,8 @@ def analyze_table(
         self_us = sub["dur_us"]
     else:
         source_name = "host"
-        sel = host_in & kind.mask(Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
-        sub = table.loc[sel & ~kind.mask(Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
+        sel = host_in & kind.equal(Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
+        sub = table.loc[sel & ~kind.equal(Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
         names = sub["name"]
         self_us = sub["self_us"]
     totals = self_us.groupby(names.to_numpy()).sum()
@@ -678,16 +678,16 @@ def analyze_table(
     if source_name == "host":
         top_host = ranked.head(1)
     else:  # the host operator that holds the host longest (what the device waits for when it idles)
-        host_ops = table.loc[host_in & kind.mask(Kind.OP), ["name", "self_us"]]
+        host_ops = table.loc[host_in & kind.equal(Kind.OP), ["name", "self_us"]]
         top_host = host_ops["self_us"].groupby(host_ops["name"].to_numpy()).sum().nlargest(1)
     step_time_us = step_total_us / n_div
 
     # What covers the step: host operators (their union over threads) and the device's work.
-    host_work = host_in & kind.mask(Kind.OP, Kind.INPUT, Kind.COLLECTIVE)
+    host_work = host_in & kind.equal(Kind.OP, Kind.INPUT, Kind.COLLECTIVE)
     host_union = _union(ts[host_work], end[host_work])
     host_op_percent = 100.0 * (_overlap(host_union, steps) - _overlap(_intersect(host_union, steps), excluded))
     host_op_percent /= step_total_us
-    device_work = dev_in & kind.mask(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    device_work = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     device_busy_percent = math.nan
     if device_work.any():
         dev_union = _union(ts[device_work], end[device_work])
@@ -788,7 +788,7 @@ def _exposed_times(
     table: pd.DataFrame,
     ts: np.ndarray,
     end: np.ndarray,
-    kind: _Kinds,
+    kind: _Distinct,
     on_device: np.ndarray,
     dev_in: np.ndarray,
     htod: np.ndarray,
@@ -797,11 +797,11 @@ def _exposed_times(
     excluded: tuple[np.ndarray, np.ndarray],
 ) -> dict[str, float]:
     """Exposed time (us, summed over the steps) of the input wait, HtoD copies and collectives (module docstring)."""
-    kernels = dev_in & kind.mask(Kind.KERNEL)
-    dev_work = dev_in & kind.mask(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
-    host_op = (~on_device) & kind.mask(Kind.OP)
+    kernels = dev_in & kind.equal(Kind.KERNEL)
+    dev_work = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    host_op = (~on_device) & kind.equal(Kind.OP)
     # Pinning a batch is input work, not compute (only host operators' names are looked at, each distinct one once).
-    host_compute = host_op & ~_value_mask(table["name"].to_numpy(), host_op, lambda name: "pin_memory" in name)
+    host_compute = host_op & ~_Distinct(table["name"].to_numpy(), host_op).mask(lambda name: "pin_memory" in name)
     # One integer per (pid, tid). Only host rows' threads are ever compared (every use below is under a host mask),
     # so only theirs are coded; the integers differ from codes over the whole table, the equalities do not.
     host = np.flatnonzero(~on_device)
@@ -823,14 +823,14 @@ def _exposed_times(
         cover = _union(np.concatenate([h[0] for h in hide]), np.concatenate([h[1] for h in hide]))
         return _length(spans) - _overlap(spans, cover)
 
-    inp = kind.mask(Kind.INPUT)
+    inp = kind.equal(Kind.INPUT)
     if dev_work.any():
         input_us = host_spans_exposed(inp & ~on_device, dev_work)
     else:  # CPU only: the loop thread blocks on its input and nothing else trains; exposed by construction
         spans = _subtract(_intersect(_union(ts[inp], end[inp]), steps), excluded)
         input_us = _length(spans)
     copies = _union(ts[htod], end[htod])
-    busy = dev_in & kind.mask(Kind.KERNEL, Kind.COLLECTIVE)
+    busy = dev_in & kind.equal(Kind.KERNEL, Kind.COLLECTIVE)
     htod_us = _length(copies) - _overlap(copies, _union(ts[busy], end[busy]))
     if (coll & dev_in).any():
         c = _union(ts[coll & dev_in], end[coll & dev_in])
