@@ -299,3 +299,18 @@ def test_reports_equal_with_the_reference_interval_loops(seed: int, monkeypatch:
             assert _bits(got[key]) == _bits(value), key
         else:
             assert got[key] == value, key
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_start_order_equals_lexsort(seed: int) -> None:
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.choice([0, 1, 2, 50, 3000]))
+    ts = 1.7e12 + rng.integers(0, max(n // 4, 1), n) * 5.0 + np.where(rng.random(n) < 0.3, rng.uniform(0, 5, n), 0.0)
+    dur = np.where(rng.random(n) < 0.5, rng.integers(0, 4, n) * 5.0, rng.exponential(10.0, n))
+    if seed % 4 == 0:
+        ts[rng.random(n) < 0.1] = -0.0 if seed % 8 == 0 else 0.0
+        dur[rng.random(n) < 0.1] = -0.0
+    if seed % 5 == 0:
+        ts[rng.random(n) < 0.05] = np.nan
+        dur[rng.random(n) < 0.05] = np.nan
+    assert (_table._start_order(ts, dur) == np.lexsort((-dur, ts))).all()

@@ -427,7 +427,9 @@ class _Distinct:
         """``rows``: a boolean mask of the rows to code (None: all); the masks are False at every other row."""
         self._n = len(values)
         self._rows = None if rows is None else np.flatnonzero(rows)
-        self._codes, self._uniques = pd.factorize(values if self._rows is None else values[self._rows])
+        codes, self._uniques = pd.factorize(values if self._rows is None else values[self._rows])
+        # The codes live as long as the analysis: 1 byte a row for the few kinds, not factorize's 8.
+        self._codes = codes.astype(np.int8) if len(self._uniques) < 127 else codes
 
     def mask(self, test: Callable[[Any], bool]) -> np.ndarray:
         """Boolean mask of the rows whose value passes ``test``."""
