@@ -433,10 +433,12 @@ class _Distinct:
 
     def mask(self, test: Callable[[Any], bool]) -> np.ndarray:
         """Boolean mask of the rows whose value passes ``test``."""
-        # The extra last entry is read by code -1, a missing value (None, NaN), which is False: as it compares
-        # unequal to every string and its ``str`` ("None", "nan") starts with no prefix the analysis asks for.
-        lut = np.array([bool(test(u)) for u in self._uniques] + [False], dtype=bool)
-        hit = lut[self._codes]
+        # Code -1, a missing value (None, NaN), is never a hit: it compares unequal to every string and its ``str``
+        # ("None", "nan") starts with no prefix the analysis asks for.
+        hit = np.zeros(len(self._codes), dtype=bool)
+        for k, u in enumerate(self._uniques):
+            if test(u):
+                hit |= self._codes == k
         if self._rows is None:
             return hit
         out = np.zeros(self._n, dtype=bool)
