@@ -660,16 +660,18 @@ def analyze_table(
     device_ops = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     if device_ops.any():
         source_name = "device"
-        sub = table.loc[device_ops, ["name", "op", "dur_us"]]  # only the columns used: a copy of these rows
-        names = sub["op"].where(sub["op"] != "", sub["name"])
-        self_us = sub["dur_us"]
+        # The launching operator's name, else the event's own; the same keys and values in the same order as a
+        # frame of these rows would give the groupby below, without copying the rows into one.
+        ops = table["op"].to_numpy()[device_ops]
+        names = np.where(ops != "", ops, table["name"].to_numpy()[device_ops])
+        self_us = pd.Series(dur[device_ops])
     else:
         source_name = "host"
         sel = host_in & kind.equal(Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
         sub = table.loc[sel & ~kind.equal(Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
-        names = sub["name"]
+        names = sub["name"].to_numpy()
         self_us = sub["self_us"]
-    totals = self_us.groupby(names.to_numpy()).sum()
+    totals = self_us.groupby(names).sum()
     if source_name == "host":
         # One collective is often recorded on two threads at once (the caller and the backend's worker):
         # count the time it spans, clipped to the steps, not the sum over threads.
@@ -682,8 +684,9 @@ def analyze_table(
     if source_name == "host":
         top_host = ranked.head(1)
     else:  # the host operator that holds the host longest (what the device waits for when it idles)
-        host_ops = table.loc[host_in & kind.equal(Kind.OP), ["name", "self_us"]]
-        top_host = host_ops["self_us"].groupby(host_ops["name"].to_numpy()).sum().nlargest(1)
+        host_op = host_in & kind.equal(Kind.OP)
+        host_self_us = pd.Series(table["self_us"].to_numpy(dtype=float)[host_op])
+        top_host = host_self_us.groupby(table["name"].to_numpy()[host_op]).sum().nlargest(1)
     step_time_us = step_total_us / n_div
 
     # What covers the step: host operators (their union over threads) and the device's work.
