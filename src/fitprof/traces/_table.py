@@ -178,13 +178,19 @@ def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     order = np.argsort(ts, kind="stable")
     ts_sorted = ts[order]
     tie = ts_sorted[1:] == ts_sorted[:-1]  # row k + 1 starts where row k does
-    if tie.any():
+    del ts_sorted
+    if tie.any():  # temporaries of the size of the rows sharing a start, not of the table (a peak of memory)
         shared = np.zeros(len(order), dtype=bool)
         shared[1:] |= tie
         shared[:-1] |= tie
         rows = np.flatnonzero(shared)
-        run = np.cumsum(np.concatenate([[True], ~tie]))[rows]  # which run of equal starts each row is in
-        order[rows] = order[rows][np.lexsort((-dur[order[rows]], run))]
+        del shared
+        new_run = np.ones(len(rows), dtype=bool)  # a row begins a run unless it ties with the row before it
+        later = rows > 0
+        new_run[later] = ~tie[rows[later] - 1]
+        run = np.cumsum(new_run)  # which run of equal starts each row is in
+        sub = order[rows]
+        order[rows] = sub[np.lexsort((-dur[sub], run))]
     return order
 
 
