@@ -419,9 +419,9 @@ def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarr
 
 class _Distinct:
     """One column's values (at some rows), each distinct value tested once: ``pd.factorize`` codes the rows, a test
-    runs on the distinct values, and a lookup spreads the answers to the rows. :meth:`mask` and :meth:`equal` give
-    the masks that testing every row gives (``values == v``, ``np.isin``, ``str.startswith``, ``in``), for a
-    fraction of the per-row Python or string comparisons."""
+    runs on the distinct values, and the rows' small integer codes are compared with those that passed.
+    :meth:`mask` and :meth:`equal` give the masks that testing every row gives (``values == v``, ``np.isin``,
+    ``str.startswith``, ``in``), without a Python or string comparison per row for each mask asked."""
 
     def __init__(self, values: np.ndarray, rows: np.ndarray | None = None) -> None:
         """``rows``: a boolean mask of the rows to code (None: all); the masks are False at every other row."""
