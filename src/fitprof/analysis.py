@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypedDict, cast, get_args
 
@@ -395,18 +396,13 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _overlap(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
-    """Total length of the intersection of two disjoint, sorted interval sets."""
-    (as_, ae), (bs, be) = a, b
-    total, i, j = 0.0, 0, 0
-    while i < len(as_) and j < len(bs):
-        lo, hi = max(as_[i], bs[j]), min(ae[i], be[j])
-        if hi > lo:
-            total += hi - lo
-        if ae[i] < be[j]:
-            i += 1
-        else:
-            j += 1
-    return total
+    """Total length of the intersection of two disjoint, sorted interval sets.
+
+    The pieces' lengths are added left to right (``np.cumsum`` is sequential, unlike ``np.sum``'s pairwise
+    summation), in the order a two-pointer merge meets them: the same float, bit for bit, as that merge's loop.
+    """
+    lo, hi = _intersect(a, b)
+    return float(np.cumsum(hi - lo)[-1]) if len(lo) else 0.0
 
 
 def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -419,6 +415,39 @@ def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarr
     out = np.zeros(len(times), dtype=bool)
     out[ok] = times[ok] < e[k[ok]]
     return out
+
+
+class _Distinct:
+    """One column's values (at some rows), each distinct value tested once: ``pd.factorize`` codes the rows, a test
+    runs on the distinct values, and the rows' small integer codes are compared with those that passed.
+    :meth:`mask` and :meth:`equal` give the masks that testing every row gives (``values == v``, ``np.isin``,
+    ``str.startswith``, ``in``), without a Python or string comparison per row for each mask asked."""
+
+    def __init__(self, values: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """``rows``: a boolean mask of the rows to code (None: all); the masks are False at every other row."""
+        self._n = len(values)
+        self._rows = None if rows is None else np.flatnonzero(rows)
+        codes, self._uniques = pd.factorize(values if self._rows is None else values[self._rows])
+        # The codes live as long as the analysis: 1 byte a row for the few kinds, not factorize's 8.
+        self._codes = codes.astype(np.int8) if len(self._uniques) < 127 else codes
+
+    def mask(self, test: Callable[[Any], bool]) -> np.ndarray:
+        """Boolean mask of the rows whose value passes ``test``."""
+        # Code -1, a missing value (None, NaN), is never a hit: it compares unequal to every string and its ``str``
+        # ("None", "nan") starts with no prefix the analysis asks for.
+        hit = np.zeros(len(self._codes), dtype=bool)
+        for k, u in enumerate(self._uniques):
+            if test(u):
+                hit |= self._codes == k
+        if self._rows is None:
+            return hit
+        out = np.zeros(self._n, dtype=bool)
+        out[self._rows] = hit
+        return out
+
+    def equal(self, *values: object) -> np.ndarray:
+        """Boolean mask of the rows whose value equals one of ``values``."""
+        return self.mask(lambda u: any(bool(u == v) for v in values))
 
 
 def _advice(report_verdict: str, framework: str, *, pageable_share: float, top: OpStat | None) -> list[str]:
@@ -561,10 +590,10 @@ def analyze_table(
     warnings: list[str] = [str(w) for w in table.attrs.get("warnings") or []]  # the reader's (repaired names)
     ts = table["ts_us"].to_numpy(dtype=float)
     end = ts + table["dur_us"].to_numpy(dtype=float)
-    kind = table["kind"].to_numpy()
+    kind = _Distinct(table["kind"].to_numpy())
     on_device = table["on_device"].to_numpy(dtype=bool)
 
-    is_step = kind == Kind.STEP
+    is_step = kind.equal(Kind.STEP)
     n_steps = int(is_step.sum())
     if n_steps:
         steps = _union(ts[is_step], end[is_step])
@@ -575,9 +604,9 @@ def analyze_table(
             warnings.append("No step markers in the trace: the whole trace was analysed as one window.")
         else:
             steps = (np.array([]), np.array([]))
-    not_training = kind == Kind.NOT_TRAINING
+    not_training = kind.equal(Kind.NOT_TRAINING)
     excluded = _union(ts[not_training], end[not_training])
-    own = not_training & (table["name"].to_numpy() == OVERHEAD_ANNOTATION)
+    own = _Distinct(table["name"].to_numpy(), not_training).equal(OVERHEAD_ANNOTATION)
     own_us = _overlap(_union(ts[own], end[own]), steps)
     step_total_us = float(np.sum(steps[1] - steps[0])) - _overlap(steps, excluded)
     n_div = max(n_steps, 1)
@@ -588,7 +617,7 @@ def analyze_table(
         return _inside(times, steps) & ~_inside(times, excluded)
 
     # Input wait: the union of input spans, clipped to the steps, less excluded spans.
-    inp = kind == Kind.INPUT
+    inp = kind.equal(Kind.INPUT)
     input_union = _union(ts[inp], end[inp])
     input_us = _overlap(input_union, steps) - _overlap(_intersect(input_union, steps), excluded)
 
@@ -601,7 +630,9 @@ def analyze_table(
     copy_kind = table["copy_kind"].to_numpy()
     dur = table["dur_us"].to_numpy(dtype=float)
     nbytes = table["bytes"].to_numpy(dtype=float)
-    htod = dev_in & (kind == Kind.MEMCPY) & np.char.startswith(copy_kind.astype(str), "htod")
+    memcpy = kind.equal(Kind.MEMCPY)
+    copies = _Distinct(copy_kind, dev_in)  # each distinct copy kind of the device rows in the steps tested once
+    htod = dev_in & memcpy & copies.mask(lambda ck: str(ck).startswith("htod"))
     htod_us = float(dur[htod].sum())
     known_bytes = htod & ~np.isnan(nbytes)
     # Copies of unknown size (ROCm traces give no bytes) leave bytes and bandwidth unknown: NaN, not 0.
@@ -610,11 +641,11 @@ def analyze_table(
     known_us = dur[known_bytes].sum()
     htod_gb_per_s = float(nbytes[known_bytes].sum() / known_us / 1e3) if known_us > 0 else 0.0
     htod_gb_per_s = math.nan if bytes_unknown else htod_gb_per_s
-    pinned_us = float(dur[dev_in & (copy_kind == "htod_pinned")].sum())
-    pageable_us = float(dur[dev_in & (copy_kind == "htod_pageable")].sum())
-    dtoh_us = float(dur[dev_in & (kind == Kind.MEMCPY) & (copy_kind == "dtoh")].sum())
+    pinned_us = float(dur[copies.equal("htod_pinned")].sum())  # False outside dev_in
+    pageable_us = float(dur[copies.equal("htod_pageable")].sum())
+    dtoh_us = float(dur[memcpy & copies.equal("dtoh")].sum())
 
-    coll = kind == Kind.COLLECTIVE
+    coll = kind.equal(Kind.COLLECTIVE)
     if (coll & dev_in).any():  # device time of collective kernels launched in the steps
         sel = coll & dev_in
         coll_us = _union_length(ts[sel], end[sel])
@@ -626,19 +657,21 @@ def analyze_table(
     exposed = _exposed_times(table, ts, end, kind, on_device, dev_in, htod, coll, steps, excluded)
 
     # Top operators by self time.
-    device_ops = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
+    device_ops = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     if device_ops.any():
         source_name = "device"
-        sub = table.loc[device_ops, ["name", "op", "dur_us"]]  # only the columns used: a copy of these rows
-        names = sub["op"].where(sub["op"] != "", sub["name"])
-        self_us = sub["dur_us"]
+        # The launching operator's name, else the event's own; the same keys and values in the same order as a
+        # frame of these rows would give the groupby below, without copying the rows into one.
+        ops = table["op"].to_numpy()[device_ops]
+        names = np.where(ops != "", ops, table["name"].to_numpy()[device_ops])
+        self_us = pd.Series(dur[device_ops])
     else:
         source_name = "host"
-        sel = host_in & np.isin(kind, [Kind.OP, Kind.COLLECTIVE, Kind.INPUT])
-        sub = table.loc[sel & (kind != Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
-        names = sub["name"]
+        sel = host_in & kind.equal(Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
+        sub = table.loc[sel & ~kind.equal(Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
+        names = sub["name"].to_numpy()
         self_us = sub["self_us"]
-    totals = self_us.groupby(names.to_numpy()).sum()
+    totals = self_us.groupby(names).sum()
     if source_name == "host":
         # One collective is often recorded on two threads at once (the caller and the backend's worker):
         # count the time it spans, clipped to the steps, not the sum over threads.
@@ -651,16 +684,17 @@ def analyze_table(
     if source_name == "host":
         top_host = ranked.head(1)
     else:  # the host operator that holds the host longest (what the device waits for when it idles)
-        host_ops = table.loc[host_in & (kind == Kind.OP), ["name", "self_us"]]
-        top_host = host_ops["self_us"].groupby(host_ops["name"].to_numpy()).sum().nlargest(1)
+        host_op = host_in & kind.equal(Kind.OP)
+        host_self_us = pd.Series(table["self_us"].to_numpy(dtype=float)[host_op])
+        top_host = host_self_us.groupby(table["name"].to_numpy()[host_op]).sum().nlargest(1)
     step_time_us = step_total_us / n_div
 
     # What covers the step: host operators (their union over threads) and the device's work.
-    host_work = host_in & np.isin(kind, [Kind.OP, Kind.INPUT, Kind.COLLECTIVE])
+    host_work = host_in & kind.equal(Kind.OP, Kind.INPUT, Kind.COLLECTIVE)
     host_union = _union(ts[host_work], end[host_work])
     host_op_percent = 100.0 * (_overlap(host_union, steps) - _overlap(_intersect(host_union, steps), excluded))
     host_op_percent /= step_total_us
-    device_work = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
+    device_work = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     device_busy_percent = math.nan
     if device_work.any():
         dev_union = _union(ts[device_work], end[device_work])
@@ -761,7 +795,7 @@ def _exposed_times(
     table: pd.DataFrame,
     ts: np.ndarray,
     end: np.ndarray,
-    kind: np.ndarray,
+    kind: _Distinct,
     on_device: np.ndarray,
     dev_in: np.ndarray,
     htod: np.ndarray,
@@ -770,16 +804,18 @@ def _exposed_times(
     excluded: tuple[np.ndarray, np.ndarray],
 ) -> dict[str, float]:
     """Exposed time (us, summed over the steps) of the input wait, HtoD copies and collectives (module docstring)."""
-    kernels = dev_in & (kind == Kind.KERNEL)
-    dev_work = dev_in & np.isin(kind, [Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE])
-    host_op = (~on_device) & (kind == Kind.OP)
-    host_compute = host_op.copy()
-    if host_op.any():  # pinning a batch is input work, not compute (only host operators' names are looked at)
-        pinning = table["name"].to_numpy()[host_op]
-        host_compute[host_op] = ~pd.Series(pinning, dtype=object).str.contains("pin_memory", regex=False).to_numpy()
-    pid_code, _ = pd.factorize(table["pid"])
-    tid_code, tids = pd.factorize(table["tid"])
-    thread = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code  # one integer per (pid, tid)
+    kernels = dev_in & kind.equal(Kind.KERNEL)
+    dev_work = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    host_op = (~on_device) & kind.equal(Kind.OP)
+    # Pinning a batch is input work, not compute (only host operators' names are looked at, each distinct one once).
+    host_compute = host_op & ~_Distinct(table["name"].to_numpy(), host_op).mask(lambda name: "pin_memory" in name)
+    # One integer per (pid, tid). Only host rows' threads are ever compared (every use below is under a host mask),
+    # so only theirs are coded; the integers differ from codes over the whole table, the equalities do not.
+    host = np.flatnonzero(~on_device)
+    pid_code, _ = pd.factorize(table["pid"].to_numpy()[host])
+    tid_code, tids = pd.factorize(table["tid"].to_numpy()[host])
+    thread = np.zeros(len(ts), dtype=np.int64)
+    thread[host] = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code
 
     def host_spans_exposed(span_mask: np.ndarray, device_hides: np.ndarray | None) -> float:
         spans = _subtract(_intersect(_union(ts[span_mask], end[span_mask]), steps), excluded)
@@ -794,14 +830,14 @@ def _exposed_times(
         cover = _union(np.concatenate([h[0] for h in hide]), np.concatenate([h[1] for h in hide]))
         return _length(spans) - _overlap(spans, cover)
 
-    inp = kind == Kind.INPUT
+    inp = kind.equal(Kind.INPUT)
     if dev_work.any():
         input_us = host_spans_exposed(inp & ~on_device, dev_work)
     else:  # CPU only: the loop thread blocks on its input and nothing else trains; exposed by construction
         spans = _subtract(_intersect(_union(ts[inp], end[inp]), steps), excluded)
         input_us = _length(spans)
     copies = _union(ts[htod], end[htod])
-    busy = dev_in & np.isin(kind, [Kind.KERNEL, Kind.COLLECTIVE])
+    busy = dev_in & kind.equal(Kind.KERNEL, Kind.COLLECTIVE)
     htod_us = _length(copies) - _overlap(copies, _union(ts[busy], end[busy]))
     if (coll & dev_in).any():
         c = _union(ts[coll & dev_in], end[coll & dev_in])
@@ -826,8 +862,50 @@ def _subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two disjoint, sorted interval sets, as a disjoint, sorted set."""
+    """Intersection of two disjoint, sorted interval sets, as a disjoint, sorted set.
+
+    Vectorised form of the two-pointer merge (advance ``a`` when its interval ends first, else ``b``; keep each
+    piece of positive length), which meets every pair of overlapping intervals once, in order of ``a``'s index
+    then ``b``'s. For sets as :func:`_union` makes them (each interval's start at most its end, each end before
+    the next start or at it) the pairs of positive overlap are, for interval ``i`` of ``a``, the ``j`` of ``b`` with
+    ``be[j] > as[i]`` and ``bs[j] < ae[i]``: a run of consecutive ``j`` that two ``searchsorted`` calls on ``b``'s
+    (non-decreasing) ends and starts find, listed ``i`` by ``i``: the merge's order (its position only moves
+    forward in both sets, and it reaches every such pair: while behind ``i`` it advances ``a``, whose intervals
+    end by ``as[i] < be[j]``; while behind ``j`` it advances ``b``, whose intervals end by ``bs[j] < ae[i]``).
+    Each piece is the merge's ``max(as, bs)``, ``min(ae, be)`` (written as ``where`` to return the same operand
+    on a tie, as Python's ``max`` and ``min`` do). Sets that do not meet those conditions (an interval with its
+    end before its start, from a negative duration; NaN) go through the merge loop itself.
+    """
     (as_, ae), (bs, be) = a, b
+    if len(as_) == 0 or len(bs) == 0:
+        return np.array([], dtype=float), np.array([], dtype=float)
+    if not (_ordered_disjoint(as_, ae) and _ordered_disjoint(bs, be)):
+        return _intersect_merge(a, b)
+    first = np.searchsorted(be, as_, side="right")  # the first j with be[j] > as[i]
+    stop = np.searchsorted(bs, ae, side="left")  # the first j with bs[j] >= ae[i]
+    count = np.maximum(stop - first, 0)
+    total = int(count.sum())
+    i = np.repeat(np.arange(len(as_)), count)
+    j = np.arange(total) + np.repeat(first - (np.cumsum(count) - count), count)
+    a_s, a_e, b_s, b_e = as_[i], ae[i], bs[j], be[j]
+    lo = np.where(b_s > a_s, b_s, a_s).astype(float, copy=False)
+    hi = np.where(b_e < a_e, b_e, a_e).astype(float, copy=False)
+    keep = hi > lo
+    return (lo, hi) if keep.all() else (lo[keep], hi[keep])
+
+
+def _ordered_disjoint(starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Every interval's start at most its end and each end at or before the next start (no NaN): the shape of
+    :func:`_union`'s output for intervals of non-negative length, and of :func:`_subtract`'s gaps."""
+    return bool(np.all(starts <= ends) and np.all(ends[:-1] <= starts[1:]))
+
+
+def _intersect_merge(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_intersect` as the two-pointer merge loop, for sets :func:`_ordered_disjoint` rejects."""
+    as_, ae = a[0].tolist(), a[1].tolist()
+    bs, be = b[0].tolist(), b[1].tolist()
     out_s: list[float] = []
     out_e: list[float] = []
     i = j = 0

@@ -28,6 +28,7 @@ step_num   float64  the step number of a ``Kind.STEP`` event (NaN otherwise or w
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -149,7 +150,7 @@ def table_from_columns(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     numpy arrays of their dtypes (``str`` columns: object arrays of ``str``), in file order. Its arrays are taken
     out of the dict one at a time as each is sorted, so the unsorted copy goes as the sorted one is made.
     """
-    order = np.lexsort((-columns["dur_us"], columns["ts_us"]))  # by start, the longest first, then file order
+    order = _start_order(columns["ts_us"], columns["dur_us"])  # by start, the longest first, then file order
     data: dict[str, pd.Series] = {}
     for name, dtype in COLUMNS.items():
         if name == "self_us":
@@ -164,6 +165,35 @@ def table_from_columns(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     return df
 
 
+def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-dur, ts))``: the rows by start, the longest first, then in their order, computed as one stable
+    sort by start and a second sort of only the rows that share a start with another (a trace's events rarely do).
+
+    Equal because a stable sort by start already holds each run of equal starts in row order; sorting those rows
+    by (run, -dur), stably, is lexsort's order within each run, and runs of one row have nothing to reorder. NaN
+    (which ``==`` never calls equal, while the sort does) goes to ``np.lexsort`` itself.
+    """
+    if np.isnan(ts).any() or np.isnan(dur).any():
+        return np.lexsort((-dur, ts))
+    order = np.argsort(ts, kind="stable")
+    ts_sorted = ts[order]
+    tie = ts_sorted[1:] == ts_sorted[:-1]  # row k + 1 starts where row k does
+    del ts_sorted
+    if tie.any():  # temporaries of the size of the rows sharing a start, not of the table (a peak of memory)
+        shared = np.zeros(len(order), dtype=bool)
+        shared[1:] |= tie
+        shared[:-1] |= tie
+        rows = np.flatnonzero(shared)
+        del shared
+        new_run = np.ones(len(rows), dtype=bool)  # a row begins a run unless it ties with the row before it
+        later = rows > 0
+        new_run[later] = ~tie[rows[later] - 1]
+        run = np.cumsum(new_run)  # which run of equal starts each row is in
+        sub = order[rows]
+        order[rows] = sub[np.lexsort((-dur[sub], run))]
+    return order
+
+
 _SELF_TIME_KINDS = (Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
 
 
@@ -174,6 +204,14 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     lose time): an operator's children are the operators nested in it by time on the same thread/line (a
     child starts at or after its parent); partial overlaps are clipped to the parent. ``df`` must be sorted by
     start, longest first. Every other event keeps ``dur_us``.
+
+    The definition is a stack walk over each thread's operators in table order (:func:`_self_times_stack`, which
+    still computes a table holding NaN times): pop the operators that ended at or before this one's start, the
+    one left on top is its parent, which loses ``min(end, parent's end) - start``; push it. That parent is the
+    latest earlier operator of the thread that ends after this one's start (every operator above it was popped at
+    an earlier start, so ended by then; it was not), which :func:`_parents` finds without a loop per event. Each
+    parent then loses its children's times one after the other in table order (:func:`_subtract_in_order`), the
+    same float operations in the same order as the walk: bit-identical.
     """
     dur = df["dur_us"].to_numpy(dtype=float, copy=True)
     if df.empty:
@@ -181,22 +219,104 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     rows = np.flatnonzero(
         df["kind"].isin(_SELF_TIME_KINDS).to_numpy(dtype=bool) & ~df["on_device"].to_numpy(dtype=bool)
     )
-    # Plain Python floats in the loop (numpy scalar indexing costs ~10x more), for the operators only; the same
-    # IEEE-754 arithmetic in the same order, so the results are bit-identical to a numpy loop.
-    ts_ops = df["ts_us"].to_numpy(dtype=float)[rows]
-    ts, end = ts_ops.tolist(), (ts_ops + dur[rows]).tolist()
-    del ts_ops
-    out = dur[rows].tolist()
-    threads = df[["pid", "tid"]].take(rows)
-    for _, idx in threads.groupby(["pid", "tid"], sort=False).indices.items():
-        stack: list[int] = []
-        for i in idx.tolist():  # in table order, i.e. sorted by start then longest first
-            t = ts[i]
-            while stack and end[stack[-1]] <= t:
-                stack.pop()
-            if stack:
-                parent = stack[-1]
-                out[parent] -= min(end[i], end[parent]) - t
-            stack.append(i)
-    dur[rows] = out
+    # One integer per (pid, tid), as groupby(["pid", "tid"]) groups them (a missing pid or tid: no group).
+    pid_code, _ = pd.factorize(df["pid"].to_numpy()[rows])
+    tid_code, tids = pd.factorize(df["tid"].to_numpy()[rows])
+    grouped = (pid_code >= 0) & (tid_code >= 0)
+    rows = rows[grouped]
+    thread = pid_code[grouped].astype(np.int64) * (len(tids) + 1) + tid_code[grouped]
+    by_thread = np.argsort(thread, kind="stable")  # each thread's operators together, in table order
+    rows, thread = rows[by_thread], thread[by_thread]
+    ts = df["ts_us"].to_numpy(dtype=float)[rows]
+    end = ts + dur[rows]
+    if np.isnan(ts).any() or np.isnan(end).any():  # NaN compares false both ways: only the walk defines it
+        dur[rows] = _self_times_stack(ts, end, dur[rows], thread)
+        return np.maximum(dur, 0.0)
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = thread[1:] != thread[:-1]
+    parent = _parents(ts, end, first)
+    child = np.flatnonzero(parent >= 0)
+    p = parent[child]
+    # Python's min(end[i], end[parent]): the first operand unless the second is smaller (a signed zero included).
+    lost = np.where(end[p] < end[child], end[p], end[child]) - ts[child]
+    dur[rows] = _subtract_in_order(dur[rows], p, lost)
     return np.maximum(dur, 0.0)
+
+
+def _parents(ts: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """For each operator, the index of the latest earlier one of its thread with ``end > ts`` (its parent), or -1.
+
+    ``ts`` / ``end``: the operators grouped by thread, each thread's in table order (so ``ts`` does not decrease
+    within a thread), no NaN; ``first``: True at each thread's first operator. Pointer jumping: ``cand[i]`` starts
+    at ``i - 1`` and keeps the invariant that every operator strictly between ``cand[i]`` and ``i`` ends at or
+    before ``ts[i]``. While ``cand[i]`` itself ends by ``ts[i]``, it jumps to ``cand[cand[i]]``: the operators
+    between those end by ``ts[cand[i]] <= ts[i]``, so the invariant holds; when ``cand[i]`` ends after ``ts[i]``
+    it is the parent. A run of siblings is walked by doubling jumps (about log2 of its length in rounds); an
+    operator with no parent at all is settled before the first round. Measured: 9 rounds for the 40,572 operators
+    of the A100 DDP fixture (a100_ddp8_rank3_dataloader), 1 for the 98,049 of the generated 200k-event trace.
+    """
+    n = len(ts)
+    cand = np.arange(-1, n - 1, dtype=np.int64)
+    cand[first] = -1
+    # An operator with no earlier one of its thread ending after its start (the running maximum of the ends before
+    # it, at most its start) has no parent: settled at once, so the top-level operators, often most of a thread,
+    # do not walk back over each other to the thread's start.
+    bounds = np.concatenate([np.flatnonzero(first), [n]]).tolist()
+    latest_end = np.full(n, -np.inf)  # a thread's first operator: cand is -1 already
+    for lo, hi in itertools.pairwise(bounds):
+        latest_end[lo + 1 : hi] = np.maximum.accumulate(end[lo : hi - 1])
+    cand[~first & (latest_end <= ts)] = -1
+    active = np.flatnonzero(cand >= 0)
+    while len(active):
+        c = cand[active]
+        active = active[end[c] <= ts[active]]
+        cand[active] = cand[cand[active]]
+        active = active[cand[active] >= 0]
+    return cand
+
+
+def _subtract_in_order(out: np.ndarray, parent: np.ndarray, lost: np.ndarray) -> np.ndarray:
+    """``out[parent[k]] -= lost[k]`` for every ``k`` in order, as the loop would, without a loop per element.
+
+    Each parent's subtractions stay in their order and are applied one after the other: the parents are grouped
+    by their number of children (rounded up to a power of two, so the padding is at most the children again),
+    each group is a matrix whose row is the parent's value followed by its children's times (padded with 0.0,
+    and ``x - 0.0`` is ``x`` bit for bit), and ``np.subtract.accumulate`` along the rows subtracts sequentially
+    (an accumulation has no other order, unlike ``np.sum``'s pairwise summation).
+    """
+    out = out.copy()
+    if len(parent) == 0:
+        return out
+    order = np.argsort(parent, kind="stable")  # by parent, each parent's children in their order
+    parent, lost = parent[order], lost[order]
+    starts = np.flatnonzero(np.concatenate([[True], parent[1:] != parent[:-1]]))
+    counts = np.diff(np.concatenate([starts, [len(parent)]]))
+    rank = np.arange(len(parent)) - np.repeat(starts, counts)
+    width = 1 << np.ceil(np.log2(counts)).astype(np.int64)  # counts >= 1
+    group_width = np.repeat(width, counts)
+    for w in np.unique(width).tolist():
+        groups = np.flatnonzero(width == w)
+        m = np.zeros((len(groups), w + 1))
+        m[:, 0] = out[parent[starts[groups]]]
+        row = np.repeat(np.arange(len(groups)), counts[groups])
+        m[row, rank[group_width == w] + 1] = lost[group_width == w]
+        out[parent[starts[groups]]] = np.subtract.accumulate(m, axis=1)[:, -1]
+    return out
+
+
+def _self_times_stack(ts: np.ndarray, end: np.ndarray, dur: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """:func:`_self_times`'s walk itself, one operator at a time (for times holding NaN, whose comparisons the
+    vectorised form cannot reproduce). Operators grouped by thread, each thread's in table order."""
+    ts_l, end_l, out = ts.tolist(), end.tolist(), dur.tolist()
+    thread_l = thread.tolist()
+    stack: list[int] = []
+    for i, t in enumerate(ts_l):
+        if i and thread_l[i] != thread_l[i - 1]:
+            stack = []
+        while stack and end_l[stack[-1]] <= t:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            out[parent] -= min(end_l[i], end_l[parent]) - t
+        stack.append(i)
+    return np.array(out, dtype=float)
