@@ -37,8 +37,8 @@ EPOCHS = 2
 FAILING = (1, 1)  # (rank, epoch) whose analysis raises
 RUN = "ddp/version_0"  # TensorBoardLogger(save_dir=DIR, name="ddp", version=0)
 TIMEOUT_S = 300
-TRIGGER_BATCHES = 40  # per rank and epoch, in the run with trigger="slowdown"
-TRIGGER_SLOW_FROM = 24  # batch index from which rank 1's batches take TRIGGER_SLEEP_S longer
+TRIGGER_BATCHES = 48  # per rank and epoch, in the run with trigger="slowdown"
+TRIGGER_SLOW_FROM = 30  # rank 1 slower from this batch on; the trigger needs 16 clean steps, it gets 22
 TRIGGER_SLEEP_S = [0.1]  # per batch; sized in the run (3x the trigger's threshold from rank 1's own step times)
 
 
@@ -397,9 +397,9 @@ if __name__ == "__main__":
 # ------------------------------------------------------------------------------- trigger="slowdown" under DDP
 @pytest.fixture(scope="module")
 def trigger_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A second 2-rank run with ``trigger="slowdown"``: rank 1's input slows down from batch 24 of epoch 0 (rank
-    0 waits for it in the gradient all-reduce, so it may trigger too, at its own step), plus rank 1's planted
-    analysis failure in epoch 1."""
+    """A second 2-rank run with ``trigger="slowdown"``: rank 1's input slows down from batch ``TRIGGER_SLOW_FROM``
+    of epoch 0 (rank 0 waits for it in the gradient all-reduce, so it may trigger too, at its own step), plus rank
+    1's planted analysis failure in epoch 1."""
     pytest.importorskip("lightning.pytorch")
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
