@@ -261,21 +261,31 @@ class Fields:
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The varints starting at ``pos``: ``(value, size in bytes)``; ``None`` when one is longer than 10 bytes.
 
-    Bits past the 64th are dropped, as protobuf does (a 10-byte varint of a negative int64). Only the varints
-    still going are read at each byte, so 1-byte tags cost one pass.
+    Bits past the 64th are dropped, as protobuf does (a 10-byte varint of a negative int64). Byte ``k`` is read
+    only for the varints still going, carried in arrays that shrink as they end (faster than updating the full
+    arrays in place: 20 ms against 51 ms for 400k 6-byte varints, 2026-11-30).
     """
     b = buf[pos]
-    value = (b & 0x7F).astype(np.uint64)
+    value = b.astype(np.uint64)
     size = np.ones(len(pos), dtype=np.int64)
-    more = np.flatnonzero(b >= 0x80)
+    going = b >= 0x80
+    if not going.any():  # tags and small numbers: one byte each
+        return value, size
+    idx = np.flatnonzero(going)
+    at = pos[idx]
+    acc = value[idx] & np.uint64(0x7F)
     for k in range(1, 10):
-        if not len(more):
+        bk = buf[at + k]
+        acc |= (bk & 0x7F).astype(np.uint64) << np.uint64(7 * k)
+        done = bk < 0x80
+        if done.all():
+            value[idx], size[idx] = acc, k + 1
             return value, size
-        bk = buf[pos[more] + k]
-        value[more] |= (bk & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        size[more] += 1
-        more = more[bk >= 0x80]
-    return (value, size) if not len(more) else None
+        end = np.flatnonzero(done)
+        value[idx[end]], size[idx[end]] = acc[end], k + 1
+        going = ~done
+        idx, at, acc = idx[going], at[going], acc[going]
+    return None
 
 
 def _fixed(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
@@ -314,20 +324,28 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
         wire = (tag & np.uint64(7)).astype(np.int64)
         if (number == 0).any() or (tag >> np.uint64(3) > _MAX_FIELD_NUMBER).any():
             return None
-        value = np.zeros(len(active), dtype=np.uint64)
-        nxt = pos.copy()
-        at = pos.copy()
-        var = np.flatnonzero((wire == WIRE_VARINT) | (wire == WIRE_LEN))
-        i64 = np.flatnonzero(wire == WIRE_I64)
-        i32 = np.flatnonzero(wire == WIRE_I32)
-        if len(var) + len(i64) + len(i32) < len(active):
-            return None  # a group (3, 4), or wire type 6 / 7
-        if len(var):
+        var_mask = (wire == WIRE_VARINT) | (wire == WIRE_LEN)
+        if var_mask.all():  # the usual round: every field a varint or length-delimited
+            got = _varints(buf, pos)
+            if got is None:
+                return None
+            value, vsize = got
+            nxt = pos + vsize
+            i64 = i32 = np.zeros(0, dtype=np.int64)
+        else:
+            value = np.zeros(len(active), dtype=np.uint64)
+            nxt = pos.copy()
+            var = np.flatnonzero(var_mask)
+            i64 = np.flatnonzero(wire == WIRE_I64)
+            i32 = np.flatnonzero(wire == WIRE_I32)
+            if len(var) + len(i64) + len(i32) < len(active):
+                return None  # a group (3, 4), or wire type 6 / 7
             got = _varints(buf, pos[var])
             if got is None:
                 return None
             value[var], vsize = got
             nxt[var] += vsize
+        at = pos
         if len(i64):
             value[i64] = _fixed(buf, pos[i64], 8)
             nxt[i64] += 8
@@ -336,12 +354,13 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
             nxt[i32] += 4
         if (nxt > end).any():
             return None
-        dl = np.flatnonzero(wire == WIRE_LEN)
-        if len(dl):
-            at[dl] = nxt[dl]
-            if (value[dl] > (end[dl] - nxt[dl]).astype(np.uint64)).any():
+        dl = wire == WIRE_LEN
+        if dl.any():
+            # A length-delimited value starts after its length and runs ``value`` bytes, within its message.
+            if (dl & (value > (end - nxt).astype(np.uint64))).any():
                 return None
-            nxt[dl] += value[dl].astype(np.int64)
+            at = np.where(dl, nxt, pos)
+            nxt = np.where(dl, nxt + value.astype(np.int64), nxt)
         rounds.append((active, number, wire, value, at))
         counts[active] += 1
         cur[active] = nxt

@@ -202,7 +202,7 @@ def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None
         for code in (_STR, _BYTES_VALUE):
             sel = np.flatnonzero(k == code)
             if len(sel):
-                out[sel] = _texts(blob, at[idx[sel]], b[sel].astype(np.int64), code == _STR)
+                out[sel] = _texts(blob, buf, at[idx[sel]], b[sel].astype(np.int64), code == _STR)
         return out.tolist()
 
     return _Events(line, mid, off, dur, f.msg[stat], _pick(g.value, g.last(m, 1, xs.WIRE_VARINT)).view(np.int64),
@@ -213,22 +213,44 @@ class _NotUtf8(Exception):
     """A string value that protobuf would refuse."""
 
 
-def _texts(blob: bytes, at: np.ndarray, size: np.ndarray, decode: bool) -> np.ndarray:
-    """The byte strings ``blob[at:at + size]`` (as ``str`` when ``decode``), each distinct one built once and
-    shared by the values equal to it.
+def _texts(blob: bytes, buf: np.ndarray, at: np.ndarray, size: np.ndarray, decode: bool) -> np.ndarray:
+    """The byte strings ``blob[at:at + size]`` (``buf``: ``blob`` as uint8), as ``str`` when ``decode``: each
+    distinct one built once and shared by the values equal to it.
+
+    Strings of at most 64 bytes (categories, op names) are told apart without a Python object each: their
+    bytes, zero-padded to whole 8-byte words, and their length are coded a column at a time
+    (``pandas.factorize``); equal codes are equal lengths and equal bytes.
 
     Raises:
         _NotUtf8: if one is not UTF-8 (protobuf refuses a ``string`` field that is not).
     """
-    pieces = np.empty(len(at), dtype=object)
-    pieces[:] = [blob[a : a + s] for a, s in zip(at.tolist(), size.tolist(), strict=True)]
-    codes, uniques = pd.factorize(pieces)
-    if decode:
-        try:
-            uniques = np.array([u.decode("utf-8") for u in uniques] + [None], dtype=object)[:-1]
-        except UnicodeDecodeError:
-            raise _NotUtf8 from None
-    return np.asarray(uniques, dtype=object)[codes]
+    n = len(at)
+    longest = int(size.max()) if n else 0
+    if longest <= 64:
+        width = max(8, -(-longest // 8) * 8)
+        idx = at[:, None] + np.arange(width)
+        np.minimum(idx, len(buf) - 1, out=idx)  # past a string's end, masked below
+        window = buf[idx]
+        window[np.arange(width) >= size[:, None]] = 0
+        words = window.view("<u8")
+        codes = np.asarray(pd.factorize(size)[0], dtype=np.int64)
+        for w in range(words.shape[1]):
+            word = np.asarray(pd.factorize(words[:, w])[0], dtype=np.int64)
+            codes = np.asarray(pd.factorize(codes * (int(word.max()) + 1) + word)[0], dtype=np.int64)
+        # Codes come in order of first appearance: a value's first is where the running maximum grows.
+        seen = np.maximum.accumulate(codes) if n else codes
+        first = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1]))) if n else codes
+        pieces = [blob[a : a + s] for a, s in zip(at[first].tolist(), size[first].tolist(), strict=True)]
+    else:
+        sliced = np.empty(n, dtype=object)
+        sliced[:] = [blob[a : a + s] for a, s in zip(at.tolist(), size.tolist(), strict=True)]
+        codes, pieces = pd.factorize(sliced)
+    uniques = np.empty(len(pieces), dtype=object)
+    try:
+        uniques[:] = [u.decode("utf-8") for u in pieces] if decode else list(pieces)
+    except UnicodeDecodeError:
+        raise _NotUtf8 from None
+    return uniques[codes]
 
 
 def _pick(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -408,8 +430,9 @@ def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> pd.DataFrame:
     plane_of_line = np.array([li.plane for li in info], dtype=np.int64)
     # One code per (plane, stat name) of the stats read: stat metadata ids are per plane.
     plane_ids: dict[int, dict[int, int]] = {}
+    stat_names: dict[int, dict[int, str]] = {}
     for i in sorted(set(plane_of_line.tolist())):
-        names = {k: v.name for k, v in space.planes[i].stat_metadata.items()}
+        names = stat_names[i] = {k: v.name for k, v in space.planes[i].stat_metadata.items()}
         plane_ids[i] = {k: _TF_STATS.index(v) for k, v in names.items() if v in _TF_STATS}
     # The stat values of each event, as the strings the rules read (_stat_text), coded per stat name.
     k = len(_TF_STATS)
@@ -421,8 +444,7 @@ def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> pd.DataFrame:
         picked = _last_stats(events, stat_plane == i, pids, last)
         if not len(picked):
             continue
-        names = {kk: v.name for kk, v in space.planes[i].stat_metadata.items()}
-        text = dict(zip(picked.tolist(), (_stat_text(kd, v, names) for kd, v in zip(
+        text = dict(zip(picked.tolist(), (_stat_text(kd, v, stat_names[i]) for kd, v in zip(
             events.stat_kind[picked].tolist(), events.values(picked), strict=True)), strict=True))  # fmt: skip
         for w in range(k):
             evs = np.flatnonzero(last[w] >= 0)
@@ -445,7 +467,7 @@ def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> pd.DataFrame:
         mid = int(events.metadata_id[e])
         base = meta_stats.get((li.plane, mid))
         if base is None:
-            base = meta_stats[(li.plane, mid)] = _meta_stats(plane, mid)
+            base = meta_stats[(li.plane, mid)] = _meta_stats(plane, mid, stat_names[li.plane])
         stats = dict(base) if li.want_stats else {}
         if li.want_stats:
             for w in range(k):
@@ -456,11 +478,10 @@ def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> pd.DataFrame:
     return _spread(classes, inverse, events, info, space)
 
 
-def _meta_stats(plane: Any, mid: int) -> dict[str, str]:
+def _meta_stats(plane: Any, mid: int, names: dict[int, str]) -> dict[str, str]:
     """The :data:`_TF_STATS` of an event metadata, by name, as strings (later stats of one name win)."""
     if mid not in plane.event_metadata:
         return {}
-    names = {k: v.name for k, v in plane.stat_metadata.items()}
     out: dict[str, str] = {}
     for st in plane.event_metadata[mid].stats:
         name = names.get(st.metadata_id, "")
@@ -800,32 +821,42 @@ def _converted_columns(
     rows, values = args[2]
     kind_arg = {r: v for r, v in zip(rows.tolist(), values, strict=True) if v is not None}
 
-    # name: the metadata's display name, else its name ("" for an unknown id); one str per metadata.
-    name = np.empty(n, dtype=object)
-    for i in sorted(set(plane_of_line.tolist())):
-        sel = np.flatnonzero(event_plane == i)
-        metas = space.planes[i].event_metadata
-        mids = events.metadata_id[sel]
-        uniq, inv = np.unique(mids, return_inverse=True)
-        label = np.empty(len(uniq), dtype=object)
-        label[:] = [(metas[x].display_name or metas[x].name) if x in metas else "" for x in uniq.tolist()]
-        name[sel] = label[inv]
-    pid = np.array([space.planes[i].name for i in plane_of_line.tolist()], dtype=object)[line]
-    tid = np.array(tids, dtype=object)[line]
-
-    def coded(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        codes, uniques = pd.factorize(values[keep], use_na_sentinel=False)  # first appearance, as the reader's
-        return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)
-
-    cat_code, cats = coded(cat)
-    name_code, name_strings = coded(name)
-    pid_code, pids = coded(pid)
-    tid_code, tids_ = coded(tid)
+    # name: the metadata's display name, else its name ("" for an unknown id); one per (plane, metadata id).
+    kept_plane, kept_mid = event_plane[keep], events.metadata_id[keep]
+    mid_code, mids = pd.factorize(kept_mid)
+    meta_code, meta_keys = pd.factorize(kept_plane * len(mids) + mid_code)
+    labels = np.empty(len(meta_keys), dtype=object)
+    labels[:] = [
+        _display_name(space.planes[key // len(mids)].event_metadata, int(mids[key % len(mids)]))
+        for key in meta_keys.tolist()
+    ]
+    cat_code, cats = _codes(cat[keep], None)
+    name_code, name_strings = _codes(np.asarray(meta_code, dtype=np.int64), labels)
+    pid_code, pids = _codes(kept_plane, np.array([p.name for p in space.planes], dtype=object))
+    tid_code, tids_ = _codes(line[keep], np.array(tids, dtype=object))
     return _Columns(
         ts=ts[keep], dur=dur[keep], cat_code=cat_code, cats=cats, name_code=name_code, names=name_strings,
         pid_code=pid_code, pids=pids, tid_code=tid_code, tids=tids_, correlation=correlation, nbytes=nbytes,
         kind_arg=kind_arg,
     )  # fmt: skip
+
+
+def _display_name(metas: Any, mid: int) -> str:
+    if mid not in metas:  # [] of a missing id would add it
+        return ""
+    meta = metas[mid]
+    return str(meta.display_name or meta.name)
+
+
+def _codes(keys: np.ndarray, table: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the values ``table[keys]`` (``keys`` themselves when ``table`` is None) and the distinct values, in
+    order of first appearance, as the Kineto reader's columns hold them (``pandas.factorize``); the keys are
+    coded first, so that each distinct one's value is looked at once."""
+    codes, firsts = pd.factorize(keys, use_na_sentinel=False)
+    if table is None:
+        return np.asarray(codes, dtype=np.int64), np.asarray(firsts, dtype=object)
+    value_codes, uniques = pd.factorize(pd.Series(table[np.asarray(firsts)], dtype=object), use_na_sentinel=False)
+    return np.asarray(value_codes, dtype=np.int64)[codes], np.asarray(uniques, dtype=object)
 
 
 def _int_or_none(value: Any) -> int | None:
