@@ -117,7 +117,7 @@ class _Events:
     stat_event: np.ndarray
     stat_id: np.ndarray
     stat_kind: np.ndarray
-    values: Callable[[np.ndarray], list[Any]]
+    values: Callable[[np.ndarray], np.ndarray]
 
 
 _T = TypeVar("_T")
@@ -189,7 +189,7 @@ def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None
     bits = _pick(g.value, v)
     at = np.where(v >= 0, g.at[v], 0)
 
-    def values(idx: np.ndarray) -> list[Any]:
+    def values(idx: np.ndarray) -> np.ndarray:
         out = np.full(len(idx), None, dtype=object)
         k, b = kind[idx], bits[idx]
         for code, conv in ((_DOUBLE, np.float64), (_INT64, np.int64)):
@@ -203,7 +203,7 @@ def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None
             sel = np.flatnonzero(k == code)
             if len(sel):
                 out[sel] = _texts(blob, buf, at[idx[sel]], b[sel].astype(np.int64), code == _STR)
-        return out.tolist()
+        return out
 
     return _Events(line, mid, off, dur, f.msg[stat], _pick(g.value, g.last(m, 1, xs.WIRE_VARINT)).view(np.int64),
                    kind, values)  # fmt: skip
@@ -285,8 +285,10 @@ def _message_events(lines: list[Any], with_stats: Sequence[bool]) -> _Events:
             off.append(ev.offset_ps)
             dur.append(ev.duration_ps)
 
-    def values(idx: np.ndarray) -> list[Any]:
-        return [stat_values[i] for i in idx.tolist()]
+    def values(idx: np.ndarray) -> np.ndarray:
+        out = np.empty(len(idx), dtype=object)
+        out[:] = [stat_values[i] for i in idx.tolist()]
+        return out
 
     def ints(xs_: list[int]) -> np.ndarray:
         return np.array(xs_, dtype=np.int64)
@@ -768,7 +770,7 @@ def _converted_columns(
         }
         _last_stats(events, stat_plane == i, ids, last)
 
-    def stat_values(w: int) -> tuple[np.ndarray, list[Any]]:
+    def stat_values(w: int) -> tuple[np.ndarray, np.ndarray]:
         """The events that have stat ``w`` and its values (``ref_value`` resolved, bytes as None: xs.stat_value)."""
         evs = np.flatnonzero(last[w] >= 0)
         picked = last[w, evs]
@@ -782,9 +784,9 @@ def _converted_columns(
     cat = np.full(n, "", dtype=object)
     evs, values = stat_values(0)
     if len(evs):
-        texts = np.empty(len(evs), dtype=object)
-        texts[:] = [v if type(v) is str else str(v) for v in values]
-        cat[evs] = texts
+        other = np.flatnonzero(events.stat_kind[last[0, evs]] != _STR)
+        values[other] = [str(v) for v in values[other].tolist()]
+        cat[evs] = values
     keep = np.flatnonzero(cat != "Trace")
     row = np.full(n, -1, dtype=np.int64)
     row[keep] = np.arange(len(keep))
@@ -806,12 +808,13 @@ def _converted_columns(
     dur = events.duration_ps.astype(np.float64) / 1e6
 
     # args: through JSON before, where a NaN or infinite double became null; kept as the Kineto reader keeps them.
-    args: list[tuple[np.ndarray, list[Any]]] = []
+    args: list[tuple[np.ndarray, np.ndarray]] = []
     for w in range(1, k):
         evs, values = stat_values(w)
-        values = [None if type(v) is float and not np.isfinite(v) else v for v in values]
+        doubles = np.flatnonzero(events.stat_kind[last[w, evs]] == _DOUBLE)
+        values[doubles] = [v if np.isfinite(v) else None for v in values[doubles].tolist()]
         ok = row[evs] >= 0
-        args.append((row[evs[ok]], [v for v, good in zip(values, ok.tolist(), strict=True) if good]))
+        args.append((row[evs[ok]], values[ok]))
     m = len(keep)
     correlation = np.full(m, np.nan)
     nbytes = np.full(m, np.nan)
@@ -819,7 +822,7 @@ def _converted_columns(
         if len(rows):
             out[rows] = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     rows, values = args[2]
-    kind_arg = {r: v for r, v in zip(rows.tolist(), values, strict=True) if v is not None}
+    kind_arg = {r: v for r, v in zip(rows.tolist(), values.tolist(), strict=True) if v is not None}
 
     # name: the metadata's display name, else its name ("" for an unknown id); one per (plane, metadata id).
     kept_plane, kept_mid = event_plane[keep], events.metadata_id[keep]
