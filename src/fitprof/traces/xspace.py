@@ -60,6 +60,7 @@ from fitprof.traces._table import (
     Kind,
     TraceError,
     make_table,
+    table_from_columns,
 )
 from fitprof.traces.kineto import _Columns, _frame
 
@@ -367,7 +368,7 @@ def read_xspace(
     env = _task_environment(space)
     if env.get(xs.STAT_SOURCE) == xs.SOURCE_KINETO:
         return _read_converted(data, space, p, env)
-    table = make_table(_tf_frame(data, space, p))
+    table = _table(_tf_frame(data, space, p))
     table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
     return table
 
@@ -392,8 +393,27 @@ class _Line:
         return self.on_device or not (self.is_tf_data or self.is_compute) or (self.xla and self.is_compute)
 
 
-def _tf_frame(data: bytearray, space: Any, path: Path) -> pd.DataFrame:
-    """The rows of a TensorFlow / JAX XSpace (every column but ``self_us``), as :func:`make_table` takes them.
+def _table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """:func:`make_table` of these columns, in file order (``{}`` for no rows; a column absent gets its default
+    on every row), built as the Kineto reader builds its table (:func:`table_from_columns`, one copy of each
+    column, the same order by start and longest first)."""
+    n = len(columns["ts_us"]) if columns else 0
+    if not n:
+        return make_table(pd.DataFrame([]))
+    for col, default, dtype in (
+        ("op", "", object),
+        ("launch_us", np.nan, np.float64),
+        ("copy_kind", "", object),
+        ("bytes", np.nan, np.float64),
+        ("step_num", np.nan, np.float64),
+    ):
+        if col not in columns:
+            columns[col] = np.full(n, default, dtype=dtype)
+    return table_from_columns(columns)
+
+
+def _tf_frame(data: bytearray, space: Any, path: Path) -> dict[str, np.ndarray]:
+    """The rows of a TensorFlow / JAX XSpace (every column but ``self_us``; ``{}`` for none), in file order.
 
     Each line's events are read as columns (:func:`_with_events`): their stats only on the lines where the
     classification reads stats, and of those only the :data:`_TF_STATS`. An event's classification depends only
@@ -418,16 +438,16 @@ def _tf_frame(data: bytearray, space: Any, path: Path) -> pd.DataFrame:
             lines.append((i, j))
             info.append(_Line(i, j, lname, on_device, lname.startswith("tf_data"), lname.startswith("tf_Compute"), xla))
     if not lines:
-        return pd.DataFrame([])
+        return {}
     return _with_events(
         data, path, space, lines, [li.want_stats for li in info], lambda events: _tf_rows(events, space, info)
     )
 
 
-def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> pd.DataFrame:
+def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> dict[str, np.ndarray]:
     n = len(events.metadata_id)
     if not n:
-        return pd.DataFrame([])
+        return {}
     line = events.line
     plane_of_line = np.array([li.plane for li in info], dtype=np.int64)
     # One code per (plane, stat name) of the stats read: stat metadata ids are per plane.
@@ -572,11 +592,14 @@ def _classify_tf(name: str, stats: dict[str, str], li: _Line, op_names: dict[str
     return _Class(Kind.OTHER, name)
 
 
-def _spread(classes: list[_Class], inverse: np.ndarray, events: _Events, info: list[_Line], space: Any) -> pd.DataFrame:
+def _spread(
+    classes: list[_Class], inverse: np.ndarray, events: _Events, info: list[_Line], space: Any
+) -> dict[str, np.ndarray]:
     """The rows: each event gets its distinct event's class, its own times, its plane and line names.
 
-    A column that the old row dicts set only on some rows (``op`` on device rows, ``copy_kind`` on copies) holds
-    NaN on the others, as :class:`pandas.DataFrame` built from those dicts did.
+    A column that the reader's row dicts set only on some rows (``op`` on device rows, ``copy_kind`` on copies)
+    holds NaN on the others, as :class:`pandas.DataFrame` built from those dicts did (the tables stay as they
+    were).
     """
     line = events.line
     base_ns = np.array([float(space.planes[li.plane].lines[li.index].timestamp_ns) for li in info], dtype=np.float64)
@@ -608,7 +631,7 @@ def _spread(classes: list[_Class], inverse: np.ndarray, events: _Events, info: l
     if len(calls):
         hlo = np.flatnonzero(column(lambda c: c.module is not None, bool))
         _name_clusters(calls, hlo, column(lambda c: c.module), line, ts, dur, kind, name)
-    return pd.DataFrame(frame)
+    return frame
 
 
 def _copy_kind(name: str, details: str) -> str:
@@ -730,7 +753,9 @@ def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]
     cols = _with_events(
         data, path, space, lines, [True] * len(lines), lambda ev: _converted_columns(ev, space, lines, tids, path)
     )
-    table = make_table(_frame(cols, path))
+    frame = _frame(cols, path)
+    table = _table({c: frame[c].to_numpy() for c in frame.columns})
+    del frame
     host = env.get(xs.STAT_HOST)
     table.attrs.update(
         {
