@@ -76,9 +76,9 @@ def main() -> None:
     args = parser.parse_args()
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT / "benchmarks")]
     import analysis_speed
-    import gputrace
 
     import fitprof
+    import gputrace
     from fitprof.traces._xplane_schema import xplane_classes
     from fitprof.traces.xspace import read_xspace
     from fitprof.traces.xspace_write import kineto_to_xspace

@@ -4,17 +4,26 @@ event table.
 Parsing uses the ``protobuf`` library with the schema of :mod:`fitprof.traces._xplane_schema` (the same field
 numbers as tsl's ``xplane.proto``), so neither TensorFlow nor xprof is needed. (xprof's C-backed
 ``xprof.profile_data`` reader was used first; its one ctypes call per event and per stat made a 4,315-event
-window take 86 ms to read, against 5 ms for the protobuf walk.)
+window take 86 ms to read, against 5 ms for the protobuf walk.) The reader reads only what it uses: protobuf
+parses the file with each event left as its bytes (:func:`~fitprof.traces._xplane_schema.xplane_raw_classes`:
+planes, lines and metadata as messages); the events of the lines the table is made of are then split into
+their fields with numpy, all events at once (:func:`~fitprof.traces._xplane_schema.decode_fields`), and of
+their stats only those the rules below read are turned into Python values. Lines it skips (a device's derived
+lines, the ``Host steps`` of a converted file) and stats it does not read are not decoded, nor checked: damage
+there no longer makes the file unreadable. Damage in what it reads gives protobuf's own error, as before (the
+file is then parsed whole); a valid file the decoder does not read (a group, which protobuf skips) is read event
+by event from protobuf's messages.
 
 An XSpace that fitprof converted from a Kineto trace (:mod:`fitprof.traces.xspace_write`; its ``Task
-Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch window it came from: its events are
-rebuilt as Kineto events (category from the ``category`` stat, the true name from the display name where xprof's
-copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` / ``kind`` from their stats) and
-classified by :func:`fitprof.traces.kineto.event_frame`, exactly as :func:`~fitprof.traces.kineto.read_kineto`
-classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the
-device planes' ``Host steps`` lines (copies of the host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"``, the host the trace's file
-name gave (the ``.xplane.pb``'s own name when it was converted from an in-memory trace) and the trace's ``rank`` and
-``world_size`` where it gave them.
+Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch window it came from: its events go
+straight into the Kineto reader's columns (category from the ``category`` stat, the true name from the display
+name where xprof's copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` /
+``kind`` from their stats) and are classified by the Kineto reader's rules (:func:`fitprof.traces.kineto._frame`),
+exactly as :func:`~fitprof.traces.kineto.read_kineto` classifies the trace; the stats only xprof reads
+(``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the device planes' ``Host steps`` lines (copies of the
+host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold
+``framework="pytorch"``, the host the trace's file name gave (the ``.xplane.pb``'s own name when it was converted
+from an in-memory trace) and the trace's ``rank`` and ``world_size`` where it gave them.
 
 Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces._table` for the kinds):
 
