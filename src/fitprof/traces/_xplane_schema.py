@@ -5,7 +5,9 @@ stats either side relies on.
 The message classes are built at runtime from a ``FileDescriptorProto`` replicating tsl's
 ``tsl/profiler/protobuf/xplane.proto`` (same field numbers, so the bytes are identical), under the package
 ``fitprof.xplane`` so that they never clash with TensorFlow's ``tensorflow.profiler`` classes in one process. No
-TensorFlow or xprof is needed.
+TensorFlow or xprof is needed. The reader parses with a second set (:func:`xplane_raw_classes`, package
+``fitprof.xplane_raw``) that leaves each event as its bytes, and splits the events it uses into fields with
+:func:`decode_fields` (numpy over the wire format, all messages at once).
 
 Names xprof 2.24 gives a meaning to (``tsl/profiler/utils/xplane_schema.h``), and what fitprof's writer puts in
 them:
