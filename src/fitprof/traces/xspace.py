@@ -475,13 +475,19 @@ def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> dict[str, np.nda
         picked = _last_stats(events, stat_plane == i, pids, last)
         if not len(picked):
             continue
-        text = dict(zip(picked.tolist(), (_stat_text(kd, v, stat_names[i]) for kd, v in zip(
-            events.stat_kind[picked].tolist(), events.values(picked), strict=True)), strict=True))  # fmt: skip
+        text = events.values(picked)  # a str value is its own text; the other kinds go through _stat_text
+        kinds = events.stat_kind[picked]
+        other = np.flatnonzero(kinds != _STR)
+        text[other] = [
+            _stat_text(kd, v, stat_names[i]) for kd, v in zip(kinds[other].tolist(), text[other], strict=True)
+        ]
+        at = np.zeros(len(events.stat_id), dtype=np.int64)
+        at[picked] = np.arange(len(picked))
         for w in range(k):
             evs = np.flatnonzero(last[w] >= 0)
             if not len(evs):
                 continue
-            c, u = pd.factorize(pd.Series([text[s] for s in last[w, evs].tolist()], dtype=object))
+            c, u = pd.factorize(pd.Series(text[at[last[w, evs]]], dtype=object))
             codes[w, evs] = np.asarray(c, dtype=np.int64) + len(texts[w])
             texts[w] += list(u)
     # The distinct (line, metadata id, stat values): a code per event, combined one column at a time.
