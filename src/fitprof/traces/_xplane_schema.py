@@ -234,9 +234,9 @@ class Fields:
     msg: np.ndarray
     """int64: the message's index (into the ``starts`` given)."""
     number: np.ndarray
-    """int64: the field number."""
+    """int32: the field number."""
     wire: np.ndarray
-    """int64: the wire type."""
+    """int8: the wire type."""
     value: np.ndarray
     """uint64."""
     at: np.ndarray
@@ -354,10 +354,10 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
             return None
         tag, size = got
         pos = pos + size
-        number = (tag >> np.uint64(3)).astype(np.int64)
-        wire = (tag & np.uint64(7)).astype(np.int64)
-        if (number == 0).any() or (tag >> np.uint64(3) > _MAX_FIELD_NUMBER).any():
-            return None
+        if (tag < 8).any() or (tag > (_MAX_FIELD_NUMBER << 3 | 7)).any():
+            return None  # field number 0, or past the largest
+        number = (tag >> np.uint64(3)).astype(np.int32)
+        wire = (tag & np.uint64(7)).astype(np.int8)
         var_mask = (wire == WIRE_VARINT) | (wire == WIRE_LEN)
         if var_mask.all():  # the usual round: every field a varint or length-delimited
             got = _varints(buf, pos)
@@ -404,12 +404,14 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     np.cumsum(counts[:-1], out=first[1:])
     out = Fields(
         msg=np.repeat(np.arange(n, dtype=np.int64), counts),
-        number=np.empty(total, dtype=np.int64),
-        wire=np.empty(total, dtype=np.int64),
+        number=np.empty(total, dtype=np.int32),
+        wire=np.empty(total, dtype=np.int8),
         value=np.empty(total, dtype=np.uint64),
         at=np.empty(total, dtype=np.int64),
     )
-    for r, (active, number, wire, value, at) in enumerate(rounds):
+    for r in range(len(rounds)):
+        active, number, wire, value, at = rounds[r]
+        rounds[r] = ()  # each round let go as it is copied
         slot = first[active] + r  # the r-th field of its message: messages in order, each one's fields in order
         out.number[slot], out.wire[slot], out.value[slot], out.at[slot] = number, wire, value, at
     return out
