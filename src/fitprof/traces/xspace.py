@@ -8,9 +8,10 @@ window take 86 ms to read, against 5 ms for the protobuf walk.) The reader reads
 parses the file with each event left as its bytes (:func:`~fitprof.traces._xplane_schema.xplane_raw_classes`:
 planes, lines and metadata as messages); the events of the lines the table is made of are then split into
 their fields with numpy, all events at once (:func:`~fitprof.traces._xplane_schema.decode_fields`), and of
-their stats only those the rules below read are turned into Python values. Lines it skips (a device's derived
-lines, the ``Host steps`` of a converted file) and stats it does not read are not decoded, nor checked: damage
-there no longer makes the file unreadable. Damage in what it reads gives protobuf's own error, as before (the
+their stats only those the rules below read are turned into Python values. The events of the lines it skips (a
+device's derived lines, the ``Host steps`` of a converted file), the stats of host lines whose stats the rules do
+not read (``tf_Compute`` and ``tf_data`` lines without XLA), and the values of the stats it does not read are
+not decoded, nor checked: damage there no longer makes the file unreadable. Damage in what it reads gives protobuf's own error, as before (the
 file is then parsed whole); a valid file the decoder does not read (a group, which protobuf skips) is read event
 by event from protobuf's messages.
 
@@ -96,7 +97,8 @@ _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
 
 
 _TF_STATS = ("memcpy_details", "tf_op", _HLO_OP, "hlo_module", "kernel_type", "step_num", "_r")
-"""The stats the TensorFlow / JAX classification reads (by name); an event's other stats are never decoded."""
+"""The stats the TensorFlow / JAX classification reads (by name); the values of an event's other stats are never
+made Python values (nor their strings checked to be UTF-8)."""
 _VALUE_FIELDS = {
     "double_value": 2,
     "uint64_value": 3,
