@@ -4,17 +4,27 @@ event table.
 Parsing uses the ``protobuf`` library with the schema of :mod:`fitprof.traces._xplane_schema` (the same field
 numbers as tsl's ``xplane.proto``), so neither TensorFlow nor xprof is needed. (xprof's C-backed
 ``xprof.profile_data`` reader was used first; its one ctypes call per event and per stat made a 4,315-event
-window take 86 ms to read, against 5 ms for the protobuf walk.)
+window take 86 ms to read, against 5 ms for the protobuf walk.) The reader reads only what it uses: protobuf
+parses the file with each event left as its bytes (:func:`~fitprof.traces._xplane_schema.xplane_raw_classes`:
+planes, lines and metadata as messages); the events of the lines the table is made of are then split into
+their fields with numpy, all events at once (:func:`~fitprof.traces._xplane_schema.decode_fields`), and of
+their stats only those the rules below read are turned into Python values. The events of the lines it skips (a
+device's derived lines, the ``Host steps`` of a converted file), the stats of host lines whose stats the rules do
+not read (``tf_Compute`` and ``tf_data`` lines without XLA), and the values of the stats it does not read are
+not decoded, nor checked: damage there no longer makes the file unreadable. Damage in what it reads gives protobuf's own error, as before (the
+file is then parsed whole); a valid file the decoder does not read (a group, which protobuf skips) is read event
+by event from protobuf's messages.
 
 An XSpace that fitprof converted from a Kineto trace (:mod:`fitprof.traces.xspace_write`; its ``Task
-Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch window it came from: its events are
-rebuilt as Kineto events (category from the ``category`` stat, the true name from the display name where xprof's
-copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` / ``kind`` from their stats) and
-classified by :func:`fitprof.traces.kineto.event_frame`, exactly as :func:`~fitprof.traces.kineto.read_kineto`
-classifies the trace; the stats only xprof reads (``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the
-device planes' ``Host steps`` lines (copies of the host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold ``framework="pytorch"``, the host the trace's file
-name gave (the ``.xplane.pb``'s own name when it was converted from an in-memory trace) and the trace's ``rank`` and
-``world_size`` where it gave them.
+Environment`` plane says ``fitprof_source="kineto"``) is read as the PyTorch window it came from: its events go
+straight into the Kineto reader's columns (category from the ``category`` stat, the true name from the display
+name where xprof's copy names replace it, ``correlation`` from ``correlation_id`` or ``correlation``, ``bytes`` /
+``kind`` from their stats) and are classified by the Kineto reader's rules (:func:`fitprof.traces.kineto._frame`),
+exactly as :func:`~fitprof.traces.kineto.read_kineto` classifies the trace; the stats only xprof reads
+(``tf_op``, ``_ipl_stage_name``, ``memcpy_details``) and the device planes' ``Host steps`` lines (copies of the
+host's step markers) are ignored, so nothing is counted twice. ``attrs`` then also hold
+``framework="pytorch"``, the host the trace's file name gave (the ``.xplane.pb``'s own name when it was converted
+from an in-memory trace) and the trace's ``rank`` and ``world_size`` where it gave them.
 
 Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces._table` for the kinds):
 
@@ -42,13 +52,15 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
 
 from __future__ import annotations
 
-import bisect
+import dataclasses
 import os
 import re
 from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 
 from fitprof.traces import _xplane_schema as xs
@@ -58,8 +70,9 @@ from fitprof.traces._table import (
     Kind,
     TraceError,
     make_table,
+    table_from_columns,
 )
-from fitprof.traces.kineto import event_frame
+from fitprof.traces.kineto import _Columns, _frame
 
 _COLLECTIVE_TYPES = re.compile(r"^(Collective|Nccl|AllReduce|AllGather|ReduceScatter|AllToAll)", re.IGNORECASE)
 _INPUT_EVENT = re.compile(r"^(MultiDevice)?IteratorGetNext\w*Op::DoCompute$")
@@ -83,84 +96,251 @@ step calls its XLA cluster through one (``StatefulPartitionedCall``)."""
 _BYTES = re.compile(r"(?:num_bytes|size|bytes)\s*[:=]\s*(\d+)")
 
 
-def _stat_value(stat: Any, stat_names: dict[int, str]) -> str:
-    if stat.WhichOneof("value") == "bytes_value":
-        return "<bytes>"
-    value = xs.stat_value(stat, stat_names)
-    return "" if value is None else str(value)
+_TF_STATS = ("memcpy_details", "tf_op", _HLO_OP, "hlo_module", "kernel_type", "step_num", "_r")
+"""The stats the TensorFlow / JAX classification reads (by name); the values of an event's other stats are never
+made Python values (nor their strings checked to be UTF-8)."""
+_VALUE_FIELDS = {
+    "double_value": 2,
+    "uint64_value": 3,
+    "int64_value": 4,
+    "str_value": 5,
+    "bytes_value": 6,
+    "ref_value": 7,
+}
+"""``XStat``'s value fields and their field numbers: a stat's ``kind`` below (0: no value)."""
+_DOUBLE, _UINT64, _INT64, _STR, _BYTES_VALUE, _REF = 2, 3, 4, 5, 6, 7
 
 
-def _stats(meta: Any, event: Any, stat_names: dict[int, str], cache: dict[int, dict[str, str]]) -> dict[str, str]:
-    """An event's stats by name, as strings: its metadata's stats, then its own (which win). Read-only: the
-    metadata's part is built once per metadata (``cache``) and shared by its events, strings included."""
-    base = cache.get(event.metadata_id)
-    if base is None:
-        base = cache[event.metadata_id] = {}
-        if meta is not None:
-            for st in meta.stats:
-                base[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
-    if not event.stats:
-        return base
-    out = dict(base)
-    for st in event.stats:
-        out[stat_names.get(st.metadata_id, "")] = _stat_value(st, stat_names)
+# ------------------------------------------------------------------------------------------------ events
+@dataclasses.dataclass
+class _Events:
+    """The events of the lines a reader uses, as columns: each line's events in file order, lines in the order
+    given; and the stats of the events of the lines read with stats, in file order.
+
+    ``stat_kind`` is the field number of the stat's value (:data:`_VALUE_FIELDS`; 0 when it has none);
+    ``values(idx)`` gives the values of the stats ``idx`` as protobuf gives them (``float``, ``int``, ``str``,
+    ``bytes``, ``None``; a ``ref_value`` as its ``int``).
+    """
+
+    line: np.ndarray
+    metadata_id: np.ndarray
+    offset_ps: np.ndarray
+    duration_ps: np.ndarray
+    stat_event: np.ndarray
+    stat_id: np.ndarray
+    stat_kind: np.ndarray
+    values: Callable[[np.ndarray], np.ndarray]
+
+
+_T = TypeVar("_T")
+
+
+def _with_events(
+    data: bytearray,
+    path: Path,
+    space: Any,
+    lines: list[tuple[int, int]],
+    stats: Sequence[bool],
+    build: Callable[[_Events], _T],
+) -> _T:
+    """``build`` of the events of ``lines`` (``(plane index, line index)`` of ``space``, read with the raw classes),
+    with their stats where ``stats`` says so, decoded from their bytes with numpy (:func:`_decode_events`).
+
+    A file that path does not read (not valid protobuf there, a string ``build`` reads that is not UTF-8, or a
+    group) is parsed whole by protobuf, which raises its error as before, or else read event by event
+    (:func:`_message_events`). The events of lines not in ``lines``, and the stats not read, are not checked.
+    """
+    events = _decode_events([space.planes[i].lines[j].events for i, j in lines], stats)
+    if events is not None:
+        try:
+            return build(events)
+        except _NotUtf8:
+            pass
+    full = _parse(data, path, xs.xplane_classes()["XSpace"])
+    return build(_message_events([full.planes[i].lines[j] for i, j in lines], stats))
+
+
+def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None:
+    """:class:`_Events` from each line's serialized events (``repeated bytes`` of the raw classes), all lines at
+    once: one buffer, then :func:`fitprof.traces._xplane_schema.decode_fields` over every event, then over every
+    stat of the lines read with stats. ``None`` when the wire decoder gives up or a string value read is not
+    UTF-8 (protobuf refuses both)."""
+    counts = [len(r) for r in raw]
+    chunks: list[bytes] = []
+    for r in raw:
+        chunks += r
+    sizes = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    chunks.append(bytes(xs.WIRE_PAD))
+    blob = b"".join(chunks)
+    del chunks
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    ends = np.cumsum(sizes)
+    n = len(sizes)
+    f = xs.decode_fields(buf, ends - sizes, ends)
+    if f is None:
+        return None
+    # proto3: the last value of each field wins; offset_ps and num_occurrences are one oneof (the last one set).
+    mid = _pick(f.value, f.last(n, 1, xs.WIRE_VARINT)).view(np.int64)
+    dur = _pick(f.value, f.last(n, 3, xs.WIRE_VARINT)).view(np.int64)
+    data = f.last_of(n, ((f.number == 2) | (f.number == 5)) & (f.wire == xs.WIRE_VARINT))
+    off = np.where(f.number[data] == 2, _pick(f.value, data), 0).astype(np.uint64).view(np.int64)
+    line = np.repeat(np.arange(len(raw), dtype=np.int64), counts)
+    want = np.asarray(with_stats, dtype=bool)[line] if n else np.zeros(0, dtype=bool)
+    stat = np.flatnonzero((f.number == 4) & (f.wire == xs.WIRE_LEN) & want[f.msg])
+    start = f.at[stat]
+    g = xs.decode_fields(buf, start, start + f.value[stat].astype(np.int64))
+    if g is None:
+        return None
+    m = len(stat)
+    value_field = np.zeros(len(g.number), dtype=bool)
+    for number, wire in ((2, xs.WIRE_I64), (3, xs.WIRE_VARINT), (4, xs.WIRE_VARINT), (5, xs.WIRE_LEN),
+                         (6, xs.WIRE_LEN), (7, xs.WIRE_VARINT)):  # fmt: skip
+        value_field |= (g.number == number) & (g.wire == wire)
+    v = g.last_of(m, value_field)  # XStat's value is a oneof: the last value field set
+    kind = np.where(v >= 0, g.number[v], 0)
+    bits = _pick(g.value, v)
+    at = np.where(v >= 0, g.at[v], 0)
+
+    def values(idx: np.ndarray) -> np.ndarray:
+        out = np.full(len(idx), None, dtype=object)
+        k, b = kind[idx], bits[idx]
+        for code, conv in ((_DOUBLE, np.float64), (_INT64, np.int64)):
+            sel = k == code
+            if sel.any():
+                out[sel] = b[sel].view(conv).tolist()
+        sel = (k == _UINT64) | (k == _REF)
+        if sel.any():
+            out[sel] = b[sel].tolist()
+        for code in (_STR, _BYTES_VALUE):
+            sel = np.flatnonzero(k == code)
+            if len(sel):
+                out[sel] = _texts(blob, buf, at[idx[sel]], b[sel].astype(np.int64), code == _STR)
+        return out
+
+    return _Events(line, mid, off, dur, f.msg[stat], _pick(g.value, g.last(m, 1, xs.WIRE_VARINT)).view(np.int64),
+                   kind, values)  # fmt: skip
+
+
+class _NotUtf8(Exception):
+    """A string value that protobuf would refuse."""
+
+
+def _texts(blob: bytes, buf: np.ndarray, at: np.ndarray, size: np.ndarray, decode: bool) -> np.ndarray:
+    """The byte strings ``blob[at:at + size]`` (``buf``: ``blob`` as uint8), as ``str`` when ``decode``: each
+    distinct one built once and shared by the values equal to it.
+
+    Strings of at most 64 bytes (categories, op names) are told apart without a Python object each: their
+    bytes, zero-padded to whole 8-byte words, and their length are coded a column at a time
+    (``pandas.factorize``); equal codes are equal lengths and equal bytes.
+
+    Raises:
+        _NotUtf8: if one is not UTF-8 (protobuf refuses a ``string`` field that is not).
+    """
+    n = len(at)
+    longest = int(size.max()) if n else 0
+    if longest <= 64:
+        width = max(8, -(-longest // 8) * 8)
+        idx = at[:, None] + np.arange(width)
+        np.minimum(idx, len(buf) - 1, out=idx)  # past a string's end, masked below
+        window = buf[idx]
+        window[np.arange(width) >= size[:, None]] = 0
+        words = window.view("<u8")
+        codes = np.asarray(pd.factorize(size)[0], dtype=np.int64)
+        for w in range(words.shape[1]):
+            word = np.asarray(pd.factorize(words[:, w])[0], dtype=np.int64)
+            codes = np.asarray(pd.factorize(codes * (int(word.max()) + 1) + word)[0], dtype=np.int64)
+        # Codes come in order of first appearance: a value's first is where the running maximum grows.
+        seen = np.maximum.accumulate(codes) if n else codes
+        first = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1]))) if n else codes
+        pieces = [blob[a : a + s] for a, s in zip(at[first].tolist(), size[first].tolist(), strict=True)]
+    else:
+        sliced = np.empty(n, dtype=object)
+        sliced[:] = [blob[a : a + s] for a, s in zip(at.tolist(), size.tolist(), strict=True)]
+        codes, pieces = pd.factorize(sliced)
+    uniques = np.empty(len(pieces), dtype=object)
+    try:
+        uniques[:] = [u.decode("utf-8") for u in pieces] if decode else list(pieces)
+    except UnicodeDecodeError:
+        raise _NotUtf8 from None
+    return uniques[codes]
+
+
+def _pick(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]``, 0 where ``idx`` is -1 (a field not set: proto3's default)."""
+    out = values[np.maximum(idx, 0)] if len(values) else np.zeros(len(idx), dtype=values.dtype)
+    out[idx < 0] = 0
     return out
 
 
-def _copy_kind(name: str, details: str) -> str:
-    low = (name + " " + details).lower()
-    if "h2d" in low or "htod" in low or "host_to_device" in low:
-        if "pageable" in low:
-            return "htod_pageable"
-        if "pinned" in low:
-            return "htod_pinned"
-        return "htod"
-    if "d2h" in low or "dtoh" in low:
-        return "dtoh"
-    if "d2d" in low or "dtod" in low:
-        return "dtod"
-    return ""
+def _message_events(lines: list[Any], with_stats: Sequence[bool]) -> _Events:
+    """:class:`_Events` read event by event from protobuf's messages (the full classes): the reader of a file
+    :func:`_decode_events` does not read, and the reference its tests compare it with."""
+    line: list[int] = []
+    mid: list[int] = []
+    off: list[int] = []
+    dur: list[int] = []
+    stat_event: list[int] = []
+    stat_id: list[int] = []
+    stat_kind: list[int] = []
+    stat_values: list[Any] = []
+    for i, (ln, want) in enumerate(zip(lines, with_stats, strict=True)):
+        for ev in ln.events:
+            if want:
+                for st in ev.stats:
+                    which = st.WhichOneof("value")
+                    stat_event.append(len(mid))
+                    stat_id.append(st.metadata_id)
+                    stat_kind.append(_VALUE_FIELDS[which] if which else 0)
+                    stat_values.append(getattr(st, which) if which else None)
+            line.append(i)
+            mid.append(ev.metadata_id)
+            off.append(ev.offset_ps)
+            dur.append(ev.duration_ps)
+
+    def values(idx: np.ndarray) -> np.ndarray:
+        out = np.empty(len(idx), dtype=object)
+        out[:] = [stat_values[i] for i in idx.tolist()]
+        return out
+
+    def ints(xs_: list[int]) -> np.ndarray:
+        return np.array(xs_, dtype=np.int64)
+
+    return _Events(ints(line), ints(mid), ints(off), ints(dur), ints(stat_event), ints(stat_id), ints(stat_kind),
+                   values)  # fmt: skip
 
 
-def _name_clusters(calls: list[dict[str, Any]], modules: list[tuple[float, str]]) -> None:
-    """Make each TF async op within which HLO ops ran on its line an operator named after their ``hlo_module``
-    (the XLA cluster it runs: ``a_inference_one_step_on_data_1131__.7`` for Keras's ``jit_compile=True`` step).
+def _last_stats(events: _Events, among: np.ndarray, ids: dict[int, int], last: np.ndarray) -> np.ndarray:
+    """For each stat name, the last stat of each event with that name, into ``last`` (shape (names, events),
+    stat index or -1), from the stats ``among`` (a mask: one plane's, whose metadata ids ``ids`` maps to name
+    indices; other stats are not looked at). Returns the stats picked."""
+    if not ids or not among.any():
+        return np.zeros(0, dtype=np.int64)
+    keys = np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))
+    names = np.fromiter(ids.values(), dtype=np.int64, count=len(ids))
+    order = np.argsort(keys)
+    keys, names = keys[order], names[order]
+    pos = np.searchsorted(keys, events.stat_id).clip(0, len(keys) - 1)
+    stat = np.flatnonzero(among & (keys[pos] == events.stat_id))
+    pos = pos[stat]
+    which = names[pos]
+    # The last of each (name, event): stats are in event order, so a stable sort by name keeps each event's in order.
+    by = np.argsort(which, kind="stable")
+    stat, which = stat[by], which[by]
+    ev = events.stat_event[stat]
+    end = np.ones(len(stat), dtype=bool)
+    end[:-1] = (which[1:] != which[:-1]) | (ev[1:] != ev[:-1])
+    last[which[end], ev[end]] = stat[end]
+    return stat[end]
 
-    Its self time is then its span less the HLO ops run on its own line: the cluster's dispatch and the time it
-    waits for the HLO ops on other threads (``tf_numa_*_Eigen``), which count on their own lines.
-    """
-    if not calls or not modules:
-        return
-    modules.sort()
-    starts = [m[0] for m in modules]
-    for row in calls:
-        i = bisect.bisect_left(starts, row["ts_us"])
-        if i < len(modules) and starts[i] <= row["ts_us"] + row["dur_us"]:
-            row["kind"] = Kind.OP
-            row["name"] = modules[i][1] or row["name"]  # an HLO op without its module: keep the executor's name
 
-
-def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]) -> None:
-    """The bounds that hold before any row is built: the events, and the length of every name and metadata string
-    (each event's row refers to its metadata's name and stats, so a long one would be repeated per event)."""
-    n_events = 0
-    for plane in space.planes:
-        strings = [plane.name]
-        for line in plane.lines:
-            n_events += len(line.events)
-            strings += (line.name, line.display_name)
-        for meta in plane.event_metadata.values():
-            strings += (meta.name, meta.display_name)
-            strings += (st.str_value for st in meta.stats)
-        strings += (m.name for m in plane.stat_metadata.values())
-        longest = max(map(len, strings), default=0)
-        if longest > MAX_XSPACE_STRING_BYTES:
-            raise error(
-                f"{path}: plane {plane.name[:80]!r} holds a name or string of {longest:,} characters, more than the "
-                f"bound of {MAX_XSPACE_STRING_BYTES:,} on one XSpace string (no profiler writes names that long)"
-            )
-        if n_events > limits.max_events:
-            raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
+# ----------------------------------------------------------------------------------------------- reading
+def _parse(data: bytearray, path: Path, cls: Any) -> Any:
+    try:
+        return cls.FromString(data)  # a bytearray is read in place, not copied
+    except Exception as err:  # DecodeError and friends: not this message type
+        if cls is not xs.xplane_classes()["XSpace"]:  # the error as the full classes name it (as before)
+            _parse(data, path, xs.xplane_classes()["XSpace"])
+        raise TraceError(f"{path}: not an XSpace protobuf ({type(err).__name__}: {err})") from None
 
 
 def read_xspace(
@@ -192,110 +372,356 @@ def read_xspace(
     data = read_bounded(p, limits, TraceError, inflate=False)
     if not data:
         raise TraceError(f"{p}: empty file, not an XSpace")
-    try:
-        space = xs.xplane_classes()["XSpace"].FromString(data)  # a bytearray is read in place, not copied
-    except Exception as err:  # DecodeError and friends: not this message type
-        raise TraceError(f"{p}: not an XSpace protobuf ({type(err).__name__}: {err})") from None
-    del data
+    space = _parse(data, p, xs.xplane_raw_classes()["XSpace"])  # every event left as its bytes until read
     _check_bounds(space, p, limits, TraceError)
     if not any(plane.name.startswith("/host:") for plane in space.planes):
         raise TraceError(f"{p}: an XSpace without a /host: plane, not a profile fitprof can analyse")
     env = _task_environment(space)
     if env.get(xs.STAT_SOURCE) == xs.SOURCE_KINETO:
-        return _read_converted(space, p, env)
-    rows: list[dict[str, Any]] = []
-    op_names: dict[str, str] = {}
-    for plane in space.planes:
+        return _read_converted(data, space, p, env)
+    table = _table(_tf_frame(data, space, p))
+    table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
+    return table
+
+
+@dataclasses.dataclass(frozen=True)
+class _Line:
+    """What the TensorFlow classification needs to know of a line."""
+
+    plane: int
+    index: int
+    """In its plane."""
+    name: str
+    on_device: bool
+    is_tf_data: bool
+    is_compute: bool
+    xla: bool
+
+    @property
+    def want_stats(self) -> bool:
+        # Stats are only needed on device events and on host lines outside the TF executor and tf.data (where step
+        # markers and annotations live), and on tf_Compute lines of a plane that runs XLA-compiled work.
+        return self.on_device or not (self.is_tf_data or self.is_compute) or (self.xla and self.is_compute)
+
+
+def _table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """:func:`make_table` of these columns, in file order (``{}`` for no rows; a column absent gets its default
+    on every row), built as the Kineto reader builds its table (:func:`table_from_columns`, one copy of each
+    column, the same order by start and longest first)."""
+    n = len(columns["ts_us"]) if columns else 0
+    if not n:
+        return make_table(pd.DataFrame([]))
+    for col, default, dtype in (
+        ("op", "", object),
+        ("launch_us", np.nan, np.float64),
+        ("copy_kind", "", object),
+        ("bytes", np.nan, np.float64),
+        ("step_num", np.nan, np.float64),
+    ):
+        if col not in columns:
+            columns[col] = np.full(n, default, dtype=dtype)
+    return table_from_columns(columns)
+
+
+def _tf_frame(data: bytearray, space: Any, path: Path) -> dict[str, np.ndarray]:
+    """The rows of a TensorFlow / JAX XSpace (every column but ``self_us``; ``{}`` for none), in file order.
+
+    Each line's events are read as columns (:func:`_with_events`): their stats only on the lines where the
+    classification reads stats, and of those only the :data:`_TF_STATS`. An event's classification depends only
+    on its line, its metadata (name and stats) and the values of those stats on it, so each distinct
+    ``(line, metadata id, values)`` is classified once (:func:`_classify_tf`, the per-event rules as they were)
+    and the answer spread over its events with numpy. The XLA clusters are then named per line
+    (:func:`_name_clusters`).
+    """
+    lines: list[tuple[int, int]] = []
+    info: list[_Line] = []
+    for i, plane in enumerate(space.planes):
         pname = plane.name
         on_device = pname.startswith("/device:")
         if not on_device and not pname.startswith("/host:"):
             continue  # Task Environment, metadata planes
-        event_meta = dict(plane.event_metadata)
-        event_names = {k: m.name for k, m in event_meta.items()}  # one str per name, shared by its events
-        meta_stats: dict[int, dict[str, str]] = {}
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         xla = _HLO_OP in stat_names.values()  # XLA-compiled work runs on this plane (also on tf_Compute lines)
-        for line in plane.lines:
+        for j, line in enumerate(plane.lines):
             lname = line.name
             if on_device and not lname.lower().startswith("stream"):
                 continue  # derived lines (XLA Modules, Steps, ...) repeat the stream events
-            is_tf_data = lname.startswith("tf_data")
-            is_compute = lname.startswith("tf_Compute")
-            base_ns = line.timestamp_ns
-            # Stats are only needed on device events and on host lines outside the TF executor and tf.data
-            # (where step markers and annotations live); most events are on those lines and skip them.
-            want_stats = on_device or not (is_tf_data or is_compute) or (xla and is_compute)
-            calls: list[dict[str, Any]] = []  # TF async ops of this line that may call an XLA cluster
-            modules: list[tuple[float, str]] = []  # (start, hlo_module) of this line's HLO ops
-            for ev in line.events:
-                meta = event_meta.get(ev.metadata_id)
-                name = event_names.get(ev.metadata_id, "")
-                stats = _stats(meta, ev, stat_names, meta_stats) if want_stats else {}
-                row: dict[str, Any] = {
-                    "name": name,
-                    "ts_us": (base_ns + ev.offset_ps / 1e3) / 1e3,
-                    "dur_us": ev.duration_ps / 1e6,
-                    "pid": pname,
-                    "tid": lname,
-                    "on_device": on_device,
-                }
-                if on_device:
-                    kind = _copy_kind(name, stats.get("memcpy_details", ""))
-                    if kind or name.lower().startswith("memcpy"):
-                        row["kind"] = Kind.MEMCPY
-                        row["copy_kind"] = kind
-                        m = _BYTES.search(stats.get("memcpy_details", ""))
-                        if m:
-                            row["bytes"] = float(m.group(1))
-                    elif "nccl" in name.lower() or "rccl" in name.lower():
-                        row["kind"] = Kind.COLLECTIVE
-                    else:
-                        row["kind"] = Kind.KERNEL
-                    tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
-                    op = op_names.get(tf_op)
-                    if op is None:  # one str per op name, shared by its kernels
-                        op = op_names[tf_op] = tf_op.split(":")[0]
-                    row["op"] = op
-                elif name == INPUT_ANNOTATION or _INPUT_EVENT.match(name):
-                    row["kind"] = Kind.INPUT
-                elif name in NOT_TRAINING_ANNOTATIONS and not (is_tf_data or is_compute):
-                    row["kind"] = Kind.NOT_TRAINING  # fitprof's own spans (validation, its overhead)
-                elif _HLO_OP in stats and not is_tf_data:
-                    row["kind"] = Kind.OP  # an XLA thunk (HLO op) run on a host thread
-                    row["name"] = stats[_HLO_OP] or name
-                    modules.append((row["ts_us"], stats.get("hlo_module", "")))
-                elif (
-                    xla
-                    and is_compute
-                    and name == _ASYNC_OP
-                    and not stats.get("kernel_type", "").startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext"))
-                ):
-                    row["kind"] = Kind.OTHER  # an XLA cluster's call when HLO ops run inside it (below)
-                    calls.append(row)
-                elif "step_num" in stats and not (is_tf_data or is_compute):
-                    row["kind"] = Kind.STEP
-                    try:
-                        row["step_num"] = float(stats["step_num"])
-                    except ValueError:
-                        pass
-                elif (is_compute or lname.startswith("collective_ops")) and (op_match := _TF_OP.fullmatch(name)):
-                    op_name, op_type = op_match["name"], op_match["type"]
-                    row["name"] = op_name.removeprefix(_FUNCTION_PREFIX)
-                    if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
-                        row["kind"] = Kind.INPUT
-                    elif _COLLECTIVE_TYPES.match(op_type):
-                        row["kind"] = Kind.COLLECTIVE
-                    else:
-                        row["kind"] = Kind.OP
-                elif "_r" in stats and not is_tf_data:
-                    row["kind"] = Kind.ANNOTATION
-                else:
-                    row["kind"] = Kind.OTHER
-                rows.append(row)
-            _name_clusters(calls, modules)
-    table = make_table(rows)
-    table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
-    return table
+            lines.append((i, j))
+            info.append(_Line(i, j, lname, on_device, lname.startswith("tf_data"), lname.startswith("tf_Compute"), xla))
+    if not lines:
+        return {}
+    return _with_events(
+        data, path, space, lines, [li.want_stats for li in info], lambda events: _tf_rows(events, space, info)
+    )
+
+
+def _tf_rows(events: _Events, space: Any, info: list[_Line]) -> dict[str, np.ndarray]:
+    n = len(events.metadata_id)
+    if not n:
+        return {}
+    line = events.line
+    plane_of_line = np.array([li.plane for li in info], dtype=np.int64)
+    # One code per (plane, stat name) of the stats read: stat metadata ids are per plane.
+    plane_ids: dict[int, dict[int, int]] = {}
+    stat_names: dict[int, dict[int, str]] = {}
+    for i in sorted(set(plane_of_line.tolist())):
+        names = stat_names[i] = {k: v.name for k, v in space.planes[i].stat_metadata.items()}
+        plane_ids[i] = {k: _TF_STATS.index(v) for k, v in names.items() if v in _TF_STATS}
+    # The stat values of each event, as the strings the rules read (_stat_text), coded per stat name.
+    k = len(_TF_STATS)
+    codes = np.full((k, n), -1, dtype=np.int64)
+    texts: list[list[str]] = [[] for _ in range(k)]
+    stat_plane = plane_of_line[line[events.stat_event]]
+    for i, pids in plane_ids.items():
+        last = np.full((k, n), -1, dtype=np.int64)
+        picked = _last_stats(events, stat_plane == i, pids, last)
+        if not len(picked):
+            continue
+        text = events.values(picked)  # a str value is its own text; the other kinds go through _stat_text
+        kinds = events.stat_kind[picked]
+        other = np.flatnonzero(kinds != _STR)
+        text[other] = [
+            _stat_text(kd, v, stat_names[i]) for kd, v in zip(kinds[other].tolist(), text[other], strict=True)
+        ]
+        at = np.zeros(len(events.stat_id), dtype=np.int64)
+        at[picked] = np.arange(len(picked))
+        for w in range(k):
+            evs = np.flatnonzero(last[w] >= 0)
+            if not len(evs):
+                continue
+            c, u = pd.factorize(pd.Series(text[at[last[w, evs]]], dtype=object))
+            codes[w, evs] = np.asarray(c, dtype=np.int64) + len(texts[w])
+            texts[w] += list(u)
+    # The distinct (line, metadata id, stat values): a code per event, combined one column at a time.
+    key = np.asarray(pd.factorize(events.metadata_id)[0], dtype=np.int64)
+    for col in (line, *codes):
+        key = np.asarray(pd.factorize(key * (int(col.max()) + 2) + col + 1)[0], dtype=np.int64)
+    first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
+    op_names: dict[str, str] = {}
+    meta_stats: dict[tuple[int, int], dict[str, str]] = {}
+    classes = []
+    for e in first.tolist():
+        li = info[int(line[e])]
+        plane = space.planes[li.plane]
+        mid = int(events.metadata_id[e])
+        base = meta_stats.get((li.plane, mid))
+        if base is None:
+            base = meta_stats[(li.plane, mid)] = _meta_stats(plane, mid, stat_names[li.plane])
+        stats = dict(base) if li.want_stats else {}
+        if li.want_stats:
+            for w in range(k):
+                if codes[w, e] >= 0:
+                    stats[_TF_STATS[w]] = texts[w][codes[w, e]]
+        name = plane.event_metadata[mid].name if mid in plane.event_metadata else ""  # [] of a missing id adds it
+        classes.append(_classify_tf(name, stats, li, op_names))
+    return _spread(classes, inverse, events, info, space)
+
+
+def _meta_stats(plane: Any, mid: int, names: dict[int, str]) -> dict[str, str]:
+    """The :data:`_TF_STATS` of an event metadata, by name, as strings (later stats of one name win)."""
+    if mid not in plane.event_metadata:
+        return {}
+    out: dict[str, str] = {}
+    for st in plane.event_metadata[mid].stats:
+        name = names.get(st.metadata_id, "")
+        if name in _TF_STATS:
+            which = st.WhichOneof("value")
+            out[name] = _stat_text(_VALUE_FIELDS[which] if which else 0, getattr(st, which) if which else None, names)
+    return out
+
+
+def _stat_text(kind: int, value: Any, stat_names: dict[int, str]) -> str:
+    """A stat's value as the TensorFlow rules read it: ``"<bytes>"`` for bytes, a reference as the name it
+    refers to, "" for none, else ``str``."""
+    if kind == _BYTES_VALUE:
+        return "<bytes>"
+    if kind == _REF:
+        return stat_names.get(value, "")
+    return "" if value is None else str(value)
+
+
+@dataclasses.dataclass
+class _Class:
+    """One distinct event's row, but its times: what :func:`_classify_tf` decides."""
+
+    kind: Kind
+    name: str
+    copy_kind: str | None = None
+    nbytes: float = np.nan
+    op: str | None = None
+    step_num: float = np.nan
+    call: bool = False
+    """A TF async op that may call an XLA cluster (named by :func:`_name_clusters`)."""
+    module: str | None = None
+    """An HLO op's ``hlo_module``."""
+
+
+def _classify_tf(name: str, stats: dict[str, str], li: _Line, op_names: dict[str, str]) -> _Class:
+    """An event's kind and row fields from its name, stats and line (the rules of this module's docstring)."""
+    is_tf_data, is_compute = li.is_tf_data, li.is_compute
+    if li.on_device:
+        out = _Class(Kind.KERNEL, name)
+        kind = _copy_kind(name, stats.get("memcpy_details", ""))
+        if kind or name.lower().startswith("memcpy"):
+            out.kind, out.copy_kind = Kind.MEMCPY, kind
+            m = _BYTES.search(stats.get("memcpy_details", ""))
+            if m:
+                out.nbytes = float(m.group(1))
+        elif "nccl" in name.lower() or "rccl" in name.lower():
+            out.kind = Kind.COLLECTIVE
+        tf_op = stats.get("tf_op") or stats.get("hlo_op") or ""
+        op = op_names.get(tf_op)
+        if op is None:  # one str per op name, shared by its kernels
+            op = op_names[tf_op] = tf_op.split(":")[0]
+        out.op = op
+        return out
+    if name == INPUT_ANNOTATION or _INPUT_EVENT.match(name):
+        return _Class(Kind.INPUT, name)
+    if name in NOT_TRAINING_ANNOTATIONS and not (is_tf_data or is_compute):
+        return _Class(Kind.NOT_TRAINING, name)  # fitprof's own spans (validation, its overhead)
+    if _HLO_OP in stats and not is_tf_data:  # an XLA thunk (HLO op) run on a host thread
+        return _Class(Kind.OP, stats[_HLO_OP] or name, module=stats.get("hlo_module", ""))
+    if (
+        li.xla
+        and is_compute
+        and name == _ASYNC_OP
+        and not stats.get("kernel_type", "").startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext"))
+    ):
+        return _Class(Kind.OTHER, name, call=True)  # an XLA cluster's call when HLO ops run inside it
+    if "step_num" in stats and not (is_tf_data or is_compute):
+        out = _Class(Kind.STEP, name)
+        try:
+            out.step_num = float(stats["step_num"])
+        except ValueError:
+            pass
+        return out
+    if (is_compute or li.name.startswith("collective_ops")) and (op_match := _TF_OP.fullmatch(name)):
+        op_name, op_type = op_match["name"], op_match["type"]
+        if op_type.startswith(("IteratorGetNext", "MultiDeviceIteratorGetNext")):
+            kind = Kind.INPUT
+        elif _COLLECTIVE_TYPES.match(op_type):
+            kind = Kind.COLLECTIVE
+        else:
+            kind = Kind.OP
+        return _Class(kind, op_name.removeprefix(_FUNCTION_PREFIX))
+    if "_r" in stats and not is_tf_data:
+        return _Class(Kind.ANNOTATION, name)
+    return _Class(Kind.OTHER, name)
+
+
+def _spread(
+    classes: list[_Class], inverse: np.ndarray, events: _Events, info: list[_Line], space: Any
+) -> dict[str, np.ndarray]:
+    """The rows: each event gets its distinct event's class, its own times, its plane and line names.
+
+    A column that the reader's row dicts set only on some rows (``op`` on device rows, ``copy_kind`` on copies)
+    holds NaN on the others, as :class:`pandas.DataFrame` built from those dicts did (the tables stay as they
+    were).
+    """
+    line = events.line
+    base_ns = np.array([float(space.planes[li.plane].lines[li.index].timestamp_ns) for li in info], dtype=np.float64)
+    # (base_ns + offset_ps / 1e3) / 1e3 and duration_ps / 1e6, as Python computed them per event: the same IEEE
+    # operations on the same float64 values (an int64 converts to the nearest float64 either way).
+    ts = (base_ns[line] + events.offset_ps.astype(np.float64) / 1e3) / 1e3
+    dur = events.duration_ps.astype(np.float64) / 1e6
+
+    def column(get: Callable[[_Class], Any], dtype: Any = object) -> np.ndarray:
+        per_class = np.empty(len(classes), dtype=dtype)
+        per_class[:] = [get(c) for c in classes]
+        return per_class[inverse]
+
+    kind = column(lambda c: c.kind)
+    name = column(lambda c: c.name)
+    frame: dict[str, Any] = {"name": name, "ts_us": ts, "dur_us": dur}
+    plane_names = np.array([space.planes[li.plane].name for li in info], dtype=object)
+    frame["pid"] = plane_names[line]
+    frame["tid"] = np.array([li.name for li in info], dtype=object)[line]
+    frame["on_device"] = np.array([li.on_device for li in info], dtype=bool)[line]
+    frame["kind"] = kind
+    if any(c.copy_kind is not None for c in classes):
+        frame["copy_kind"] = column(lambda c: np.nan if c.copy_kind is None else c.copy_kind)
+    frame["bytes"] = column(lambda c: c.nbytes, np.float64)
+    if any(c.op is not None for c in classes):
+        frame["op"] = column(lambda c: np.nan if c.op is None else c.op)
+    frame["step_num"] = column(lambda c: c.step_num, np.float64)
+    calls = np.flatnonzero(column(lambda c: c.call, bool))
+    if len(calls):
+        hlo = np.flatnonzero(column(lambda c: c.module is not None, bool))
+        _name_clusters(calls, hlo, column(lambda c: c.module), line, ts, dur, kind, name)
+    return frame
+
+
+def _copy_kind(name: str, details: str) -> str:
+    low = (name + " " + details).lower()
+    if "h2d" in low or "htod" in low or "host_to_device" in low:
+        if "pageable" in low:
+            return "htod_pageable"
+        if "pinned" in low:
+            return "htod_pinned"
+        return "htod"
+    if "d2h" in low or "dtoh" in low:
+        return "dtoh"
+    if "d2d" in low or "dtod" in low:
+        return "dtod"
+    return ""
+
+
+def _name_clusters(
+    calls: np.ndarray,
+    hlo: np.ndarray,
+    modules: np.ndarray,
+    line: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    kind: np.ndarray,
+    name: np.ndarray,
+) -> None:
+    """Make each TF async op within which HLO ops ran on its line an operator named after their ``hlo_module``
+    (the XLA cluster it runs: ``a_inference_one_step_on_data_1131__.7`` for Keras's ``jit_compile=True`` step), in
+    place on the rows ``calls``; ``hlo``: the rows of HLO ops (``modules``: their modules by row).
+
+    A call is the cluster of the first HLO op of its line that starts at or after it (the HLO ops sorted by start,
+    then module name), when that op starts before the call ends. Its self time is then its span less the HLO
+    ops run on its own line: the cluster's dispatch and the time it waits for the HLO ops on other threads
+    (``tf_numa_*_Eigen``), which count on their own lines.
+    """
+    for ln in np.unique(line[calls]).tolist():
+        rows = calls[line[calls] == ln]
+        ops = hlo[line[hlo] == ln]
+        if not len(ops):
+            continue
+        found = sorted(zip(ts[ops].tolist(), modules[ops].tolist(), strict=True))
+        starts = np.array([m[0] for m in found], dtype=np.float64)
+        i = np.searchsorted(starts, ts[rows], side="left")
+        ok = i < len(found)
+        rows, i = rows[ok], i[ok]
+        inside = starts[i] <= ts[rows] + dur[rows]
+        for r, j in zip(rows[inside].tolist(), i[inside].tolist(), strict=True):
+            kind[r] = Kind.OP
+            name[r] = found[j][1] or name[r]  # an HLO op without its module: keep the executor's name
+
+
+def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]) -> None:
+    """The bounds that hold before any row is built: the events, and the length of every name and metadata string
+    (each event's row refers to its metadata's name and stats, so a long one would be repeated per event)."""
+    n_events = 0
+    for plane in space.planes:
+        strings = [plane.name]
+        for line in plane.lines:
+            n_events += len(line.events)
+            strings += (line.name, line.display_name)
+        for meta in plane.event_metadata.values():
+            strings += (meta.name, meta.display_name)
+            strings += (st.str_value for st in meta.stats)
+        strings += (m.name for m in plane.stat_metadata.values())
+        longest = max(map(len, strings), default=0)
+        if longest > MAX_XSPACE_STRING_BYTES:
+            raise error(
+                f"{path}: plane {plane.name[:80]!r} holds a name or string of {longest:,} characters, more than the "
+                f"bound of {MAX_XSPACE_STRING_BYTES:,} on one XSpace string (no profiler writes names that long)"
+            )
+        if n_events > limits.max_events:
+            raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
 
 
 def _task_environment(space: Any) -> dict[str, Any]:
@@ -314,50 +740,39 @@ _KINETO_ARGS = {
     "kind": "kind",
 }
 """The stats the Kineto classification reads, under the names of the Kineto ``args`` they were written from."""
+_CONVERTED_STATS = (xs.STAT_CATEGORY, "correlation", "bytes", "kind")
+"""What the converted reader reads of an event's stats: its category and those ``args``."""
 
 
-def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame:
-    """An XSpace fitprof converted from a Kineto trace -> the table ``read_kineto`` gives for that trace."""
-    events: list[dict[str, Any]] = []
-    for plane in space.planes:
+def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame:
+    """An XSpace fitprof converted from a Kineto trace -> the table ``read_kineto`` gives for that trace.
+
+    The events are read as columns (:func:`_with_events`) straight into the Kineto reader's columns
+    (:class:`fitprof.traces.kineto._Columns`, as its decoder fills them from the trace's JSON) and classified by
+    :func:`fitprof.traces.kineto._frame`, as before through ``event_frame`` with one JSON event rebuilt per event:
+    Kineto ``ts`` = (line ``timestamp_ns`` * 1000 + ``offset_ps``) / 1e6 and ``dur`` = ``duration_ps`` / 1e6, the
+    name the metadata's display name or else its name, ``cat`` the last ``category`` stat (``str`` of its value),
+    the ``args`` the last stat of each of :data:`_KINETO_ARGS`; events whose ``cat`` is ``Trace`` are left out, as
+    ``read_kineto`` leaves out the profiler's own span.
+    """
+    lines: list[tuple[int, int]] = []
+    tids: list[str] = []
+    for i, plane in enumerate(space.planes):
         pname = plane.name
         if not (pname.startswith("/host:") or pname.startswith(xs.DEVICE_PLANE_PREFIX)):
             continue
-        metas = dict(plane.event_metadata)
-        names = {k: v.name for k, v in plane.stat_metadata.items()}
-        wanted = {k: v for k, v in names.items() if v == xs.STAT_CATEGORY or v in _KINETO_ARGS}
         line_names = Counter(line.name for line in plane.lines)
-        for line in plane.lines:  # a line is a thread or a stream: its name, made unique when two share one
+        for j, line in enumerate(plane.lines):  # a line is a thread or a stream: its name, made unique if shared
             if pname.startswith(xs.DEVICE_PLANE_PREFIX) and line.name == xs.HOST_STEPS_LINE:
                 continue  # markers for xprof repeating the host's steps: counted once, on the host
-            tid = line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})"
-            base_ps = line.timestamp_ns * 1000
-            for ev in line.events:
-                meta = metas.get(ev.metadata_id)
-                args: dict[str, Any] = {}
-                cat = ""
-                for st in ev.stats:
-                    key = wanted.get(st.metadata_id)
-                    if key is None:
-                        continue
-                    value = xs.stat_value(st, names)
-                    if key == xs.STAT_CATEGORY:
-                        cat = str(value)
-                    else:
-                        args[_KINETO_ARGS[key]] = value
-                event: dict[str, Any] = {
-                    "ph": "X",
-                    "name": (meta.display_name or meta.name) if meta is not None else "",
-                    "ts": (base_ps + ev.offset_ps) / 1e6,
-                    "dur": ev.duration_ps / 1e6,
-                    "pid": pname,
-                    "tid": tid,
-                    "args": args,
-                }
-                if cat:
-                    event["cat"] = cat
-                events.append(event)
-    table = make_table(event_frame(events, path))
+            lines.append((i, j))
+            tids.append(line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})")
+    cols = _with_events(
+        data, path, space, lines, [True] * len(lines), lambda ev: _converted_columns(ev, space, lines, tids, path)
+    )
+    frame = _frame(cols, path)
+    table = _table({c: frame[c].to_numpy() for c in frame.columns})
+    del frame
     host = env.get(xs.STAT_HOST)
     table.attrs.update(
         {
@@ -373,6 +788,120 @@ def _read_converted(space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame
         if value is not None:  # absent: the file name's _rank<N> suffix gives the rank (fitprof.analyze)
             table.attrs[key] = value
     return table
+
+
+def _converted_columns(
+    events: _Events, space: Any, lines: list[tuple[int, int]], tids: list[str], path: Path
+) -> _Columns:
+    """The Kineto reader's columns of a converted XSpace's events (see :func:`_read_converted`)."""
+    line = events.line
+    plane_of_line = np.array([i for i, _ in lines], dtype=np.int64)
+    event_plane = plane_of_line[line]
+    n = len(line)
+    k = len(_CONVERTED_STATS)
+    # Stat metadata ids are per plane: the stats of each plane's events, one name index per id.
+    last = np.full((k, n), -1, dtype=np.int64)
+    names_of: dict[int, dict[int, str]] = {}
+    stat_plane = event_plane[events.stat_event]
+    for i in sorted(set(plane_of_line.tolist())):
+        names = names_of[i] = {kk: v.name for kk, v in space.planes[i].stat_metadata.items()}
+        ids = {
+            sid: _CONVERTED_STATS.index(_KINETO_ARGS.get(name, name))
+            for sid, name in names.items()
+            if name == xs.STAT_CATEGORY or name in _KINETO_ARGS
+        }
+        _last_stats(events, stat_plane == i, ids, last)
+
+    def stat_values(w: int) -> tuple[np.ndarray, np.ndarray]:
+        """The events that have stat ``w`` and its values (``ref_value`` resolved, bytes as None: xs.stat_value)."""
+        evs = np.flatnonzero(last[w] >= 0)
+        picked = last[w, evs]
+        values = events.values(picked)
+        kinds = events.stat_kind[picked]
+        for r in np.flatnonzero((kinds == _REF) | (kinds == _BYTES_VALUE)).tolist():
+            values[r] = names_of[int(event_plane[evs[r]])].get(values[r], "") if kinds[r] == _REF else None
+        return evs, values
+
+    # cat: str() of the last category stat's value; "" without one. "Trace" events are not complete events.
+    cat = np.full(n, "", dtype=object)
+    evs, values = stat_values(0)
+    if len(evs):
+        other = np.flatnonzero(events.stat_kind[last[0, evs]] != _STR)
+        values[other] = [str(v) for v in values[other].tolist()]
+        cat[evs] = values
+    keep = np.flatnonzero(cat != "Trace")
+    row = np.full(n, -1, dtype=np.int64)
+    row[keep] = np.arange(len(keep))
+
+    # ts: (base_ps + offset_ps) / 1e6 in Python ints, i.e. the exact sum rounded once to float64: int64 holds the
+    # sum unless a line's base is near its bound, where the Python ints are used.
+    base_ps = [space.planes[i].lines[j].timestamp_ns * 1000 for i, j in lines]
+    off = events.offset_ps
+    ts = np.empty(n, dtype=np.float64)
+    for li, b in enumerate(base_ps):
+        sel = np.flatnonzero(line == li)
+        if not len(sel):
+            continue
+        o = off[sel]
+        if -(2**62) < b < 2**62 and int(o.min()) > -(2**62) and int(o.max()) < 2**62:
+            ts[sel] = (o + b).astype(np.float64) / 1e6  # exact int64 sum, one rounding to float64 as float(int)
+        else:
+            ts[sel] = [(b + x) / 1e6 for x in o.tolist()]
+    dur = events.duration_ps.astype(np.float64) / 1e6
+
+    # args: through JSON before, where a NaN or infinite double became null; kept as the Kineto reader keeps them.
+    args: list[tuple[np.ndarray, np.ndarray]] = []
+    for w in range(1, k):
+        evs, values = stat_values(w)
+        doubles = np.flatnonzero(events.stat_kind[last[w, evs]] == _DOUBLE)
+        values[doubles] = [v if np.isfinite(v) else None for v in values[doubles].tolist()]
+        ok = row[evs] >= 0
+        args.append((row[evs[ok]], values[ok]))
+    m = len(keep)
+    correlation = np.full(m, np.nan)
+    nbytes = np.full(m, np.nan)
+    for out, (rows, values) in zip((correlation, nbytes), args[:2], strict=True):
+        if len(rows):
+            out[rows] = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    rows, values = args[2]
+    kind_arg = {r: v for r, v in zip(rows.tolist(), values.tolist(), strict=True) if v is not None}
+
+    # name: the metadata's display name, else its name ("" for an unknown id); one per (plane, metadata id).
+    kept_plane, kept_mid = event_plane[keep], events.metadata_id[keep]
+    mid_code, mids = pd.factorize(kept_mid)
+    meta_code, meta_keys = pd.factorize(kept_plane * len(mids) + mid_code)
+    labels = np.empty(len(meta_keys), dtype=object)
+    labels[:] = [
+        _display_name(space.planes[key // len(mids)].event_metadata, int(mids[key % len(mids)]))
+        for key in meta_keys.tolist()
+    ]
+    cat_code, cats = _codes(cat[keep], None)
+    name_code, name_strings = _codes(np.asarray(meta_code, dtype=np.int64), labels)
+    pid_code, pids = _codes(kept_plane, np.array([p.name for p in space.planes], dtype=object))
+    tid_code, tids_ = _codes(line[keep], np.array(tids, dtype=object))
+    return _Columns(
+        ts=ts[keep], dur=dur[keep], cat_code=cat_code, cats=cats, name_code=name_code, names=name_strings,
+        pid_code=pid_code, pids=pids, tid_code=tid_code, tids=tids_, correlation=correlation, nbytes=nbytes,
+        kind_arg=kind_arg,
+    )  # fmt: skip
+
+
+def _display_name(metas: Any, mid: int) -> str:
+    if mid not in metas:  # [] of a missing id would add it
+        return ""
+    meta = metas[mid]
+    return str(meta.display_name or meta.name)
+
+
+def _codes(keys: np.ndarray, table: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the values ``table[keys]`` (``keys`` themselves when ``table`` is None) and the distinct values, in
+    order of first appearance, as the Kineto reader's columns hold them (``pandas.factorize``); the keys are
+    coded first, so that each distinct one's value is looked at once."""
+    codes, firsts = pd.factorize(keys, use_na_sentinel=False)
+    if table is None:
+        return np.asarray(codes, dtype=np.int64), np.asarray(firsts, dtype=object)
+    value_codes, uniques = pd.factorize(pd.Series(table[np.asarray(firsts)], dtype=object), use_na_sentinel=False)
+    return np.asarray(value_codes, dtype=np.int64)[codes], np.asarray(uniques, dtype=object)
 
 
 def _int_or_none(value: Any) -> int | None:

@@ -1,0 +1,289 @@
+"""The XSpace reader's wire decoding (numpy over each line's serialized events) against protobuf's own parser.
+
+``fitprof.traces.xspace._decode_events`` reads the events of a line from their bytes;
+``_message_events`` reads the same events from the messages protobuf parsed, one attribute at a time (the
+reader's fallback, and the reference here). Both must give the same columns and stat values on random events
+(random ids, negative and 64-bit values, the ``offset_ps`` / ``num_occurrences`` oneof, every stat value type,
+repeated and unknown fields, fields with the wrong wire type), and whole files must give the same table through
+either path. Damaged events make the decoder give up, and the reader then answers as protobuf does.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import gputrace
+from fitprof.traces import TraceError, read_trace, xspace
+from fitprof.traces import _xplane_schema as xs
+from fitprof.traces.xspace_write import kineto_to_xspace
+from fuzz_traces import kineto_seed
+from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
+
+SEEDS = range(12)
+
+
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, wire: int, payload: bytes | int) -> bytes:
+    tag = _varint(number << 3 | wire)
+    if wire == 0:
+        assert isinstance(payload, int)
+        return tag + _varint(payload)
+    assert isinstance(payload, bytes)
+    return tag + (_varint(len(payload)) + payload if wire == 2 else payload)
+
+
+def _random_int(rng: random.Random) -> int:
+    return rng.choice([0, 1, 127, 128, 300, 2**31, 2**53 + 1, 2**63 - 1, -1, -(2**63), rng.randrange(-(2**40), 2**40)])
+
+
+def _random_stat(rng: random.Random) -> bytes:
+    """An ``XStat``'s bytes: a metadata id, zero or more values (the last one set wins), maybe unknown fields."""
+    parts = [_field(1, 0, rng.randrange(0, 8))] if rng.random() < 0.9 else []
+    for _ in range(rng.choice([0, 1, 1, 1, 2])):
+        kind = rng.randrange(2, 8)
+        if kind == 2:
+            value = rng.choice([0.5, -0.0, 1e300, float("nan"), float("inf"), rng.random()])
+            parts.append(_field(2, 1, struct.pack("<d", value)))
+        elif kind in (3, 7):
+            parts.append(_field(kind, 0, rng.randrange(0, 2**64)))
+        elif kind == 4:
+            parts.append(_field(4, 0, _random_int(rng)))
+        elif kind == 5:
+            parts.append(_field(5, 2, rng.choice(["", "gpu_memcpy", "aten::mm", "é→中", "x" * 70]).encode()))
+        else:
+            parts.append(_field(6, 2, bytes(rng.randrange(256) for _ in range(rng.randrange(4)))))
+    if rng.random() < 0.2:
+        parts.append(_unknown(rng))
+    rng.shuffle(parts)
+    return b"".join(parts)
+
+
+def _unknown(rng: random.Random) -> bytes:
+    """A field the schema does not have (or a known one with another wire type): skipped by both readers."""
+    number = rng.choice([9, 15, 16, 2047, 1 << 20])
+    wire = rng.choice([0, 1, 2, 5])
+    payload: bytes | int = (
+        rng.randrange(2**64)
+        if wire == 0
+        else bytes(rng.randrange(256) for _ in range(8 if wire == 1 else 4 if wire == 5 else rng.randrange(5)))
+    )
+    return _field(number, wire, payload)
+
+
+def _random_event(rng: random.Random) -> bytes:
+    """An ``XEvent``'s bytes, fields in any order, some repeated, some unknown, some with the wrong wire type."""
+    parts = []
+    for _ in range(rng.randrange(0, 3)):
+        parts.append(_field(1, 0, rng.randrange(0, 12)))
+    for _ in range(rng.randrange(0, 3)):
+        parts.append(_field(rng.choice([2, 2, 5]), 0, _random_int(rng)))  # offset_ps / num_occurrences
+    for _ in range(rng.randrange(0, 2)):
+        parts.append(_field(3, 0, _random_int(rng)))
+    if rng.random() < 0.1:
+        parts.append(_field(1, 2, b"xy"))  # metadata_id as bytes: an unknown field to protobuf
+    if rng.random() < 0.1:
+        parts.append(_unknown(rng))
+    rng.shuffle(parts)  # scalar fields in any order; stats keep their relative order below
+    stats = [_field(4, 2, _random_stat(rng)) for _ in range(rng.randrange(0, 4))]
+    for s in stats:
+        parts.insert(rng.randrange(len(parts) + 1), s)
+    return b"".join(parts)
+
+
+def _raw_line(events: list[bytes]) -> Any:
+    line = xs.xplane_raw_classes()["XLine"]()
+    line.events.extend(events)
+    return line
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    return len(a) == len(b) and all(
+        type(x) is type(y) and (x == y or (isinstance(x, float) and np.isnan(x) and np.isnan(y)))
+        for x, y in zip(a.tolist(), b.tolist(), strict=True)
+    )
+
+
+def _assert_same_events(got: xspace._Events, want: xspace._Events) -> None:
+    for col in ("line", "metadata_id", "offset_ps", "duration_ps", "stat_event", "stat_id", "stat_kind"):
+        np.testing.assert_array_equal(getattr(got, col), getattr(want, col), err_msg=col)
+    idx = np.arange(len(want.stat_id))
+    assert _same_values(got.values(idx), want.values(idx))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_decoded_events_equal_protobufs_on_random_events(seed: int) -> None:
+    rng = random.Random(seed)
+    lines = [[_random_event(rng) for _ in range(rng.randrange(0, 60))] for _ in range(4)]
+    with_stats = [True, False, True, True]
+    got = xspace._decode_events([_raw_line(evs).events for evs in lines], with_stats)
+    assert got is not None
+    full = xs.xplane_classes()["XLine"]
+    want = xspace._message_events([full.FromString(_raw_line(evs).SerializeToString()) for evs in lines], with_stats)
+    _assert_same_events(got, want)
+    assert len(got.metadata_id) == sum(map(len, lines))
+    # Lines read without stats give none: their stats are never decoded.
+    assert not np.isin(got.stat_event, np.flatnonzero(got.line == 1)).any()
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fields_equal_a_byte_by_byte_walk(seed: int) -> None:
+    """decode_fields against the plain loop over the wire format (the protobuf encoding spec, one field at a time)."""
+    rng = random.Random(1000 + seed)
+    messages = [_random_event(rng) if rng.random() < 0.7 else _random_stat(rng) for _ in range(200)]
+    blob = b"".join(messages) + bytes(xs.WIRE_PAD)
+    ends = np.cumsum([len(m) for m in messages])
+    f = xs.decode_fields(np.frombuffer(blob, np.uint8), ends - [len(m) for m in messages], ends)
+    assert f is not None
+    want = [row for i, m in enumerate(messages) for row in _walk(m, i, int(ends[i]) - len(m))]
+    got = list(zip(f.msg.tolist(), f.number.tolist(), f.wire.tolist(), f.value.tolist(), f.at.tolist(), strict=True))
+    assert got == want
+
+
+def _walk(message: bytes, index: int, offset: int) -> list[tuple[int, int, int, int, int]]:
+    def varint(pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            b = message[pos]
+            value |= (b & 0x7F) << shift
+            shift += 7
+            pos += 1
+            if b < 0x80:
+                return value & ((1 << 64) - 1), pos
+
+    out, pos = [], 0
+    while pos < len(message):
+        tag, pos = varint(pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, after = varint(pos)
+            at = pos
+        elif wire == 1:
+            value, at, after = int.from_bytes(message[pos : pos + 8], "little"), pos, pos + 8
+        elif wire == 5:
+            value, at, after = int.from_bytes(message[pos : pos + 4], "little"), pos, pos + 4
+        else:
+            value, at = varint(pos)
+            after = at + value
+        out.append((index, number, wire, value, offset + at))
+        pos = after
+    return out
+
+
+@pytest.mark.parametrize(
+    ("label", "event"),
+    [
+        ("truncated varint", b"\x08\xff"),
+        ("varint of 11 bytes", b"\x08" + b"\xff" * 10 + b"\x01"),
+        ("length past the end", b"\x22\x05\x08\x01"),
+        ("field number 0", b"\x00\x01"),
+        ("group", b"\x0b\x0c"),
+        ("wire type 7", b"\x0f"),
+        ("stat cut short", b"\x22\x02\x10\xff"),
+    ],
+)
+def test_the_decoder_gives_up_on_what_it_does_not_read(label: str, event: bytes) -> None:
+    assert xspace._decode_events([_raw_line([b"\x08\x01", event]).events], [True]) is None, label
+
+
+def _xspace_with(tmp_path: Path, events: list[bytes], name: str = "h.xplane.pb") -> Path:
+    """A TF XSpace whose host line ``python`` holds ``events`` after a step marker."""
+    space = xs.xplane_raw_classes()["XSpace"]()
+    plane = space.planes.add(id=1, name="/host:CPU")
+    plane.event_metadata[1].name = "train"
+    plane.stat_metadata[1].name = "step_num"
+    plane.stat_metadata[2].name = "tf_op"
+    line = plane.lines.add(id=1, name="python", timestamp_ns=1000)
+    line.events.append(_field(1, 0, 1) + _field(3, 0, 5_000_000) + _field(4, 2, _field(1, 0, 1) + _field(4, 0, 3)))
+    line.events.extend(events)
+    path = tmp_path / name
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+NOT_UTF8_TF_OP = _field(4, 2, _field(1, 0, 2) + _field(5, 2, b"\xff\xfe"))
+"""A ``tf_op`` stat (metadata id 2 in :func:`_xspace_with`) whose string is not UTF-8."""
+
+
+@pytest.mark.parametrize("event", [b"\x08\xff", b"\x22\x05\x08\x01", NOT_UTF8_TF_OP])
+def test_damaged_events_give_protobufs_error(tmp_path: Path, event: bytes) -> None:
+    path = _xspace_with(tmp_path, [b"\x08\x01" + event])
+    with pytest.raises(
+        TraceError, match=r"h\.xplane\.pb: not an XSpace protobuf \(DecodeError: .*fitprof\.xplane\.XSpace"
+    ):
+        read_trace(path)
+
+
+def test_what_is_not_read_is_not_checked(tmp_path: Path) -> None:
+    """The reader decodes only the stats it reads, on the lines it reads: damage elsewhere no longer makes the
+    whole file unreadable (protobuf's full parse refused it)."""
+    not_read = _field(4, 2, _field(1, 0, 7) + _field(5, 2, b"\xff\xfe"))  # stat id 7: no stat the rules read
+    path = _xspace_with(tmp_path, [b"\x08\x01" + not_read])
+    with pytest.raises(Exception, match="bad UTF-8"):
+        xs.xplane_classes()["XSpace"].FromString(path.read_bytes())
+    assert read_trace(path)["kind"].tolist() == ["step", "other"]
+
+
+def test_a_group_protobuf_skips_is_read_event_by_event(tmp_path: Path) -> None:
+    plain = read_trace(_xspace_with(tmp_path, [_field(1, 0, 1) + _field(3, 0, 7)], "a.xplane.pb"))
+    grouped = read_trace(_xspace_with(tmp_path, [_field(1, 0, 1) + b"\x5b\x5c" + _field(3, 0, 7)], "b.xplane.pb"))
+    assert len(plain) == 2 and plain.drop(columns=[]).equals(grouped)
+    assert plain["step_num"].tolist()[0] == 3.0
+
+
+def _files(tmp_path: Path) -> list[Path]:
+    out = [KERAS_XSPACE]
+    for seed in range(3):
+        data, _ = gputrace.xspace_trace(seed=seed, steps=3 + seed)
+        out.append(tmp_path / f"gpu{seed}.xplane.pb")
+        out[-1].write_bytes(data)
+    for name, trace in (("lightning", LIGHTNING_CPU), ("seed", kineto_seed())):
+        out.append(tmp_path / f"{name}.xplane.pb")
+        out[-1].write_bytes(kineto_to_xspace(trace, host="h").SerializeToString())
+    return out
+
+
+def test_tables_equal_through_the_event_by_event_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every file gives the same table (bit for bit) whether its events are decoded by numpy or read from
+    protobuf's messages one by one (the decoder forced to give up)."""
+    files = _files(tmp_path)
+    fast = [read_trace(p) for p in files]
+    monkeypatch.setattr(xspace, "_decode_events", lambda raw, with_stats: None)
+    slow = [read_trace(p) for p in files]
+    for path, a, b in zip(files, fast, slow, strict=True):
+        assert len(a) > 0, path
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+        assert a.attrs == b.attrs
+
+
+def test_varints_of_every_size() -> None:
+    """The word-at-a-time varint reader against the byte-by-byte one and the encoder, for every size (1 to 10
+    bytes, the 8-byte word's edge included) at every alignment."""
+    rng = random.Random(7)
+    values = [0, 1, 127, 128, 2**56 - 1, 2**56, 2**63, 2**64 - 1]
+    values += [rng.randrange(2 ** (7 * k), 2 ** min(64, 7 * (k + 1))) for k in range(10) for _ in range(50)]
+    rng.shuffle(values)
+    blob = b"".join(_varint(v) for v in values)
+    pos = np.cumsum([0] + [len(_varint(v)) for v in values[:-1]])
+    buf = np.frombuffer(blob + bytes(xs.WIRE_PAD), np.uint8)
+    got = xs._varints(buf, pos)
+    assert got is not None
+    assert got[0].tolist() == values
+    assert got[1].tolist() == [len(_varint(v)) for v in values]
+    slow = xs._long_varints(buf, pos)
+    assert slow is not None and slow[0].tolist() == values
