@@ -208,7 +208,8 @@ class _Columns:
     """The complete events (``"ph": "X"``, not ``"cat": "Trace"``) as columns, in file order.
 
     ``*_code`` index the matching unique values (``cats``, ``names``, ...: ``str``, "" for a missing one, in the
-    order of first appearance, as :func:`pandas.factorize` gives them); ``correlation`` and ``nbytes`` are
+    order of first appearance, as :func:`pandas.factorize` gives them; int32, or int64 past 2**31 events: callers
+    widen them before multiplying); ``correlation`` and ``nbytes`` are
     ``args.correlation`` / ``args.bytes`` as numbers (NaN where missing or not numeric); ``kind_arg`` holds
     ``args.kind`` by row where present.
     """
@@ -382,7 +383,7 @@ def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str
             cut = _CUT.search(data, cut_from, stop) if cut_from < stop else None
             end, after = (cut.start() + 1, cut.end()) if cut else (stop, stop)
             try:
-                events = _BATCH_DECODER.decode(b"".join((b"[", view[pos:end], b"]")))
+                events = _decode_between(data, view, pos, end)
             except msgspec.ValidationError:
                 return None
             except (msgspec.DecodeError, RecursionError):
@@ -402,6 +403,19 @@ def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str
         del events
         pos = after
     return meta, builder.finish()
+
+
+def _decode_between(data: bytearray, view: memoryview, pos: int, end: int) -> list[_Event]:
+    """The events of ``[`` + ``data[pos:end]`` + ``]``, decoded in place: the byte before ``pos`` (the array's
+    ``[`` or the ``,`` of a cut) and the one at ``end`` (JSON whitespace, the ``,`` of a cut or the array's ``]``)
+    are set to the brackets for the decode and put back after it, so no copy of the chunk is made. The structs
+    hold no reference to the text (every field is copied out of it)."""
+    opener, closer = data[pos - 1], data[end]
+    data[pos - 1], data[end] = 0x5B, 0x5D  # "[", "]"
+    try:
+        return _BATCH_DECODER.decode(view[pos - 1 : end + 1])
+    finally:
+        data[pos - 1], data[end] = opener, closer
 
 
 def _array_end(data: bytearray, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
@@ -475,7 +489,8 @@ class _ColumnBuilder:
         self.path = path
         self.interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
         self.cols: dict[str, np.ndarray] = {k: np.empty(capacity, dtype=np.float64) for k in self._FLOAT_KEYS}
-        self.cols.update((k, np.empty(capacity, dtype=np.int64)) for k in self.interners)
+        code = np.int32 if capacity < 2**31 else np.int64  # a code is below the number of events
+        self.cols.update((k, np.empty(capacity, dtype=code)) for k in self.interners)
         self.kind_arg: dict[int, Any] = {}
         self.flows: list[tuple[str, str, float, str, Any]] = []
         self.done = 0  # complete events so far
