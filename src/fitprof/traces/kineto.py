@@ -695,15 +695,34 @@ def _frame_columns(cols: _Columns, path: str | os.PathLike[str]) -> dict[str, np
     name_code, names = cols.name_code, cols.names
     pid_code, pids = cols.pid_code, cols.pids
     tid_code, tids = cols.tid_code, cols.tids
-    name = names[name_code]
+    name = None
     legacy = "" in cats  # events without a category: the legacy autograd-profiler layout
     if legacy:
+        name = names[name_code]
         cat_code, cats = _legacy_categories(cat_code, cats, pid_code, pids, name)
 
-    # Classify each distinct (category, name) pair once, then spread the answers over the events.
+    # Classify each distinct (category, name) pair once, then spread the answers over the events. The launch
+    # links (the largest temporaries) come first, before the object columns exist, to keep the peak down.
     classes, inverse = _pair_classes(cat_code, cats, name_code, names)
-    kind = np.array([c[0] for c in classes], dtype=object)[inverse]
     on_device = np.array([c[1] for c in classes], dtype=bool)[inverse]
+
+    def in_cats(wanted: Sequence[str]) -> np.ndarray:
+        """Whether each event's category is one of ``wanted`` (from the codes, no string per event)."""
+        codes = [i for i, c in enumerate(cats.tolist()) if c in wanted]
+        return np.isin(cat_code, codes) if codes else np.zeros(n, dtype=bool)
+
+    threads = _Threads(pid_code, tid_code, len(tids))
+    launch_us, op = _link_launches(
+        cols.correlation,
+        ts,
+        dur,
+        in_cats(_RUNTIME_CATS),
+        (name_code, names),
+        threads,
+        on_device,
+        lambda: in_cats(("cpu_op",)),
+    )
+    kind = np.array([c[0] for c in classes], dtype=object)[inverse]
     copy_kind = np.array([c[2] for c in classes], dtype=object)[inverse]
     step_num = np.array([c[3] for c in classes], dtype=np.float64)[inverse]
     copies = np.flatnonzero(np.array([c[0] == Kind.MEMCPY for c in classes], dtype=bool)[inverse])
@@ -717,15 +736,8 @@ def _frame_columns(cols: _Columns, path: str | os.PathLike[str]) -> dict[str, np
             copy_kind[i] = _ARGS_KIND.get(str(cols.kind_arg.get(i)).lower(), "")
     del copies
 
-    def in_cats(wanted: Sequence[str]) -> np.ndarray:
-        """Whether each event's category is one of ``wanted`` (from the codes, no string per event)."""
-        codes = [i for i, c in enumerate(cats.tolist()) if c in wanted]
-        return np.isin(cat_code, codes) if codes else np.zeros(n, dtype=bool)
-
-    threads = _Threads(pid_code, tid_code, len(tids))
-    launch_us, op = _link_launches(
-        cols.correlation, ts, dur, in_cats(_RUNTIME_CATS), name, threads, on_device, lambda: in_cats(("cpu_op",))
-    )
+    if name is None:
+        name = names[name_code]
     tid = tids[tid_code]
     if legacy and on_device.any():
         _link_legacy_flows(cols.flows, ts, name, tid, on_device, launch_us, op)
@@ -885,15 +897,15 @@ def _link_launches(
     ts: np.ndarray,
     dur: np.ndarray,
     is_runtime: np.ndarray,
-    name: np.ndarray,
+    name: tuple[np.ndarray, np.ndarray],
     threads: _Threads,
     on_device: np.ndarray,
     is_op: Callable[[], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """``launch_us`` and ``op`` of every event (filled for device events whose launch call is in the trace).
 
-    ``is_runtime``: the launch calls (``cuda_runtime`` / ``cuda_driver``); ``is_op()``: the ``cpu_op`` events,
-    asked only when some device event is linked.
+    ``is_runtime``: the launch calls (``cuda_runtime`` / ``cuda_driver``); ``name``: the events' name codes and
+    the names they index; ``is_op()``: the ``cpu_op`` events, asked only when some device event is linked.
     """
     n = len(ts)
     launch_us = np.full(n, np.nan)
@@ -916,7 +928,8 @@ def _link_launches(
     found = _enclosing_ops(ts, dur, np.flatnonzero(is_op()), threads, queries)[inverse]
     names = np.full(len(found), "", dtype=object)
     has = found >= 0
-    names[has] = name[found[has]]
+    name_code, unique_names = name
+    names[has] = unique_names[name_code[found[has]]]
     op[device] = names
     return launch_us, op
 
