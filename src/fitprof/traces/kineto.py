@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import msgspec.structs
 import numpy as np
 import pandas as pd
 
@@ -498,15 +497,15 @@ class _ColumnBuilder:
     def add(self, events: list[_Event]) -> None:
         """Append the complete events of ``events`` (and keep the legacy layout's flow arrows).
 
-        No Python code runs per event: each event becomes a tuple of its fields (``msgspec.structs.astuple``) and
-        each field a list (``map`` of an item getter), both C loops; the complete events are picked with
-        ``itertools.compress``.
+        No Python code runs per event: each field becomes a list with ``map`` of an attribute getter (a C loop; a
+        tuple of every event's fields first, ``msgspec.structs.astuple``, measured 3-4% slower in place); the
+        complete events are picked with ``itertools.compress``.
 
         Raises:
             TraceError: if a complete event's ``ts`` / ``dur`` is missing or not a number.
         """
         cols, path, done = self.cols, self.path, self.done
-        rows = list(map(_astuple, events))
+        rows = events
         cats = list(map(_CAT, rows))
         phs = list(map(_PH, rows))
         if phs.count("X") == len(phs) and "Trace" not in cats:
@@ -623,9 +622,9 @@ def _float_or_nan(value: Any) -> float:
         return np.nan
 
 
-_astuple = msgspec.structs.astuple
-_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(operator.itemgetter, range(8))
-"""Fields of an :class:`_Event` as a tuple (``_astuple``), in the order they are declared."""
+_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
+    operator.attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args")
+)
 _CORRELATION, _NBYTES, _KIND = map(operator.attrgetter, ("correlation", "nbytes", "kind"))
 
 
