@@ -314,3 +314,28 @@ def test_start_order_equals_lexsort(seed: int) -> None:
         ts[rng.random(n) < 0.05] = np.nan
         dur[rng.random(n) < 0.05] = np.nan
     assert (_table._start_order(ts, dur) == np.lexsort((-dur, ts))).all()
+
+
+def test_a_deep_chain_before_many_siblings_is_walked_not_jumped() -> None:
+    """A chain of ``d`` nested operators that each end before the next sibling starts, then ``k`` siblings under
+    the outer one: every sibling would follow the chain one level per round of pointer jumping (``d`` rounds of
+    the whole array). ``_parents`` gives up after 64 rounds, and ``_self_times`` walks the stack instead, with
+    the same result bit for bit."""
+    d = k = 300
+    ts = [0.0] + [1.0 + i for i in range(d)] + [2.0 * d + 5 + j for j in range(k)]
+    dur = [10.0 * d + 900] + [2.0 * d - 2 * i for i in range(d)] + [0.5] * k
+    table = _table.make_table(
+        pd.DataFrame({"name": "op", "kind": "op", "ts_us": ts, "dur_us": dur, "pid": "1", "tid": "1"})
+    )
+    rows = table["ts_us"].to_numpy()
+    first = np.zeros(len(rows), dtype=bool)
+    first[0] = True
+    assert _table._parents(rows, rows + table["dur_us"].to_numpy(), first) is None
+    assert _bits(table["self_us"].to_numpy()) == _bits(ref_self_times(table))
+
+
+def test_masks_of_many_distinct_passing_values() -> None:
+    """Thousands of distinct names that pass a test (``pin_memory`` in each): one lookup per row, the same mask."""
+    names = np.array([f"aten::pin_memory_{i % 3000}" if i % 4 else f"aten::mm_{i}" for i in range(12_000)], object)
+    got = analysis._Distinct(names).mask(lambda u: "pin_memory" in u)
+    assert (got == np.array(["pin_memory" in n for n in names])).all() and got.sum() == 9000

@@ -287,3 +287,60 @@ def test_varints_of_every_size() -> None:
     assert got[1].tolist() == [len(_varint(v)) for v in values]
     slow = xs._long_varints(buf, pos)
     assert slow is not None and slow[0].tolist() == values
+
+
+def _one_line_xspace(tmp_path: Path, events: list[bytes], name: str) -> Path:
+    """A TF XSpace whose only host line holds exactly ``events`` (no step marker added)."""
+    space = xs.xplane_raw_classes()["XSpace"]()
+    plane = space.planes.add(id=1, name="/host:CPU")
+    plane.event_metadata[1].name = "train"
+    plane.stat_metadata[1].name = "step_num"
+    line = plane.lines.add(id=1, name="python", timestamp_ns=1000)
+    line.events.extend(events)
+    path = tmp_path / name
+    path.write_bytes(space.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("label", "events"),
+    [("every event empty", [b"", b""]), ("every stat empty", [_field(1, 0, 1) + _field(4, 2, b"")] * 2)],
+)
+def test_events_and_stats_at_their_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, label: str, events: list[bytes]
+) -> None:
+    """Events (or stats) that serialise to nothing are valid protobuf: read, as protobuf's messages give them."""
+    path = _one_line_xspace(tmp_path, events, "d.xplane.pb")
+    fast = read_trace(path)
+    monkeypatch.setattr(xspace, "_decode_events", lambda raw, with_stats: None)
+    slow = read_trace(path)
+    assert len(fast) == 2, label
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+
+
+def test_a_message_of_thousands_of_fields_is_left_to_protobuf(tmp_path: Path) -> None:
+    """One numpy round per field of the longest message: past 1,024 fields the decoder gives up (protobuf's parse is
+    then cheaper), and the file reads as protobuf reads it."""
+    many = _field(1, 0, 1) + _field(4, 2, b"") * 2000
+    buf = np.frombuffer(many + bytes(xs.WIRE_PAD), dtype=np.uint8)
+    assert xs.decode_fields(buf, np.array([0]), np.array([len(many)])) is None
+    few = _field(1, 0, 1) + _field(4, 2, b"") * 1000
+    buf = np.frombuffer(few + bytes(xs.WIRE_PAD), dtype=np.uint8)
+    fields = xs.decode_fields(buf, np.array([0]), np.array([len(few)]))
+    assert fields is not None and len(fields.number) == 1001
+    assert len(read_trace(_one_line_xspace(tmp_path, [many], "m.xplane.pb"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("label", "event"),
+    [
+        ("a tag in 6 bytes", _field(1, 0, 1) + bytes.fromhex("faffffff8f00") + b"\x00"),
+        ("a length in 6 bytes", _field(1, 0, 1) + b"\x22" + bytes.fromhex("8280808080") + b"\x00" + b"\x08\x01"),
+    ],
+)
+def test_overlong_tags_and_lengths_give_protobufs_error(tmp_path: Path, label: str, event: bytes) -> None:
+    """protobuf refuses a tag or a length written in more than 5 bytes; so does the reader, with protobuf's error."""
+    buf = np.frombuffer(event + bytes(xs.WIRE_PAD), dtype=np.uint8)
+    assert xs.decode_fields(buf, np.array([0]), np.array([len(event)])) is None, label
+    with pytest.raises(TraceError, match=r"not an XSpace protobuf \(DecodeError"):
+        read_trace(_one_line_xspace(tmp_path, [event], "o.xplane.pb"))

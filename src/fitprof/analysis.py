@@ -419,7 +419,7 @@ def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarr
 
 class _Distinct:
     """One column's values (at some rows), each distinct value tested once: ``pd.factorize`` codes the rows, a test
-    runs on the distinct values, and the rows' small integer codes are compared with those that passed.
+    runs on the distinct values, and each row's small integer code looks its answer up (one gather per mask).
     :meth:`mask` and :meth:`equal` give the masks that testing every row gives (``values == v``, ``np.isin``,
     ``str.startswith``, ``in``), without a Python or string comparison per row for each mask asked."""
 
@@ -435,10 +435,9 @@ class _Distinct:
         """Boolean mask of the rows whose value passes ``test``."""
         # Code -1, a missing value (None, NaN), is never a hit: it compares unequal to every string and its ``str``
         # ("None", "nan") starts with no prefix the analysis asks for.
-        hit = np.zeros(len(self._codes), dtype=bool)
-        for k, u in enumerate(self._uniques):
-            if test(u):
-                hit |= self._codes == k
+        passed = np.zeros(len(self._uniques) + 1, dtype=bool)  # the last slot: code -1, never a hit
+        passed[:-1] = [bool(test(u)) for u in self._uniques]
+        hit = passed[self._codes]
         if self._rows is None:
             return hit
         out = np.zeros(self._n, dtype=bool)

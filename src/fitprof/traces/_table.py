@@ -235,6 +235,9 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     first = np.ones(len(rows), dtype=bool)
     first[1:] = thread[1:] != thread[:-1]
     parent = _parents(ts, end, first)
+    if parent is None:  # nesting too deep for pointer jumping to pay: the walk itself
+        dur[rows] = _self_times_stack(ts, end, dur[rows], thread)
+        return np.maximum(dur, 0.0)
     child = np.flatnonzero(parent >= 0)
     p = parent[child]
     # Python's min(end[i], end[parent]): the first operand unless the second is smaller (a signed zero included).
@@ -243,7 +246,7 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     return np.maximum(dur, 0.0)
 
 
-def _parents(ts: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
+def _parents(ts: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray | None:
     """For each operator, the index of the latest earlier one of its thread with ``end > ts`` (its parent), or -1.
 
     ``ts`` / ``end``: the operators grouped by thread, each thread's in table order (so ``ts`` does not decrease
@@ -267,7 +270,11 @@ def _parents(ts: np.ndarray, end: np.ndarray, first: np.ndarray) -> np.ndarray:
         latest_end[lo + 1 : hi] = np.maximum.accumulate(end[lo : hi - 1])
     cand[~first & (latest_end <= ts)] = -1
     active = np.flatnonzero(cand >= 0)
+    rounds = 0
     while len(active):
+        rounds += 1
+        if rounds > 64:
+            return None
         c = cand[active]
         active = active[end[c] <= ts[active]]
         cand[active] = cand[cand[active]]

@@ -336,7 +336,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     :data:`WIRE_PAD` bytes after the last message.
 
     Returns ``None`` for anything this reader does not read, or that is not valid protobuf: a varint over 10
-    bytes, field number 0 or over 2**29 - 1, a group or wire type 6 / 7, a value that runs past its message's end.
+    bytes, a tag or a length over 5, field number 0 or over 2**29 - 1, a group or wire type 6 / 7, a value that runs past its message's end.
     The caller then lets the protobuf library read (or refuse) the file. Valid protobuf gives every field,
     unknown ones included, exactly as the library's parser walks it (``tests/test_xspace_wire.py`` compares them
     on random messages).
@@ -349,10 +349,14 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     rounds: list[tuple[np.ndarray, ...]] = []
     counts = np.zeros(n, dtype=np.int64)
     while len(active):
+        if len(rounds) >= 1024:
+            return None  # a message of that many fields: one round each would cost more than protobuf's parse
         got = _varints(buf, pos)
         if got is None:
             return None
         tag, size = got
+        if (size > 5).any():
+            return None  # protobuf reads a tag as a uint32, in at most 5 bytes, and refuses a longer one
         pos = pos + size
         if (tag < 8).any() or (tag > (_MAX_FIELD_NUMBER << 3 | 7)).any():
             return None  # field number 0, or past the largest
@@ -390,6 +394,8 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
             return None
         dl = wire == WIRE_LEN
         if dl.any():
+            if (nxt - pos)[dl].max() > 5:
+                return None  # a length, like a tag, is at most 5 bytes for protobuf's parser
             # A length-delimited value starts after its length and runs ``value`` bytes, within its message.
             if (dl & (value > (end - nxt).astype(np.uint64))).any():
                 return None

@@ -183,7 +183,7 @@ def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None
     mid = _pick(f.value, f.last(n, 1, xs.WIRE_VARINT)).view(np.int64)
     dur = _pick(f.value, f.last(n, 3, xs.WIRE_VARINT)).view(np.int64)
     data = f.last_of(n, ((f.number == 2) | (f.number == 5)) & (f.wire == xs.WIRE_VARINT))
-    off = np.where(f.number[data] == 2, _pick(f.value, data), 0).astype(np.uint64).view(np.int64)
+    off = np.where(_pick(f.number, data) == 2, _pick(f.value, data), 0).astype(np.uint64).view(np.int64)
     line = np.repeat(np.arange(len(raw), dtype=np.int64), counts)
     want = np.asarray(with_stats, dtype=bool)[line] if n else np.zeros(0, dtype=bool)
     stat = np.flatnonzero((f.number == 4) & (f.wire == xs.WIRE_LEN) & want[f.msg])
@@ -197,9 +197,9 @@ def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None
                          (6, xs.WIRE_LEN), (7, xs.WIRE_VARINT)):  # fmt: skip
         value_field |= (g.number == number) & (g.wire == wire)
     v = g.last_of(m, value_field)  # XStat's value is a oneof: the last value field set
-    kind = np.where(v >= 0, g.number[v], 0)
+    kind = _pick(g.number, v)
     bits = _pick(g.value, v)
-    at = np.where(v >= 0, g.at[v], 0)
+    at = _pick(g.at, v)
 
     def values(idx: np.ndarray) -> np.ndarray:
         out = np.full(len(idx), None, dtype=object)
