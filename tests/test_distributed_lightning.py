@@ -39,7 +39,7 @@ RUN = "ddp/version_0"  # TensorBoardLogger(save_dir=DIR, name="ddp", version=0)
 TIMEOUT_S = 300
 TRIGGER_BATCHES = 48  # per rank and epoch, in the run with trigger="slowdown"
 TRIGGER_SLOW_FROM = 30  # rank 1 slower from this batch on; the trigger needs 16 clean steps, it gets 22
-TRIGGER_SLEEP_S = [0.1]  # per batch; sized in the run (3x the trigger's threshold from rank 1's own step times)
+TRIGGER_SLEEP_S = [0.0]  # per batch on rank 1; sized in the run (3x the trigger's threshold from its own step times)
 
 
 # ---------------------------------------------------------------------------------------------- the training run
@@ -84,9 +84,11 @@ def _train(argv: list[str]) -> None:
             if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
                 if not args.trigger:
                     time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
-                elif (i // BATCH_SIZE) % (
-                    2 * TRIGGER_BATCHES
-                ) >= 2 * TRIGGER_SLOW_FROM:  # rank 1 holds every 2nd sample
+                elif TRIGGER_SLEEP_S[0]:
+                    # Every sample of every batch from the sizing on (set at the end of step TRIGGER_SLOW_FROM - 2,
+                    # zero again from the next epoch): the slowdown must not depend on which samples a batch
+                    # holds. Choosing them by index made it a random share of each batch once the sampler shuffled
+                    # (steps 42-120 ms for a 158 ms sleep), and a step under the threshold breaks the run of 5.
                     time.sleep(TRIGGER_SLEEP_S[0] / BATCH_SIZE)
             return self.x[i], self.y[i]
 
@@ -107,6 +109,8 @@ def _train(argv: list[str]) -> None:
 
         def __init__(self) -> None:
             self.ends: list[int] = []
+            self.all_ends: list[int] = []  # epoch 0's step ends
+            self.sleep_s = 0.0
 
         def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
             self.ends = []
@@ -114,21 +118,24 @@ def _train(argv: list[str]) -> None:
 
         def on_train_batch_end(self, trainer: pl.Trainer, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
             self.ends.append(time.perf_counter_ns())
+            if trainer.current_epoch == 0:
+                self.all_ends.append(self.ends[-1])
             if i + 2 == TRIGGER_SLOW_FROM:
                 ms = sorted((b - a) / 1e6 for a, b in zip(self.ends[2:], self.ends[3:], strict=False))
                 median = ms[len(ms) // 2]
                 mad = sorted(abs(x - median) for x in ms)[len(ms) // 2]
                 if trainer.current_epoch == 0:
-                    TRIGGER_SLEEP_S[0] = max(0.1, 3 * (median + 8 * 1.4826 * mad) / 1e3)
+                    TRIGGER_SLEEP_S[0] = self.sleep_s = max(0.1, 3 * (median + 8 * 1.4826 * mad) / 1e3)
 
     profiler = FitProfiler(profile_batch=PROFILE_BATCH, trigger="slowdown" if args.trigger else None)
+    sizer = SizeTheSlowdown()
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=devices,
         strategy="ddp",
         max_epochs=EPOCHS,
         logger=TensorBoardLogger(args.logdir, name="ddp", version=0),
-        callbacks=[SizeTheSlowdown(), profiler] if args.trigger else [profiler],
+        callbacks=[sizer, profiler] if args.trigger else [profiler],
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -145,6 +152,15 @@ def _train(argv: list[str]) -> None:
         "world_size": trainer.world_size,
         "triggered": [[epoch, event.step] for epoch, event, _ in profiler.triggered],
     }
+    if args.trigger:  # what the trigger saw, for the message when it did not fire
+        trig = profiler._trigger
+        seen["trigger_state"] = {
+            "step_ms": [round((b - a) / 1e6, 2) for a, b in zip(sizer.all_ends, sizer.all_ends[1:], strict=False)],
+            "sleep_s": sizer.sleep_s,
+            "threshold_ms": None if trig is None else trig.threshold_ms,
+            "baseline_ms": None if trig is None else trig.baseline_ms,
+            "clean_steps": profiler._trig_steps_total,
+        }
     Path(args.logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
 
 
@@ -413,7 +429,7 @@ def test_triggered_windows_ride_the_epoch_end_gather(trigger_run: dict[str, Any]
     seen = [json.loads((trigger_run["logdir"] / f"callback_rank{r}.json").read_text()) for r in (0, 1)]
     assert [s["epochs_done"] for s in seen] == [EPOCHS, EPOCHS]  # no deadlock whatever each rank captured
     assert seen[0]["cross_rank"] == seen[1]["cross_rank"] and sorted(seen[0]["cross_rank"]) == ["0", "1"]
-    assert seen[SLOW_RANK]["triggered"], trigger_run["out"][-4000:]
+    assert seen[SLOW_RANK]["triggered"], (seen[SLOW_RANK].get("trigger_state"), trigger_run["out"][-3000:])
     epoch, step = seen[SLOW_RANK]["triggered"][0]
     assert epoch == 0 and TRIGGER_SLOW_FROM < step <= TRIGGER_SLOW_FROM + 10
     session = next(Path(trigger_run["run"], "plugins", "profile").glob(f"*_epoch0_trigger_step{step}"))
