@@ -27,7 +27,7 @@ import gputrace
 from fitprof import cli
 from fitprof._session import check_session
 from fitprof.report_files import write_report_file
-from fitprof.traces import TraceError, read_trace
+from fitprof.traces import TraceError, _limits, read_trace
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 from fitprof.traces.xspace_write import xplane_classes
 from fuzz_traces import PEAK_RSS_SOURCE, bomb, byte_mutation, json_mutation, kineto_seed, xspace_seed
@@ -226,6 +226,71 @@ def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path) -> None:
     for broken, what in [(good[:-5], "gzip"), (good + b"junk", "after the end"), (good[:-8] + b"\0" * 8, "gzip")]:
         with pytest.raises(TraceError, match=what):
             read_trace(_write(path, broken))
+
+
+def test_inflating_into_the_size_hint_matches_gzip_decompress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buffer allocated from the gzip trailer's size is filled exactly, grown where the hint is short (the
+    last of several members, a file that inflates more than ``_HINT_RATIO`` times) and trimmed where it is long."""
+    plain = json.dumps(kineto_seed(steps=300)).encode()
+    half = len(plain) // 3
+    path = tmp_path / "t.json.gz"
+    cases = {
+        "one member (the hint is the size)": gzip.compress(plain),
+        "a short last member (the hint is short)": gzip.compress(plain[:-half]) + gzip.compress(plain[-half:]),
+        "a long last member": gzip.compress(plain[:half]) + gzip.compress(plain[half:]),
+        "whitespace (past the hint's ratio)": gzip.compress(plain + b" " * (4 << 20)),
+        "empty": gzip.compress(b""),
+    }
+    bound = _limits.Limits.of(max_trace_mb=64)
+    for what, data in cases.items():
+        want = gzip.decompress(data)
+        hint = min(int.from_bytes(data[-4:], "little"), len(data) * _limits._HINT_RATIO)
+        assert _limits.read_bounded(_write(path, data), bound, TraceError) == want, what
+        with path.open("rb") as fh:
+            assert _limits._size_hint(fh, bound) == hint, what
+    assert len(cases["whitespace (past the hint's ratio)"]) * _limits._HINT_RATIO < 4 << 20  # that case grows
+    real = _limits._size_hint
+    for extra in (1, 1 << 20, 5 << 20):  # a hint longer than the stream: what is not written is cut off
+        monkeypatch.setattr(_limits, "_size_hint", lambda fh, limits, extra=extra: real(fh, limits) + extra)
+        for what, data in cases.items():
+            assert _limits.read_bounded(_write(path, data), bound, TraceError) == gzip.decompress(data), what
+    monkeypatch.setattr(_limits, "_size_hint", real)
+    # The bound still stops the stream where the hint is the bound (a trailer that claims just under it).
+    small = _limits.Limits.of(max_trace_mb=len(plain) / 1e6 - 1e-6)
+    with pytest.raises(TraceError, match="inflates to more than"):
+        _limits.read_bounded(_write(path, gzip.compress(plain)), small, TraceError)
+
+
+def test_a_crafted_trailer_costs_at_most_the_hint_ratio(tmp_path: Path) -> None:
+    """A file whose last four bytes claim 4 GB is allocated at most ``_HINT_RATIO`` times its size (and never past
+    the bound) before the stream proves it wrong."""
+    good = gzip.compress(json.dumps(kineto_seed()).encode())
+    path = _write(tmp_path / "t.json.gz", good[:-4] + b"\xff\xff\xff\xff")
+    for mb, want in ((512.0, len(good) * _limits._HINT_RATIO), (len(good) * 2 / 1e6, len(good) * 2)):
+        limits = _limits.Limits.of(max_trace_mb=mb)
+        with path.open("rb") as fh:
+            assert _limits._size_hint(fh, limits) == want
+        with pytest.raises(TraceError, match=r"corrupt gzip|inflates to more than"):
+            _limits.read_bounded(path, limits, TraceError)
+    for tiny in (b"\x1f\x8b", good[:17]):  # too short for a trailer: no hint
+        with _write(path, tiny).open("rb") as fh:
+            assert _limits._size_hint(fh, _limits.Limits.of()) == 0
+        with pytest.raises(TraceError, match="gzip"):
+            _limits.read_bounded(path, _limits.Limits.of(), TraceError)
+
+
+def test_counting_objects_in_steps_is_bytes_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(11)
+    for step in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(_limits, "_COUNT_STEP", step)
+        for size in (0, 1, 7, 8, 63, 64, 65, 1000):
+            data = bytearray(rng.choice(b'{}[]," a') for _ in range(size))
+            want = bytes(data).count(b"{")
+            assert _limits.count_objects(data, "t.json", _limits.Limits.of(), TraceError) == want
+            data += b"x"  # the buffer is not held by the count: it can grow again
+            if want > 1:
+                with pytest.raises(TraceError, match=f"up to {want:,} JSON objects"):
+                    _limits.count_objects(data, "t.json", _limits.Limits.of(max_events=want - 1), TraceError)
 
 
 def _write(path: Path, data: bytes) -> Path:

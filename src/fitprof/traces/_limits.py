@@ -29,6 +29,8 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
+import numpy as np
+
 DEFAULT_MAX_TRACE_MB = 512.0
 """Default bound on the (inflated) size of one trace file, in MB (10**6 bytes)."""
 DEFAULT_MAX_EVENTS = 10_000_000
@@ -37,6 +39,12 @@ MAX_XSPACE_STRING_BYTES = 1_000_000
 """Longest string (name, string stat) accepted in an XSpace."""
 _CHUNK = 1 << 20
 """Bytes read from the compressed file, and inflated, per step."""
+_HINT_RATIO = 64
+"""The gzip trailer's size (ISIZE) is trusted as the size to allocate up front only up to this many times the
+compressed file's size (and never past the bound): a crafted trailer costs at most that much memory before the
+stream itself proves otherwise. Real traces inflate 10-25x (the A100 trace: 34.8 MB from 1.8 MB, 19.7x)."""
+_COUNT_STEP = 1 << 20
+"""Bytes compared at a time when counting ``{`` (a boolean temporary of that size, not of the whole text)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,15 +131,43 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
         raise error(f"{path}: cannot read the file ({err.strerror or err})") from None
 
 
+def _size_hint(fh: BinaryIO, limits: Limits) -> int:
+    """The inflated size to allocate before inflating: the last gzip member's ISIZE (the inflated size mod 2**32,
+    the file's last four bytes), at most ``_HINT_RATIO`` times the file's size and at most the bound; 0 when the
+    file is too short to hold a trailer. Only a hint: the stream decides the size (see :func:`_inflate`)."""
+    size = os.fstat(fh.fileno()).st_size
+    if size < 18:  # a gzip header and trailer alone are 18 bytes
+        return 0
+    fh.seek(size - 4)
+    isize = int.from_bytes(fh.read(4), "little")
+    fh.seek(0)
+    return min(isize, size * _HINT_RATIO, limits.max_bytes)
+
+
 def _inflate(fh: BinaryIO, path: Path, limits: Limits, error: type[Exception]) -> bytearray:
-    out = bytearray()
+    """The inflated stream, written into a buffer allocated once at :func:`_size_hint` (no copy of the text made
+    each time a growing buffer moves). Output past the hint is appended (a multi-member file, a size over 4 GB,
+    a trailer that lies); a hint longer than the output is trimmed at the end."""
     cap = limits.max_bytes
+    out = bytearray(_size_hint(fh, limits))
+    room = len(out)  # the preallocated bytes; past them the buffer grows
+    done = 0
     inflater = zlib.decompressobj(wbits=31)  # the gzip wrapper: its header, CRC-32 and length are checked
     buf = fh.read(_CHUNK)
     try:
         while buf:
-            out += inflater.decompress(buf, min(_CHUNK, cap + 1 - len(out)))  # never more than the bound + 1
-            if len(out) > cap:
+            piece = inflater.decompress(buf, min(_CHUNK, cap + 1 - done))  # never more than the bound + 1
+            k = len(piece)
+            if done + k <= room:
+                out[done : done + k] = piece  # same length: copied in place
+            else:
+                if room > done:
+                    del out[done:]  # the hint was short: grow from here on
+                    room = done
+                out += piece
+            done += k
+            del piece
+            if done > cap:
                 raise error(too_big(path, "it inflates to more than", limits))
             if inflater.eof:  # one member done; another may follow, as gzip.decompress reads them
                 buf = inflater.unused_data or fh.read(_CHUNK)
@@ -144,11 +180,18 @@ def _inflate(fh: BinaryIO, path: Path, limits: Limits, error: type[Exception]) -
                 continue
             buf = inflater.unconsumed_tail or fh.read(_CHUNK)
         if not inflater.eof:  # output zlib still holds when the input ended exactly at a step's end
-            out += inflater.flush()
+            rest = inflater.flush()
+            if done + len(rest) <= room:
+                out[done : done + len(rest)] = rest
+            else:
+                del out[done:]
+                out += rest
+            done += len(rest)
     except zlib.error as err:
         raise error(f"{path}: truncated or corrupt gzip ({err})") from None
     if not inflater.eof:
         raise error(f"{path}: truncated or corrupt gzip (the file ends before the gzip stream does)")
+    del out[done:]  # a hint longer than the stream
     return out
 
 
@@ -158,7 +201,11 @@ def count_objects(data: bytes | bytearray, path: str | os.PathLike[str], limits:
     Raises:
         error: if it passes ``limits.max_events``.
     """
-    n = data.count(b"{")
+    view = np.frombuffer(data, dtype=np.uint8)  # numpy compares 16-32 bytes an instruction; bytes.count one
+    n = 0
+    for at in range(0, len(view), _COUNT_STEP):
+        n += int(np.count_nonzero(view[at : at + _COUNT_STEP] == 0x7B))  # "{"
+    del view  # the buffer export: the caller may resize a bytearray again
     if n > limits.max_events:
         raise error(too_many(path, f"the trace holds up to {n:,} JSON objects (events and their args)", limits))
     return n
