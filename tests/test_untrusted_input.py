@@ -208,7 +208,14 @@ def test_default_bounds_and_bad_bounds(tmp_path: Path) -> None:
     assert len(read_trace(path, max_trace_mb=plain_size / 1e6)) > 0  # the bound itself is allowed
 
 
-def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path) -> None:
+@pytest.fixture(params=[m.__name__ for m in _limits.INFLATERS])
+def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each module a gzip file may be inflated with (``isal.isal_zlib`` where installed, and ``zlib``) in turn."""
+    monkeypatch.setattr(_limits, "INFLATERS", tuple(m for m in _limits.INFLATERS if m.__name__ == request.param))
+    return str(request.param)
+
+
+def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path, inflater: str) -> None:
     doc = kineto_seed(steps=200)
     plain = json.dumps(doc).encode()
     path = tmp_path / "t.pt.trace.json.gz"
@@ -228,7 +235,9 @@ def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path) -> None:
             read_trace(_write(path, broken))
 
 
-def test_inflating_into_the_size_hint_matches_gzip_decompress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_inflating_into_the_size_hint_matches_gzip_decompress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inflater: str
+) -> None:
     """The buffer allocated from the gzip trailer's size is filled exactly, grown where the hint is short (the
     last of several members, a file that inflates more than ``_HINT_RATIO`` times) and trimmed where it is long."""
     plain = json.dumps(kineto_seed(steps=300)).encode()
@@ -261,7 +270,7 @@ def test_inflating_into_the_size_hint_matches_gzip_decompress(tmp_path: Path, mo
         _limits.read_bounded(_write(path, gzip.compress(plain)), small, TraceError)
 
 
-def test_a_crafted_trailer_costs_at_most_the_hint_ratio(tmp_path: Path) -> None:
+def test_a_crafted_trailer_costs_at_most_the_hint_ratio(tmp_path: Path, inflater: str) -> None:
     """A file whose last four bytes claim 4 GB is allocated at most ``_HINT_RATIO`` times its size (and never past
     the bound) before the stream proves it wrong."""
     good = gzip.compress(json.dumps(kineto_seed()).encode())

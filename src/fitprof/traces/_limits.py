@@ -27,9 +27,21 @@ import math
 import os
 import zlib
 from pathlib import Path
+from types import ModuleType
 from typing import BinaryIO
 
 import numpy as np
+
+INFLATERS: tuple[ModuleType, ...] = (zlib,)
+"""The modules a gzip file may be inflated with, the one :func:`read_bounded` uses first (``isal.isal_zlib`` when
+installed, else :mod:`zlib`): the same ``decompressobj`` interface, the same output, each checks the gzip CRC-32
+and length."""
+try:  # ISA-L's inflate, zlib's interface: about 40% less time than zlib's own on a trace
+    from isal import isal_zlib
+
+    INFLATERS = (isal_zlib, zlib)
+except ImportError:  # pragma: no cover - a platform without its wheel: zlib gives the same bytes
+    pass
 
 DEFAULT_MAX_TRACE_MB = 512.0
 """Default bound on the (inflated) size of one trace file, in MB (10**6 bytes)."""
@@ -144,15 +156,19 @@ def _size_hint(fh: BinaryIO, limits: Limits) -> int:
     return min(isize, size * _HINT_RATIO, limits.max_bytes)
 
 
-def _inflate(fh: BinaryIO, path: Path, limits: Limits, error: type[Exception]) -> bytearray:
+def _inflate(
+    fh: BinaryIO, path: Path, limits: Limits, error: type[Exception], lib: ModuleType | None = None
+) -> bytearray:
     """The inflated stream, written into a buffer allocated once at :func:`_size_hint` (no copy of the text made
     each time a growing buffer moves). Output past the hint is appended (a multi-member file, a size over 4 GB,
-    a trailer that lies); a hint longer than the output is trimmed at the end."""
+    a trailer that lies); a hint longer than the output is trimmed at the end. ``lib``: one of :data:`INFLATERS`
+    (default the first)."""
+    lib = INFLATERS[0] if lib is None else lib
     cap = limits.max_bytes
     out = bytearray(_size_hint(fh, limits))
     room = len(out)  # the preallocated bytes; past them the buffer grows
     done = 0
-    inflater = zlib.decompressobj(wbits=31)  # the gzip wrapper: its header, CRC-32 and length are checked
+    inflater = lib.decompressobj(wbits=31)  # the gzip wrapper: its header, CRC-32 and length are checked
     buf = fh.read(_CHUNK)
     try:
         while buf:
@@ -176,7 +192,7 @@ def _inflate(fh: BinaryIO, path: Path, limits: Limits, error: type[Exception]) -
                 if buf and buf[:2] != b"\x1f\x8b":
                     raise error(f"{path}: truncated or corrupt gzip (data after the end of the gzip stream)")
                 if buf:
-                    inflater = zlib.decompressobj(wbits=31)
+                    inflater = lib.decompressobj(wbits=31)
                 continue
             buf = inflater.unconsumed_tail or fh.read(_CHUNK)
         if not inflater.eof:  # output zlib still holds when the input ended exactly at a step's end
@@ -187,7 +203,7 @@ def _inflate(fh: BinaryIO, path: Path, limits: Limits, error: type[Exception]) -
                 del out[done:]
                 out += rest
             done += len(rest)
-    except zlib.error as err:
+    except (zlib.error, lib.error) as err:
         raise error(f"{path}: truncated or corrupt gzip ({err})") from None
     if not inflater.eof:
         raise error(f"{path}: truncated or corrupt gzip (the file ends before the gzip stream does)")
