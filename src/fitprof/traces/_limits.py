@@ -51,10 +51,6 @@ MAX_XSPACE_STRING_BYTES = 1_000_000
 """Longest string (name, string stat) accepted in an XSpace."""
 _CHUNK = 1 << 20
 """Bytes read from the compressed file, and inflated, per step."""
-_HINT_RATIO = 64
-"""The gzip trailer's size (ISIZE) is trusted as the size to allocate up front only up to this many times the
-compressed file's size (and never past the bound): a crafted trailer costs at most that much memory before the
-stream itself proves otherwise. Real traces inflate 10-25x (the A100 trace: 34.8 MB from 1.8 MB, 19.7x)."""
 _COUNT_STEP = 1 << 20
 """Bytes compared at a time when counting ``{`` (a boolean temporary of that size, not of the whole text)."""
 
@@ -143,47 +139,19 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
         raise error(f"{path}: cannot read the file ({err.strerror or err})") from None
 
 
-def _size_hint(fh: BinaryIO, limits: Limits) -> int:
-    """The inflated size to allocate before inflating: the last gzip member's ISIZE (the inflated size mod 2**32,
-    the file's last four bytes), at most ``_HINT_RATIO`` times the file's size and at most the bound; 0 when the
-    file is too short to hold a trailer. Only a hint: the stream decides the size (see :func:`_inflate`)."""
-    size = os.fstat(fh.fileno()).st_size
-    if size < 18:  # a gzip header and trailer alone are 18 bytes
-        return 0
-    fh.seek(size - 4)
-    isize = int.from_bytes(fh.read(4), "little")
-    fh.seek(0)
-    return min(isize, size * _HINT_RATIO, limits.max_bytes)
-
-
 def _inflate(
     fh: BinaryIO, path: Path, limits: Limits, error: type[Exception], lib: ModuleType | None = None
 ) -> bytearray:
-    """The inflated stream, written into a buffer allocated once at :func:`_size_hint` (no copy of the text made
-    each time a growing buffer moves). Output past the hint is appended (a multi-member file, a size over 4 GB,
-    a trailer that lies); a hint longer than the output is trimmed at the end. ``lib``: one of :data:`INFLATERS`
-    (default the first)."""
+    """The inflated stream, ``lib`` (one of :data:`INFLATERS`, default the first) in ``_CHUNK`` steps."""
     lib = INFLATERS[0] if lib is None else lib
+    out = bytearray()
     cap = limits.max_bytes
-    out = bytearray(_size_hint(fh, limits))
-    room = len(out)  # the preallocated bytes; past them the buffer grows
-    done = 0
     inflater = lib.decompressobj(wbits=31)  # the gzip wrapper: its header, CRC-32 and length are checked
     buf = fh.read(_CHUNK)
     try:
         while buf:
-            piece = inflater.decompress(buf, min(_CHUNK, cap + 1 - done))  # never more than the bound + 1
-            k = len(piece)
-            if done + k <= room:
-                out[done : done + k] = piece  # same length: copied in place
-            else:
-                if room > done:
-                    del out[done:]  # the hint was short: grow from here on
-                    room = done
-                out += piece
-            done += k
-            del piece
-            if done > cap:
+            out += inflater.decompress(buf, min(_CHUNK, cap + 1 - len(out)))  # never more than the bound + 1
+            if len(out) > cap:
                 raise error(too_big(path, "it inflates to more than", limits))
             if inflater.eof:  # one member done; another may follow, as gzip.decompress reads them
                 buf = inflater.unused_data or fh.read(_CHUNK)
@@ -196,18 +164,11 @@ def _inflate(
                 continue
             buf = inflater.unconsumed_tail or fh.read(_CHUNK)
         if not inflater.eof:  # output zlib still holds when the input ended exactly at a step's end
-            rest = inflater.flush()
-            if done + len(rest) <= room:
-                out[done : done + len(rest)] = rest
-            else:
-                del out[done:]
-                out += rest
-            done += len(rest)
+            out += inflater.flush()
     except (zlib.error, lib.error) as err:
         raise error(f"{path}: truncated or corrupt gzip ({err})") from None
     if not inflater.eof:
         raise error(f"{path}: truncated or corrupt gzip (the file ends before the gzip stream does)")
-    del out[done:]  # a hint longer than the stream
     return out
 
 
