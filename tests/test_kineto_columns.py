@@ -216,6 +216,50 @@ def test_numeric_past_float_range_fails_as_pandas_does() -> None:
         kineto._numeric([2**1030, 1.5])
 
 
+_TS_VALUES = [
+    [1, 2.5, 3],
+    [2**53 + 1, 0.5],
+    [2**64 - 1, 2**70, -(2**63) - 1],
+    [-0.0, 0],
+    ["12", " 12 ", "1e3", "1_000", "-0.0", 7],
+    [1, "nope"],
+    [1, None],
+    [1, "nan"],
+    [1, "inf"],
+    [1.5, math.inf],
+    [2**1030, 1.5],
+    ["1" * 400],
+    [],
+]
+
+
+@pytest.mark.parametrize("values", _TS_VALUES)
+def test_numbers_without_a_list_are_the_numbers_of_the_list(values: list[Any]) -> None:
+    """``_numbers_of`` (numpy.fromiter over the events' field) gives ``_numbers`` of the field's list bit for bit,
+    and the same error (message naming the event and value, or exception type) where that raises."""
+    rows = [kineto._Event(ph="X", ts=v) for v in values]
+
+    def outcome(fn: Any) -> Any:
+        try:
+            return fn()
+        except (TraceError, OverflowError) as err:
+            return type(err), str(err)
+
+    want = outcome(lambda: kineto._numbers(values, "ts", "t.json", 3))
+    got = outcome(lambda: kineto._numbers_of(rows, kineto._TS, "ts", "t.json", 3))
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray) and _same_floats(got, want), (got, want)
+    else:
+        assert got == want
+
+
+def test_positions_finds_every_equal_item() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        values = [rng.choice(["Trace", "cpu_op", 5, None, "Trace "]) for _ in range(rng.randint(0, 40))]
+        assert kineto._positions(values, "Trace") == [i for i, v in enumerate(values) if v == "Trace"]
+
+
 def test_interner_matches_pandas_factorize_across_batches() -> None:
     """The interner of main at 7526b3e coded each batch with :func:`pandas.factorize` and merged the batches'
     uniques in a dict; the dict-only interner gives the same codes and kept values."""

@@ -27,7 +27,7 @@ import gputrace
 from fitprof import cli
 from fitprof._session import check_session
 from fitprof.report_files import write_report_file
-from fitprof.traces import TraceError, read_trace
+from fitprof.traces import TraceError, _limits, read_trace
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 from fitprof.traces.xspace_write import xplane_classes
 from fuzz_traces import PEAK_RSS_SOURCE, bomb, byte_mutation, json_mutation, kineto_seed, xspace_seed
@@ -208,7 +208,14 @@ def test_default_bounds_and_bad_bounds(tmp_path: Path) -> None:
     assert len(read_trace(path, max_trace_mb=plain_size / 1e6)) > 0  # the bound itself is allowed
 
 
-def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path) -> None:
+@pytest.fixture(params=[m.__name__ for m in _limits.INFLATERS])
+def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each module a gzip file may be inflated with (``isal.isal_zlib`` where installed, and ``zlib``) in turn."""
+    monkeypatch.setattr(_limits, "INFLATERS", tuple(m for m in _limits.INFLATERS if m.__name__ == request.param))
+    return str(request.param)
+
+
+def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path, inflater: str) -> None:
     doc = kineto_seed(steps=200)
     plain = json.dumps(doc).encode()
     path = tmp_path / "t.pt.trace.json.gz"
@@ -226,6 +233,41 @@ def test_gzip_streaming_matches_gzip_decompress(tmp_path: Path) -> None:
     for broken, what in [(good[:-5], "gzip"), (good + b"junk", "after the end"), (good[:-8] + b"\0" * 8, "gzip")]:
         with pytest.raises(TraceError, match=what):
             read_trace(_write(path, broken))
+
+
+def test_each_inflater_reads_members_and_stops_at_the_bound(tmp_path: Path, inflater: str) -> None:
+    """``isal.isal_zlib`` and ``zlib`` give ``gzip.decompress``'s bytes for one member, several, a file that
+    inflates 1,000-fold, an empty one; and both stop at the bound."""
+    plain = json.dumps(kineto_seed(steps=300)).encode()
+    third = len(plain) // 3
+    path = tmp_path / "t.json.gz"
+    cases = {
+        "one member": gzip.compress(plain),
+        "a short last member": gzip.compress(plain[:-third]) + gzip.compress(plain[-third:]),
+        "three members": gzip.compress(plain[:third]) + gzip.compress(b"") + gzip.compress(plain[third:]),
+        "whitespace": gzip.compress(plain + b" " * (4 << 20)),
+        "empty": gzip.compress(b""),
+    }
+    for what, data in cases.items():
+        got = _limits.read_bounded(_write(path, data), _limits.Limits.of(max_trace_mb=64), TraceError)
+        assert got == gzip.decompress(data), (inflater, what)
+    small = _limits.Limits.of(max_trace_mb=len(plain) / 1e6 - 1e-6)
+    with pytest.raises(TraceError, match="inflates to more than"):
+        _limits.read_bounded(_write(path, gzip.compress(plain)), small, TraceError)
+
+
+def test_counting_objects_in_steps_is_bytes_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(11)
+    for step in (1, 7, 64, 1 << 20):
+        monkeypatch.setattr(_limits, "_COUNT_STEP", step)
+        for size in (0, 1, 7, 8, 63, 64, 65, 1000):
+            data = bytearray(rng.choice(b'{}[]," a') for _ in range(size))
+            want = bytes(data).count(b"{")
+            assert _limits.count_objects(data, "t.json", _limits.Limits.of(), TraceError) == want
+            data += b"x"  # the buffer is not held by the count: it can grow again
+            if want > 1:
+                with pytest.raises(TraceError, match=f"up to {want:,} JSON objects"):
+                    _limits.count_objects(data, "t.json", _limits.Limits.of(max_events=want - 1), TraceError)
 
 
 def _write(path: Path, data: bytes) -> Path:

@@ -508,12 +508,13 @@ class _ColumnBuilder:
         rows = events
         cats = list(map(_CAT, rows))
         phs = list(map(_PH, rows))
-        if phs.count("X") == len(phs) and "Trace" not in cats:
+        traces = _positions(cats, "Trace")  # the profiler's own span, once a trace
+        if phs.count("X") == len(phs) and not traces:
             keep = None  # all complete (a generated trace, most batches of a real one)
-        elif "Trace" in cats:  # the profiler's own span, once a trace
-            keep = [p == "X" and c != "Trace" for p, c in zip(phs, cats, strict=True)]
         else:
             keep = list(map(operator.eq, phs, itertools.repeat("X")))  # ``p == "X"`` for each
+            for i in traces:
+                keep[i] = False
         del phs
         if keep is not None:
             # Flow arrows are not complete events: look for them only when some are left, and only in a batch
@@ -532,8 +533,8 @@ class _ColumnBuilder:
         end = done + n
         if end > len(cols["ts"]):  # cannot happen: every complete event is a counted object
             raise TraceError(f"{path}: more complete events than JSON objects counted")
-        cols["ts"][done:end] = _numbers(list(map(_TS, rows)), "ts", path, done)
-        cols["dur"][done:end] = _numbers(list(map(_DUR, rows)), "dur", path, done)
+        cols["ts"][done:end] = _numbers_of(rows, _TS, "ts", path, done)
+        cols["dur"][done:end] = _numbers_of(rows, _DUR, "dur", path, done)
         interners = self.interners
         cols["cat"][done:end] = interners["cat"].codes(cats)
         del cats
@@ -613,6 +614,32 @@ def _numbers(values: list[Any], what: str, path: str | os.PathLike[str], first: 
             f"{os.fspath(path)}: not a Chrome trace (complete event {first + bad[0]} has {what} {values[bad[0]]!r})"
         )
     return out
+
+
+def _numbers_of(
+    rows: list[_Event], get: Callable[[_Event], Any], what: str, path: str | os.PathLike[str], first: int
+) -> np.ndarray:
+    """:func:`_numbers` of ``get`` of each row, without a list of the values when every one is a finite number:
+    :func:`numpy.fromiter` converts each value with the same float64 conversion as :func:`numpy.asarray` with a
+    dtype (numbers rounded to the nearest, numeric strings parsed, ``None`` read as NaN); anything else, or a
+    value that is not finite, goes through :func:`_numbers`, which raises with the value in the message."""
+    try:
+        out = np.fromiter(map(get, rows), dtype=np.float64, count=len(rows))
+    except (TypeError, ValueError, OverflowError):
+        return _numbers(list(map(get, rows)), what, path, first)
+    if not np.isfinite(out).all():
+        return _numbers(list(map(get, rows)), what, path, first)
+    return out
+
+
+def _positions(values: list[Any], value: Any) -> list[int]:
+    """The indices of the items equal to ``value`` (``list.index`` from each one found: a C scan, no Python per
+    item)."""
+    at: list[int] = []
+    with contextlib.suppress(ValueError):
+        while True:
+            at.append(values.index(value, at[-1] + 1 if at else 0))
+    return at
 
 
 def _float_or_nan(value: Any) -> float:
