@@ -344,7 +344,11 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     n = len(starts)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    active = np.flatnonzero(starts < ends)
+    # The rounds are held until the end: message indices and positions as int32 where they fit (29 bytes a field
+    # become 21; the caller bounds how many fields one call holds, see ``xspace._decode_events``).
+    index_type = np.int32 if n < 2**31 else np.int64
+    at_type = np.int32 if len(buf) < 2**31 else np.int64
+    active = np.flatnonzero(starts < ends).astype(index_type)
     pos, end = starts[active], ends[active]  # of the messages still going, compacted as they end
     rounds: list[tuple[np.ndarray, ...]] = []
     counts = np.zeros(n, dtype=np.int64)
@@ -401,7 +405,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
                 return None
             at = np.where(dl, nxt, pos)
             nxt = np.where(dl, nxt + value.astype(np.int64), nxt)
-        rounds.append((active, number, wire, value, at))
+        rounds.append((active, number, wire, value, at.astype(at_type)))
         going = nxt < end
         counts[active[~going]] = len(rounds)  # a message's fields: the rounds it took part in
         active, pos, end = active[going], nxt[going], end[going]
