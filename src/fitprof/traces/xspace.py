@@ -7,8 +7,8 @@ numbers as tsl's ``xplane.proto``), so neither TensorFlow nor xprof is needed. (
 window take 86 ms to read, against 5 ms for the protobuf walk.) The reader reads only what it uses: protobuf
 parses the file with each event left as its bytes (:func:`~fitprof.traces._xplane_schema.xplane_raw_classes`:
 planes, lines and metadata as messages); the events of the lines the table is made of are then split into
-their fields with numpy, all events at once (:func:`~fitprof.traces._xplane_schema.decode_fields`), and of
-their stats only those the rules below read are turned into Python values. The events of the lines it skips (a
+their fields with numpy, a megabyte of events at a time (:func:`~fitprof.traces._xplane_schema.decode_fields`),
+and of their stats only those the rules below read are turned into Python values. The events of the lines it skips (a
 device's derived lines, the ``Host steps`` of a converted file), the stats of host lines whose stats the rules do
 not read (``tf_Compute`` and ``tf_data`` lines without XLA), and the values of the stats it does not read are
 not decoded, nor checked: damage there no longer makes the file unreadable. Damage in what it reads gives protobuf's own error, as before (the
