@@ -347,7 +347,7 @@ def test_overlong_tags_and_lengths_give_protobufs_error(tmp_path: Path, label: s
 
 
 @pytest.mark.parametrize("seed", SEEDS[:6])
-def test_batched_decoding_equals_one_batch(seed: int) -> None:
+def test_batched_decoding_equals_one_batch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The events are split into fields a bounded number of bytes at a time; any batch size (one event a batch,
     batches cutting lines, one batch for all) gives the same columns and values, and those of protobuf."""
     rng = random.Random(2000 + seed)
@@ -365,6 +365,10 @@ def test_batched_decoding_equals_one_batch(seed: int) -> None:
         got = xspace._decode_events(raw, with_stats, batch_bytes=batch)
         assert got is not None, batch
         _assert_same_events(got, whole)
+    monkeypatch.setattr(xspace, "_JOIN_EVENTS", 3)  # the events taken out of protobuf's containers 3 at a time
+    got = xspace._decode_events(raw, with_stats, batch_bytes=64)
+    assert got is not None
+    _assert_same_events(got, whole)
 
 
 def test_damage_in_a_later_batch_still_gives_up() -> None:

@@ -337,8 +337,8 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
 
     Memory: every round is held until the end (21 bytes a field: message index and position as int32 where they
     fit), then the :class:`Fields` (29 bytes a field), besides one round's temporaries; a field takes at least 2
-    bytes, so the caller bounds the memory by the bytes it passes in one call (``xspace._decode_events`` passes a
-    megabyte of events at a time).
+    bytes, so the caller bounds the memory by the bytes it passes in one call (``xspace._decode_events`` passes
+    half a megabyte of events at a time).
 
     Returns ``None`` for anything this reader does not read, or that is not valid protobuf: a varint over 10
     bytes, a tag or a length over 5, field number 0 or over 2**29 - 1, a group or wire type 6 / 7, a value that runs past its message's end.
