@@ -344,3 +344,102 @@ def test_overlong_tags_and_lengths_give_protobufs_error(tmp_path: Path, label: s
     assert xs.decode_fields(buf, np.array([0]), np.array([len(event)])) is None, label
     with pytest.raises(TraceError, match=r"not an XSpace protobuf \(DecodeError"):
         read_trace(_one_line_xspace(tmp_path, [event], "o.xplane.pb"))
+
+
+@pytest.mark.parametrize("seed", SEEDS[:6])
+def test_batched_decoding_equals_one_batch(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The events are split into fields a bounded number of bytes at a time; any batch size (one event a batch,
+    batches cutting lines, one batch for all) gives the same columns and values, and those of protobuf."""
+    rng = random.Random(2000 + seed)
+    lines = [[_random_event(rng) for _ in range(rng.randrange(0, 80))] for _ in range(5)]
+    raw = [_raw_line(evs).events for evs in lines]
+    with_stats = [True, False, True, True, rng.random() < 0.5]
+    whole = xspace._decode_events(raw, with_stats, batch_bytes=1 << 40)
+    assert whole is not None
+    full = xs.xplane_classes()["XLine"]
+    _assert_same_events(
+        whole,
+        xspace._message_events([full.FromString(_raw_line(evs).SerializeToString()) for evs in lines], with_stats),
+    )
+    for batch in (1, 7, 64, 500):
+        got = xspace._decode_events(raw, with_stats, batch_bytes=batch)
+        assert got is not None, batch
+        _assert_same_events(got, whole)
+    monkeypatch.setattr(xspace, "_JOIN_EVENTS", 3)  # the events taken out of protobuf's containers 3 at a time
+    got = xspace._decode_events(raw, with_stats, batch_bytes=64)
+    assert got is not None
+    _assert_same_events(got, whole)
+
+
+def test_damage_in_a_later_batch_still_gives_up() -> None:
+    events = [_field(1, 0, 1) + _field(3, 0, 5)] * 50 + [b"\x08\xff"]  # the last one's varint is cut short
+    assert xspace._decode_events([_raw_line(events).events], [True], batch_bytes=16) is None
+    assert xspace._decode_events([_raw_line(events[:-1]).events], [True], batch_bytes=16) is not None
+
+
+def _peak_bytes(fn: Any) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_decoding_memory_is_bounded_by_the_batch_not_the_fields() -> None:
+    """A crafted line of events with 20 unknown 2-byte fields each: decoding holds the events' bytes, a few
+    columns per event and one batch's fields (about 50 bytes a field), not every field of every event at once
+    (numpy's arrays are traced by tracemalloc)."""
+    events = [_field(1, 0, 1) + _field(2, 0, 1000 * i) + _field(3, 0, 500) + b"\x78\x01" * 20 for i in range(20_000)]
+    raw = [_raw_line(events).events]
+    nbytes, batch = sum(map(len, events)), 64 << 10
+    bound = 3 * nbytes + 64 * len(events) + 64 * batch  # 9.3 MB here
+    batched = _peak_bytes(lambda: xspace._decode_events(raw, [True], batch_bytes=batch))
+    whole = _peak_bytes(lambda: xspace._decode_events(raw, [True], batch_bytes=1 << 40))
+    assert batched < bound, (batched, bound)
+    assert whole > 2 * bound, (whole, bound)  # all the fields at once: the bound above means something
+
+
+def _plain_texts(blob: bytes, at: np.ndarray, size: np.ndarray) -> list[str]:
+    return [blob[a : a + s].decode() for a, s in zip(at.tolist(), size.tolist(), strict=True)]
+
+
+def test_texts_of_mixed_lengths_equal_their_slices() -> None:
+    """Short strings are coded by their 8-byte words, long ones as objects; lengths 0-200, equal strings of
+    different lengths (a prefix), bytes around each string that must not count, strings at the buffer's end."""
+    rng = random.Random(7)
+    words = ["", "a", "ab", "abcdefgh", "abcdefghi", "x" * 64, "x" * 65, "é→中" * 5, "y" * 200, "abcdefgh" * 8]
+    parts, at, size = [], [], []
+    pos = 0
+    for _ in range(3000):
+        junk = bytes(rng.randrange(256) for _ in range(rng.randrange(3)))
+        text = rng.choice(words).encode()
+        parts += [junk, text]
+        at.append(pos + len(junk))
+        size.append(len(text))
+        pos += len(junk) + len(text)
+    blob = b"".join(parts) + bytes(xs.WIRE_PAD)
+    at_, size_ = np.array(at, dtype=np.int64), np.array(size, dtype=np.int64)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    got = xspace._texts(blob, buf, at_, size_, True)
+    assert got.tolist() == _plain_texts(blob, at_, size_)
+    assert len({id(x) for x in got.tolist()}) == len(set(got.tolist()))  # one object per distinct string
+    short = size_ <= 64
+    assert xspace._texts(blob, buf, at_[short], size_[short], False).tolist() == [
+        t.encode() for t in _plain_texts(blob, at_[short], size_[short])
+    ]
+
+
+def test_one_long_string_does_not_widen_the_short_ones() -> None:
+    """100k short strings and one of 64 bytes: memory per string, not per string times the longest length."""
+    n = 100_000
+    blob = b"ab" * n + b"z" * 64 + bytes(xs.WIRE_PAD)
+    at = np.append(np.arange(n, dtype=np.int64) * 2, 2 * n)
+    size = np.append(np.full(n, 2, dtype=np.int64), 64)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    got: list[Any] = []
+    peak = _peak_bytes(lambda: got.append(xspace._texts(blob, buf, at, size, True)))
+    assert got[0][0] == "ab" and got[0][-1] == "z" * 64 and len(got[0]) == n + 1
+    assert peak < 200 * (n + 1), peak  # 11 MB; was about 10 bytes per byte of the longest string, 64 MB here

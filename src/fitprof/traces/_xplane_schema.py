@@ -335,6 +335,11 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     work is one round per field of the longest message, not one per field. ``buf`` is a uint8 array with
     :data:`WIRE_PAD` bytes after the last message.
 
+    Memory: every round is held until the end (21 bytes a field: message index and position as int32 where they
+    fit), then the :class:`Fields` (29 bytes a field), besides one round's temporaries; a field takes at least 2
+    bytes, so the caller bounds the memory by the bytes it passes in one call (``xspace._decode_events`` passes
+    half a megabyte of events at a time).
+
     Returns ``None`` for anything this reader does not read, or that is not valid protobuf: a varint over 10
     bytes, a tag or a length over 5, field number 0 or over 2**29 - 1, a group or wire type 6 / 7, a value that runs past its message's end.
     The caller then lets the protobuf library read (or refuse) the file. Valid protobuf gives every field,
@@ -344,7 +349,11 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     n = len(starts)
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    active = np.flatnonzero(starts < ends)
+    # The rounds are held until the end: message indices and positions as int32 where they fit (29 bytes a field
+    # become 21; the caller bounds how many fields one call holds, see ``xspace._decode_events``).
+    index_type = np.int32 if n < 2**31 else np.int64
+    at_type = np.int32 if len(buf) < 2**31 else np.int64
+    active = np.flatnonzero(starts < ends).astype(index_type)
     pos, end = starts[active], ends[active]  # of the messages still going, compacted as they end
     rounds: list[tuple[np.ndarray, ...]] = []
     counts = np.zeros(n, dtype=np.int64)
@@ -401,7 +410,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
                 return None
             at = np.where(dl, nxt, pos)
             nxt = np.where(dl, nxt + value.astype(np.int64), nxt)
-        rounds.append((active, number, wire, value, at))
+        rounds.append((active, number, wire, value, at.astype(at_type)))
         going = nxt < end
         counts[active[~going]] = len(rounds)  # a message's fields: the rounds it took part in
         active, pos, end = active[going], nxt[going], end[going]

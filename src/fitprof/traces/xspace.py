@@ -7,8 +7,9 @@ numbers as tsl's ``xplane.proto``), so neither TensorFlow nor xprof is needed. (
 window take 86 ms to read, against 5 ms for the protobuf walk.) The reader reads only what it uses: protobuf
 parses the file with each event left as its bytes (:func:`~fitprof.traces._xplane_schema.xplane_raw_classes`:
 planes, lines and metadata as messages); the events of the lines the table is made of are then split into
-their fields with numpy, all events at once (:func:`~fitprof.traces._xplane_schema.decode_fields`), and of
-their stats only those the rules below read are turned into Python values. The events of the lines it skips (a
+their fields with numpy, half a megabyte of events at a time
+(:func:`~fitprof.traces._xplane_schema.decode_fields`), and of their stats only those the rules below read are
+turned into Python values. The events of the lines it skips (a
 device's derived lines, the ``Host steps`` of a converted file), the stats of host lines whose stats the rules do
 not read (``tf_Compute`` and ``tf_data`` lines without XLA), and the values of the stats it does not read are
 not decoded, nor checked: damage there no longer makes the file unreadable. Damage in what it reads gives protobuf's own error, as before (the
@@ -160,46 +161,72 @@ def _with_events(
     return build(_message_events([full.planes[i].lines[j] for i, j in lines], stats))
 
 
-def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None:
+_BATCH_BYTES = 1 << 19
+"""Bytes of events :func:`_decode_events` splits into fields in one call of
+:func:`~fitprof.traces._xplane_schema.decode_fields`: that call holds about 50 bytes a field (its rounds, then
+the :class:`~fitprof.traces._xplane_schema.Fields`) and a field takes at least 2 bytes; a batch, its
+temporaries included, took at most 35 MB under ``tracemalloc`` (messages of one 2-byte field each; 11 MB for
+events of twenty), whatever the file. What is kept of a batch is a few columns per event and per stat. As fast
+as 1 MiB and faster than one batch for all (the arrays stay in cache): 27 ms against 34 ms on a 2.7 MB
+TensorFlow GPU XSpace, 158 ms against 232 ms on a 9 MB converted one (2026-11-30)."""
+
+
+_JOIN_EVENTS = 1 << 16
+"""Events :func:`_decode_events` takes out of protobuf's container (a bytes object each) at a time."""
+
+
+def _decode_events(raw: list[Any], with_stats: Sequence[bool], batch_bytes: int = _BATCH_BYTES) -> _Events | None:
     """:class:`_Events` from each line's serialized events (``repeated bytes`` of the raw classes), all lines at
-    once: one buffer, then :func:`fitprof.traces._xplane_schema.decode_fields` over every event, then over every
-    stat of the lines read with stats. ``None`` when the wire decoder gives up or a string value read is not
-    UTF-8 (protobuf refuses both)."""
+    once: one buffer, then :func:`fitprof.traces._xplane_schema.decode_fields` over its events ``batch_bytes`` of
+    events at a time (at least one event a batch), and over the stats of each batch's events of the lines read
+    with stats. ``None`` when the wire decoder gives up or a string value read is not UTF-8 (protobuf refuses
+    both).
+
+    Memory: the buffer (a copy of the events' bytes), 32 bytes a decoded event and 25 a stat kept, and one batch's
+    fields at a time (:data:`_BATCH_BYTES`): the fields of all events at once came to 58-78 bytes a field, 886 MB
+    for a crafted 24 MB file of 500k events with 20 unknown fields each.
+    """
     counts = [len(r) for r in raw]
-    chunks: list[bytes] = []
+    # Each event read from protobuf's container is a new bytes object (about 40 bytes more than the event): made
+    # and joined _JOIN_EVENTS at a time, not all at once.
+    parts: list[bytes] = []
+    size_parts: list[np.ndarray] = []
     for r in raw:
-        chunks += r
-    sizes = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    chunks.append(bytes(xs.WIRE_PAD))
-    blob = b"".join(chunks)
-    del chunks
+        for i in range(0, len(r), _JOIN_EVENTS):
+            some = r[i : i + _JOIN_EVENTS]
+            size_parts.append(np.fromiter(map(len, some), dtype=np.int64, count=len(some)))
+            parts.append(b"".join(some))
+            del some
+    parts.append(bytes(xs.WIRE_PAD))
+    blob = b"".join(parts)
+    del parts
+    sizes = np.concatenate(size_parts) if size_parts else np.zeros(0, dtype=np.int64)
+    del size_parts
     buf = np.frombuffer(blob, dtype=np.uint8)
     ends = np.cumsum(sizes)
-    n = len(sizes)
-    f = xs.decode_fields(buf, ends - sizes, ends)
-    if f is None:
-        return None
-    # proto3: the last value of each field wins; offset_ps and num_occurrences are one oneof (the last one set).
-    mid = _pick(f.value, f.last(n, 1, xs.WIRE_VARINT)).view(np.int64)
-    dur = _pick(f.value, f.last(n, 3, xs.WIRE_VARINT)).view(np.int64)
-    data = f.last_of(n, ((f.number == 2) | (f.number == 5)) & (f.wire == xs.WIRE_VARINT))
-    off = np.where(_pick(f.number, data) == 2, _pick(f.value, data), 0).astype(np.uint64).view(np.int64)
+    starts = ends - sizes
+    del sizes
+    n = len(starts)
     line = np.repeat(np.arange(len(raw), dtype=np.int64), counts)
     want = np.asarray(with_stats, dtype=bool)[line] if n else np.zeros(0, dtype=bool)
-    stat = np.flatnonzero((f.number == 4) & (f.wire == xs.WIRE_LEN) & want[f.msg])
-    start = f.at[stat]
-    g = xs.decode_fields(buf, start, start + f.value[stat].astype(np.int64))
-    if g is None:
-        return None
-    m = len(stat)
-    value_field = np.zeros(len(g.number), dtype=bool)
-    for number, wire in ((2, xs.WIRE_I64), (3, xs.WIRE_VARINT), (4, xs.WIRE_VARINT), (5, xs.WIRE_LEN),
-                         (6, xs.WIRE_LEN), (7, xs.WIRE_VARINT)):  # fmt: skip
-        value_field |= (g.number == number) & (g.wire == wire)
-    v = g.last_of(m, value_field)  # XStat's value is a oneof: the last value field set
-    kind = _pick(g.number, v)
-    bits = _pick(g.value, v)
-    at = _pick(g.at, v)
+    mid, off, dur = (np.zeros(n, dtype=np.int64) for _ in range(3))
+    # A stat's event and value start as int32 where they fit, its value field as int8: 25 bytes a stat kept.
+    types = (np.int32 if n < 2**31 else np.int64, np.int32 if len(buf) < 2**31 else np.int64)
+    kept: list[list[np.ndarray]] = []  # per batch: the stats' event, id, value field, value bits, start
+    lo = 0
+    while lo < n:
+        hi = max(int(np.searchsorted(ends, starts[lo] + batch_bytes, side="right")), lo + 1)
+        got = _decode_batch(buf, starts[lo:hi], ends[lo:hi], want[lo:hi], types)
+        if got is None:
+            return None
+        (mid[lo:hi], off[lo:hi], dur[lo:hi]), stats = got
+        stats[0] += lo
+        kept.append(stats)
+        lo = hi
+    if not kept:  # no events
+        kept.append([np.zeros(0, dtype=t) for t in (types[0], np.int64, np.int8, np.uint64, types[1])])
+    stat_event, stat_id, kind, bits, at = (np.concatenate(cols) for cols in zip(*kept, strict=True))
+    del kept
 
     def values(idx: np.ndarray) -> np.ndarray:
         out = np.full(len(idx), None, dtype=object)
@@ -217,52 +244,116 @@ def _decode_events(raw: list[Any], with_stats: Sequence[bool]) -> _Events | None
                 out[sel] = _texts(blob, buf, at[idx[sel]], b[sel].astype(np.int64), code == _STR)
         return out
 
-    return _Events(line, mid, off, dur, f.msg[stat], _pick(g.value, g.last(m, 1, xs.WIRE_VARINT)).view(np.int64),
-                   kind, values)  # fmt: skip
+    return _Events(line, mid, off, dur, stat_event, stat_id, kind, values)
+
+
+def _decode_batch(
+    buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, want: np.ndarray, types: tuple[type, type]
+) -> tuple[tuple[np.ndarray, ...], list[np.ndarray]] | None:
+    """One batch of :func:`_decode_events`: the events ``buf[starts[i]:ends[i]]``' ``(metadata_id, offset_ps,
+    duration_ps)`` and, of the events ``want`` says, their stats' ``[event (in the batch), metadata id, value field
+    number, value bits, value start]`` (the event and the start as ``types``); ``None`` when the wire decoder gives
+    up."""
+    n = len(starts)
+    f = xs.decode_fields(buf, starts, ends)
+    if f is None:
+        return None
+    # proto3: the last value of each field wins; offset_ps and num_occurrences are one oneof (the last one set).
+    mid = _pick(f.value, f.last(n, 1, xs.WIRE_VARINT)).view(np.int64)
+    dur = _pick(f.value, f.last(n, 3, xs.WIRE_VARINT)).view(np.int64)
+    data = f.last_of(n, ((f.number == 2) | (f.number == 5)) & (f.wire == xs.WIRE_VARINT))
+    off = np.where(_pick(f.number, data) == 2, _pick(f.value, data), 0).astype(np.uint64).view(np.int64)
+    stat = np.flatnonzero((f.number == 4) & (f.wire == xs.WIRE_LEN) & want[f.msg])
+    start = f.at[stat]
+    stat_event: np.ndarray = f.msg[stat].astype(types[0])
+    g = xs.decode_fields(buf, start, start + f.value[stat].astype(np.int64))
+    del f
+    if g is None:
+        return None
+    m = len(stat)
+    value_field = np.zeros(len(g.number), dtype=bool)
+    for number, wire in ((2, xs.WIRE_I64), (3, xs.WIRE_VARINT), (4, xs.WIRE_VARINT), (5, xs.WIRE_LEN),
+                         (6, xs.WIRE_LEN), (7, xs.WIRE_VARINT)):  # fmt: skip
+        value_field |= (g.number == number) & (g.wire == wire)
+    v = g.last_of(m, value_field)  # XStat's value is a oneof: the last value field set
+    stat_id = _pick(g.value, g.last(m, 1, xs.WIRE_VARINT)).view(np.int64)
+    kind, bits = _pick(g.number, v).astype(np.int8), _pick(g.value, v)
+    at: np.ndarray = _pick(g.at, v).astype(types[1])
+    return (mid, off, dur), [stat_event, stat_id, kind, bits, at]
 
 
 class _NotUtf8(Exception):
     """A string value that protobuf would refuse."""
 
 
-def _texts(blob: bytes, buf: np.ndarray, at: np.ndarray, size: np.ndarray, decode: bool) -> np.ndarray:
-    """The byte strings ``blob[at:at + size]`` (``buf``: ``blob`` as uint8), as ``str`` when ``decode``: each
-    distinct one built once and shared by the values equal to it.
+_SHORT = 64
+"""Strings up to this many bytes are coded by :func:`_short_codes`, longer ones as Python objects."""
+_BYTE_MASKS = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+"""``_BYTE_MASKS[k]`` keeps the low ``k`` bytes of a little-endian word."""
 
-    Strings of at most 64 bytes (categories, op names) are told apart without a Python object each: their
-    bytes, zero-padded to whole 8-byte words, and their length are coded a column at a time
-    (``pandas.factorize``); equal codes are equal lengths and equal bytes.
+
+def _texts(blob: bytes, buf: np.ndarray, at: np.ndarray, size: np.ndarray, decode: bool) -> np.ndarray:
+    """The byte strings ``blob[at:at + size]`` (``buf``: ``blob`` as uint8, with
+    :data:`~fitprof.traces._xplane_schema.WIRE_PAD` bytes after the last message), as ``str`` when ``decode``:
+    each distinct one built once and shared by the values equal to it.
+
+    Strings of at most 64 bytes (categories, op names) are told apart without a Python object each
+    (:func:`_short_codes`); longer ones are sliced and coded with ``pandas.factorize``. The two sets are coded
+    apart (a string is in one or the other by its length), so a long string costs nothing to the short ones.
 
     Raises:
         _NotUtf8: if one is not UTF-8 (protobuf refuses a ``string`` field that is not).
     """
     n = len(at)
-    longest = int(size.max()) if n else 0
-    if longest <= 64:
-        width = max(8, -(-longest // 8) * 8)
-        idx = at[:, None] + np.arange(width)
-        np.minimum(idx, len(buf) - 1, out=idx)  # past a string's end, masked below
-        window = buf[idx]
-        window[np.arange(width) >= size[:, None]] = 0
-        words = window.view("<u8")
-        codes = np.asarray(pd.factorize(size)[0], dtype=np.int64)
-        for w in range(words.shape[1]):
-            word = np.asarray(pd.factorize(words[:, w])[0], dtype=np.int64)
-            codes = np.asarray(pd.factorize(codes * (int(word.max()) + 1) + word)[0], dtype=np.int64)
-        # Codes come in order of first appearance: a value's first is where the running maximum grows.
-        seen = np.maximum.accumulate(codes) if n else codes
-        first = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1]))) if n else codes
-        pieces = [blob[a : a + s] for a, s in zip(at[first].tolist(), size[first].tolist(), strict=True)]
-    else:
-        sliced = np.empty(n, dtype=object)
-        sliced[:] = [blob[a : a + s] for a, s in zip(at.tolist(), size.tolist(), strict=True)]
-        codes, pieces = pd.factorize(sliced)
+    codes = np.empty(n, dtype=np.int64)
+    pieces: list[bytes] = []
+    short = size <= _SHORT
+    for sel, longer in ((np.flatnonzero(short), False), (np.flatnonzero(~short), True)):
+        if not len(sel):
+            continue
+        a, s = at[sel].astype(np.int64), size[sel]
+        if longer:
+            sliced = np.empty(len(sel), dtype=object)
+            sliced[:] = [blob[x : x + k] for x, k in zip(a.tolist(), s.tolist(), strict=True)]
+            c, found = pd.factorize(sliced)
+            found = list(found)
+        else:
+            c = _short_codes(buf, a, s)
+            # Codes come in order of first appearance: a value's first is where the running maximum grows.
+            seen = np.maximum.accumulate(c)
+            first = np.flatnonzero(np.concatenate(([True], seen[1:] > seen[:-1])))
+            found = [blob[x : x + k] for x, k in zip(a[first].tolist(), s[first].tolist(), strict=True)]
+        codes[sel] = np.asarray(c, dtype=np.int64) + len(pieces)
+        pieces += found
     uniques = np.empty(len(pieces), dtype=object)
     try:
-        uniques[:] = [u.decode("utf-8") for u in pieces] if decode else list(pieces)
+        uniques[:] = [u.decode("utf-8") for u in pieces] if decode else pieces
     except UnicodeDecodeError:
         raise _NotUtf8 from None
     return uniques[codes]
+
+
+def _short_codes(buf: np.ndarray, at: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Codes of the byte strings ``buf[at:at + size]`` (each at most :data:`_SHORT` bytes, inside a message of
+    ``buf``), in order of first appearance: equal codes are equal strings.
+
+    Their length, then each 8-byte word of them (a view of ``buf`` with a stride of one byte, the bytes past a
+    string's end masked off) are coded a column at a time (``pandas.factorize``), up to the longest one's last
+    word: a few arrays of one value per string, whatever the lengths (a window of each string padded to the
+    longest one cost about 10 bytes (an int64 index, the byte, a mask) per byte of that length, for every string).
+    """
+    words = np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
+    last_word = len(buf) - 8
+    codes = np.asarray(pd.factorize(size)[0], dtype=np.int64)
+    for w in range(-(-int(size.max()) // 8)):
+        valid = np.clip(size - 8 * w, 0, 8)
+        # A word with bytes of the string lies within buf (the padding follows the last message); one without is
+        # masked to 0, wherever it is read.
+        pos = np.minimum(at + 8 * w, last_word)
+        word = words[pos] & _BYTE_MASKS[valid]
+        coded = np.asarray(pd.factorize(word)[0], dtype=np.int64)
+        codes = np.asarray(pd.factorize(codes * (int(coded.max()) + 1) + coded)[0], dtype=np.int64)
+    return codes
 
 
 def _pick(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
