@@ -256,6 +256,28 @@ def test_each_inflater_reads_members_and_stops_at_the_bound(tmp_path: Path, infl
         _limits.read_bounded(_write(path, gzip.compress(plain)), small, TraceError)
 
 
+def test_reserved_gzip_flags_are_refused_by_each_inflater(tmp_path: Path, inflater: str) -> None:
+    """RFC 1952's reserved FLG bits: zlib refuses them and ISA-L ignores them; fitprof refuses them with either, in
+    the first member and in a later one, so a file reads the same whichever inflater is installed."""
+    plain = json.dumps(kineto_seed(steps=3)).encode()
+    flagged = bytearray(gzip.compress(plain))
+    flagged[3] |= 0xE0
+    for data in (bytes(flagged), gzip.compress(plain[:10]) + bytes(flagged)):
+        with pytest.raises(TraceError, match=r"truncated or corrupt gzip \(unknown header flags set\)"):
+            _limits.read_bounded(_write(tmp_path / "f.json.gz", data), _limits.Limits.of(), TraceError)
+
+
+@pytest.mark.parametrize("field", ["ts", "dur"])
+def test_an_integer_past_float64s_range_is_a_trace_error(tmp_path: Path, field: str) -> None:
+    """msgspec keeps a 400-digit integer exact; turning it into float64 overflows: one TraceError naming the event."""
+    event = {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 5, "dur": 1}
+    text = json.dumps({"traceEvents": [event, event]}).replace(
+        f'"{field}": 1' if field == "dur" else '"ts": 5', f'"{field}": 1{"0" * 400}', 1
+    )
+    with pytest.raises(TraceError, match=f"complete event 0 has {field} 10000"):
+        read_trace(_write(tmp_path / "big.pt.trace.json", text.encode()))
+
+
 def test_counting_objects_in_steps_is_bytes_count(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(11)
     for step in (1, 7, 64, 1 << 20):

@@ -443,3 +443,25 @@ def test_one_long_string_does_not_widen_the_short_ones() -> None:
     peak = _peak_bytes(lambda: got.append(xspace._texts(blob, buf, at, size, True)))
     assert got[0][0] == "ab" and got[0][-1] == "z" * 64 and len(got[0]) == n + 1
     assert peak < 200 * (n + 1), peak  # 11 MB; was about 10 bytes per byte of the longest string, 64 MB here
+
+
+def test_the_rounds_are_bounded_over_the_whole_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every batch holding an event of hundreds of fields would cost hundreds of numpy rounds a batch: over the
+    file the decoder allows ``MAX_ROUNDS`` plus ``_ROUNDS_PER_BATCH`` a batch, then leaves the file to protobuf."""
+    wide = _field(1, 0, 3) + b"\x48\x01" * 300  # 300 unknown varint fields
+    events = [wide] * 40
+    line = _raw_line(events)
+    assert xspace._decode_events([line.events], [True]) is not None  # one batch: 301 rounds, within one call's
+    monkeypatch.setattr(xspace, "_BATCH_BYTES", len(wide))  # one event a batch: 40 batches of 301 rounds
+    calls: list[int] = []
+    real = xs.decode_fields
+
+    def counted(*args: Any) -> Any:
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(xs, "decode_fields", counted)
+    assert xspace._decode_events([line.events], [True], batch_bytes=len(wide)) is None
+    assert len(calls) < 40  # gave up before the last batch
+    narrow = [_field(1, 0, 3) + b"\x48\x01" * 20] * 40  # 21 rounds a batch: within the budget
+    assert xspace._decode_events([_raw_line(narrow).events], [True], batch_bytes=len(narrow[0])) is not None

@@ -148,6 +148,7 @@ def _inflate(
     cap = limits.max_bytes
     inflater = lib.decompressobj(wbits=31)  # the gzip wrapper: its header, CRC-32 and length are checked
     buf = fh.read(_CHUNK)
+    _check_flags(buf, path, error)
     try:
         while buf:
             out += inflater.decompress(buf, min(_CHUNK, cap + 1 - len(out)))  # never more than the bound + 1
@@ -155,11 +156,12 @@ def _inflate(
                 raise error(too_big(path, "it inflates to more than", limits))
             if inflater.eof:  # one member done; another may follow, as gzip.decompress reads them
                 buf = inflater.unused_data or fh.read(_CHUNK)
-                if len(buf) == 1:
-                    buf += fh.read(1)
+                if 0 < len(buf) < 4:  # enough of the next member's header for its magic bytes and flags
+                    buf += fh.read(4 - len(buf))
                 if buf and buf[:2] != b"\x1f\x8b":
                     raise error(f"{path}: truncated or corrupt gzip (data after the end of the gzip stream)")
                 if buf:
+                    _check_flags(buf, path, error)
                     inflater = lib.decompressobj(wbits=31)
                 continue
             buf = inflater.unconsumed_tail or fh.read(_CHUNK)
@@ -170,6 +172,13 @@ def _inflate(
     if not inflater.eof:
         raise error(f"{path}: truncated or corrupt gzip (the file ends before the gzip stream does)")
     return out
+
+
+def _check_flags(head: bytes, path: Path, error: type[Exception]) -> None:
+    """Refuse a gzip member whose header sets a reserved flag bit (RFC 1952: bits 5-7 of FLG), as zlib does:
+    ISA-L's inflate ignores them, and a file must read the same whichever inflater is installed."""
+    if len(head) >= 4 and head[3] & 0xE0:
+        raise error(f"{path}: truncated or corrupt gzip (unknown header flags set)")
 
 
 def count_objects(data: bytes | bytearray, path: str | os.PathLike[str], limits: Limits, error: type[Exception]) -> int:

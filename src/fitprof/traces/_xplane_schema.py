@@ -218,6 +218,9 @@ def stat_value(stat: Any, stat_names: dict[int, str]) -> Any:
 WIRE_VARINT, WIRE_I64, WIRE_LEN, WIRE_I32 = 0, 1, 2, 5
 """The protobuf wire types :func:`decode_fields` reads; groups (3, 4) and 6, 7 make it give up."""
 _MAX_FIELD_NUMBER = (1 << 29) - 1
+MAX_ROUNDS = 1024
+"""The most numpy rounds (fields of the longest message) :func:`decode_fields` takes before it gives up: at about
+70 us a round, more would cost more than protobuf's own parse of the same bytes."""
 WIRE_PAD = 10
 """Zero bytes :func:`decode_fields` needs after the last message (the longest varint), so that reading a varint
 that runs past a message's end never reads past the array: the overrun is then caught against the end."""
@@ -241,6 +244,8 @@ class Fields:
     """uint64."""
     at: np.ndarray
     """int64: where the value starts in the buffer (after the tag, and the length of a length-delimited one)."""
+    rounds: int = 0
+    """The numpy rounds the split took: the fields of the longest message."""
 
     def last(self, n: int, number: int, wire: int) -> np.ndarray:
         """Index (into these fields) of the last field ``number`` of each of ``n`` messages read as the schema
@@ -328,7 +333,7 @@ def _fixed(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     return raw.view(np.dtype(f"<u{width}")).ravel().astype(np.uint64)
 
 
-def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fields | None:
+def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_rounds: int = MAX_ROUNDS) -> Fields | None:
     """Split each message ``buf[starts[i]:ends[i]]`` (serialized protobuf) into its fields, all messages at once.
 
     Round ``r`` reads the ``r``-th field of every message that has one, with numpy over all of them, so the Python
@@ -341,7 +346,8 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     half a megabyte of events at a time).
 
     Returns ``None`` for anything this reader does not read, or that is not valid protobuf: a varint over 10
-    bytes, a tag or a length over 5, field number 0 or over 2**29 - 1, a group or wire type 6 / 7, a value that runs past its message's end.
+    bytes, a tag or a length over 5, field number 0 or over 2**29 - 1, a group or wire type 6 / 7, a value that
+    runs past its message's end; and after ``max_rounds`` rounds (a message of that many fields).
     The caller then lets the protobuf library read (or refuse) the file. Valid protobuf gives every field,
     unknown ones included, exactly as the library's parser walks it (``tests/test_xspace_wire.py`` compares them
     on random messages).
@@ -358,7 +364,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
     rounds: list[tuple[np.ndarray, ...]] = []
     counts = np.zeros(n, dtype=np.int64)
     while len(active):
-        if len(rounds) >= 1024:
+        if len(rounds) >= max_rounds:
             return None  # a message of that many fields: one round each would cost more than protobuf's parse
         got = _varints(buf, pos)
         if got is None:
@@ -423,6 +429,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> Fiel
         wire=np.empty(total, dtype=np.int8),
         value=np.empty(total, dtype=np.uint64),
         at=np.empty(total, dtype=np.int64),
+        rounds=len(rounds),
     )
     for r in range(len(rounds)):
         active, number, wire, value, at = rounds[r]

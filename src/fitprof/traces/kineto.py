@@ -606,7 +606,7 @@ def _numbers(values: list[Any], what: str, path: str | os.PathLike[str], first: 
     the first value's complete event in the trace, for the message)."""
     try:
         out = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a string, or an int past float64's range (msgspec keeps it)
         out = np.array([_float_or_nan(v) for v in values], dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(out))
     if len(bad):
@@ -645,7 +645,7 @@ def _positions(values: list[Any], value: Any) -> list[int]:
 def _float_or_nan(value: Any) -> float:
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float64's range
         return np.nan
 
 
