@@ -87,8 +87,8 @@ def _train(argv: list[str]) -> None:
                 elif TRIGGER_SLEEP_S[0]:
                     # Every sample of every batch from the sizing on (set at the end of step TRIGGER_SLOW_FROM - 2,
                     # zero again from the next epoch): the slowdown must not depend on which samples a batch
-                    # holds. Choosing them by index made it a random share of each batch once the sampler shuffled
-                    # (steps 42-120 ms for a 158 ms sleep), and a step under the threshold breaks the run of 5.
+                    # holds. Choosing them by index made it a varying share of each batch (steps of 42-120 ms for a
+                    # 158 ms sleep, under load), and one step under the threshold breaks the trigger's run of 5.
                     time.sleep(TRIGGER_SLEEP_S[0] / BATCH_SIZE)
             return self.x[i], self.y[i]
 
