@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from keras_child import run_backend_child
 
 BATCH = 16
 BACKENDS = ("tensorflow", "torch")
@@ -406,22 +407,8 @@ def _child(out: Path) -> None:
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     """Every row of one backend, in one child process; returns the backend and each row's observations."""
-    pytest.importorskip("keras")
     backend = str(request.param)
-    pytest.importorskip("tensorflow" if backend == "tensorflow" else "torch")
-    out = tmp_path_factory.mktemp(f"keras_{backend}")
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, os.fspath(Path(__file__).resolve()), os.fspath(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return backend, json.loads((out / "results.json").read_text())
+    return backend, run_backend_child(__file__, backend, tmp_path_factory.mktemp(f"keras_{backend}"))
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -34,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from keras_child import run_backend_child
 
 BATCH = 32
 STEPS = 90  # steps in the epoch
@@ -228,22 +229,8 @@ def _child(out: Path) -> None:
 # ----------------------------------------------------------------------------------------------------- the tests
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
-    pytest.importorskip("keras")
     backend = str(request.param)
-    pytest.importorskip("tensorflow" if backend == "tensorflow" else "torch")
-    out = tmp_path_factory.mktemp(f"trigger_{backend}")
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, os.fspath(Path(__file__).resolve()), os.fspath(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return backend, json.loads((out / "results.json").read_text())
+    return backend, run_backend_child(__file__, backend, tmp_path_factory.mktemp(f"trigger_{backend}"))
 
 
 @pytest.mark.slow

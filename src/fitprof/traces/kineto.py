@@ -301,12 +301,7 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
         raws = doc
     else:
         raws = doc.traceEvents
-        raw = doc.distributedInfo
-        if len(raw) <= _MAX_INFO_BYTES:
-            with contextlib.suppress(ValueError, RecursionError):
-                info = json.loads(bytes(raw))
-                if isinstance(info, dict):
-                    meta["distributedInfo"] = info
+        _read_distributed_info(doc.distributedInfo, meta)
     del doc
     return meta, _columns(raws, path)
 
@@ -367,12 +362,7 @@ def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str
         return None
     meta: dict[str, Any] = {}
     if isinstance(doc, _Frame):
-        raw = doc.distributedInfo
-        if len(raw) <= _MAX_INFO_BYTES:
-            with contextlib.suppress(ValueError, RecursionError):
-                info = json.loads(bytes(raw))
-                if isinstance(info, dict):
-                    meta["distributedInfo"] = info
+        _read_distributed_info(doc.distributedInfo, meta)
     builder = _ColumnBuilder(path, objects)  # every event is one of the JSON objects counted
     view = memoryview(data)
     pos = start + 1
@@ -415,6 +405,16 @@ def _decode_between(data: bytearray, view: memoryview, pos: int, end: int) -> li
         return _BATCH_DECODER.decode(view[pos - 1 : end + 1])
     finally:
         data[pos - 1], data[end] = opener, closer
+
+
+def _read_distributed_info(raw: msgspec.Raw, meta: dict[str, Any]) -> None:
+    """``meta["distributedInfo"]``: the trace's ``distributedInfo`` object, when it is one of at most
+    ``_MAX_INFO_BYTES`` (anything else is left out: the rank then comes from the file name, or is unknown)."""
+    if len(raw) <= _MAX_INFO_BYTES:
+        with contextlib.suppress(ValueError, RecursionError):
+            info = json.loads(bytes(raw))
+            if isinstance(info, dict):
+                meta["distributedInfo"] = info
 
 
 def _array_end(data: bytearray, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
