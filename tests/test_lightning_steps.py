@@ -28,6 +28,12 @@ from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
 
 SLOW_FROM = 40  # 0-based batch index from which the run is slowed down (step 41 is the first slow one)
+# Every step also sleeps this long in ``training_step``: a steady floor under the step time. Without it the steps
+# took about 1 ms, so the trigger's 25% margin was 0.25-0.3 ms, and in one CI run a burst of load made 5 steps in a
+# row 1.3-1.6 ms against a 1.28 ms threshold: the trigger fired at step 38, before the slowdown, and (its baseline
+# starting afresh after a firing) could not fire again in this short fit. A sleep stretches with load far less than
+# a computed step does, and it makes the margin 1-1.5 ms.
+STEADY_S = 0.004
 STEPS = SLOW_FROM + 18  # room for 5 slow steps, a 5-step window and the 2 steps after it
 BATCH = 32
 
@@ -80,6 +86,7 @@ class _Net(pl.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         x, y = batch
+        time.sleep(STEADY_S)
         if self.op_from is not None and batch_idx >= self.op_from:
             x = _slow_op(x, self.plan.slow_s)  # the injected slower operator
         return torch.nn.functional.mse_loss(self.net(x), y)
