@@ -12,6 +12,10 @@ one process) and this checkout's are timed alternately on the same bytes, with p
 * the XSpace fitprof's converter writes from a generated Kineto trace of ``--events`` complete events
   (``analysis_speed.generate_kineto``), read back as that torch window.
 
+Then the converter itself (``kineto_to_xspace``, which the callbacks run at the end of each profiled epoch), old and
+new alternately on that generated trace and the real ``../shared/fixtures/kineto`` traces, with whether the two
+XSpaces are the same bytes.
+
 Each row: the file's MB, median seconds of the parse alone, ``read_xspace`` and ``fitprof.analyze`` (old and new),
 MB/s of ``fitprof.analyze``, its ratio to the parse, new / old, whether the two tables are equal, and the load average
 before and after the row.
@@ -20,6 +24,7 @@ before and after the row.
 from __future__ import annotations
 
 import argparse
+import gzip
 import importlib
 import io
 import os
@@ -127,6 +132,39 @@ def main() -> None:
                 f"| {'yes' if equal else 'NO'} | {before}-{load()} |",
                 flush=True,
             )
+        converter(old, [kineto, *sorted(KINETO_FIXTURES.glob("*.json.gz"))], args.repeats)
+
+
+KINETO_FIXTURES = ROOT.parent / "shared" / "fixtures" / "kineto"
+
+
+def converter(old: Any, files: list[Path], repeats: int) -> None:
+    """The Kineto -> XSpace converter the callbacks run at each profiled epoch's end, old and new alternately:
+    median seconds, new / old, and whether the two XSpaces serialise to the same bytes (deterministic maps)."""
+    from fitprof.traces.xspace_write import kineto_to_xspace
+
+    old_convert = importlib.import_module("fitprof_old.traces.xspace_write").kineto_to_xspace
+    print("\n| Kineto trace | MB | kineto_to_xspace old s | new s | new/old | same bytes | load |")
+    print("|---|---:|---:|---:|---:|---|---|")
+    for path in files:
+        raw = path.read_bytes()
+        mb = len(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw) / 1e6
+        before = load()
+        t = alternate(
+            {
+                "old": lambda p=path: old_convert(p, host="bench"),  # type: ignore[misc]
+                "new": lambda p=path: kineto_to_xspace(p, host="bench"),  # type: ignore[misc]
+            },
+            repeats,
+        )
+        same = old_convert(path, host="bench").SerializeToString(deterministic=True) == kineto_to_xspace(
+            path, host="bench"
+        ).SerializeToString(deterministic=True)
+        print(
+            f"| {path.name} | {mb:.1f} | {t['old']:.3f} | {t['new']:.3f} | {t['new'] / t['old']:.2f} "
+            f"| {'yes' if same else 'NO'} | {before}-{load()} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -8,12 +8,14 @@ import sys
 import textwrap
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fitprof import _session
 from fitprof._session import session_name
 from fitprof.traces.xspace_write import kineto_to_xspace, write_xspace
+from shared_fixtures import KINETO_DIR
 
 BASE_NS = 1_790_000_000_000_000_000
 TRACE = {
@@ -103,3 +105,91 @@ def test_rejects_what_is_not_a_trace(tmp_path: Path) -> None:
         kineto_to_xspace(bad)
     with pytest.raises(ValueError, match="traceEvents"):
         kineto_to_xspace({"foo": 1})
+
+
+# ------------------------------------------------------------------ the converter's fast reading of a trace file
+def _trace_files(tmp_path: Path) -> list[Path]:
+    """Kineto traces of every shape at hand: the project's own recordings, generated GPU traces (launches,
+    copies, device planes), and the shared real A100 / MI250 / CPU fixtures where ``../shared`` is present."""
+    from gputrace import kineto_trace, write_kineto
+
+    files = sorted(Path(__file__).parent.joinpath("data").glob("*.pt.trace.json.gz"))
+    for seed in range(3):
+        doc, _ = kineto_trace(seed=seed)
+        write_kineto(tmp_path / f"gen{seed}.pt.trace.json.gz", doc)
+        files.append(tmp_path / f"gen{seed}.pt.trace.json.gz")
+    files += sorted(KINETO_DIR.glob("*.json.gz"))  # an extra layer: the suite stands without it
+    return files
+
+
+def test_a_file_is_loaded_and_classified_as_its_parsed_events_are(tmp_path: Path) -> None:
+    """From a file the converter decodes with msgspec (json only where msgspec refuses) and takes the frame from
+    the Kineto reader's own reading; both must give what the stdlib parse and ``event_frame`` of the parsed
+    events give, and so the same XSpace as converting the parsed dict."""
+    import gzip
+
+    from fitprof.traces import xspace_write
+    from fitprof.traces.kineto import complete_events, event_frame
+
+    files = _trace_files(tmp_path)
+    assert len(files) >= 5
+    for path in files:
+        parsed = json.loads(gzip.decompress(path.read_bytes()))
+        loaded = xspace_write.load_kineto(path)
+        assert loaded == parsed, path
+        complete = complete_events([e for e in loaded["traceEvents"] if isinstance(e, dict)])
+        fast = xspace_write._event_frame(complete, path)
+        slow = event_frame(complete, path)
+        assert list(fast.columns) == list(slow.columns) and fast.equals(slow), path
+        from_file, from_dict = kineto_to_xspace(path, host="h"), kineto_to_xspace(parsed, host="h")
+        # the file adds the host its name gives to the Task Environment plane; every other plane is the same
+        assert [p.name for p in from_file.planes] == [p.name for p in from_dict.planes]
+        for plane_a, plane_b in zip(from_file.planes[:-1], from_dict.planes[:-1], strict=True):
+            assert plane_a == plane_b, (path, plane_a.name)
+        assert from_file.planes[-1].name == "Task Environment"
+
+
+@pytest.mark.parametrize(
+    ("literal", "check"),
+    [
+        ("NaN", lambda v: isinstance(v, float) and v != v),
+        ("1e400", lambda v: v == float("inf")),
+        ('"\\ud800"', lambda v: v == "\ud800"),
+        ("123456789012345678901234567890", lambda v: v == 123456789012345678901234567890),
+    ],
+)
+def test_what_msgspec_refuses_is_read_as_json_reads_it(tmp_path: Path, literal: str, check: Any) -> None:
+    """NaN, numbers past float64 and lone surrogates are JSON as Python's json reads it (torch has written
+    NaN); msgspec refuses some of them, and the file is then read by json, not refused."""
+    text = json.dumps(TRACE).replace('"dur": 20.25', f'"dur": 20.25, "args": {{"odd": {literal}}}')
+    path = tmp_path / "odd.pt.trace.json"
+    path.write_text(text)
+    from fitprof.traces.xspace_write import load_kineto
+
+    loaded = load_kineto(path)
+    (op,) = [e for e in loaded["traceEvents"] if e.get("name") == "aten::addmm"]
+    assert check(op["args"]["odd"])
+    if literal.startswith('"'):  # no UTF-8 for it: refused as the reader refuses it (was a UnicodeEncodeError)
+        from fitprof.traces import TraceError
+
+        with pytest.raises(TraceError, match=r"odd\.pt\.trace\.json: not a Chrome trace"):
+            kineto_to_xspace(path)
+        return
+    space = kineto_to_xspace(path)
+    host = next(p for p in space.planes if p.name == "/host:CPU")
+    odd = next(m.id for m in host.stat_metadata.values() if m.name == "odd")
+    (stat,) = [s for line in host.lines for e in line.events for s in e.stats if s.metadata_id == odd]
+    assert stat.WhichOneof("value") in ("double_value", "str_value", "uint64_value")
+
+
+def test_a_file_the_reader_refuses_still_converts_from_its_parsed_events(tmp_path: Path) -> None:
+    """A number among the events: the Kineto reader refuses the file, the converter skips the non-object and
+    classifies the parsed events as before."""
+    doc = dict(TRACE, traceEvents=[1, *TRACE["traceEvents"]])
+    path = tmp_path / "odd.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    from fitprof.traces import TraceError, read_trace
+
+    with pytest.raises(TraceError):
+        read_trace(path)
+    assert kineto_to_xspace(path, host="h").planes[0] == kineto_to_xspace(TRACE, host="h").planes[0]

@@ -675,7 +675,7 @@ def event_frame(events: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
     """
     try:
         raws = [msgspec.json.encode(e) for e in events]
-    except (TypeError, msgspec.EncodeError) as err:
+    except (TypeError, msgspec.EncodeError, UnicodeEncodeError) as err:  # the last: a lone surrogate
         raise TraceError(f"{os.fspath(path)}: not a Chrome trace ({err})") from None
     return _frame(_columns(raws, Path(path)), path)
 

@@ -47,11 +47,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from fitprof._session import hostname
 from fitprof.traces import _xplane_schema as xs
-from fitprof.traces._table import Kind
+from fitprof.traces._limits import Limits
+from fitprof.traces._table import Kind, TraceError
 from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
-from fitprof.traces.kineto import complete_events, event_frame, trace_host
+from fitprof.traces.kineto import _frame, _gc_paused, _load, complete_events, event_frame, trace_host
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _XPROF_COPY_NAME = {"htod": "MemcpyHToD", "dtoh": "MemcpyDToH", "dtod": "MemcpyDToD"}
@@ -71,8 +74,12 @@ def load_kineto(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Map
         path = Path(trace)
         opener: Any = gzip.open if path.name.endswith(".gz") else open
         try:
-            with opener(path, "rt", encoding="utf-8") as fh:
-                data = json.load(fh)
+            with opener(path, "rb") as fh:
+                raw = fh.read()
+            try:  # msgspec builds the same dicts, lists and scalars as json, 2-3x faster
+                data = msgspec.json.decode(raw)
+            except (msgspec.DecodeError, RecursionError):  # what it refuses (NaN, 1e400, a lone surrogate ...)
+                data = json.loads(raw.decode("utf-8"))  # is read as json reads it, or refused with json's error
         except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f"{path}: not a readable Kineto trace ({err})") from err
     elif isinstance(trace, Mapping):
@@ -110,18 +117,23 @@ class _Plane:
         return sid
 
     def add_stat(self, container: Any, name: str, value: Any) -> None:
-        stat = container.stats.add(metadata_id=self.stat_id(name))
+        container.stats.add(**self.stat(name, value))
+
+    def stat(self, name: str, value: Any) -> dict[str, Any]:
+        """The fields of an ``XStat`` of ``name`` = ``value``, as keyword arguments of its constructor (a list of
+        them initialises an event's ``stats`` in one call): ``bool`` and ``int`` as ``int64_value`` (an int past
+        its range as ``uint64_value``, modulo 2**64), ``float`` as ``double_value``, anything else as its
+        ``str``."""
+        sid = self._stats.get(name) or self.stat_id(name)
         if isinstance(value, bool):
-            stat.int64_value = int(value)
-        elif isinstance(value, int):
+            return {"metadata_id": sid, "int64_value": int(value)}
+        if isinstance(value, int):
             if -(2**63) <= value < 2**63:
-                stat.int64_value = value
-            else:
-                stat.uint64_value = value % 2**64
-        elif isinstance(value, float):
-            stat.double_value = value
-        else:
-            stat.str_value = str(value)
+                return {"metadata_id": sid, "int64_value": value}
+            return {"metadata_id": sid, "uint64_value": value % 2**64}
+        if isinstance(value, float):
+            return {"metadata_id": sid, "double_value": value}
+        return {"metadata_id": sid, "str_value": str(value)}
 
 
 def _key(value: Any) -> str:
@@ -156,9 +168,13 @@ def kineto_to_xspace(
         ValueError: if ``trace`` is not a readable Kineto trace (:class:`fitprof.traces.TraceError`, a
             ``ValueError``, when an event has no numeric ``ts``).
     """
+    with _gc_paused():  # millions of small objects, none in a cycle: collecting them meanwhile costs ~half the time
+        return _convert(trace, host)
+
+
+def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mapping[str, Any]], host: str | None) -> Any:
     data = load_kineto(trace)
     source = trace if isinstance(trace, (str, os.PathLike)) else None
-    where = os.fspath(source) if source is not None else "<trace>"
     cls = xplane_classes()
     base_ns = int(data.get("baseTimeNanoseconds") or 0)
     events = [e for e in data["traceEvents"] if isinstance(e, dict)]
@@ -177,7 +193,7 @@ def kineto_to_xspace(
             process_names[_key(e.get("pid"))] = str(name)
 
     complete = complete_events(events)
-    frame = event_frame(complete, where)  # the reader's classification: kinds, copy kinds, launching ops
+    frame = _event_frame(complete, source)  # the reader's classification: kinds, copy kinds, launching ops
     columns = ("kind", "op", "copy_kind", "on_device", "bytes", "ts_us", "dur_us")
     kinds, ops, copy_kinds, on_device, nbytes, ts_us, durs_us = (
         frame[c].tolist() if len(frame) else [] for c in columns
@@ -227,16 +243,17 @@ def kineto_to_xspace(
         if display:
             line.display_name = display
         line_end_ps = 0
+        add_event, device = line.events.add, bool(plane_key)
         for i in items:
             event = complete[i]
             true_name = str(event.get("name", ""))
             xprof_name = _XPROF_COPY_NAME.get(copy_kinds[i][:4], "") if kinds[i] == Kind.MEMCPY else ""
-            ev = line.events.add(
+            add_event(
                 metadata_id=builder.event_id(xprof_name or true_name, true_name if xprof_name else ""),
                 offset_ps=(ts_ns[i] - line_ts) * 1000,
                 duration_ps=dur_ps[i],
+                stats=_stats(builder, event, kind=kinds[i], op=ops[i], device=device, nbytes=nbytes[i]),
             )
-            _add_stats(builder, ev, event, kind=kinds[i], op=ops[i], device=bool(plane_key), nbytes=nbytes[i])
             line_end_ps = max(line_end_ps, (ts_ns[i] - line_ts) * 1000 + dur_ps[i])
         line.duration_ps = line_end_ps
 
@@ -268,6 +285,26 @@ def kineto_to_xspace(
     return space
 
 
+def _event_frame(complete: list[Mapping[str, Any]], source: str | os.PathLike[str] | None) -> Any:
+    """:func:`fitprof.traces.kineto.event_frame` of ``complete`` (the trace's complete events, in file order).
+
+    From a file, the frame is the Kineto reader's own reading of it: the same events in the same order, decoded
+    and classified by the same code, without encoding each event of ``complete`` to JSON again to feed the reader.
+    Where the reader refuses the file (a bound passed, an event that is not an object) or finds another number of
+    complete events, the frame comes from ``complete`` as before.
+    """
+    where = os.fspath(source) if source is not None else "<trace>"
+    if source is not None:
+        try:
+            _, columns = _load(Path(source), Limits.of(None, None))
+            frame = _frame(columns, where)
+        except TraceError:
+            frame = None
+        if frame is not None and len(frame) == len(complete):
+            return frame
+    return event_frame(complete, where)
+
+
 def _add_host_steps(builder: _Plane, steps: list[tuple[int, int, str]], line_id: int) -> None:
     """A ``Host steps`` line on a device plane: one event per host step marker ``(start ns since the profile start,
     duration ps, name)``, in time order, carrying ``group_id`` = its index.
@@ -290,40 +327,43 @@ def _add_host_steps(builder: _Plane, steps: list[tuple[int, int, str]], line_id:
     line.duration_ps = end_ps
 
 
-def _add_stats(
-    builder: _Plane, ev: Any, e: Mapping[str, Any], *, kind: str, op: str, device: bool, nbytes: float
-) -> None:
-    """The stats of one event: xprof's (steps, input stage, op, correlation, copy size), then Kineto's args."""
+def _stats(
+    builder: _Plane, e: Mapping[str, Any], *, kind: str, op: str, device: bool, nbytes: float
+) -> list[dict[str, Any]]:
+    """The stats of one event (:meth:`_Plane.stat` each): xprof's (steps, input stage, op, correlation, copy
+    size), then Kineto's args."""
+    stat = builder.stat
+    out: list[dict[str, Any]] = []
     name = str(e.get("name", ""))
     m = None if device else _STEP_RE.match(name)  # a device-side mirror of a step is no step marker for xprof
     if m:
-        builder.add_stat(ev, xs.STAT_STEP_NUM, int(m.group(1)))
-        builder.add_stat(ev, xs.STAT_ROOT, 1)
+        out += (stat(xs.STAT_STEP_NUM, int(m.group(1))), stat(xs.STAT_ROOT, 1))
     device_work = device and kind in (Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     if device_work:
         if op:
-            builder.add_stat(ev, xs.STAT_TF_OP, op)
+            out.append(stat(xs.STAT_TF_OP, op))
         if kind == Kind.MEMCPY and not math.isnan(nbytes):
-            builder.add_stat(ev, xs.STAT_MEMCPY_DETAILS, f"num_bytes:{int(nbytes)}")
+            out.append(stat(xs.STAT_MEMCPY_DETAILS, f"num_bytes:{int(nbytes)}"))
     elif kind == Kind.INPUT:
-        builder.add_stat(ev, xs.STAT_INPUT_STAGE, name)
+        out.append(stat(xs.STAT_INPUT_STAGE, name))
     elif kind in (Kind.OP, Kind.COLLECTIVE):
-        builder.add_stat(ev, xs.STAT_TF_OP, name)
+        out.append(stat(xs.STAT_TF_OP, name))
     cat = e.get("cat")
     if cat:
-        builder.add_stat(ev, xs.STAT_CATEGORY, str(cat))
+        out.append(stat(xs.STAT_CATEGORY, str(cat)))
     args = e.get("args")
     if not isinstance(args, Mapping):
-        return
+        return out
     correlation = _int_or_none(args.get("correlation"))
     if correlation is not None:
         # Device events fitprof does not count (syncs, memsets, device-side annotations) keep Kineto's own name
         # for it, which xprof does not read: it would file their time as device compute of the launching op.
         name = xs.STAT_CORRELATION_ID if device_work or not device else xs.STAT_KINETO_CORRELATION
-        builder.add_stat(ev, name, correlation)
-    for k, v in args.items():
-        if isinstance(v, (bool, int, float, str)) and k not in _DROPPED_ARGS:
-            builder.add_stat(ev, str(k), v)
+        out.append(stat(name, correlation))
+    out += (
+        stat(str(k), v) for k, v in args.items() if isinstance(v, (bool, int, float, str)) and k not in _DROPPED_ARGS
+    )
+    return out
 
 
 def _sort_key(key: tuple[str, str]) -> tuple[int, str, str]:
