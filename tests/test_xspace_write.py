@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -123,13 +124,15 @@ def _trace_files(tmp_path: Path) -> list[Path]:
 
 
 def test_a_file_is_loaded_and_classified_as_its_parsed_events_are(tmp_path: Path) -> None:
-    """From a file the converter decodes with msgspec (json only where msgspec refuses) and takes the frame from
-    the Kineto reader's own reading; both must give what the stdlib parse and ``event_frame`` of the parsed
-    events give, and so the same XSpace as converting the parsed dict."""
+    """From a file the converter decodes with msgspec (json only where msgspec refuses): the same events as the
+    stdlib parse, and so the same XSpace as converting the parsed dict. ``event_frame`` encodes a batch of events
+    in one call: the same bytes as each event's encoding joined, which the reader's batches are."""
     import gzip
 
+    import msgspec
+
     from fitprof.traces import xspace_write
-    from fitprof.traces.kineto import complete_events, event_frame
+    from fitprof.traces.kineto import _BATCH, complete_events
 
     files = _trace_files(tmp_path)
     assert len(files) >= 5
@@ -138,9 +141,10 @@ def test_a_file_is_loaded_and_classified_as_its_parsed_events_are(tmp_path: Path
         loaded = xspace_write.load_kineto(path)
         assert loaded == parsed, path
         complete = complete_events([e for e in loaded["traceEvents"] if isinstance(e, dict)])
-        fast = xspace_write._event_frame(complete, path)
-        slow = event_frame(complete, path)
-        assert list(fast.columns) == list(slow.columns) and fast.equals(slow), path
+        for start in range(0, len(complete), _BATCH):
+            batch = complete[start : start + _BATCH]
+            joined = b"[" + b",".join(msgspec.json.encode(e) for e in batch) + b"]"
+            assert msgspec.json.encode(batch) == joined, path
         from_file, from_dict = kineto_to_xspace(path, host="h"), kineto_to_xspace(parsed, host="h")
         # the file adds the host its name gives to the Task Environment plane; every other plane is the same
         assert [p.name for p in from_file.planes] == [p.name for p in from_dict.planes]
@@ -150,41 +154,51 @@ def test_a_file_is_loaded_and_classified_as_its_parsed_events_are(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("literal", "check"),
+    ("literal", "field", "value"),
     [
-        ("NaN", lambda v: isinstance(v, float) and v != v),
-        ("1e400", lambda v: v == float("inf")),
-        ('"\\ud800"', lambda v: v == "\ud800"),
-        ("123456789012345678901234567890", lambda v: v == 123456789012345678901234567890),
+        ("NaN", "double_value", math.nan),  # msgspec refuses it: json reads it
+        ("1e400", "double_value", math.inf),  # msgspec refuses it: json reads it
+        ("123456789012345678901234567890", "uint64_value", 123456789012345678901234567890 % 2**64),  # msgspec reads
+        ('"caf\\u00e9"', "str_value", "caf\u00e9"),  # msgspec reads it
     ],
 )
-def test_what_msgspec_refuses_is_read_as_json_reads_it(tmp_path: Path, literal: str, check: Any) -> None:
-    """NaN, numbers past float64 and lone surrogates are JSON as Python's json reads it (torch has written
-    NaN); msgspec refuses some of them, and the file is then read by json, not refused."""
+def test_unusual_json_values_are_read_as_json_reads_them(tmp_path: Path, literal: str, field: str, value: Any) -> None:
+    """An arg written as NaN or a number past float64 (torch has written NaN) is read as Python's json reads it:
+    msgspec decodes the file, json where msgspec refuses it, and the file is not refused; the stat holds it."""
     text = json.dumps(TRACE).replace('"dur": 20.25', f'"dur": 20.25, "args": {{"odd": {literal}}}')
     path = tmp_path / "odd.pt.trace.json"
     path.write_text(text)
     from fitprof.traces.xspace_write import load_kineto
 
-    loaded = load_kineto(path)
-    (op,) = [e for e in loaded["traceEvents"] if e.get("name") == "aten::addmm"]
-    assert check(op["args"]["odd"])
-    if literal.startswith('"'):  # no UTF-8 for it: refused as the reader refuses it (was a UnicodeEncodeError)
-        from fitprof.traces import TraceError
-
-        with pytest.raises(TraceError, match=r"odd\.pt\.trace\.json: not a Chrome trace"):
-            kineto_to_xspace(path)
-        return
-    space = kineto_to_xspace(path)
-    host = next(p for p in space.planes if p.name == "/host:CPU")
+    (op,) = [e for e in load_kineto(path)["traceEvents"] if e.get("name") == "aten::addmm"]
+    assert op["args"]["odd"] == json.loads(literal) or math.isnan(op["args"]["odd"])
+    host = next(p for p in kineto_to_xspace(path).planes if p.name == "/host:CPU")
     odd = next(m.id for m in host.stat_metadata.values() if m.name == "odd")
     (stat,) = [s for line in host.lines for e in line.events for s in e.stats if s.metadata_id == odd]
-    assert stat.WhichOneof("value") in ("double_value", "str_value", "uint64_value")
+    assert stat.WhichOneof("value") == field
+    got = getattr(stat, field)
+    assert got == value or (math.isnan(value) and math.isnan(got))
+
+
+def test_a_lone_surrogate_or_an_infinite_correlation(tmp_path: Path) -> None:
+    """A string no UTF-8 can hold is refused as the reader refuses it, one TraceError naming the file (a
+    UnicodeEncodeError without the file's name before); a correlation of 1e400 is no correlation."""
+    from fitprof.traces import TraceError
+
+    path = tmp_path / "odd.pt.trace.json"
+    path.write_text(json.dumps(TRACE).replace('"dur": 20.25', '"dur": 20.25, "args": {"odd": "\\ud800"}'))
+    with pytest.raises(TraceError, match=r"odd\.pt\.trace\.json: not a Chrome trace"):
+        kineto_to_xspace(path)
+    path.write_text(json.dumps(TRACE).replace('"dur": 20.25', '"dur": 20.25, "args": {"correlation": 1e400}'))
+    host = next(p for p in kineto_to_xspace(path).planes if p.name == "/host:CPU")
+    names = {m.id: m.name for m in host.stat_metadata.values()}
+    stats = [names[s.metadata_id] for line in host.lines for e in line.events for s in e.stats]
+    assert "tf_op" in stats and "correlation_id" not in stats
 
 
 def test_a_file_the_reader_refuses_still_converts_from_its_parsed_events(tmp_path: Path) -> None:
-    """A number among the events: the Kineto reader refuses the file, the converter skips the non-object and
-    classifies the parsed events as before."""
+    """A number among the events: the Kineto reader refuses such a file; the converter skips the non-object and
+    converts the rest as the trace without it."""
     doc = dict(TRACE, traceEvents=[1, *TRACE["traceEvents"]])
     path = tmp_path / "odd.pt.trace.json"
     path.write_text(json.dumps(doc))

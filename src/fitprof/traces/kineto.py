@@ -459,17 +459,23 @@ def _columns(raws: list[Any], path: Path) -> _Columns:
         stop = min(start + _BATCH, len(raws))
         payload = b"[" + b",".join(raws[start:stop]) + b"]"
         raws[start:stop] = [None] * (stop - start)
-        try:
-            events = _BATCH_DECODER.decode(payload)
-        except msgspec.ValidationError as err:
-            raise TraceError(f"{path}: not a Chrome trace ({_where(err, start)})") from None
-        except msgspec.DecodeError as err:
-            raise TraceError(f"{path}: not valid JSON (in events {start}-{stop - 1}: {err})") from None
-        except RecursionError:
-            raise _too_deep(path) from None
+        events = _decode_batch(payload, path, start, stop)
         del payload
         builder.add(events)
     return builder.finish()
+
+
+def _decode_batch(payload: bytes, path: Path, start: int, stop: int) -> list[_Event]:
+    """The events ``start`` to ``stop - 1`` of the trace, from their JSON array ``payload``, or :class:`TraceError`
+    naming the event (an invalid value) or the batch (invalid JSON)."""
+    try:
+        return _BATCH_DECODER.decode(payload)
+    except msgspec.ValidationError as err:
+        raise TraceError(f"{path}: not a Chrome trace ({_where(err, start)})") from None
+    except msgspec.DecodeError as err:
+        raise TraceError(f"{path}: not valid JSON (in events {start}-{stop - 1}: {err})") from None
+    except RecursionError:
+        raise _too_deep(path) from None
 
 
 class _ColumnBuilder:
@@ -670,14 +676,26 @@ def event_frame(events: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
     planes) and by the converter (to record each device event's launching operator), so that a window gives the
     same table whichever file it is read from.
 
+    Each batch of ``_BATCH`` events is encoded to one JSON array in one call: the same bytes as its events'
+    encodings joined by ``,`` in brackets, as the reader's batches are. Every batch is encoded before the first is
+    decoded, so an event that cannot be encoded is reported before any invalid value, as when each event was
+    encoded on its own.
+
     Raises:
-        TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name.
+        TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name, or
+            cannot be encoded as JSON (a lone surrogate in a string, a value that is no JSON type).
     """
+    n = len(events)
     try:
-        raws = [msgspec.json.encode(e) for e in events]
+        payloads = [msgspec.json.encode(events[start : start + _BATCH]) for start in range(0, n, _BATCH)]
     except (TypeError, msgspec.EncodeError, UnicodeEncodeError) as err:  # the last: a lone surrogate
         raise TraceError(f"{os.fspath(path)}: not a Chrome trace ({err})") from None
-    return _frame(_columns(raws, Path(path)), path)
+    builder = _ColumnBuilder(Path(path), n)
+    for k, start in enumerate(range(0, n, _BATCH)):
+        payload, payloads[k] = payloads[k], b""
+        builder.add(_decode_batch(payload, Path(path), start, min(start + _BATCH, n)))
+        del payload
+    return _frame(builder.finish(), path)
 
 
 _FITPROF_TRACE_NAME = re.compile(r"^(?P<host>.+?)_rank\d+\..+\.pt\.trace\.json(\.gz)?$")

@@ -51,10 +51,9 @@ import msgspec
 
 from fitprof._session import hostname
 from fitprof.traces import _xplane_schema as xs
-from fitprof.traces._limits import Limits
-from fitprof.traces._table import Kind, TraceError
+from fitprof.traces._table import Kind
 from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
-from fitprof.traces.kineto import _frame, _gc_paused, _load, complete_events, event_frame, trace_host
+from fitprof.traces.kineto import _gc_paused, complete_events, event_frame, trace_host
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _XPROF_COPY_NAME = {"htod": "MemcpyHToD", "dtoh": "MemcpyDToH", "dtod": "MemcpyDToD"}
@@ -143,7 +142,7 @@ def _key(value: Any) -> str:
 def _int_or_none(value: Any) -> int | None:
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float (JSON's 1e400)
         return None
 
 
@@ -175,6 +174,7 @@ def kineto_to_xspace(
 def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mapping[str, Any]], host: str | None) -> Any:
     data = load_kineto(trace)
     source = trace if isinstance(trace, (str, os.PathLike)) else None
+    where = os.fspath(source) if source is not None else "<trace>"
     cls = xplane_classes()
     base_ns = int(data.get("baseTimeNanoseconds") or 0)
     events = [e for e in data["traceEvents"] if isinstance(e, dict)]
@@ -193,7 +193,7 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
             process_names[_key(e.get("pid"))] = str(name)
 
     complete = complete_events(events)
-    frame = _event_frame(complete, source)  # the reader's classification: kinds, copy kinds, launching ops
+    frame = event_frame(complete, where)  # the reader's classification: kinds, copy kinds, launching ops
     columns = ("kind", "op", "copy_kind", "on_device", "bytes", "ts_us", "dur_us")
     kinds, ops, copy_kinds, on_device, nbytes, ts_us, durs_us = (
         frame[c].tolist() if len(frame) else [] for c in columns
@@ -283,26 +283,6 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
         if number is not None:
             env_builder.add_stat(env, stat, number)
     return space
-
-
-def _event_frame(complete: list[Mapping[str, Any]], source: str | os.PathLike[str] | None) -> Any:
-    """:func:`fitprof.traces.kineto.event_frame` of ``complete`` (the trace's complete events, in file order).
-
-    From a file, the frame is the Kineto reader's own reading of it: the same events in the same order, decoded
-    and classified by the same code, without encoding each event of ``complete`` to JSON again to feed the reader.
-    Where the reader refuses the file (a bound passed, an event that is not an object) or finds another number of
-    complete events, the frame comes from ``complete`` as before.
-    """
-    where = os.fspath(source) if source is not None else "<trace>"
-    if source is not None:
-        try:
-            _, columns = _load(Path(source), Limits.of(None, None))
-            frame = _frame(columns, where)
-        except TraceError:
-            frame = None
-        if frame is not None and len(frame) == len(complete):
-            return frame
-    return event_frame(complete, where)
 
 
 def _add_host_steps(builder: _Plane, steps: list[tuple[int, int, str]], line_id: int) -> None:
