@@ -207,3 +207,17 @@ def test_a_file_the_reader_refuses_still_converts_from_its_parsed_events(tmp_pat
     with pytest.raises(TraceError):
         read_trace(path)
     assert kineto_to_xspace(path, host="h").planes[0] == kineto_to_xspace(TRACE, host="h").planes[0]
+
+
+def test_event_frame_takes_any_sequence_of_events() -> None:
+    """``event_frame`` encodes a batch of events in one msgspec call, which takes lists and tuples only: any other
+    sequence of events gives the same frame as the list."""
+    import collections
+
+    from fitprof.traces.kineto import complete_events, event_frame
+
+    events = complete_events(TRACE["traceEvents"])
+    want = event_frame(events, "p")
+    assert len(want) == 4
+    for other in (tuple(events), collections.UserList(events), collections.deque(events)):
+        assert event_frame(other, "p").equals(want), type(other)  # type: ignore[arg-type]

@@ -682,14 +682,19 @@ def event_frame(events: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
     encoded on its own.
 
     Raises:
-        TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name, or
-            cannot be encoded as JSON (a lone surrogate in a string, a value that is no JSON type).
+        TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name,
+            cannot be encoded as JSON (a lone surrogate in a string, a value that is no JSON type), or nests deeper
+            than the encoder's or the decoder's limit.
     """
+    if type(events) not in (list, tuple):  # msgspec encodes lists and tuples, not any sequence
+        events = list(events)
     n = len(events)
     try:
         payloads = [msgspec.json.encode(events[start : start + _BATCH]) for start in range(0, n, _BATCH)]
     except (TypeError, msgspec.EncodeError, UnicodeEncodeError) as err:  # the last: a lone surrogate
         raise TraceError(f"{os.fspath(path)}: not a Chrome trace ({err})") from None
+    except RecursionError:
+        raise _too_deep(Path(path)) from None
     builder = _ColumnBuilder(Path(path), n)
     for k, start in enumerate(range(0, n, _BATCH)):
         payload, payloads[k] = payloads[k], b""
