@@ -221,3 +221,16 @@ def test_event_frame_takes_any_sequence_of_events() -> None:
     assert len(want) == 4
     for other in (tuple(events), collections.UserList(events), collections.deque(events)):
         assert event_frame(other, "p").equals(want), type(other)  # type: ignore[arg-type]
+
+
+def test_events_nested_past_the_encoders_limit_are_one_trace_error() -> None:
+    """An event nested deeper than msgspec can encode gives the reader's TraceError, not a bare RecursionError."""
+    from fitprof.traces import TraceError
+    from fitprof.traces.kineto import event_frame
+
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    event = {"ph": "X", "cat": "cpu_op", "name": "n", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"deep": deep}}
+    with pytest.raises(TraceError, match="nested deeper than the parser's limit"):
+        event_frame([event], "deep.pt.trace.json")
