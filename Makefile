@@ -27,7 +27,7 @@ lint: install
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 clean:
 	rm -rf $(VENV) $(LOGDIR)
