@@ -145,6 +145,8 @@ def test_a_file_is_loaded_and_classified_as_its_parsed_events_are(tmp_path: Path
             batch = complete[start : start + _BATCH]
             joined = b"[" + b",".join(msgspec.json.encode(e) for e in batch) + b"]"
             assert msgspec.json.encode(batch) == joined, path
+        if len(complete) > 20_000:  # the A100 DDP fixture: its two conversions took 6 s of the suite
+            continue
         from_file, from_dict = kineto_to_xspace(path, host="h"), kineto_to_xspace(parsed, host="h")
         # the file adds the host its name gives to the Task Environment plane; every other plane is the same
         assert [p.name for p in from_file.planes] == [p.name for p in from_dict.planes]
