@@ -453,14 +453,25 @@ def _too_deep(path: Path) -> TraceError:
 
 
 def _columns(raws: list[Any], path: Path) -> _Columns:
-    """Decode the raw events a batch at a time into columns; each batch's raw events are let go once decoded."""
-    builder = _ColumnBuilder(path, len(raws))
-    for start in range(0, len(raws), _BATCH):
+    """Decode the raw events a batch at a time into columns; each batch's raw events are let go once joined."""
+
+    def payload(start: int) -> bytes:
         stop = min(start + _BATCH, len(raws))
-        payload = b"[" + b",".join(raws[start:stop]) + b"]"
+        joined = b"[" + b",".join(raws[start:stop]) + b"]"
         raws[start:stop] = [None] * (stop - start)
-        events = _decode_batch(payload, path, start, stop)
-        del payload
+        return joined
+
+    return _decode_batches(payload, len(raws), path)
+
+
+def _decode_batches(payload: Callable[[int], bytes], n: int, path: Path) -> _Columns:
+    """The columns of ``n`` events, ``payload(start)`` the JSON array of events ``start`` to ``start + _BATCH - 1``
+    (fewer in the last batch); each array is let go once decoded."""
+    builder = _ColumnBuilder(path, n)
+    for start in range(0, n, _BATCH):
+        text = payload(start)
+        events = _decode_batch(text, path, start, min(start + _BATCH, n))
+        del text
         builder.add(events)
     return builder.finish()
 
@@ -695,12 +706,12 @@ def event_frame(events: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
         raise TraceError(f"{os.fspath(path)}: not a Chrome trace ({err})") from None
     except RecursionError:
         raise _too_deep(Path(path)) from None
-    builder = _ColumnBuilder(Path(path), n)
-    for k, start in enumerate(range(0, n, _BATCH)):
-        payload, payloads[k] = payloads[k], b""
-        builder.add(_decode_batch(payload, Path(path), start, min(start + _BATCH, n)))
-        del payload
-    return _frame(builder.finish(), path)
+
+    def payload(start: int) -> bytes:
+        text, payloads[start // _BATCH] = payloads[start // _BATCH], b""
+        return text
+
+    return _frame(_decode_batches(payload, n, Path(path)), path)
 
 
 _FITPROF_TRACE_NAME = re.compile(r"^(?P<host>.+?)_rank\d+\..+\.pt\.trace\.json(\.gz)?$")
