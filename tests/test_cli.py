@@ -24,6 +24,7 @@ import pytest
 import fitprof
 from fitprof import analyze_table, read_trace
 from fitprof.cli import main
+from fitprof.metrics import top_op_key
 from fitprof.report_files import clean_json as _clean
 from fitprof.report_files import write_report_file
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU, SHARED_KINETO, shared_kineto
@@ -433,7 +434,7 @@ def test_report_on_keras_example(keras_logdir: Path, capsys: pytest.CaptureFixtu
         assert scalars["fitprof/htod_ms_per_step"][epoch] == pytest.approx(row["htod_ms_per_step"], abs=1e-9)
         assert scalars["fitprof/steps_analyzed"][epoch] == row["steps_analyzed"]
         top = row["top_ops"][0]
-        assert scalars[f"fitprof/top_ops/{top['name']}"][epoch] == pytest.approx(top["self_ms_per_step"], rel=1e-6)
+        assert scalars[top_op_key(top["name"])][epoch] == pytest.approx(top["self_ms_per_step"], rel=1e-6)
 
     # the same trace through `analyze` gives the same figures
     session = Path(rows[1]["source"]).parent

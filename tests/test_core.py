@@ -166,6 +166,17 @@ def test_gloo_rank_waiting_in_all_reduce_is_communication_bound() -> None:
     assert "bucket_cap_mb" in report.advice[0]
 
 
+def test_an_operators_scalar_key_keeps_its_name_with_spaces_as_underscores() -> None:
+    """The TensorBoard tag of a top operator: the name as the trace gives it, ``/`` and ``:`` kept, spaces (which
+    autograd's node names hold) made ``_``; the tests that read the tags back build them the same way."""
+    from fitprof.metrics import top_op_key
+
+    assert top_op_key("aten::mm") == "fitprof/top_ops/aten::mm"
+    name = "autograd::engine::evaluate_function: AddmmBackward0"
+    assert top_op_key(name) == "fitprof/top_ops/autograd::engine::evaluate_function:_AddmmBackward0"
+    assert top_op_key(" model/dense/MatMul ") == "fitprof/top_ops/model/dense/MatMul"
+
+
 def test_top_k_checked() -> None:
     with pytest.raises(ValueError, match="top_k"):
         analyze_table(make_table(pd.DataFrame()), top_k=0, framework="pytorch")

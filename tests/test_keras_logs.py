@@ -17,6 +17,7 @@ pytest.importorskip("tensorflow")
 pd = pytest.importorskip("pandas")
 
 from fitprof.keras import FitProfiler  # noqa: E402
+from fitprof.metrics import top_op_key  # noqa: E402
 from fitprof.window import logged_keys  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
@@ -108,7 +109,7 @@ def test_event_file_has_operators_by_rank_and_by_name(no_validation: tuple[Any, 
     acc.Reload()
     tags = set(acc.Tags()["tensors"])
     top = fp.reports[2].top_ops[0]
-    for tag in ("fitprof/top_op_1_ms", f"fitprof/top_ops/{top.name}"):
+    for tag in ("fitprof/top_op_1_ms", top_op_key(top.name)):
         events = acc.Tensors(tag)
         assert [e.step for e in events] == [2], tag
         assert float(tensor_util.make_ndarray(events[0].tensor_proto)) == pytest.approx(top.self_ms_per_step, rel=1e-6)

@@ -898,7 +898,7 @@ class FitProfiler(Callback):
                     if isinstance(logger, TensorBoardLogger):
                         try:
                             logger.experiment.add_text(
-                                metrics.TRIGGER_SUMMARY_TAG, text, global_step=trainer.global_step
+                                metrics.TRIGGER_SUMMARY_TAG, text, global_step=_epoch_end_step(trainer)
                             )
                         except Exception as err:
                             self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
@@ -918,11 +918,12 @@ class FitProfiler(Callback):
         for logger in trainer.loggers:
             try:
                 if pl_module is None:
-                    logger.log_metrics({**entry.scalars, "epoch": float(entry.epoch)}, step=trainer.global_step)
+                    logger.log_metrics({**entry.scalars, "epoch": float(entry.epoch)}, step=_epoch_end_step(trainer))
                 if isinstance(logger, TensorBoardLogger):
+                    step = _epoch_end_step(trainer)
                     for key, value in entry.op_scalars.items():
-                        logger.experiment.add_scalar(key, value, global_step=trainer.global_step)
-                    logger.experiment.add_text(SUMMARY_TAG, entry.text, global_step=trainer.global_step)
+                        logger.experiment.add_scalar(key, value, global_step=step)
+                    logger.experiment.add_text(SUMMARY_TAG, entry.text, global_step=step)
             except Exception as err:
                 self._warn_rank(
                     f"log-{type(logger).__name__}",
@@ -977,6 +978,20 @@ def _cuda_event() -> Any:
         return event
     except Exception:
         return None
+
+
+def _epoch_end_step(trainer: pl.Trainer) -> int:
+    """The logger step of this epoch's end-of-epoch values, for what fitprof writes to a logger itself (the operators
+    by name, the Markdown summaries, the scalars after an exception), so that they sit at the step of what
+    ``pl_module.log`` gave the loggers in ``on_train_epoch_end``.
+
+    Lightning's ``FitLoop`` logs epoch-end metrics with its count of batches that stepped one back (it says loggers
+    expect the last batch's step); that count is ``fit_loop.epoch_loop._batches_that_stepped``. Where a Lightning
+    version lacks it, ``trainer.global_step - 1``. Never below 0.
+    """
+    stepped = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "_batches_that_stepped", None)
+    last = stepped if isinstance(stepped, int) else trainer.global_step
+    return max(int(last) - 1, 0)
 
 
 def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
