@@ -134,6 +134,7 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
         return {
             "verdict": r.verdict,
             "input_percent": r.input_percent,
+            "input_ms_per_step": r.input_ms_per_step,
             "step_time_ms": r.step_time_ms,
             "steps": r.steps_analyzed,
             "top_ops": [op.name for op in r.top_ops],
@@ -264,9 +265,13 @@ def test_slowdown_fires_a_window_that_names_the_cause(scenario: str, backend_run
     assert seen["marked"][session] == list(range(step + 2, step + 7))
     assert triggered is not None and triggered["steps"] == 5
     assert triggered["step_time_ms"] > 3 * normal["step_time_ms"]  # the window caught the slowdown itself
-    if scenario == "input":  # the triggered window names the input; the scheduled one does not
+    if scenario == "input":
+        # The triggered window names the input, and its input wait alone is longer than 3 of the scheduled window's
+        # whole steps. The scheduled window's verdict is not asserted: its steps of about 1.6 ms wait on a Python
+        # generator, and with a CPU hog beside the suite its input share passed 20% (input-bound).
         assert triggered["verdict"] == "input-bound"
-        assert normal["verdict"] != "input-bound"
+        assert triggered["input_ms_per_step"] > 3 * normal["step_time_ms"]
+        assert triggered["input_percent"] > normal["input_percent"]
     else:  # the planted operator leads the triggered window and is not the scheduled window's top operator
         assert "planted" in triggered["top_ops"][0]
         assert "planted" not in normal["top_ops"][0] or triggered["step_time_ms"] > 3 * normal["step_time_ms"]
