@@ -101,12 +101,14 @@ def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, A
     acc.Reload()
     # Every top operator of each profiled epoch, under its name with spaces made underscores (whichever operators
     # win: a Lightning run's first is aten::mm or "autograd::engine::evaluate_function: AddmmBackward0").
-    steps = [e.step for e in acc.Scalars("fitprof/step_time_ms")]  # the global step of each profiled epoch
+    steps = [e.step for e in acc.Scalars("fitprof/step_time_ms")]  # each profiled epoch's last batch (global_step - 1)
     for step, (_, report) in zip(steps, sorted(fp.reports.items()), strict=True):
         for op in report.top_ops:
             tag = "fitprof/top_ops/" + op.name.strip().replace(" ", "_")
             values = {e.step: e.value for e in acc.Scalars(tag)}
             assert values[step] == pytest.approx(op.self_ms_per_step, rel=1e-5), tag
+    # the Markdown summary of each profiled epoch (Text tab) sits at the same steps
+    assert [e.step for e in acc.Tensors("fitprof/summary/text_summary")] == steps
     assert [e.value for e in acc.Scalars("fitprof/step_time_ms")] == pytest.approx(
         [fp.reports[0].step_time_ms, fp.reports[2].step_time_ms], rel=1e-5
     )
@@ -161,6 +163,69 @@ def test_torch_profiler_options_reach_the_trace(tmp_path: Path) -> None:
     }
     # The figures come from the same kind of window either way.
     assert rich.reports[0].steps_analyzed == plain.reports[0].steps_analyzed == flops.reports[0].steps_analyzed == 3
+
+
+class _Logs(_Tiny):
+    """Logs its loss every batch; ``fail`` raises in a training or validation step, ``manual`` steps its optimizer
+    twice a batch by hand (``global_step`` then counts optimizer steps, not batches)."""
+
+    def __init__(self, fail: str = "", manual: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.automatic_optimization = not manual
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.fail == "training" and self.current_epoch == 1 and batch_idx == 7:
+            raise RuntimeError("planted")
+        loss = super().training_step(batch, batch_idx)
+        self.log("loss", loss, on_step=True, on_epoch=False)
+        if not self.automatic_optimization:
+            opt = self.optimizers()
+            for _ in range(2):
+                opt.zero_grad()
+                self.manual_backward(super().training_step(batch, batch_idx))
+                opt.step()
+            return None
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if self.fail == "validation" and self.current_epoch == 1:
+            raise RuntimeError("planted")
+
+
+@pytest.mark.parametrize("case", ["training raises", "validation raises", "manual optimization"])
+def test_what_fitprof_writes_itself_sits_at_the_last_batchs_step(tmp_path: Path, case: str) -> None:
+    """The operators by name, the summary and (after an exception, where fitprof writes its scalars itself) the
+    scalars land at the step Lightning gives the epoch's last batch: that of the epoch-end ``self.log`` values, or
+    after an exception that of the last ``on_step`` value. Two epochs of 12 batches, profiled steps 3-5 each."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    fp = FitProfiler(profile_batch=(3, 5), verbose=False)
+    module = _Logs(fail=case.split()[0] if "raises" in case else "", manual=case == "manual optimization")
+    opts: dict[str, Any] = {"max_epochs": 2, "log_every_n_steps": 1, "logger": TensorBoardLogger(tmp_path, name="tb")}
+    trainer = pl.Trainer(callbacks=[fp], default_root_dir=tmp_path, enable_progress_bar=False,
+                         enable_model_summary=False, enable_checkpointing=False, **opts)  # fmt: skip
+    val = _loader(2) if case == "validation raises" else None
+    if "raises" in case:
+        with pytest.raises(RuntimeError, match="planted"):
+            trainer.fit(module, _loader(), val)
+    else:
+        trainer.fit(module, _loader(), val)
+    assert sorted(fp.reports) == [0, 1]
+    (run_dir,) = tmp_path.glob("tb/version_*")
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    loss_steps = [e.step for e in acc.Scalars("loss")]
+    # epoch 0 ends at its 12th batch (step 11); epoch 1 at step 23, or where training stopped
+    last = {"training raises": 18, "validation raises": 23, "manual optimization": 23}[case]
+    assert loss_steps[11] == 11 and loss_steps[-1] == last
+    expected = [11, last]
+    assert [e.step for e in acc.Scalars("fitprof/step_time_ms")] == expected
+    assert [e.step for e in acc.Tensors("fitprof/summary/text_summary")] == expected
+    for epoch, step in zip((0, 1), expected, strict=True):
+        for op in fp.reports[epoch].top_ops:
+            tag = "fitprof/top_ops/" + op.name.strip().replace(" ", "_")
+            assert step in [e.step for e in acc.Scalars(tag)], (tag, step)
 
 
 def test_torch_options_must_be_bools() -> None:

@@ -981,17 +981,19 @@ def _cuda_event() -> Any:
 
 
 def _epoch_end_step(trainer: pl.Trainer) -> int:
-    """The logger step of this epoch's end-of-epoch values, for what fitprof writes to a logger itself (the operators
-    by name, the Markdown summaries, the scalars after an exception), so that they sit at the step of what
-    ``pl_module.log`` gave the loggers in ``on_train_epoch_end``.
+    """The logger step of the epoch's last batch, for what fitprof writes to a logger itself: the operators by name
+    and the Markdown summaries (at the step ``pl_module.log`` gives the epoch-end scalars in ``on_train_epoch_end``),
+    and after an exception the scalars too (at the step of the last batch's ``on_step`` values).
 
-    Lightning's ``FitLoop`` logs epoch-end metrics with its count of batches that stepped one back (it says loggers
-    expect the last batch's step); that count is ``fit_loop.epoch_loop._batches_that_stepped``. Where a Lightning
-    version lacks it, ``trainer.global_step - 1``. Never below 0.
+    Lightning counts the batches that stepped (``fit_loop.epoch_loop._batches_that_stepped``, per batch whatever
+    the optimizers did, so not ``global_step`` under manual optimization) and logs a batch's values at the count
+    before it: ``FitLoop`` logs epoch-end metrics with the count one back, so that they sit at the last batch's
+    step. During a validation run inside fit the last batch's count is not advanced yet, so it is the count itself.
+    Where a Lightning version lacks the count, ``trainer.global_step`` stands for it. Never below 0.
     """
     stepped = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "_batches_that_stepped", None)
-    last = stepped if isinstance(stepped, int) else trainer.global_step
-    return max(int(last) - 1, 0)
+    count = stepped if isinstance(stepped, int) else trainer.global_step
+    return max(int(count) - (0 if trainer.validating else 1), 0)
 
 
 def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
