@@ -10,7 +10,7 @@
     ``plugins/profile/<session>`` folder, whose ``*.xplane.pb`` files are read), recorded by fitprof or not:
     one row per file, with the same figures as :func:`fitprof.analyze`. With several ranks' traces it adds a
     spread record: max - min of ``step_time_ms`` and ``input_percent`` across the ranks, and the slowest rank.
-    ``--scheduler ADDRESS`` analyses each file as one task on a Dask distributed cluster (:mod:`fitprof._dask`):
+    ``--scheduler ADDRESS`` analyses each file as one task on a Dask distributed cluster (:mod:`fitprof.cli._dask`):
     the workers read the files (absolute paths, or URLs through fsspec) and only the reports come back
     (:mod:`fitprof.cli.analyze`).
 

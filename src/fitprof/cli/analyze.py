@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs, analyze
-from fitprof._dask import DEFAULT_CONNECT_TIMEOUT_S, SchedulerError, scheduler_map
-from fitprof._parallel import auto_jobs, ordered_map
 from fitprof.analysis import BottleneckReport
+from fitprof.cli._dask import DEFAULT_CONNECT_TIMEOUT_S, SchedulerError, scheduler_map
+from fitprof.cli._parallel import auto_jobs, ordered_map
 from fitprof.cli.arguments import add_output_options, positive_float, positive_int
 from fitprof.cli.output import EXIT_BAD_INPUT, BadInput, Output, describe
 from fitprof.cli.records import make_record, spreads
@@ -126,7 +126,7 @@ def _analyze_on_cluster(
     paths (their working folder is not ours); the reports and error lines name each path as it was given.
 
     Raises:
-        SchedulerError, ModuleNotFoundError: see :func:`fitprof._dask.scheduler_map`.
+        SchedulerError, ModuleNotFoundError: see :func:`fitprof.cli._dask.scheduler_map`.
     """
     sent = [(p.absolute() if isinstance(p, Path) else p, k, mb, n) for p, k, mb, n in tasks]
     done = scheduler_map(_analyze_task, sent, address, connect_timeout_s=connect_timeout_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from fitprof._parallel import default_jobs
+from fitprof.cli._parallel import default_jobs
 from fitprof.cli.render import FORMATS
 
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fitprof._parallel import auto_jobs, ordered_map
 from fitprof._session import trigger_step
+from fitprof.cli._parallel import auto_jobs, ordered_map
 from fitprof.cli.arguments import add_output_options
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.cli.plot import plot_breakdown
