@@ -93,16 +93,14 @@ def run(args: argparse.Namespace, out: Output) -> int:
         done = ordered_map(_analyze_task, tasks, args.jobs or auto_jobs([t[0] for t in tasks]))
     results = iter(done)
     records: list[dict[str, Any]] = []
-    bad = False
     for item in work:
         report, error = (None, str(item)) if isinstance(item, BadInput) else next(results)
         if report is None:
-            out.error(error or "")
-            bad = True
+            out.skip(error or "")
             continue
         records.append(make_record(report, record=RECORD_TRACE, run=str(item), epoch=None, rank=report.rank))
     records += spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
-    return out.finish(args, records, bad)
+    return out.finish(args, records)
 
 
 def _analyze_task(task: tuple[Path | str, int, float, int]) -> tuple[BottleneckReport | None, str | None]:

@@ -58,12 +58,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
         )
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
-    bad = False
     jobs = args.jobs or auto_jobs(files)
     for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
         if record is None:
-            out.error(error or "")
-            bad = True
+            out.skip(error or "")
         else:
             records.append(record)
     _number_fits(records)
@@ -79,7 +77,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     # Cross-rank spreads of the scheduled windows only: each rank triggers on its own signal, at its own step.
     scheduled = [r for r in records if r["trigger_step"] is None]
     records += spreads(scheduled, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
-    status = out.finish(args, records, bad)
+    status = out.finish(args, records)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
             here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
