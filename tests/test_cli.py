@@ -23,6 +23,7 @@ import pytest
 
 import fitprof
 from fitprof import analyze_table, read_trace
+from fitprof.analysis import one_line
 from fitprof.cli import main
 from fitprof.metrics import top_op_key
 from fitprof.report_files import clean_json as _clean
@@ -210,6 +211,8 @@ def test_analyze_text_formats(fmt: str, trace_set: Any, capsys: pytest.CaptureFi
     for path, expected in fixture_reports.items():
         row = next(r for r in table_rows if path in r)
         assert expected["verdict"] in row
+        if fmt == "markdown" and expected["top_ops"]:  # read rendered and pasted: the whole operator name
+            assert "| " + one_line(expected["top_ops"][0]["name"]).replace("|", "\\|") + " |" in row
         assert f"{expected['step_time_ms']:.2f}" in row
         report = fitprof.BottleneckReport(**{**expected, "top_ops": [fitprof.OpStat(**o) for o in expected["top_ops"]]})
         assert report.headline() in out  # the verdict line under the table
@@ -382,6 +385,7 @@ def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsy
     png = tmp_path / "breakdown.png"
     rc, out, err = run_cli(capsys, "report", built_logdir, "--plot", png)
     assert rc == 0, err
+    assert err == f"fitprof: plot saved to {png.resolve()}\n"  # where to look, whatever the working folder
     assert "exp/ddp" in out and "single" in out  # the table is still printed
     # exp/ddp: epochs 0 and 1 of rank 0 (10 ms steps, 1 ms input) and rank 1 (25 ms, 10 ms input);
     # single: one epoch of 4 ms steps, no input wait. No copies anywhere.

@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
         except (OSError, ValueError, ImportError) as err:
             out.error(describe(args.plot, err))
             return EXIT_BAD_INPUT
+        # on stderr, as the other notes: stdout stays the records (csv, json) a script parses
+        print(f"fitprof: plot saved to {os.path.abspath(args.plot)}", file=sys.stderr)
     return status
 
 
