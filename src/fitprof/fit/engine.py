@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from fitprof import metrics
+from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
 from fitprof._coverage import FitCoverage
 from fitprof._warn import WarnOnce
@@ -57,7 +58,7 @@ from fitprof.fit.pipeline import (
     trigger_scalars,
 )
 from fitprof.fit.probes import Probe, Probes
-from fitprof.profilers.base import ProfileWindow
+from fitprof.profilers.base import ProfileWindow, WindowBusy
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import StepWork
 from fitprof.traces._table import VALIDATION_ANNOTATION
@@ -97,11 +98,13 @@ class Work(Protocol):
 
 @dataclass
 class Busy:
-    """Steps of this epoch during which another profiler runs (1-based, inclusive), and who it is."""
+    """Steps of this epoch during which another profiler runs (1-based, inclusive): ``who`` it is, as the user
+    wrote it, and its short ``name``."""
 
     first: int
     last: int
     who: str
+    name: str
 
 
 @dataclass
@@ -127,6 +130,7 @@ class EpochResult:
         triggered: the triggered windows of this epoch.
         figures: the always-on step timing of the epoch.
         profiled: the epoch had a window (this rank's or, for the gather, any rank's).
+        session_dir: the session folder of this rank's scheduled window (None: none, or not written).
     """
 
     window: dict[str, float] = field(default_factory=dict)
@@ -135,6 +139,7 @@ class EpochResult:
     triggered: list[Triggered] = field(default_factory=list)
     figures: EpochSteps | None = None
     profiled: bool = False
+    session_dir: Path | None = None
 
 
 class FitEngine:
@@ -335,8 +340,8 @@ class FitEngine:
                     "busy",
                     f"fitprof: {other.who} profiles the same steps as the window of epoch {self.epoch} "
                     f"(profile_batch={cfg.first_step},{cfg.last_step}); two profilers cannot run at once, so fitprof "
-                    "leaves those steps to it and profiles no window in that epoch. Give the two different steps to "
-                    "get both profiles.",
+                    f"leaves those steps to {other.name} and profiles no window in that epoch. Give the two callbacks "
+                    "different steps to get both profiles.",
                 )
                 return True
         return False
@@ -371,12 +376,14 @@ class FitEngine:
             if self._marked and drop:
                 self._warn_short(self._marked - 1)
             elif self._marked and self._marked + self.spe - 1 < self.config.last_step:
-                self._warn_short(ran)
+                self._warn_short(min(ran, self._seen + self.spe - 1) if ran else self._seen + self.spe - 1)
             self._close(drop_open_step=drop)
         self.armed = False
         self.probes.call("epoch_end", epoch, now_ns=now)
         result = EpochResult(figures=figures, profiled=self.profiled)
         if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
+            if self._closed is not None:
+                result.session_dir = self._closed[0].session_dir
             result.window = self._publish(epoch, gather, log)
         result.epoch = {**epoch_scalars(figures), **self.probes.figures("epoch")}
         result.trigger = {m.key: math.nan for m in metrics.TRIGGER_METRICS}
@@ -386,13 +393,16 @@ class FitEngine:
         self.profiled = False
         return result
 
-    def exception(self, exc: BaseException | None, *, log: Callable[[EpochLog], None]) -> EpochResult | None:
-        """Training raised: stop the window (the failing step left out), analyse and log what it holds (this
-        rank's own: the other ranks may be anywhere), and stop every profiler. Never raises."""
+    def exception(
+        self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
+    ) -> EpochResult | None:
+        """Training raised: stop the window (``drop_open_step``: the failing step never finished, left out),
+        analyse and log what it holds (this rank's own: the other ranks may be anywhere), and stop every profiler.
+        Never raises."""
         self.probes.call("exception", exc, now_ns=self.clock())
         try:
             if self.window is not None:
-                self._close(drop_open_step=True)
+                self._close(drop_open_step=drop_open_step)
             self.armed = False
             return None if self.epoch < 0 else self.epoch_end(self.epoch, log=log)
         except Exception as err:  # the user's exception matters more
@@ -400,6 +410,10 @@ class FitEngine:
             return None
         finally:
             self.abort()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copy and pickle between fits: an open window and this fit's pending traces are not copied."""
+        return {**self.__dict__, "window": None, "_closed": None, "_trig_pending": [], "ends_after": _never}
 
     def abort(self) -> None:
         """Stop an open window without keeping it (teardown, a callback being deleted); never raises."""
@@ -426,16 +440,19 @@ class FitEngine:
     def step_end(
         self, step: int, batch: Any = None, *, input_ns: int | None = None, samples: int | None = None
     ) -> None:
-        """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size)."""
+        """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size, by default
+        :func:`fitprof._batch.batch_size` of ``batch``)."""
         now = self.clock()
         self.probes.call("step_end", step, batch, now_ns=now)
         if self.boundary == "step_end":
             window = self.window
             if window is None:
-                self._boundary(step + 1, now, input_ns, samples, batch)
+                self._boundary(step + 1, now, input_ns, batch_size(batch) if samples is None else samples, batch)
                 return
             window.begin_overhead()  # the hook's own time is fitprof's, never the step's
             try:
+                if samples is None:
+                    samples = batch_size(batch)
                 if self._event is None and self._marked and self.work is not None:
                     self.work.window_step(batch)
                 self._boundary(step + 1, now, input_ns, samples, batch)
@@ -613,7 +630,7 @@ class FitEngine:
         except Exception as err:
             self.warn("start", f"fitprof: profiling skipped for epoch {self.epoch}: {err}")
             if not suffix and self.coverage.blocked is None:  # the scheduled window's (a triggered one is extra)
-                self.coverage.blocked = str(err)
+                self.coverage.blocked = err.reason if isinstance(err, WindowBusy) else str(err)
             return False
         self.window = window
         self._marked = 0

@@ -76,3 +76,12 @@ class ProfileWindow(Protocol):
     def abort(self) -> None:
         """Stop a running profiler without keeping anything (after a failure, or a window with nothing to
         analyse); never raises."""
+
+
+class WindowBusy(RuntimeError):
+    """:meth:`ProfileWindow.start` found another profiler running: the message for the warning, and ``reason``,
+    the short cause the end-of-fit "nothing was profiled" warning names."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 
 class TFProfileWindow:
-    """One profiled window of ``tf.profiler``.
+    """One profiled window of ``tf.profiler`` (a :class:`~fitprof.profilers.base.ProfileWindow`).
 
     ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
     ``tf.profiler.experimental.Trace("train", step_num=n, _r=1)``, the marker xprof needs to find steps;
@@ -119,6 +119,20 @@ class TFProfileWindow:
         trace.__exit__(None, None, None)
         return True
 
+    def begin_annotation(self, name: str) -> None:
+        """Open a ``Trace(name)`` span inside the window (no-op when the profiler is not running here)."""
+        if self._tmp is None:
+            return
+        trace = self._annotation(name)
+        trace.__enter__()
+        self._annotations = [*getattr(self, "_annotations", []), trace]
+
+    def end_annotation(self) -> None:
+        """Close the innermost span :meth:`begin_annotation` opened, if any."""
+        annotations = getattr(self, "_annotations", [])
+        if annotations:
+            annotations.pop().__exit__(None, None, None)
+
     def stop(self, *, drop_open_step: bool = False) -> Path:
         """Stop the profiler and return the moved ``.xplane.pb``.
 
@@ -128,7 +142,9 @@ class TFProfileWindow:
         Raises:
             RuntimeError: if stopping fails or no ``.xplane.pb`` was written.
         """
-        self._close_overhead()  # innermost first: the caller's own span, then the step
+        self._close_overhead()  # innermost first: the caller's own span, the annotations, then the step
+        while getattr(self, "_annotations", []):
+            self.end_annotation()
         unfinished = None
         if drop_open_step:
             # Keep the open marker alive, unclosed, until the profiler has stopped: it is then never recorded.
@@ -170,6 +186,7 @@ class TFProfileWindow:
     def abort(self) -> None:
         """Stop a running profiler without keeping anything (used after a failure)."""
         self._step = self._overhead = None
+        self._annotations = []
         try:
             self._stop_profiler(save=False)
         except Exception:
