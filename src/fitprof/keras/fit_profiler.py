@@ -15,7 +15,6 @@ import keras
 
 from fitprof import _config, _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
-from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import Busy, FitEngine, Probe
@@ -24,6 +23,7 @@ from fitprof.fit.probes import finite
 from fitprof.keras import _distributed
 from fitprof.keras._backends import BACKENDS
 from fitprof.keras._guards import Guards, fit_frame_locals
+from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
