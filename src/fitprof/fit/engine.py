@@ -711,17 +711,7 @@ class FitEngine:
         closed, self._closed = self._closed, None
         report = None
         if closed is not None:
-            window, trace = closed
-            report = self.pipeline.analyze(
-                epoch,
-                trace,
-                log_dir=self.log_dir or ".",
-                session=window.session_dir.name if window.session_dir is not None else None,
-                rank=self.rank,
-                world_size=self.world,
-                discard=window.cleanup,
-                work=None if self.work is None else self.work.work(),
-            )
+            report = self._analyze(self.pipeline, epoch, *closed, None if self.work is None else self.work.work())
         extra = self.probes.figures("window") if closed is not None else {}
         return self.pipeline.publish(
             epoch,
@@ -734,6 +724,22 @@ class FitEngine:
             extra=extra,
         )
 
+    def _analyze(
+        self, pipeline: WindowPipeline, epoch: int, window: ProfileWindow, trace: Path, work: StepWork | None = None
+    ) -> BottleneckReport | None:
+        """Analyse one stopped window's trace and write what goes beside it (a temporary copy, ``session_dir``
+        None: only analysed, then deleted)."""
+        return pipeline.analyze(
+            epoch,
+            trace,
+            log_dir=self.log_dir or ".",
+            session=window.session_dir.name if window.session_dir is not None else None,
+            rank=self.rank,
+            world_size=self.world,
+            discard=window.cleanup,
+            work=work,
+        )
+
     def _publish_triggered(self, epoch: int) -> list[Triggered]:
         """Analyse this epoch's triggered windows (this rank's own, no collective: each rank triggers on its own
         signal) and compare each with the last scheduled window."""
@@ -743,15 +749,7 @@ class FitEngine:
         normal = None if normal_epoch is None else reports[normal_epoch]
         out = []
         for window, trace, event in pending:
-            report = self.trigger_pipeline.analyze(
-                epoch,
-                trace,
-                log_dir=self.log_dir or ".",
-                session=window.session_dir.name if window.session_dir is not None else None,
-                rank=self.rank,
-                world_size=self.world,
-                discard=window.cleanup,
-            )
+            report = self._analyze(self.trigger_pipeline, epoch, window, trace)
             self.triggered.append((epoch, event, report))
             line = trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
             text = line if report is None else f"{line}\n\n{report.summary_markdown()}"

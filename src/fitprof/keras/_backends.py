@@ -8,6 +8,7 @@ and the few facts of its fit loop listed in :class:`Backend`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -89,29 +90,20 @@ def _gfile_store(url: str) -> Any:
     return GFileStore(url)
 
 
+_TENSORFLOW = Backend("tensorflow", "TensorFlow", _tf_window, _throughput.tf_device_and_dtype, _throughput.count_tf)
+_TORCH = Backend("torch", "torch", _torch_window, _throughput.torch_device_and_dtype, _throughput.count_torch)
+
 BACKENDS: dict[str, Backend] = {
-    "tensorflow": Backend(
-        "tensorflow",
-        "TensorFlow",
-        _tf_window,
-        _throughput.tf_device_and_dtype,
-        count_flops=_throughput.count_tf,
+    "tensorflow": dataclasses.replace(
+        _TENSORFLOW,
         store=_gfile_store,
         extra_last_call=True,
         says_where=True,
         non_chief_abort=True,
         retraces_collectives=True,
     ),
-    "torch": Backend(
-        "torch",
-        "torch",
-        _torch_window,
-        _throughput.torch_device_and_dtype,
-        count_flops=_throughput.count_torch,
-        fetch_timer=_fetch_timer,
-        python_fetch=True,
-        torch_options=True,
-        count_items=True,
+    "torch": dataclasses.replace(
+        _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True
     ),
     "jax": Backend("jax", "JAX", _jax_window, _throughput.jax_device_and_dtype),
 }

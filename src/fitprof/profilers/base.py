@@ -7,6 +7,7 @@ free: the protocol names no framework type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -85,3 +86,37 @@ class WindowBusy(RuntimeError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class StepSpans:
+    """The nesting of the step marker and the ``fitprof/overhead`` span, written once for every window.
+
+    Spans must nest: a switch of step marker inside the caller's overhead span closes the span, switches the
+    marker and reopens the span inside the new step. A window provides ``_close_overhead() -> bool`` (whether
+    one was open), ``_end_step()`` and ``begin_overhead()``.
+    """
+
+    def _close_overhead(self) -> bool:
+        raise NotImplementedError
+
+    def _end_step(self) -> None:
+        raise NotImplementedError
+
+    def begin_overhead(self) -> None:
+        raise NotImplementedError
+
+    def _switch_step(self, open_step: Callable[[], None]) -> None:
+        """Close the open step marker, call ``open_step`` (which may open the next), keep the overhead span."""
+        overhead = self._close_overhead()
+        self._end_step()
+        open_step()
+        if overhead:
+            self.begin_overhead()
+
+    def end_step(self) -> None:
+        """Close the open step marker, if any (an open overhead span is closed first and reopened after)."""
+        self._switch_step(lambda: None)
+
+    def end_overhead(self) -> None:
+        """Close the span :meth:`begin_overhead` opened, if any."""
+        self._close_overhead()

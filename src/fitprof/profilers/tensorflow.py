@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
+from fitprof.profilers.base import StepSpans
 from fitprof.traces._table import OVERHEAD_ANNOTATION
 
 log = logging.getLogger(__name__)
 
 
-class TFProfileWindow:
+class TFProfileWindow(StepSpans):
     """One profiled window of ``tf.profiler`` (a :class:`~fitprof.profilers.base.ProfileWindow`).
 
     ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
@@ -79,19 +80,11 @@ class TFProfileWindow:
     def begin_step(self, step: int) -> None:
         """Close the open step marker, if any, and open step ``step``'s. An open overhead span is closed before
         and reopened after, so spans nest."""
-        overhead = self._close_overhead()
-        self._end_step()
+        self._switch_step(lambda: self._open_step(step))
+
+    def _open_step(self, step: int) -> None:
         self._step = self._step_marker(step)
         self._step.__enter__()
-        if overhead:
-            self.begin_overhead()
-
-    def end_step(self) -> None:
-        """Close the open step marker, if any (an open overhead span is closed first and reopened after)."""
-        overhead = self._close_overhead()
-        self._end_step()
-        if overhead:
-            self.begin_overhead()
 
     def _end_step(self) -> None:
         if self._step is not None:
@@ -107,10 +100,6 @@ class TFProfileWindow:
         trace = self._annotation(OVERHEAD_ANNOTATION)
         trace.__enter__()
         self._overhead = trace
-
-    def end_overhead(self) -> None:
-        """Close the span opened by :meth:`begin_overhead`, if any."""
-        self._close_overhead()
 
     def _close_overhead(self) -> bool:
         trace, self._overhead = self._overhead, None

@@ -37,7 +37,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, session_name
 from fitprof._warn import WarnOnce
-from fitprof.profilers.base import WindowBusy
+from fitprof.profilers.base import StepSpans, WindowBusy
 from fitprof.traces._repair import name_list, repair_names
 from fitprof.traces._table import OVERHEAD_ANNOTATION, VALIDATION_ANNOTATION
 
@@ -69,7 +69,7 @@ def profiler_running() -> bool:
         return False
 
 
-class TorchProfiler:
+class TorchProfiler(StepSpans):
     """Start, mark and stop one torch.profiler session at a time (the mechanics under :class:`TorchProfileWindow`).
 
     The window records CPU activity, plus CUDA when a CUDA device is available. Nothing else is recorded by
@@ -172,10 +172,10 @@ class TorchProfiler:
         An open overhead span (:meth:`begin_overhead`) is closed before the old step closes and reopened inside
         the new one, so spans nest and the whole transition is either fitprof's own time or between steps.
         """
-        if self._prof is None:
-            return
-        overhead = self._close_overhead()
-        self._end_step()
+        if self._prof is not None:
+            self._switch_step(lambda: self._open_step(n))
+
+    def _open_step(self, n: int) -> None:
         try:
             rf = record_function(f"{STEP_PREFIX}{n}")
             rf.__enter__()
@@ -184,15 +184,6 @@ class TorchProfiler:
         else:
             self._step = rf
             self.step_num = n
-        if overhead:
-            self.begin_overhead()
-
-    def end_step(self) -> None:
-        """Close the open step span, if any (an open overhead span is closed first and reopened after)."""
-        overhead = self._close_overhead()
-        self._end_step()
-        if overhead:
-            self.begin_overhead()
 
     def _end_step(self) -> None:
         rf, self._step = self._step, None
@@ -215,10 +206,6 @@ class TorchProfiler:
             self.warn_once("mark", f"fitprof: could not annotate {OVERHEAD_ANNOTATION!r} ({err!r}).")
             return
         self._overhead = rf
-
-    def end_overhead(self) -> None:
-        """Close the span opened by :meth:`begin_overhead`, if any."""
-        self._close_overhead()
 
     def _close_overhead(self) -> bool:
         rf, self._overhead = self._overhead, None
