@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
 from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
+from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
 from fitprof.profilers.torch import TorchProfileWindow
@@ -157,6 +156,7 @@ class FitProfiler(Callback):
             None (default): no triggered windows. Step timing runs either way.
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
+        probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch of the last ``fit`` (0-based epoch
@@ -235,15 +235,7 @@ class FitProfiler(Callback):
         self._session: str | None = None  # this epoch's session, rank 0's on every rank
         self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
         self._last_ended = 0  # the last step whose on_train_batch_end ran
-        # Always-on step timing: the input wait of each step, from Lightning's batch fetch (perf_counter_ns).
-        self._prev_end_ns: int | None = None  # the last step boundary (on_train_batch_end, or the epoch start)
-        self._fetched_ns: int | None = None  # on_train_batch_start of the step in progress
-        self._fetch_ns = 0  # time inside Lightning's batch fetch since the last step boundary
-        self._fetch_t0 = 0
-        self._hooked: Any = None  # the trainer profiler whose start/stop we wrap (see _hook_fetch)
-        self._hooked_fns: tuple[Any, Any] = (None, None)  # our wrappers, removed only while still in place
-        self._cuda_events: list[Any] | None = None  # on a CUDA device: one timing event per step boundary
-        self._epoch_first_step = 1
+        self._timing = StepTiming()  # each step's input wait and device time, for the always-on step timing
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -310,8 +302,7 @@ class FitProfiler(Callback):
             log_dir=str(self._dir), rank=rank, world=world, ends_after=lambda step: self._ends_after(trainer, step)
         )
         engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
-        self._hook_fetch(trainer)
-        self._cuda_events = [] if _on_cuda(trainer) else None
+        self._timing.fit_start(trainer)
         unknown = _config.unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
@@ -334,13 +325,8 @@ class FitProfiler(Callback):
         """An epoch whose next step is ``next_step`` (1 unless resumed mid-epoch) begins."""
         self._epoch_started = True
         epoch = int(trainer.current_epoch)
-        self._fetch_ns = 0
-        self._epoch_first_step = next_step
         self._last_ended = next_step - 1
-        if self._cuda_events is not None:
-            self._cuda_events = [_cuda_event()] if next_step == 1 else [None]
-        # resumed mid-epoch: this step's start is unknown, the first boundary only sets the origin
-        self._prev_end_ns = time.perf_counter_ns() if next_step == 1 else None
+        self._timing.epoch_start(next_step)
         cfg = self.config
         profiled = self._dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
         self._session = self._shared_session(trainer, epoch) if profiled else None
@@ -350,7 +336,7 @@ class FitProfiler(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._fetched_ns = time.perf_counter_ns()  # the batch is here: the time since the last step end was input
+        self._timing.step_start()  # the batch is here: the time since the last step end was input
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
@@ -362,19 +348,7 @@ class FitProfiler(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
         self._work.stop_count()  # the FLOP-count step ended (a no-op otherwise)
-        now = time.perf_counter_ns()
-        fetched, self._fetched_ns = self._fetched_ns, None
-        prev, self._prev_end_ns = self._prev_end_ns, now
-        if self._hooked is not None:  # the exact time inside the fetch
-            wait: int | None = self._fetch_ns
-        else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
-            wait = None if fetched is None or prev is None else fetched - prev
-        self._fetch_ns = 0
-        if self._cuda_events is not None:
-            if len(self._cuda_events) <= _MAX_CUDA_EVENTS:
-                self._cuda_events.append(_cuda_event())
-            else:  # bounded: a longer epoch keeps the host clock's figures (_device_step_ms gives None)
-                self._cuda_events = [None]
+        wait = self._timing.step_end()
         self._last_ended = batch_idx + 1
         self._engine.step_end(batch_idx + 1, batch, input_ns=wait)
 
@@ -401,7 +375,7 @@ class FitProfiler(Callback):
         engine = self._engine
         result = engine.epoch_end(
             engine.epoch,
-            device_ms=self._device_step_ms(),
+            device_ms=self._timing.device_step_ms(self._engine.steps.step_index),
             gather=(lambda vector: _all_gather(trainer, vector)) if _distributed() else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
@@ -430,7 +404,7 @@ class FitProfiler(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._unhook_fetch()
+        self._timing.fit_end()
         self._engine.abort()
         self._close_mirror()
 
@@ -534,67 +508,6 @@ class FitProfiler(Callback):
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
 
-    def _device_step_ms(self) -> list[float] | None:
-        """On a CUDA device: each clean step's device time (ms) between the CUDA events recorded at its two
-        boundaries (non-blocking ``record()`` at every ``on_train_batch_end``), read now, at the epoch's end, after
-        waiting for the last event only. None elsewhere, or when any event is missing (one debug log)."""
-        events = self._cuda_events
-        if not events or events[-1] is None:
-            return None
-        self._cuda_events = []
-        try:
-            events[-1].synchronize()
-            # events[0]: the start of the epoch's first step (None when resumed mid-epoch); events[k]: the end of
-            # step first + k - 1
-            first = self._epoch_first_step
-            return [float(events[n - first].elapsed_time(events[n - first + 1])) for n in self._engine.steps.step_index]
-        except Exception as err:  # an event missing or not recorded: the host clock's figures stand
-            log.debug("fitprof: CUDA step timing unavailable this epoch (%r)", err)
-            return None
-
-    def _hook_fetch(self, trainer: pl.Trainer) -> None:
-        """Time Lightning's batch fetch exactly: the training loop brackets ``next(data_fetcher)`` with
-        ``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")`` (whatever the profiler, the
-        default one doing nothing); wrap the two methods on this trainer's profiler instance, delegate every call,
-        and add up the time between the two for that action. Undone at ``teardown``. Where this fails, the input
-        wait is the gap from the previous step's end to this step's start (fetch, copy and other hooks)."""
-        self._unhook_fetch()
-        profiler = getattr(trainer, "profiler", None)
-        if profiler is None or isinstance(profiler, PyTorchProfiler):
-            return
-        try:
-            start, stop = profiler.start, profiler.stop
-
-            def timed_start(action_name: str) -> None:
-                if action_name == _FETCH_ACTION:
-                    self._fetch_t0 = time.perf_counter_ns()
-                start(action_name)
-
-            def timed_stop(action_name: str) -> None:
-                stop(action_name)
-                if action_name == _FETCH_ACTION and self._fetch_t0:
-                    self._fetch_ns += time.perf_counter_ns() - self._fetch_t0
-                    self._fetch_t0 = 0
-
-            profiler.start, profiler.stop = timed_start, timed_stop
-            self._hooked = profiler
-            self._hooked_fns = (timed_start, timed_stop)
-        except Exception as err:  # a profiler that refuses attributes: fall back to the gap
-            log.debug("fitprof: cannot time the batch fetch through the trainer's profiler (%r)", err)
-
-    def _unhook_fetch(self) -> None:
-        profiler, self._hooked = self._hooked, None
-        if profiler is not None:
-            for name, ours in zip(("start", "stop"), self._hooked_fns, strict=True):
-                if vars(profiler).get(name) is ours:  # not one wrapped again since by someone else
-                    with contextlib.suppress(Exception):
-                        delattr(profiler, name)  # the class's own methods again
-        self._hooked_fns = (None, None)
-
-
-_FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
-"""The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
-
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
 """The figures also shown in Lightning's progress bar (``trainer.progress_bar_metrics``)."""
@@ -612,33 +525,6 @@ def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
     if max_steps is not None and 0 <= max_steps < first_step:
         return f"Trainer(max_steps={max_steps})"
     return None
-
-
-def _on_cuda(trainer: pl.Trainer) -> bool:
-    """Whether this rank trains on a CUDA device (step times then also come from CUDA events)."""
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available() and trainer.strategy.root_device.type == "cuda")
-    except Exception:
-        return False
-
-
-_MAX_CUDA_EVENTS = 10_000
-"""The most CUDA timing events one epoch keeps (one per step boundary, read at the epoch's end): an epoch with
-more steps times them with the host clock only, so that the events held stay bounded."""
-
-
-def _cuda_event() -> Any:
-    """A CUDA timing event recorded on the current stream, without waiting (None when that fails)."""
-    try:
-        import torch
-
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-    except Exception:
-        return None
 
 
 def _epoch_end_step(trainer: pl.Trainer) -> int:
