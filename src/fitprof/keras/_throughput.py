@@ -52,11 +52,11 @@ class KerasWork:
     :class:`~fitprof.fit.engine.Work` (the engine says when, this counts), per backend through its
     :class:`~fitprof.keras._backends.Backend` (``device_and_dtype``, ``count_flops``, ``count_items``)."""
 
-    def __init__(self, backend: Any, count_items: CountItems | None, warn: Callable[[str], None]) -> None:
+    def __init__(self, backend: Any, count_items: CountItems | None, warn: Callable[[str], None], owner: Any) -> None:
         self.backend = backend
         self.log = WorkLog(count_items if backend.count_items else None, warn)
         self.count_items = count_items
-        self.model: Any = None
+        self._owner = owner  # the callback: its ``model`` property syncs the JAX state into the model
         self._at_open = math.nan
         self._items_per_sample = math.nan
         self._restore: Callable[[], None] | None = None
@@ -65,7 +65,11 @@ class KerasWork:
 
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle with the callback: a pending wrap of ``train_function`` belongs to the running fit."""
-        return {**self.__dict__, "_restore": None, "_tf_counts": {}, "model": None}
+        return {**self.__dict__, "_restore": None, "_tf_counts": {}}
+
+    @property
+    def model(self) -> Any:
+        return getattr(self._owner, "model", None)
 
     def begin_fit(self, model: Any, world: int = 1) -> None:
         """Find the device and compute dtype the MFU is measured against.
@@ -76,7 +80,6 @@ class KerasWork:
         sample count whole did: "Collective instance 114 expected ... data_type 1 but got ... data_type 9", the fit
         aborted with ``ranks=0``; the samples are read per worker, with no collective).
         """
-        self.model = model
         self._tf_counts = {}
         self._off = (
             "not counted under a multi-worker tf.distribute strategy (it would desynchronise the ranks' collectives)"

@@ -177,7 +177,7 @@ class FitProfiler(keras.callbacks.Callback):
             on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
             self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on {fns.label}.")
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
-        self._work = KerasWork(fns, self.count_items, self._warn_count_items)
+        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self)
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
