@@ -190,7 +190,9 @@ class FitEngine:
         self.trigger = trigger
         self.work = work
         self.clock = clock
-        self.probes = Probes(probes, warn)
+        # The figures written once for both callbacks: one line per built-in probe, then the user's.
+        builtin: tuple[Probe, ...] = ()
+        self.probes = Probes((*builtin, *probes), warn)
         self.pipeline, self.trigger_pipeline = (
             WindowPipeline(
                 top_k=config.top_k, max_trace_mb=max_trace_mb, keep_last_windows=keep_last_windows, warn=warn
