@@ -45,6 +45,7 @@ from fitprof import metrics
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
 from fitprof._coverage import FitCoverage
+from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import schedule
@@ -603,8 +604,6 @@ class FitEngine:
     def _open_triggered(self, k: int, event: TriggerEvent) -> None:
         """Open the window the trigger asked for before step ``k``: ``k`` is its warm-up step, the next
         ``trigger_length()`` steps (calls) are analysed, in a session ``<time>_epoch<N>_trigger_step<S>``."""
-        from fitprof._session import trigger_suffix
-
         if not self._start(trigger_suffix(event.step)):
             return
         self._event = event
