@@ -118,3 +118,73 @@ def test_the_counted_call_is_the_one_before_the_warm_up_step(tmp_path: Path) -> 
     assert fp.reports[0].steps_analyzed == 2 and fp.reports[0].flops_per_step == 2 * (
         2 * B * 12 * 4
     )  # forward, grad-weight
+
+
+class GuideModel(keras.Model):
+    """A custom ``train_step`` as the keras.io guide "Customizing what happens in fit()" writes it: the loss from
+    ``compute_loss``, then each metric updated, the loss metric with the mean loss and no sample weight (so a
+    metric's count grows by 1 a step, not by the batch). ``own_tracker``: the guide's variant with its own
+    ``Mean`` loss tracker instead of Keras's."""
+
+    def __init__(self, *args: Any, own_tracker: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.own_tracker = keras.metrics.Mean(name="loss") if own_tracker else None
+
+    @property
+    def metrics(self) -> list[Any]:
+        return [self.own_tracker] if self.own_tracker is not None else super().metrics
+
+    def train_step(self, data: Any) -> dict[str, Any]:
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(y=y, y_pred=y_pred)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        for metric in self.metrics:
+            if metric.name == "loss":
+                metric.update_state(loss)
+            else:
+                metric.update_state(y, y_pred)
+        return {m.name: m.result() for m in self.metrics}
+
+
+def _guide_mlp(own_tracker: bool) -> Any:
+    inputs = keras.Input((12,))
+    hidden = keras.layers.Dense(16, activation="relu")(inputs)
+    return GuideModel(inputs, keras.layers.Dense(4)(hidden), own_tracker=own_tracker)
+
+
+@pytest.mark.parametrize("own_tracker", [False, True], ids=["keras-tracker", "own-tracker"])
+def test_a_custom_train_step_reads_the_batch_from_the_data(tmp_path: Path, own_tracker: bool) -> None:
+    rng = __import__("numpy").random.default_rng(0)
+    x = rng.standard_normal((BATCHES * B, 12)).astype("float32")
+    y = rng.integers(0, 4, BATCHES * B)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fp = _fit(tmp_path, _guide_mlp(own_tracker), x, y, dataset=False)
+    assert not [str(w.message) for w in seen if "fitprof" in str(w.message)]
+    report = fp.reports[0]
+    assert report.samples_per_step == B  # the metric's count grew by 1 a step
+    forward = 2 * B * 12 * 16 + 2 * B * 16 * 4
+    backward = 2 * B * 12 * 16 + (2 * B * 16 * 4 + 2 * B * 16 * 4)
+    assert report.flops_per_step == forward + backward
+    logged = _scalars(tmp_path)
+    summed_s = report.step_time_ms * report.steps_analyzed / 1000.0
+    assert logged["fitprof/samples_per_s"] == pytest.approx(B * report.steps_analyzed / summed_s, rel=1e-5)
+
+
+def test_a_custom_train_step_on_data_of_unknown_batch_size_gives_nan_with_one_warning(tmp_path: Path) -> None:
+    rng = __import__("numpy").random.default_rng(0)
+    x = rng.standard_normal((BATCHES * B, 12)).astype("float32")
+    y = rng.integers(0, 4, BATCHES * B)
+    import fitprof
+
+    with pytest.warns(fitprof.FitProfilerWarning, match="samples per step are unknown") as seen:
+        fp = _fit(tmp_path, _guide_mlp(False), x, y, dataset=True)  # no drop_remainder: no static batch size
+    assert len([w for w in seen if "samples per step" in str(w.message)]) == 1
+    report = fp.reports[0]
+    assert math.isnan(report.samples_per_step) and math.isnan(report.samples_per_s)
+    assert "fitprof/samples_per_s" not in _scalars(tmp_path)

@@ -177,7 +177,9 @@ class FitProfiler(keras.callbacks.Callback):
             on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
             self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on {fns.label}.")
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
-        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self)
+        self._work = KerasWork(
+            fns, self.count_items, self._warn_count_items, self, lambda m: self._warn_once("samples", m)
+        )
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -327,6 +329,8 @@ class FitProfiler(keras.callbacks.Callback):
             wait, samples = None, self._adapter_samples
         self._last_step = batch + 1
         window = engine.window
+        if window is not None:  # the step that ended ran in the window: its samples, as the data gives them
+            self._work.step_ended(samples)
         engine.step_start(batch + 1, input_ns=wait, samples=samples)
         if engine.window is not window:
             self._sync_guards()
@@ -340,6 +344,8 @@ class FitProfiler(keras.callbacks.Callback):
         self._engine.validation_end()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._engine.window is not None:  # the epoch's last step ran in the window
+            self._work.step_ended(self._prev_samples if self._fetch_timer is not None else self._adapter_samples)
         gather = self._gather if self._engine.world > 1 and not self._in_flush else None
         result = self._engine.epoch_end(epoch, steps=self._steps_this_epoch(), gather=gather, log=self._log)
         self._sync_guards()
@@ -430,6 +436,7 @@ class FitProfiler(keras.callbacks.Callback):
         """The sources of the input wait and the samples per step (see :meth:`on_train_batch_begin`)."""
         self._stop_step_timing()
         self._adapter_samples = None
+        self._work.data_batch = None
         if self._fns.fetch_timer is not None:
             self._fetch_timer = self._fns.fetch_timer()
             self._fetch_timer.install()
@@ -443,6 +450,7 @@ class FitProfiler(keras.callbacks.Callback):
         except Exception:  # an adapter whose batch size is unknown raises or gives a symbolic dimension
             n = None
         self._adapter_samples = n * self._spe if n else None
+        self._work.data_batch = n or None
 
     def _stop_step_timing(self) -> None:
         timer, self._fetch_timer = self._fetch_timer, None
