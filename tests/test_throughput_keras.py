@@ -188,3 +188,91 @@ def test_a_custom_train_step_on_data_of_unknown_batch_size_gives_nan_with_one_wa
     report = fp.reports[0]
     assert math.isnan(report.samples_per_step) and math.isnan(report.samples_per_s)
     assert "fitprof/samples_per_s" not in _scalars(tmp_path)
+
+
+_MIRRORED_CHILD = """
+import json, os, sys, warnings
+os.environ["KERAS_BACKEND"] = "tensorflow"
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras, numpy as np
+from fitprof.keras import FitProfiler
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(4)])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+rng = np.random.default_rng(0)
+B = int(sys.argv[2])
+x = rng.standard_normal((5 * B, 12)).astype("float32")
+y = rng.integers(0, 4, 5 * B)
+fp = FitProfiler(log_dir=sys.argv[1], profile_batch=(3, 4), verbose=False)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    model.fit(x, y, batch_size=B, epochs=1, verbose=0, callbacks=[fp])
+r = fp.reports[0]
+print(json.dumps({"replicas": strategy.num_replicas_in_sync, "samples_per_step": r.samples_per_step,
+    "flops_per_step": r.flops_per_step, "mfu_note": r.mfu_note,
+    "warnings": [str(w.message) for w in seen if "fitprof" in str(w.message)]}))
+"""
+
+
+@pytest.mark.slow
+def test_mirrored_strategy_in_one_process_counts_one_replicas_flops(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-c", _MIRRORED_CHILD, str(tmp_path), str(B)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["replicas"] == 2
+    per_replica = B // 2
+    forward = 2 * per_replica * 12 * 16 + 2 * per_replica * 16 * 4
+    backward = 2 * per_replica * 12 * 16 + 2 * (2 * per_replica * 16 * 4)
+    assert got["samples_per_step"] == B  # the whole batch: both replicas' samples
+    assert got["flops_per_step"] == forward + backward  # one replica's step, against one device's peak
+    assert got["warnings"] == [] and 'File "' not in got["mfu_note"], got
+
+
+def test_no_note_or_warning_carries_a_traceback() -> None:
+    """The note TensorFlow's tracing error gave under MirroredStrategy, as the FLOP count wrapped it (``{err!r}``),
+    and a Python traceback: each reaches the user as its error line only."""
+    import warnings
+
+    from fitprof._warn import describe_error, no_traceback, warn
+
+    tf_note = (
+        "the training step could not be traced for counting (ValueError('in user code:\\n\\n    File "
+        '"/venv/keras/src/backend/tensorflow/trainer.py", line 59, in train_step  *\\n        y_pred = self(x, '
+        'training=True)\\n    File "/venv/keras/src/layers/layer.py", line 907, in __call__\\n        raise '
+        "ValueError(\\n\\n    ValueError: Only input tensors may be passed as positional arguments. PerReplica:{\\n"
+        '      0: Tensor("data:0", shape=(4, 12), dtype=float32)\\n    }\'))'
+    )
+    short = no_traceback(tf_note)
+    assert 'File "' not in short and "in user code" not in short and "y_pred = self" not in short
+    assert short.startswith("the training step could not be traced for counting (ValueError(")
+    assert "Only input tensors may be passed as positional arguments" in short and "\\n" not in short
+
+    try:
+        exec(compile("def f():\n    raise KeyError('k')\nf()", "user.py", "exec"))
+    except KeyError as err:
+        import traceback
+
+        dumped = "".join(traceback.format_exception(err))
+    assert "Traceback" in dumped and describe_error(KeyError("k")) == "KeyError: 'k'"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warn(f"fitprof: the count failed:\n{dumped}")
+    (message,) = [str(w.message) for w in seen]
+    assert message == "fitprof: the count failed: KeyError: 'k'"
+    plain = "fitprof: a plain warning\nwith two lines"
+    assert no_traceback(plain) == plain

@@ -25,6 +25,7 @@ TensorBoard also gets them by name (``fitprof/top_ops/<op name>``), where a key 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
@@ -36,7 +37,7 @@ import fitprof
 from fitprof import cross_rank, metrics, steps
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
-from fitprof._warn import WarnOnce
+from fitprof._warn import WarnOnce, no_traceback
 from fitprof.analysis import BottleneckReport
 from fitprof.report_files import write_report_file
 from fitprof.throughput import StepWork, with_throughput
@@ -279,7 +280,8 @@ class WindowPipeline:
             self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
             report = None
         if report is not None and work is not None:
-            report = with_throughput(report, work)
+            # the note reaches the report, its file and the tables: the reason, never a framework's traceback
+            report = with_throughput(report, dataclasses.replace(work, flops_note=no_traceback(work.flops_note)))
         if report is not None:
             self.reports[epoch] = report
         if session is None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -197,10 +198,12 @@ class KerasWork:
     def _count_tf(self, model: Any, iterator: Any, samples: float) -> None:
         import tensorflow as tf
 
-        from fitprof.profilers.flops_tf import static_batch, train_step_flops
+        from fitprof.profilers.flops_tf import static_batch
 
         spec = getattr(iterator, "element_spec", None)
+        replicas = _replicas(spec)
         if spec is not None and math.isfinite(samples) and samples > 0:
+            samples = samples / replicas  # one replica's share of the batch (what a replica's step holds)
 
             def concrete(s: Any) -> Any:
                 if isinstance(s, tf.TensorSpec) and s.shape.rank and s.shape[0] is None:
@@ -212,10 +215,13 @@ class KerasWork:
         # for each input shape.
         key = (id(model), repr(spec))
         if key not in self._tf_counts:
-            self._tf_counts[key] = train_step_flops(model, spec)
+            self._tf_counts[key] = _replica_step_flops(model, spec)
         flops, note = self._tf_counts[key]
         # The FLOPs are those of one train_step on the traced batch (``steps_per_execution`` calls hold several).
-        traced = static_batch(spec) if spec is not None else math.nan
+        # Under a one-process strategy (MirroredStrategy) the count is one replica's step on its share of the
+        # batch, and MFU is one device's: each replica runs its step on its own device in the same step time.
+        # ``flops_samples`` is then the whole batch, so the count is not scaled up to every replica's work.
+        traced = static_batch(_one_replica(spec)) * replicas if spec is not None else math.nan
         self.log.set_flops(flops, traced, note)
 
     def _count_torch(self, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
@@ -246,6 +252,46 @@ class KerasWork:
         if math.isfinite(samples):
             work = dataclasses.replace(work, samples_per_step=samples, samples_total=math.nan)
         return work
+
+
+def _replicas(spec: Any) -> int:
+    """How many replicas a ``tf.distribute`` iterator's ``element_spec`` feeds (``PerReplicaSpec``: one spec a
+    replica); 1 for a plain spec."""
+    import tensorflow as tf
+
+    for s in tf.nest.flatten(spec):
+        values = getattr(s, "_value_specs", None)
+        if values:
+            return len(values)
+    return 1
+
+
+def _one_replica(spec: Any) -> Any:
+    """The spec of one replica's batch: each ``PerReplicaSpec`` replaced by its first replica's spec."""
+    import tensorflow as tf
+
+    def first(s: Any) -> Any:
+        values = getattr(s, "_value_specs", None)
+        return values[0] if values else s
+
+    return tf.nest.map_structure(first, spec) if spec is not None else None
+
+
+def _replica_step_flops(model: Any, spec: Any) -> tuple[float, str]:
+    """FLOPs of one replica's ``train_step`` (:func:`fitprof.profilers.flops_tf.train_step_flops` on one replica's
+    spec). Traced as one replica's plain step, in a thread of its own: ``fit`` runs in the strategy's scope,
+    which is per thread, and in it the gradient of a mirrored variable cannot be taken outside ``strategy.run``;
+    tracing runs nothing and changes no weight."""
+    from fitprof.profilers.flops_tf import train_step_flops
+
+    if _replicas(spec) == 1:
+        return train_step_flops(model, spec)
+    one = _one_replica(spec)
+    out: list[tuple[float, str]] = []
+    thread = threading.Thread(target=lambda: out.append(train_step_flops(model, one)), name="fitprof-flops")
+    thread.start()
+    thread.join()
+    return out[0] if out else (math.nan, "the replica's training step could not be traced for counting")
 
 
 def count_tf(work: KerasWork, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
