@@ -39,6 +39,15 @@ DDP_RANKS = (DATA / "ddp_gloo_rank0.pt.trace.json.gz", DATA / "ddp_gloo_rank1.pt
 SHIPPED_KINETO = (LIGHTNING_CPU, *DDP_RANKS)
 
 
+def kineto_trace(name: str) -> Path:
+    """The path of a Kineto trace by file name: a shipped one of :data:`SHIPPED_KINETO`, else a shared one through
+    :func:`shared_kineto` (which skips, or fails under CI, when the shared fixtures are missing)."""
+    for path in SHIPPED_KINETO:
+        if path.name == name:
+            return path
+    return shared_kineto(name)
+
+
 def in_ci() -> bool:
     """Whether the run is a CI run (``CI`` set to a true value, as GitHub Actions, GitLab and most CIs do)."""
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
