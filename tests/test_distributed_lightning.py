@@ -263,8 +263,11 @@ def test_one_session_folder_per_window_lists_both_ranks(run_dir: Path) -> None:
     # Rank 1's epoch-1 analysis failed; its trace still reaches the Profile tab (nothing recorded is dropped).
     assert names == [[f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]] * EPOCHS
     with tensorboard(run_dir.parent.parent) as base:
-        runs = wait_for(lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90)
-        assert sorted(runs) == sorted(f"{RUN}/{f.name}" for f in folders)
+        expected = sorted(f"{RUN}/{f.name}" for f in folders)
+        runs = wait_for(
+            lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90, until=lambda r: sorted(r) == expected
+        )
+        assert sorted(runs) == expected
         hosts = get(base, "/data/plugin/profile/hosts", run=f"{RUN}/{folders[0].name}", tag="trace_viewer")
         names = {h["hostname"] if isinstance(h, dict) else h for h in hosts}
         assert {f"{host}_rank0", f"{host}_rank1"} <= names, hosts
