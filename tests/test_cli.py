@@ -622,6 +622,7 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------------------------- the console script
 
 
+@pytest.mark.slow
 def test_console_script(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("fitprof")
     if not script.exists():

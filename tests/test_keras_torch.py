@@ -67,6 +67,7 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"logdir": logdir, **json.loads(line[len("RESULT") :])}
 
 
+@pytest.mark.slow
 def test_same_scalars_as_tensorflow_backend(torch_run: dict) -> None:
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.util import tensor_util
@@ -86,6 +87,7 @@ def test_same_scalars_as_tensorflow_backend(torch_run: dict) -> None:
     assert "fitprof/input_percent" in torch_run["history_keys"]
 
 
+@pytest.mark.slow
 def test_traces_and_xspace_per_window(torch_run: dict) -> None:
     logdir: Path = torch_run["logdir"]
     xplanes = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
@@ -107,6 +109,7 @@ def test_traces_and_xspace_per_window(torch_run: dict) -> None:
         )
 
 
+@pytest.mark.slow
 def test_each_window_reads_the_same_from_its_trace_and_its_xplane(torch_run: dict) -> None:
     """The ``.xplane.pb`` TensorBoard's Profile tab reads gives the report of the Kineto trace it was converted from."""
     from agreement import assert_same_report
@@ -206,6 +209,7 @@ HOSTILE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_path: Path) -> None:
     """Keras on torch without tensorboard, with a failing .xplane.pb conversion: the figures reach History, the
     Kineto traces stay readable, one warning each; an error in the user's data stops the torch profiler; with
@@ -244,6 +248,7 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
     assert sum("ended inside the window" in m for m in out["logged"]) == 1
 
 
+@pytest.mark.slow
 def test_flops_and_samples_on_the_torch_backend_match_hand_counts(torch_run: dict) -> None:
     """Issue 16 part 3: ``FlopCounterMode`` around the step before the window, on the example's CNN (batch 32)."""
     b = 32

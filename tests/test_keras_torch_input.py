@@ -85,6 +85,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads(line[len("RESULT") :])
 
 
+@pytest.mark.slow
 def test_every_step_holds_one_annotated_fetch_and_the_wrapper_is_removed(run: dict) -> None:
     from fitprof.keras._torch_backend import INPUT_ANNOTATION
 
@@ -99,6 +100,7 @@ def test_every_step_holds_one_annotated_fetch_and_the_wrapper_is_removed(run: di
     assert run["restored"]  # outside the window Keras's own __next__ runs, unwrapped
 
 
+@pytest.mark.slow
 def test_input_time_matches_the_wait_timed_in_the_loop(run: dict) -> None:
     waits = run["waits_ms"]
     truth = sum(waits) / len(waits)  # ms the loop waited per step, timed by the callbacks around the fetch

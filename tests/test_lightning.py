@@ -195,6 +195,7 @@ def _fit(tmp_path: Path, callback: FitProfiler, module: Any = None, **kwargs: An
     return trainer
 
 
+@pytest.mark.slow
 def test_validation_inside_the_window_is_excluded_and_epochs_are_skipped(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch="3,7", every_n_epochs=2)
     _fit(tmp_path, cb, max_epochs=3, val_check_interval=5)  # validation after step 5: inside the window
@@ -208,6 +209,7 @@ def test_validation_inside_the_window_is_excluded_and_epochs_are_skipped(tmp_pat
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_an_epoch_shorter_than_the_window_flushes_what_it_has(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(6, 10))
     with pytest.warns(fitprof.FitProfilerWarning, match="ended after step 8"):
@@ -216,12 +218,14 @@ def test_an_epoch_shorter_than_the_window_flushes_what_it_has(tmp_path: Path) ->
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_first_step_one_starts_at_epoch_start(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=1)
     _fit(tmp_path, cb, limit_train_batches=4)
     assert cb.reports[0].steps_analyzed == 1
 
 
+@pytest.mark.slow
 def test_lightning_pytorch_profiler_trains_to_the_end(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(3, 7))
     with warnings.catch_warnings(record=True) as caught:
@@ -233,6 +237,7 @@ def test_lightning_pytorch_profiler_trains_to_the_end(tmp_path: Path) -> None:
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_a_running_user_profiler_is_left_alone(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(3, 4))
     with torch.profiler.profile() as prof, pytest.warns(fitprof.FitProfilerWarning, match="already running"):
@@ -243,6 +248,7 @@ def test_a_running_user_profiler_is_left_alone(tmp_path: Path) -> None:
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_an_exception_inside_the_window_reaches_the_user_and_stops_the_profiler(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(3, 8))
     with pytest.raises(_Boom, match="boom at 4"):

@@ -65,6 +65,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, FitProfile
     return tmp, trainer, fp, ckpt
 
 
+@pytest.mark.slow
 def test_figures_reach_callback_metrics_progress_bar_and_a_monitor(run: tuple[Path, Any, Any, Any]) -> None:
     _, trainer, fp, ckpt = run
     assert sorted(fp.reports) == [0, 2]
@@ -79,6 +80,7 @@ def test_figures_reach_callback_metrics_progress_bar_and_a_monitor(run: tuple[Pa
     assert float(ckpt.best_model_score) == pytest.approx(best, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> None:
     tmp, _, fp, _ = run
     (path,) = tmp.glob("csv/version_*/metrics.csv")
@@ -92,6 +94,7 @@ def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> 
             assert float(row[f"fitprof/top_op_{i}_ms"]) == pytest.approx(op.self_ms_per_step, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, Any]) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -114,6 +117,7 @@ def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, A
     )
 
 
+@pytest.mark.slow
 def test_one_line_summary_on_rank_zero_unless_turned_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     fp = FitProfiler(profile_batch=(3, 5))
@@ -134,6 +138,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
     return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
 
+@pytest.mark.slow
 def test_torch_profiler_options_reach_the_trace(tmp_path: Path) -> None:
     plain = FitProfiler(profile_batch=(3, 5), verbose=False)
     _fit(tmp_path / "plain", [plain])
@@ -193,6 +198,7 @@ class _Logs(_Tiny):
             raise RuntimeError("planted")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["training raises", "validation raises", "manual optimization"])
 def test_what_fitprof_writes_itself_sits_at_the_last_batchs_step(tmp_path: Path, case: str) -> None:
     """The operators by name, the summary and (after an exception, where fitprof writes its scalars itself) the

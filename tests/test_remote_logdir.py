@@ -101,6 +101,7 @@ def _fit_lightning(callback: LightningProfiler, logger: Any, root: Path, epochs:
     return trainer
 
 
+@pytest.mark.slow
 def test_lightning_writes_through_fsspec_to_the_loggers_url(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
@@ -155,6 +156,7 @@ def test_lightning_writes_through_fsspec_to_the_loggers_url(
     assert _files(work) == []
 
 
+@pytest.mark.slow
 def test_lightning_file_url_is_a_local_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work, logs = tmp_path / "work", tmp_path / "logs dir"
     work.mkdir()
@@ -180,6 +182,7 @@ def _lightning_warnings(url: str, work: Path) -> tuple[LightningProfiler, list[s
     return profiler, [str(w.message) for w in caught if str(w.message).startswith("fitprof")], csv_dir
 
 
+@pytest.mark.slow
 def test_lightning_unknown_scheme_warns_once_and_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -196,6 +199,7 @@ def test_lightning_unknown_scheme_warns_once_and_logs(tmp_path: Path, monkeypatc
     assert logged == pytest.approx([profiler.reports[0].step_time_ms])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib.util").util.find_spec("s3fs") is not None, reason="s3fs is installed")
 def test_lightning_missing_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "work"
@@ -216,6 +220,7 @@ class _ReadOnlyFS(MemoryFileSystem):
         raise PermissionError(13, "Permission denied", rpath)
 
 
+@pytest.mark.slow
 def test_lightning_failing_remote_write_warns_once_naming_the_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

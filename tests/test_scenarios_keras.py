@@ -411,6 +411,7 @@ def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     return backend, run_backend_child(__file__, backend, tmp_path_factory.mktemp(f"keras_{backend}"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_scenario(row: Row, backend_run: tuple[str, dict]) -> None:
     backend, results = backend_run

@@ -349,6 +349,7 @@ def _check_warnings(msgs: list[str], expected: tuple[tuple[str, ...], ...]) -> N
         assert sum(all(p in m for p in parts) for m in msgs) == 1, (parts, msgs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_scenario(row: Row, tmp_path: Path) -> None:
     cb, msgs = _run(row, tmp_path)
@@ -363,6 +364,7 @@ def test_scenario(row: Row, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- LightningCLI
+@pytest.mark.slow
 def test_lightning_cli_appends_the_callback_by_its_import_path(tmp_path: Path) -> None:
     """``--trainer.callbacks+=fitprof.lightning.FitProfiler`` and its arguments as ``--trainer.callbacks.<arg>``."""
     pytest.importorskip("jsonargparse")

@@ -48,6 +48,7 @@ def _fit(tmp: Path, model: Any, x: Any, y: Any, *, dataset: bool) -> FitProfiler
     return fp
 
 
+@pytest.mark.slow
 def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path) -> None:
     rng = __import__("numpy").random.default_rng(0)
     x = rng.standard_normal((BATCHES * B, 12)).astype("float32")
@@ -71,6 +72,7 @@ def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path
     assert math.isnan(report.mfu)
 
 
+@pytest.mark.slow
 def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     rng = __import__("numpy").random.default_rng(0)
     x = rng.standard_normal((BATCHES * B, 10, 10, 3)).astype("float32")
@@ -95,6 +97,7 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     assert fp.reports[0].samples_per_step == B
 
 
+@pytest.mark.slow
 def test_the_counted_call_is_the_one_before_the_warm_up_step(tmp_path: Path) -> None:
     """Issue 19 with issue 16: counting slows the step it counts, so the counted call is the one before the window's
     warm-up step (recorded by the profiler), never the warm-up step itself: what ``fit`` calls at each batch, seen

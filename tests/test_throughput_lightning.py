@@ -82,6 +82,7 @@ def _logged(csv_path: Path) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path) -> None:
     fp, csv_path = _fit(tmp_path, _MLP(), (12,), count_items=lambda batch: float(batch[0].numel()))
     report = fp.reports[0]
@@ -102,6 +103,7 @@ def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path
     assert math.isnan(report.mfu) and "CPU" in report.mfu_note
 
 
+@pytest.mark.slow
 def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     fp, _ = _fit(tmp_path, _CNN(), (3, 10, 10))
     conv1 = 2 * B * 6 * 8 * 8 * 3 * 3 * 3  # 2 * B * Cout * Hout * Wout * Cin * kh * kw, 10x10 -> 8x8
@@ -113,6 +115,7 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     assert fp.reports[0].flops_per_step == forward + backward
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_on_a_gpu_the_count_is_the_same_and_mfu_uses_the_dense_peak(tmp_path: Path) -> None:
     from fitprof.throughput import peak_flops_per_s

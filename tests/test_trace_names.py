@@ -137,6 +137,7 @@ def test_legacy_writer_with_a_quote_is_read(tmp_path: Path) -> None:
     assert "aten::matmul" in {o.name for o in fitprof.analyze(path, top_k=50).top_ops}
 
 
+@pytest.mark.slow
 def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
     pl = pytest.importorskip("lightning.pytorch")
     from torch import nn

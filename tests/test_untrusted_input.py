@@ -56,6 +56,7 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.slow
 def test_fuzzed_traces_give_a_report_or_trace_error(tmp_path: Path) -> None:
     """Every mutant gives a report or a TraceError naming the file; the process's peak RSS barely grows."""
     args = [
@@ -140,6 +141,7 @@ def _read_in_child(seed: Path, path: Path, max_trace_mb: float, max_events: int)
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "plain_mb", "what"),
     [

@@ -65,6 +65,7 @@ def test_bytes_parse_with_tensorflows_own_classes() -> None:
     assert len(theirs.planes[0].lines[0].events) == 3
 
 
+@pytest.mark.slow
 def test_works_without_tensorflow_and_xprof_finds_the_steps(tmp_path: Path) -> None:
     """In a fresh interpreter where ``import tensorflow`` fails."""
     (tmp_path / "trace.json").write_text(json.dumps(TRACE))
