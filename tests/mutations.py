@@ -145,8 +145,12 @@ def _pytest(src: Path, files: list[str], extra: list[str]) -> tuple[int, str, fl
 
 
 def _failed(output: str) -> str:
-    names = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
-    return ", ".join(dict.fromkeys(n.removeprefix("tests/") for n in names)) or "(no FAILED line; see the output)"
+    """``N failed: <first two test ids>, ...`` from pytest's short summary."""
+    names = list(dict.fromkeys(n.removeprefix("tests/") for n in re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)))
+    if not names:
+        return "(no FAILED line; see the output with -v)"
+    shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
+    return f"{len(names)} failed: {shown}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,10 +48,12 @@ def _train(argv: list[str]) -> None:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.loggers import TensorBoardLogger
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     import fitprof
     from fitprof.lightning import FitProfiler
+    from lightning_tiny import Mlp as Model
+    from lightning_tiny import RegressionData
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--logdir", required=True)
@@ -72,15 +74,8 @@ def _train(argv: list[str]) -> None:
 
     fitprof.analyze = analyze  # the callback imports it at call time
 
-    class Data(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-        def __init__(self, n: int) -> None:
-            g = torch.Generator().manual_seed(0)
-            self.x, self.y = torch.randn(n, 32, generator=g), torch.randn(n, 1, generator=g)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    class Data(RegressionData):
+        def wait(self, i: int) -> None:
             if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
                 if not args.trigger:
                     time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
@@ -90,19 +85,6 @@ def _train(argv: list[str]) -> None:
                     # holds. Choosing them by index made it a varying share of each batch (steps of 42-120 ms for a
                     # 158 ms sleep, under load), and one step under the threshold breaks the trigger's run of 5.
                     time.sleep(TRIGGER_SLEEP_S[0] / BATCH_SIZE)
-            return self.x[i], self.y[i]
-
-    class Model(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     class SizeTheSlowdown(pl.Callback):
         """Rank 1's slowdown, sized from its own step times before it: 3x median + 8 robust sigmas, >= 100 ms."""

@@ -16,6 +16,7 @@ tf = pytest.importorskip("tensorflow")
 
 from fitprof import FitProfilerWarning  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
+from warned import fitprof_messages  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
 
@@ -135,11 +136,7 @@ def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> Non
     assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
 
 
-def _caught(fn) -> list[str]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn()
-    return [str(w.message) for w in caught if "fitprof" in str(w.message).lower()]
+_caught = fitprof_messages
 
 
 @pytest.mark.slow

@@ -6,10 +6,6 @@ outputs back (event files with tensorboard's reader, the Kineto traces and the c
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,6 +16,7 @@ pytest.importorskip("keras")
 
 import fitprof
 from fitprof.keras._torch_backend import INPUT_ANNOTATION
+from keras_child import child_env, run_result
 
 SCRIPT = textwrap.dedent(
     """
@@ -54,17 +51,9 @@ DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter"
 def torch_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     logdir = tmp_path_factory.mktemp("keras_torch")
     examples = Path(__file__).resolve().parents[1] / "examples"
-    env = dict(os.environ, KERAS_BACKEND="torch")
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(examples=str(examples), logdir=str(logdir))],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return {"logdir": logdir, **json.loads(line[len("RESULT") :])}
+    code = SCRIPT.format(examples=str(examples), logdir=str(logdir))
+    result, _ = run_result(["-c", code], env=child_env(KERAS_BACKEND="torch"))
+    return {"logdir": logdir, **result}
 
 
 @pytest.mark.slow
@@ -214,16 +203,7 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
     """Keras on torch without tensorboard, with a failing .xplane.pb conversion: the figures reach History, the
     Kineto traces stay readable, one warning each; an error in the user's data stops the torch profiler; with
     fitprof's warnings turned into errors training still ends and the warnings go to logging."""
-    env = dict(os.environ, KERAS_BACKEND="torch")
-    proc = subprocess.run(
-        [sys.executable, "-c", HOSTILE.format(logdir=str(tmp_path))],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))[len("RESULT") :])
+    out, _ = run_result(["-c", HOSTILE.format(logdir=str(tmp_path))], env=child_env(KERAS_BACKEND="torch"))
     assert out["history"] == [3.0, 3.0]
     categories = {c for c, _ in out["warnings"]}
     messages = [m for _, m in out["warnings"]]

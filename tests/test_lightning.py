@@ -17,8 +17,11 @@ import fitprof
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
+import lightning_tiny  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
+from lightning_tiny import Boom as _Boom  # noqa: E402
+from lightning_tiny import Tiny as _Tiny  # noqa: E402
 
 EPOCHS = 2
 
@@ -149,48 +152,12 @@ def test_slow_input_is_input_bound(example_runs: dict[str, tuple[Path, Any]]) ->
 
 
 # --------------------------------------------------------------------------------------- small, direct trainer
-class _Tiny(pl.LightningModule):
-    def __init__(self, fail_at: int | None = None) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-        self.fail_at = fail_at
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        if batch_idx == self.fail_at:
-            raise _Boom(f"boom at {batch_idx}")
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.cross_entropy(self.layer(x), y))
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-class _Boom(RuntimeError):
-    pass
-
-
 def _loader(batches: int = 16) -> Any:
-    g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,)))
-    return torch.utils.data.DataLoader(ds, batch_size=4)
+    return lightning_tiny.loader(batches)
 
 
 def _fit(tmp_path: Path, callback: FitProfiler, module: Any = None, **kwargs: Any) -> Any:
-    opts: dict[str, Any] = dict(
-        max_epochs=1,
-        default_root_dir=tmp_path,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        limit_val_batches=2,
-    )
-    opts.update(kwargs)
-    trainer = pl.Trainer(callbacks=[callback], **opts)
+    trainer = lightning_tiny.trainer(tmp_path, [callback], **{"limit_val_batches": 2, **kwargs})
     trainer.fit(module or _Tiny(), _loader(), _loader(4))
     return trainer
 

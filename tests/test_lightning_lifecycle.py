@@ -19,13 +19,9 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
 from test_lightning import _fit, _loader, _Tiny  # noqa: E402
+from warned import fitprof_messages  # noqa: E402
 
-
-def _messages(fn: Any) -> list[str]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn()
-    return [str(w.message) for w in caught if "fitprof" in str(w.message).lower()]
+_messages = fitprof_messages
 
 
 @pytest.mark.slow

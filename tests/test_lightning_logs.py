@@ -18,39 +18,17 @@ pl = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
+import lightning_tiny  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
-
-
-class _Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+from lightning_tiny import Tiny as _Tiny  # noqa: E402
 
 
 def _loader(batches: int = 12) -> Any:
-    g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,)))
-    return torch.utils.data.DataLoader(ds, batch_size=4)
+    return lightning_tiny.loader(batches)
 
 
 def _fit(tmp_path: Path, callbacks: list[Any], **kwargs: Any) -> Any:
-    opts: dict[str, Any] = dict(
-        max_epochs=1,
-        default_root_dir=tmp_path,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
-    opts.update(kwargs)
-    trainer = pl.Trainer(callbacks=callbacks, **opts)
+    trainer = lightning_tiny.trainer(tmp_path, callbacks, **kwargs)
     trainer.fit(_Tiny(), _loader())
     return trainer
 

@@ -13,8 +13,6 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import textwrap
 import uuid
@@ -27,17 +25,11 @@ import pytest
 import fitprof
 from fitprof import _fs
 from fitprof.cli import main as cli_main
+from keras_child import child_env, run_result
 
 fsspec = pytest.importorskip("fsspec")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def _child_env(backend: str) -> dict[str, str]:
-    """The child runs in another working directory: this checkout's ``src`` first, as an absolute path."""
-    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=path)
 
 
 def _files(root: Path) -> list[str]:
@@ -65,39 +57,13 @@ pl = pytest.importorskip("lightning.pytorch")
 from fsspec.implementations.memory import MemoryFileSystem  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
+import lightning_tiny  # noqa: E402
 from fitprof.lightning import FitProfiler as LightningProfiler  # noqa: E402
 
 
-class _Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _loader(batches: int = 12) -> Any:
-    g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,)))
-    return torch.utils.data.DataLoader(ds, batch_size=4)
-
-
 def _fit_lightning(callback: LightningProfiler, logger: Any, root: Path, epochs: int = 1) -> Any:
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        logger=logger,
-        callbacks=[callback],
-        default_root_dir=root,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
-    trainer.fit(_Tiny(), _loader())
+    trainer = lightning_tiny.trainer(root, [callback], max_epochs=epochs, logger=logger)
+    trainer.fit(lightning_tiny.Tiny(), lightning_tiny.loader(12))
     return trainer
 
 
@@ -283,18 +249,9 @@ def _keras_torch(tmp_path: Path, url: str, *, copy: bool) -> tuple[dict[str, Any
     out.mkdir()
     code = KERAS_SCRIPT.format(examples=str(EXAMPLES), url=url, copy=copy, out=str(out))
     before = _staging()
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=_child_env("torch"),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    result, _ = run_result(["-c", code], cwd=work, env=child_env(KERAS_BACKEND="torch"))
     assert _staging() == before
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :]), work, out
+    return result, work, out
 
 
 @pytest.mark.slow
@@ -378,18 +335,10 @@ def _keras_tf(tmp_path: Path, url: str) -> tuple[dict[str, Any], Path, Path, str
     work.mkdir()
     out.mkdir()
     before = _staging()
-    proc = subprocess.run(
-        [sys.executable, "-c", TF_SCRIPT.format(examples=str(EXAMPLES), url=url, out=str(out))],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=_child_env("tensorflow"),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = TF_SCRIPT.format(examples=str(EXAMPLES), url=url, out=str(out))
+    result, proc = run_result(["-c", code], cwd=work, env=child_env(KERAS_BACKEND="tensorflow"))
     assert _staging() == before
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :]), work, out, proc.stderr
+    return result, work, out, proc.stderr
 
 
 @pytest.mark.slow
@@ -443,14 +392,11 @@ def test_report_follows_folder_links_as_tensorboard_does(tmp_path: Path, capsys:
     """A run reached through a symbolic link is a run for TensorBoard (its walk follows links), so for fitprof."""
     from tensorboard.backend.event_processing import io_wrapper
 
-    kineto = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
-    traces = sorted(kineto.glob("*.json*")) if kineto.is_dir() else []
-    if not traces:
-        pytest.skip("no shared Kineto fixture")
     from fitprof.report_files import write_report_file
+    from shared_fixtures import LIGHTNING_CPU
 
     real = tmp_path / "elsewhere" / "run"
-    write_report_file(real, session="s", epoch=0, report=fitprof.analyze(traces[0]), trace=traces[0])
+    write_report_file(real, session="s", epoch=0, report=fitprof.analyze(LIGHTNING_CPU), trace=LIGHTNING_CPU)
     (real / "events.out.tfevents.1.host").write_bytes(b"")
     logs = tmp_path / "logs"
     logs.mkdir()

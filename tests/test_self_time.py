@@ -129,15 +129,9 @@ def _lightning_run(tmp_path: Path) -> list[Any]:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     cb = FitProfiler(log_dir=tmp_path, profile_batch=(FIRST, LAST))
-    trainer = pl.Trainer(
-        callbacks=[cb],
-        max_epochs=EPOCHS,
-        default_root_dir=tmp_path,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
+    import lightning_tiny
+
+    trainer = lightning_tiny.trainer(tmp_path, [cb], max_epochs=EPOCHS)
     trainer.fit(Tiny(), torch.utils.data.DataLoader(Slow(), batch_size=None))
     reports = [cb.reports[e] for e in range(EPOCHS)]
     for e in range(EPOCHS):  # `fitprof analyze` on the written files gives the logged figures

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import math
 import os
 import statistics
@@ -34,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from keras_child import run_backend_child
+from keras_child import run_backend_child, write_results
 
 BATCH = 32
 STEPS = 90  # steps in the epoch
@@ -229,14 +228,8 @@ def _truth(folder: Path) -> dict[str, Any]:
 def _child(out: Path) -> None:
     import keras
 
-    results: dict[str, Any] = {}
-    for scenario in SCENARIOS[keras.backend.backend()]:
-        try:
-            run = _truth if scenario == "truth" else functools.partial(_run, scenario)
-            results[scenario] = run(out / scenario)
-        except BaseException as err:  # one broken scenario must not hide the other
-            results[scenario] = {"error": f"{type(err).__name__}: {err}"}
-    (out / "results.json").write_text(json.dumps(results))
+    scenarios = SCENARIOS[keras.backend.backend()]
+    write_results(out, {s: _truth if s == "truth" else functools.partial(_run, s) for s in scenarios})
 
 
 # ----------------------------------------------------------------------------------------------------- the tests
