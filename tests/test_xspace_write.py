@@ -16,7 +16,7 @@ import pytest
 from fitprof import _session
 from fitprof._session import session_name
 from fitprof.traces.xspace_write import kineto_to_xspace, write_xspace
-from shared_fixtures import KINETO_DIR
+from shared_fixtures import optional_shared_kineto
 
 BASE_NS = 1_790_000_000_000_000_000
 TRACE = {
@@ -120,7 +120,7 @@ def _trace_files(tmp_path: Path) -> list[Path]:
         doc, _ = kineto_trace(seed=seed)
         write_kineto(tmp_path / f"gen{seed}.pt.trace.json.gz", doc)
         files.append(tmp_path / f"gen{seed}.pt.trace.json.gz")
-    files += sorted(KINETO_DIR.glob("*.json.gz"))  # an extra layer: the suite stands without it
+    files += optional_shared_kineto()  # an extra layer: the test stands without it
     return files
 
 
