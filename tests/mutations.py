@@ -59,6 +59,9 @@ def _loose(const: str) -> tuple[str, str]:
     return rf"(\w+\s*)<(\s*{const}\b)(?!`)", r"\g<1><=\g<2>"
 
 
+_FN = r"(?:\w+\.)?_?"
+"""An interval helper's optional module prefix and underscore: ``_length(`` or ``intervals.length(``."""
+
 MUTATIONS = [
     Mutation("input threshold 20 -> 25", *_threshold("INPUT_BOUND_PERCENT", "20", "25.0")),
     Mutation("input >= -> >", *_strict("INPUT_BOUND_PERCENT")),
@@ -69,27 +72,28 @@ MUTATIONS = [
     Mutation("compute covers 50 -> 55", *_threshold("COMPUTE_COVERS_PERCENT", "50", "55.0")),
     Mutation("compute covers < -> <=", *_loose("COMPUTE_COVERS_PERCENT")),
     Mutation("10% floor 10 -> 12", *_threshold("COMPUTE_BOUND_MAX_PERCENT", "10", "12.0")),
-    Mutation("10% floor (input) < -> <=", r"(input_percent\s*)<(\s*COMPUTE_BOUND_MAX_PERCENT\b)", r"\g<1><=\g<2>"),
-    Mutation("10% floor (htod) < -> <=", r"(htod_percent\s*)<(\s*COMPUTE_BOUND_MAX_PERCENT\b)", r"\g<1><=\g<2>"),
-    # Exposed time: each figure's "less the time something else ran" dropped, so the whole span counts.
+    Mutation("10% floor (input) < -> <=", r"(input_percent\s*)<(\s*COMPUTE_BOUND_MAX_PERCENT\b)(?!`)", r"\g<1><=\g<2>"),
+    Mutation("10% floor (htod) < -> <=", r"(htod_percent\s*)<(\s*COMPUTE_BOUND_MAX_PERCENT\b)(?!`)", r"\g<1><=\g<2>"),
+    # Exposed time: each figure's "less the time something else ran" dropped, so the whole span counts. The
+    # interval helpers are matched with or without a module prefix (``_length`` or ``intervals.length``).
     Mutation(
         "htod exposed never reduced by overlap",
-        r"(htod_us\s*=\s*_length\(copies\))\s*-\s*_overlap\(copies,[^\n]*\)\)",
+        rf"(htod_us\s*=\s*{_FN}length\(copies\))\s*-\s*{_FN}overlap\(copies,[^\n]*\)\)",
         r"\g<1>",
     ),
     Mutation(
         "device collective exposed never reduced by overlap",
-        r"(coll_us\s*=\s*_length\(c\))\s*-\s*_overlap\(c,[^\n]*\)\)",
+        rf"(coll_us\s*=\s*{_FN}length\(c\))\s*-\s*{_FN}overlap\(c,[^\n]*\)\)",
         r"\g<1>",
     ),
     Mutation(
         "host collective/input exposed never reduced by overlap",
-        r"return _length\(spans\) - _overlap\(spans, cover\)",
-        "return _length(spans)",
+        rf"return ({_FN}length\(spans\)) - {_FN}overlap\(spans, cover\)",
+        r"return \g<1>",
     ),
     Mutation(
         "overlapping input spans summed instead of merged",
-        r"(input_union\s*=\s*)_union\((ts\[inp\]),\s*(end\[inp\])\)",
+        rf"(input_union\s*=\s*|clipped_us\(){_FN}union\(([\w.]*ts\[inp\]),\s*([\w.]*end\[inp\])\)",
         r"\g<1>(np.sort(\g<2>), \g<3>[np.argsort(\g<2>, kind='stable')])",
     ),
     # The keys Keras logs: the same every epoch (History, CSVLogger).
