@@ -1,5 +1,5 @@
 """The keys fitprof adds to Keras ``logs`` (and so to ``History`` and ``CSVLogger`` columns) with ``top_k=3``,
-written out by hand from the README's "Logged metrics" table, so a key the code drops or renames fails a test
+written out by hand from the metrics reference (docs/metrics.md), so a key the code drops or renames fails a test
 instead of changing what the test expects."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ WINDOW_KEYS = [
     "fitprof/top_op_2_ms",
     "fitprof/top_op_3_ms",
 ]
-"""The profiled window's keys (README, "Logged metrics"), NaN in an epoch without a window."""
+"""The profiled window's keys (docs/metrics.md), NaN in an epoch without a window."""
 EPOCH_KEYS = [
     "fitprof/epoch/step_time_ms_p50",
     "fitprof/epoch/step_time_ms_p90",

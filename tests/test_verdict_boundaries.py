@@ -1,6 +1,6 @@
 """The verdict at and just below each threshold, and each exposed-time figure on a planted trace whose hidden and
 exposed parts are known by construction. Every expected value here is written by hand from the documented rules
-(``fitprof.analysis``'s docstring, the README's verdict table), never taken from the code under test.
+(``fitprof.analysis``'s docstrings, docs/metrics.md), never taken from the code under test.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ NAN = math.nan
 
 
 def test_the_thresholds_are_the_documented_ones() -> None:
-    """README and docstring: input 20%, HtoD 15%, collectives 20%, compute covers 50%, the 10% floors."""
+    """docs/metrics.md and the verdict module: input 20%, HtoD 15%, collectives 20%, compute covers 50%, the 10% floors."""
     assert (INPUT_BOUND_PERCENT, HTOD_BOUND_PERCENT, COMMUNICATION_BOUND_PERCENT) == (20, 15, 20)
     assert (COMPUTE_COVERS_PERCENT, COMPUTE_BOUND_MAX_PERCENT) == (50, 10)
 
