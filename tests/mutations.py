@@ -149,12 +149,12 @@ def _pytest(src: Path, files: list[str], extra: list[str]) -> tuple[int, str, fl
 
 
 def _failed(output: str) -> str:
-    """``N failed: <first two test ids>, ...`` from pytest's short summary."""
-    names = list(dict.fromkeys(n.removeprefix("tests/") for n in re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)))
-    if not names:
+    """``N failed: <test functions, parameters left out>`` from pytest's short summary."""
+    ids = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+    if not ids:
         return "(no FAILED line; see the output with -v)"
-    shown = ", ".join(names[:2]) + (", ..." if len(names) > 2 else "")
-    return f"{len(names)} failed: {shown}"
+    tests = dict.fromkeys(i.removeprefix("tests/").split("[")[0] for i in ids)
+    return f"{len(ids)} failed: " + ", ".join(tests)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             what = _failed(out) if killed else f"pytest exit {rc}" if rc not in (0, 5) else "-"
             rows.append((m.name, "killed" if killed else "SURVIVED", what, secs))
             print(f"{rows[-1][1]:8} {m.name} ({secs:.0f} s): {what}", flush=True)
-    print("\n| mutation | result | first failing test | seconds |\n|---|---|---|---|")
+    print("\n| mutation | result | failing tests | seconds |\n|---|---|---|---|")
     for name, result, what, secs in rows:
         print(f"| {name} | {result} | {what} | {secs:.0f} |")
     survived = [r for r in rows if r[1] != "killed"]
