@@ -23,12 +23,12 @@ pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason=
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The example, default and --slow-input, two epochs each, in one parent log folder."""
+def runs(keras_digits_fast: tuple[Path, dict[int, Any]]) -> dict[str, Any]:
+    """The example, default (the session's run) and --slow-input, two epochs each, in one parent log folder."""
     import keras_digits
 
-    root = tmp_path_factory.mktemp("keras_runs")
-    fast = keras_digits.main(["--logdir", str(root / "fast"), "--epochs", "2"])
+    fast_dir, fast = keras_digits_fast
+    root = fast_dir.parent
     slow = keras_digits.main(["--logdir", str(root / "slow"), "--epochs", "2", "--slow-input"])
     return {"root": root, "fast": fast, "slow": slow}
 
