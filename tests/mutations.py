@@ -105,7 +105,7 @@ MUTATIONS = [
     ),
     Mutation(
         "fitprof/epoch/* keys left out of Keras logs",
-        r"\n(\s*)logs\.update\(timing\)",
+        r"\n(\s*)logs\.update\((?:timing|\w+\.epoch)\)",
         r"\n\g<1>pass",
         first=tuple(KERAS_TESTS),
     ),
