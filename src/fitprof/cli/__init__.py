@@ -235,6 +235,9 @@ def _parser() -> argparse.ArgumentParser:
         help=f"give up reaching the scheduler after S seconds (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
     )
     ana.set_defaults(handler=_cmd_analyze)
+    from fitprof.cli.compare import add_compare_parser
+
+    add_compare_parser(sub)
     return parser
 
 

@@ -1,0 +1,458 @@
+"""``fitprof compare``: planted traces and report files (written by fitprof's own writers) whose every duration is
+known, compared in-process; one slow test with real Lightning runs and a planted slower operator."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import fitprof
+from fitprof.cli import main
+from fitprof.compare import NOISE_FACTOR, compare, load_side
+from fitprof.report_files import find_report_files, write_report_file
+from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
+
+DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+BASE_OPS = {"aten::addmm": 6.0, "aten::relu": 1.0, "aten::cumsum": 0.5, "aten::sum": 0.3, "aten::tiny": 0.01}
+"""Self time per step (ms) of each planted operator; the steps hold a 1 ms input wait before them."""
+INPUT_MS = 1.0
+
+
+def kineto_window(
+    path: Path,
+    ops: dict[str, float],
+    *,
+    seed: int,
+    jitter: float,
+    steps: int = 5,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> Path:
+    """A Kineto trace of ``steps`` ``ProfilerStep#N``: a DataLoader wait of ``INPUT_MS``, then each operator of
+    ``ops`` one after the other for its time (ms) scaled by one factor per window, uniform in
+    ``1 +- jitter`` (seeded): the window-to-window spread. Durations in whole microseconds."""
+    rng = np.random.default_rng(seed)
+    scale = 1 + rng.uniform(-jitter, jitter)
+    durs = {name: round(ms * 1000 * scale) for name, ms in ops.items()}
+    wait = round(INPUT_MS * 1000)
+
+    def event(cat: str, name: str, ts: int, dur: int) -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+    events = []
+    t = 1000
+    for n in range(1, steps + 1):
+        step = wait + sum(durs.values())
+        events.append(event("user_annotation", f"ProfilerStep#{n}", t, step))
+        events.append(event("user_annotation", DATALOADER_NEXT, t, wait))
+        at = t + wait
+        for name, dur in durs.items():
+            events.append(event("cpu_op", name, at, dur))
+            at += dur
+        t += step
+    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world_size}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def run_dir(
+    root: Path,
+    ops: dict[str, float],
+    *,
+    seed: int,
+    jitter: float = 0.02,
+    epochs: int = 3,
+    samples_per_step: float = 32.0,
+    world_size: int | None = None,
+    triggered: dict[str, float] | None = None,
+) -> Path:
+    """A run directory as the callbacks lay it out: per epoch, a trace in ``plugins/profile/<session>/`` and its
+    report file (analysed with :func:`fitprof.analyze`, written with :func:`write_report_file`); with
+    ``triggered``, also one window the slowdown trigger opened in epoch 0, holding those operators."""
+    windows = [(e, f"2026_01_01_00_00_0{e}_epoch{e}", ops) for e in range(epochs)]
+    if triggered is not None:
+        windows.append((0, "2026_01_01_00_00_09_epoch0_trigger_step20", triggered))
+    for epoch, session, window_ops in windows:
+        rank = 0 if world_size else None
+        trace = kineto_window(
+            root / "plugins" / "profile" / session / "host.pt.trace.json",
+            window_ops,
+            seed=seed * 100 + epoch,
+            jitter=jitter,
+            rank=rank,
+            world_size=world_size,
+        )
+        report = dataclasses.replace(fitprof.analyze(trace), samples_per_step=samples_per_step)
+        write_report_file(root, session=session, epoch=epoch, report=report, trace=trace, rank=rank or 0)
+    return root
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str | os.PathLike[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["compare", *(os.fspath(a) for a in argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def as_json(capsys: pytest.CaptureFixture[str], *argv: str | os.PathLike[str]) -> tuple[int, list[dict[str, Any]]]:
+    rc, out, err = run_cli(capsys, *argv, "--format", "json")
+    assert "Traceback" not in err
+    return rc, json.loads(out) if out else []
+
+
+def row(records: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(r for r in records if r.get("name") == name)
+
+
+def slower(name: str, ms: float) -> dict[str, float]:
+    return {**BASE_OPS, name: ms}
+
+
+# ---------------------------------------------------------------------------------------------- the verdicts
+
+
+def test_planted_slower_operator_fails_and_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    cand = run_dir(tmp_path / "cand", slower("aten::cumsum", 2.5), seed=2)
+    rc, records = as_json(capsys, base, cand)
+    assert rc == 1
+    head = records[0]
+    assert head["record"] == "compare" and head["status"] == "regression"
+    assert "aten::cumsum" in head["headline"]
+    op = row(records, "aten::cumsum")
+    assert op["record"] == "operator" and op["regression"] and op["significant"]
+    # the values are the analysed ones: means over the windows of each side's report files
+    for side, path in (("baseline", base), ("candidate", cand)):
+        reports = [load_side(f).windows[0].report for f in find_report_files(path)]
+        times = [next(o.self_ms_per_step for o in r.top_ops if o.name == "aten::cumsum") for r in reports]
+        assert op[side] == pytest.approx(np.mean(times), rel=1e-9)
+        assert op[f"{side}_spread"] == pytest.approx(np.std(times, ddof=1), rel=1e-9)
+        assert row(records, "step_time_ms")[side] == pytest.approx(np.mean([r.step_time_ms for r in reports]))
+    assert op["change"] == pytest.approx(op["candidate"] - op["baseline"])
+    # the operators that did not change are not regressions
+    assert not row(records, "aten::addmm")["regression"]
+    assert not row(records, "aten::relu")["regression"]
+
+
+def test_two_runs_of_the_same_code_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = run_dir(tmp_path / "a", BASE_OPS, seed=1, jitter=0.05)
+    b = run_dir(tmp_path / "b", BASE_OPS, seed=2, jitter=0.05)
+    for x, y in ((a, b), (b, a), (a, a)):
+        rc, records = as_json(capsys, x, y)
+        assert rc == 0, records[0]["headline"]
+        assert records[0]["status"] == "ok"
+        assert not any(r.get("regression") for r in records)
+
+
+def test_a_change_within_the_run_to_run_spread_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same +15% candidate fails against a steady baseline and passes against one whose windows spread
+    wider than that: the spread the runs show decides, not the threshold alone."""
+    steady = run_dir(tmp_path / "steady", BASE_OPS, seed=1, jitter=0.01)
+    noisy = run_dir(tmp_path / "noisy", BASE_OPS, seed=3, jitter=0.4, epochs=4)
+    cand = run_dir(tmp_path / "cand", {k: v * 1.15 for k, v in BASE_OPS.items()}, seed=2, jitter=0.01)
+    rc, records = as_json(capsys, steady, cand)
+    step = row(records, "step_time_ms")
+    assert rc == 1 and step["regression"] and step["significant"]
+    rc, records = as_json(capsys, noisy, cand)
+    step = row(records, "step_time_ms")
+    assert step["noise"] == pytest.approx(NOISE_FACTOR * max(step["baseline_spread"], step["candidate_spread"]))
+    assert abs(step["change"]) < step["noise"], step  # the planted noise is wide enough for this test to mean it
+    assert rc == 0 and step["significant"] is False and not step["regression"]
+    assert "within the run-to-run noise" in records[0]["headline"]
+
+
+def test_fail_over_and_min_ms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Steady windows (no spread): +7.2% of step time passes the default 10% and fails --fail-over 5; an operator
+    of 0.01 ms that doubles fails only once --min-ms is under its 0.01 ms growth."""
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1, jitter=0)
+    ops = {**{k: v * 1.08 for k, v in BASE_OPS.items()}, "aten::tiny": 0.02}
+    cand = run_dir(tmp_path / "cand", ops, seed=1, jitter=0)
+    rc, records = as_json(capsys, base, cand)
+    assert rc == 0, records[0]["headline"]
+    planted = 100 * ((INPUT_MS + sum(ops.values())) / (INPUT_MS + sum(BASE_OPS.values())) - 1)  # 7.2%
+    assert row(records, "step_time_ms")["change_percent"] == pytest.approx(planted, rel=1e-6)
+    assert row(records, "aten::tiny")["change_percent"] == pytest.approx(100.0)
+    assert not row(records, "aten::tiny")["regression"]
+    rc, records = as_json(capsys, base, cand, "--fail-over", "5")
+    assert rc == 1
+    assert row(records, "step_time_ms")["regression"]
+    assert not row(records, "aten::tiny")["regression"]  # 0.01 ms growth is under --min-ms 0.1
+    rc, records = as_json(capsys, base, cand, "--fail-over", "50", "--min-ms", "0.005")
+    assert rc == 1
+    assert [r["name"] for r in records if r.get("regression")] == ["aten::tiny"]
+
+
+def test_new_and_gone_operators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator ranked on the candidate side only is compared with the most it can have had in the baseline
+    (its smallest ranked time); one ranked in the baseline only never fails."""
+    ops = {k: v for k, v in BASE_OPS.items() if k != "aten::tiny"}  # 4 operators: all ranked (top 5)
+    base = run_dir(tmp_path / "base", {**ops, "aten::gone": 0.2}, seed=1, jitter=0)
+    cand = run_dir(tmp_path / "cand", {**ops, "aten::new_op": 3.0}, seed=1, jitter=0)
+    rc, records = as_json(capsys, base, cand)
+    assert rc == 1
+    new, gone = row(records, "aten::new_op"), row(records, "aten::gone")
+    assert new["status"] == "new" and new["regression"]
+    assert new["baseline"] == pytest.approx(0.2)  # the smallest ranked baseline operator
+    assert new["change"] == pytest.approx(2.8)
+    assert gone["status"] == "gone" and not gone["regression"]
+    assert "aten::new_op" in records[0]["headline"]
+
+
+def test_triggered_windows_are_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    cand = run_dir(tmp_path / "cand", BASE_OPS, seed=2, triggered=slower("aten::cumsum", 20.0))
+    rc, records = as_json(capsys, base, cand)
+    assert rc == 0
+    assert records[0]["candidate_windows"] == 3
+    assert any("slowdown trigger" in n for n in records[0]["notes"])
+
+
+# ------------------------------------------------------------------------------------- every kind of input
+
+
+def _sides(root: Path, ops: dict[str, float], seed: int) -> dict[str, Path]:
+    """The same run as a run directory, one of its report files (in its run and copied elsewhere, as a baseline
+    kept in a repository) and one of its traces."""
+    run = run_dir(root / "run", ops, seed=seed, jitter=0)
+    report = find_report_files(run)[0]
+    kept = root / "kept" / "baseline.json"
+    kept.parent.mkdir(parents=True)
+    shutil.copy(report, kept)
+    (trace,) = (run / "plugins" / "profile").glob("*epoch0/host.pt.trace.json")
+    return {"run": run, "report": report, "kept report": kept, "trace": trace}
+
+
+KINDS = ("run", "report", "kept report", "trace")
+
+
+@pytest.mark.parametrize("candidate_kind", KINDS)
+@pytest.mark.parametrize("baseline_kind", KINDS)
+def test_every_kind_of_input_on_either_side(
+    baseline_kind: str, candidate_kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = _sides(tmp_path / "b", BASE_OPS, seed=1)[baseline_kind]
+    same = _sides(tmp_path / "s", BASE_OPS, seed=1)[candidate_kind]
+    worse = _sides(tmp_path / "w", slower("aten::cumsum", 2.5), seed=1)[candidate_kind]
+    rc, records = as_json(capsys, base, same)
+    assert rc == 0, records
+    assert row(records, "step_time_ms")["change"] == pytest.approx(0, abs=1e-9)
+    expected_kind = {"run": "run directory", "trace": "trace file"}.get(baseline_kind, "report file")
+    assert records[0]["baseline_kind"] == expected_kind
+    rc, records = as_json(capsys, base, worse)
+    assert rc == 1
+    assert row(records, "aten::cumsum")["regression"]
+    assert row(records, "aten::cumsum")["change"] == pytest.approx(2.0)
+
+
+def test_an_xspace_trace_is_a_side(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, records = as_json(capsys, KERAS_XSPACE, KERAS_XSPACE)
+    assert rc == 0
+    assert records[0]["baseline_kind"] == "trace file"
+    assert row(records, "step_time_ms")["baseline"] == pytest.approx(fitprof.analyze(KERAS_XSPACE).step_time_ms)
+
+
+# ----------------------------------------------------------------------------------------- not comparable
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"samples_per_step": 64.0}, "samples per step (batch size) 32 vs 64"),
+        ({"world_size": 4}, "world size 2 vs 4"),
+        ({"ops": {"aten::conv2d": 5.0, "aten::bn": 2.0, "aten::relu": 1.0}}, "mostly different operators"),
+    ],
+)
+def test_sides_that_are_not_comparable(
+    change: dict[str, Any], reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kwargs: dict[str, Any] = {"world_size": 2}
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1, **kwargs)
+    kwargs.update(change)
+    ops = kwargs.pop("ops", BASE_OPS)
+    cand = run_dir(tmp_path / "cand", ops, seed=2, **kwargs)
+    rc, out, err = run_cli(capsys, base, cand)
+    assert rc == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("fitprof: error: ")
+    assert "not comparable" in err and reason in err, err
+
+
+def test_another_framework_is_not_comparable(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_cli(capsys, LIGHTNING_CPU, KERAS_XSPACE)
+    assert rc == 2 and out == ""
+    assert "framework pytorch vs tensorflow" in err
+
+
+def test_comparable_raises_in_the_core(tmp_path: Path) -> None:
+    base = load_side(run_dir(tmp_path / "base", BASE_OPS, seed=1))
+    cand = load_side(run_dir(tmp_path / "cand", BASE_OPS, seed=2, samples_per_step=16))
+    with pytest.raises(ValueError, match="batch size"):
+        compare(base, cand)
+    assert compare(base, cand, check_comparable=False).figures  # on request, compared all the same
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = run_dir(tmp_path / "good", BASE_OPS, seed=1)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    corrupt = tmp_path / "corrupt.pt.trace.json"
+    corrupt.write_text('{"traceEvents": [')
+    bad_report = tmp_path / "bad" / "plugins" / "fitprof" / "x.rank0.json"
+    bad_report.parent.mkdir(parents=True)
+    bad_report.write_text('{"report": {"step_time_ms": "fast"}}')
+    for bad, words in (
+        (tmp_path / "missing", "no such file or folder"),
+        (empty, "no fitprof report file below this folder"),
+        (corrupt, "corrupt.pt.trace.json"),
+        (bad_report, "not a fitprof report"),
+        ("s3://bucket/run", "local paths only"),
+    ):
+        for argv in ((good, bad), (bad, good)):
+            rc, out, err = run_cli(capsys, *argv)
+            assert rc == 2, (bad, rc)
+            assert out == ""
+            assert len(err.splitlines()) == 1 and err.startswith("fitprof: error: "), err
+            assert words in err, err
+            assert "Traceback" not in err
+    rc, out, err = run_cli(capsys, good, good, "--fail-over", "-3")
+    assert rc == 2 and "expected a number >= 0" in err
+
+
+# -------------------------------------------------------------------------------------------------- output
+
+
+def test_markdown_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    cand = run_dir(tmp_path / "cand", slower("aten::cumsum", 2.5), seed=2)
+    _, records = as_json(capsys, base, cand)
+    rc, out, err = run_cli(capsys, base, cand, "--format", "markdown")
+    assert rc == 1, err
+    lines = out.splitlines()
+    assert lines[0] == "### fitprof compare: REGRESSION"
+    assert lines[2] == f"**{records[0]['headline']}**"
+    tables = [ln for ln in lines if ln.startswith("|")]
+    header = next(ln for ln in tables if ln.startswith("| operator |"))
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    rows = {}
+    for ln in tables[tables.index(header) + 2 :]:
+        values = [c.strip() for c in ln.strip("|").split("|")]
+        assert len(values) == len(cells)  # a well-formed row: as many cells as the header
+        rows[values[0]] = dict(zip(cells, values, strict=True))
+    cumsum = rows["aten::cumsum"]
+    assert cumsum["verdict"] == "REGRESSION"
+    op = row(records, "aten::cumsum")
+    assert float(cumsum["baseline ms/step"]) == pytest.approx(op["baseline"], rel=1e-3)
+    assert float(cumsum["candidate ms/step"]) == pytest.approx(op["candidate"], rel=1e-3)
+    assert float(cumsum["change %"]) == pytest.approx(op["change_percent"], abs=0.05)
+    assert rows["aten::addmm"]["verdict"] != "REGRESSION"
+    step_row = next(ln for ln in tables if ln.startswith("| step time |"))
+    assert "REGRESSION" in step_row
+
+
+def test_table_output_and_out_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    out_file = tmp_path / "cmp.txt"
+    rc, out, err = run_cli(capsys, base, base, "--out", out_file)
+    assert rc == 0 and out == "" and err == ""
+    text = out_file.read_text()
+    assert text.splitlines()[0] == "fitprof compare: no regression"
+    assert text.splitlines()[1].startswith("ok: step time +0.0%")
+
+
+# ---------------------------------------------------------------------------------------------- real runs
+
+
+_SLOW_OP: Any = None
+
+
+def _slow_op() -> Any:
+    """``fitprof_test::slow(x, ms)``: sleeps ``ms`` and returns a copy of ``x`` (registered once a process)."""
+    global _SLOW_OP
+    if _SLOW_OP is None:
+        import time
+
+        import torch
+
+        @torch.library.custom_op("fitprof_test::slow", mutates_args=(), schema="(Tensor x, float ms) -> Tensor")
+        def slow(x: Any, ms: float) -> Any:
+            time.sleep(ms / 1000)
+            return x.clone()
+
+        slow.register_fake(lambda x, ms: torch.empty_like(x))
+        slow.register_autograd(lambda ctx, grad: (grad, None))
+        _SLOW_OP = slow
+    return _SLOW_OP
+
+
+def _lightning_run(log_dir: Path, sleep_ms: float) -> Path:
+    """A tiny MLP for 3 epochs of 30 steps, a 10-step window each, calling ``fitprof_test::slow`` every step."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fitprof.lightning import FitProfiler
+
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+    slow = _slow_op()
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(slow(x, sleep_ms)), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(30 * 16, 32, generator=g), torch.randint(0, 4, (30 * 16,), generator=g))
+    trainer = pl.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[FitProfiler(log_dir=log_dir, profile_batch=(6, 15), verbose=False)],
+    )
+    trainer.fit(Model(), DataLoader(data, batch_size=16))
+    return log_dir
+
+
+@pytest.mark.slow
+def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two runs of the same code pass; a run whose ``fitprof_test::slow`` sleeps 5 ms a step more fails and
+    names it. Sleep-modelled: 5 ms is several times the ~1-3 ms steps of this model on a busy machine."""
+    pytest.importorskip("lightning")
+    base = _lightning_run(tmp_path / "base", 0.0)
+    same = _lightning_run(tmp_path / "same", 0.0)
+    worse = _lightning_run(tmp_path / "worse", 5.0)
+    rc, records = as_json(capsys, base, same)
+    assert rc == 0, records[0]["headline"]
+    rc, records = as_json(capsys, base, worse)
+    assert rc == 1
+    assert "fitprof_test::slow" in records[0]["headline"]
+    op = row(records, "fitprof_test::slow")
+    assert op["regression"] and op["change"] > 4.0, op
+    # a side given as one report file, the other as a trace of the run
+    trace = next((tmp_path / "worse" / "plugins" / "profile").rglob("*.pt.trace.json.gz"))
+    rc, records = as_json(capsys, find_report_files(base)[0], trace)
+    assert rc == 1 and row(records, "fitprof_test::slow")["regression"]
