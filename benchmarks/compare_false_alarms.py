@@ -1,15 +1,16 @@
 """False-alarm rate of ``fitprof compare`` on repeated runs of one small Lightning model (and, with ``--planted``,
 how often it catches a planted slower operator).
 
-    python benchmarks/compare_false_alarms.py [--runs 6] [--planted 2] [--planted-ms 2] [--out DIR]
+    python benchmarks/compare_false_alarms.py [--runs 6] [--planted 2] [--planted-ms 2] [--out DIR] [--reuse]
+                                              [fitprof compare options: --fail-over PCT --min-ms MS]
 
 Each run is a fresh process (``torch.set_num_threads(1)``) training the same tiny MLP for 3 epochs of 40 steps
-with ``FitProfiler(profile_batch=(6, 15))``: 3 windows of 10 steps, one report file each. Every step also calls a
-custom operator ``fitprof_bench::slow`` that sleeps 0 ms in the same-code runs. Then every ordered pair of
-same-code runs (``runs * (runs - 1)`` comparisons) goes through ``fitprof compare A B`` with the default
-thresholds: a false alarm is an exit status 1. With ``--planted N``, N more runs sleep ``--planted-ms`` in that
-operator, and each is compared against every same-code run as the baseline: a detection is an exit status 1
-that names ``fitprof_bench::slow``.
+with ``FitProfiler(profile_batch=(6, 15))``: 3 windows of 10 steps, one report file each. Every step also calls
+a custom operator ``fitprof_bench::slow`` that copies its input (and sleeps only in the planted runs). Then every
+ordered pair of same-code runs (``runs * (runs - 1)`` comparisons) goes through ``fitprof compare A B`` (default
+thresholds unless given): a false alarm is an exit status other than 0 (1: a regression, 2: "not comparable").
+With ``--planted N``, N more runs sleep ``--planted-ms`` in that operator, and each is compared against every
+same-code run as the baseline: a detection is an exit status 1 that names ``fitprof_bench::slow``.
 
 Runs are sequential, so the machine's load at the time shows in the spread, as it would between two CI jobs.
 """
@@ -48,7 +49,8 @@ def child(run_dir: Path, sleep_ms: float) -> None:
     # The schema is spelled out: with postponed annotations torch cannot infer it from a local function.
     @torch.library.custom_op("fitprof_bench::slow", mutates_args=(), schema="(Tensor x, float ms) -> Tensor")
     def slow(x: torch.Tensor, ms: float) -> torch.Tensor:
-        time.sleep(ms / 1000)
+        if ms > 0:  # time.sleep(0) still gives up the core, which on a busy machine takes milliseconds to get back
+            time.sleep(ms / 1000)
         return x.clone()
 
     @slow.register_fake
@@ -95,12 +97,12 @@ def _run(run_dir: Path, sleep_ms: float) -> None:
     )
 
 
-def _compare(a: Path, b: Path) -> tuple[int, dict]:
+def _compare(a: Path, b: Path, options: list[str]) -> tuple[int, dict]:
     from fitprof.cli import main
 
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = main(["compare", str(a), str(b), "--format", "json"])
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        rc = main(["compare", str(a), str(b), "--format", "json", *options])
     records = json.loads(out.getvalue()) if out.getvalue() else []
     return rc, {"records": records}
 
@@ -111,8 +113,11 @@ def main() -> None:
     parser.add_argument("--planted", type=int, default=0, help="runs with the slower operator (default 0)")
     parser.add_argument("--planted-ms", type=float, default=2.0, help="the planted operator's sleep (ms a step)")
     parser.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
+    parser.add_argument(
+        "--reuse", action="store_true", help="compare the runs already in --out instead of training them again"
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args, options = parser.parse_known_args()  # the rest (--fail-over, --min-ms) goes to fitprof compare
     if args.child is not None:
         child(args.child, args.planted_ms)
         return
@@ -122,32 +127,33 @@ def main() -> None:
         same = [root / f"same{i}" for i in range(args.runs)]
         planted = [root / f"planted{i}" for i in range(args.planted)]
         start = time.perf_counter()
-        for i, run in enumerate(same):  # interleave the planted runs with the same-code ones
-            _run(run, 0.0)
-            if i < len(planted):
-                _run(planted[i], args.planted_ms)
-        for run in planted[len(same) :]:
-            _run(run, args.planted_ms)
-        print(f"{len(same) + len(planted)} runs in {time.perf_counter() - start:.0f} s")
+        if not args.reuse:
+            for i, run in enumerate(same):  # interleave the planted runs with the same-code ones
+                _run(run, 0.0)
+                if i < len(planted):
+                    _run(planted[i], args.planted_ms)
+            for run in planted[len(same) :]:
+                _run(run, args.planted_ms)
+            print(f"{len(same) + len(planted)} runs in {time.perf_counter() - start:.0f} s")
         alarms = []
         pairs = list(itertools.permutations(same, 2))
         for a, b in pairs:
-            rc, doc = _compare(a, b)
+            rc, doc = _compare(a, b, options)
             head = doc["records"][0] if doc["records"] else {}
             step = next((r for r in doc["records"] if r.get("name") == "step_time_ms"), {})
             print(
                 f"{a.name} -> {b.name}: exit {rc}, step time {step.get('change_percent', float('nan')):+.1f}% "
                 f"(noise +-{step.get('noise') or float('nan'):.3f} ms)"
             )
-            if rc == 1:
-                alarms.append((a.name, b.name, head.get("headline")))
+            if rc != 0:  # 1: a regression; 2: "not comparable", which fails a CI job as well
+                alarms.append((a.name, b.name, head.get("headline", "not comparable")))
         for a, b, headline in alarms:
             print(f"  false alarm {a} -> {b}: {headline}")
         print(f"false alarms: {len(alarms)} of {len(pairs)} same-code pairs ({100 * len(alarms) / len(pairs):.1f}%)")
         if planted:
             hits = 0
             for base, cand in itertools.product(same, planted):
-                rc, doc = _compare(base, cand)
+                rc, doc = _compare(base, cand, options)
                 named = any(
                     r.get("record") == "operator" and r["name"] == "fitprof_bench::slow" and r["regression"]
                     for r in doc["records"]

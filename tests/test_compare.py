@@ -16,6 +16,7 @@ import pytest
 import fitprof
 from fitprof.cli import main
 from fitprof.compare import NOISE_FACTOR, compare, load_side
+from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50
 from fitprof.report_files import find_report_files, write_report_file
 from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
 
@@ -34,14 +35,15 @@ def kineto_window(
     steps: int = 5,
     rank: int | None = None,
     world_size: int | None = None,
+    input_ms: float = INPUT_MS,
 ) -> Path:
-    """A Kineto trace of ``steps`` ``ProfilerStep#N``: a DataLoader wait of ``INPUT_MS``, then each operator of
+    """A Kineto trace of ``steps`` ``ProfilerStep#N``: a DataLoader wait of ``input_ms``, then each operator of
     ``ops`` one after the other for its time (ms) scaled by one factor per window, uniform in
     ``1 +- jitter`` (seeded): the window-to-window spread. Durations in whole microseconds."""
     rng = np.random.default_rng(seed)
     scale = 1 + rng.uniform(-jitter, jitter)
     durs = {name: round(ms * 1000 * scale) for name, ms in ops.items()}
-    wait = round(INPUT_MS * 1000)
+    wait = round(input_ms * 1000 * scale)
 
     def event(cat: str, name: str, ts: int, dur: int) -> dict[str, Any]:
         return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
@@ -75,6 +77,7 @@ def run_dir(
     samples_per_step: float = 32.0,
     world_size: int | None = None,
     triggered: dict[str, float] | None = None,
+    input_ms: float = INPUT_MS,
 ) -> Path:
     """A run directory as the callbacks lay it out: per epoch, a trace in ``plugins/profile/<session>/`` and its
     report file (analysed with :func:`fitprof.analyze`, written with :func:`write_report_file`); with
@@ -91,6 +94,7 @@ def run_dir(
             jitter=jitter,
             rank=rank,
             world_size=world_size,
+            input_ms=input_ms,
         )
         report = dataclasses.replace(fitprof.analyze(trace), samples_per_step=samples_per_step)
         write_report_file(root, session=session, epoch=epoch, report=report, trace=trace, rank=rank or 0)
@@ -192,6 +196,21 @@ def test_fail_over_and_min_ms(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert [r["name"] for r in records if r.get("regression")] == ["aten::tiny"]
 
 
+def test_a_step_slowed_alike_names_no_operator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every operator 1.5x slower (a busier machine): the step time regresses, but no operator's share of the step
+    grew, so none is named a regression; the same growth in one operator alone is one."""
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    alike = run_dir(tmp_path / "alike", {k: 1.5 * v for k, v in BASE_OPS.items()}, seed=2, input_ms=1.5 * INPUT_MS)
+    rc, records = as_json(capsys, base, alike)
+    assert rc == 1 and row(records, "step_time_ms")["regression"]
+    addmm = row(records, "aten::addmm")
+    assert addmm["change_percent"] > 40 and addmm["share_held"] and not addmm["regression"]
+    assert not any(r["regression"] for r in records if r["record"] == "operator")
+    alone = run_dir(tmp_path / "alone", slower("aten::addmm", 1.5 * BASE_OPS["aten::addmm"]), seed=2)
+    rc, records = as_json(capsys, base, alone)
+    assert rc == 1 and row(records, "aten::addmm")["regression"]
+
+
 def test_new_and_gone_operators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An operator ranked on the candidate side only is compared with the most it can have had in the baseline
     (its smallest ranked time); one ranked in the baseline only never fails."""
@@ -215,6 +234,55 @@ def test_triggered_windows_are_left_out(tmp_path: Path, capsys: pytest.CaptureFi
     assert rc == 0
     assert records[0]["candidate_windows"] == 3
     assert any("slowdown trigger" in n for n in records[0]["notes"])
+
+
+# --------------------------------------------------------------------------------- the always-on step timing
+
+
+def log_epochs(run: Path, p50s: list[float]) -> Path:
+    """The always-on step timing of each epoch in the run's event file, written with fitprof's own writer (the
+    Keras callback's): ``fitprof/epoch/step_time_ms_p50`` and ``fitprof/epoch/input_percent`` at step ``epoch``."""
+    from fitprof._tbevents import TBEventFile
+
+    events = TBEventFile(run)
+    for epoch, p50 in enumerate(p50s):
+        events.scalars({EPOCH_STEP_TIME_MS_P50.key: p50, EPOCH_INPUT_PERCENT.key: 10.0 + epoch}, step=epoch)
+    events.close()
+    return run
+
+
+def test_the_always_on_step_timing_is_read_and_compared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tensorboard")
+    base = log_epochs(run_dir(tmp_path / "base", BASE_OPS, seed=1), [8.0, 8.5, 8.25])
+    cand = log_epochs(run_dir(tmp_path / "cand", BASE_OPS, seed=2), [8.1, 8.4, 8.3])
+    assert load_side(base).epochs[EPOCH_STEP_TIME_MS_P50.key] == pytest.approx([8.0, 8.5, 8.25])
+    rc, records = as_json(capsys, base, cand)
+    assert rc == 0
+    every = row(records, EPOCH_STEP_TIME_MS_P50.key)
+    assert every["baseline"] == pytest.approx(np.mean([8.0, 8.5, 8.25]))
+    assert every["baseline_spread"] == pytest.approx(np.std([8.0, 8.5, 8.25], ddof=1))
+    assert every["candidate_windows"] == 3
+    assert row(records, EPOCH_INPUT_PERCENT.key)["candidate"] == pytest.approx(11.0)
+    assert "every step's median" in records[0]["headline"]
+
+
+def test_a_window_regression_needs_the_always_on_timing_to_confirm_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The windows (a few steps) say +30%; where the every-step median of the same runs did not move, the step
+    time is not counted a regression (a note says why); where it moved as much, it is."""
+    pytest.importorskip("tensorboard")
+    slow_ops = {k: 1.3 * v for k, v in BASE_OPS.items()}
+    base = log_epochs(run_dir(tmp_path / "base", BASE_OPS, seed=1), [8.0, 8.2, 8.1])
+    steady = log_epochs(run_dir(tmp_path / "steady", slow_ops, seed=2, input_ms=1.3), [8.1, 8.0, 8.2])
+    slower_too = log_epochs(run_dir(tmp_path / "slower", slow_ops, seed=2, input_ms=1.3), [10.5, 10.6, 10.4])
+    rc, records = as_json(capsys, base, steady)
+    step = row(records, "step_time_ms")
+    assert step["change_percent"] > 25 and step["significant"]
+    assert rc == 0 and not step["regression"]
+    assert any("does not confirm" in n for n in records[0]["notes"])
+    rc, records = as_json(capsys, base, slower_too)
+    assert rc == 1 and row(records, "step_time_ms")["regression"]
 
 
 # ------------------------------------------------------------------------------------- every kind of input
@@ -388,7 +456,8 @@ def _slow_op() -> Any:
 
         @torch.library.custom_op("fitprof_test::slow", mutates_args=(), schema="(Tensor x, float ms) -> Tensor")
         def slow(x: Any, ms: float) -> Any:
-            time.sleep(ms / 1000)
+            if ms > 0:  # time.sleep(0) still gives up the core, which takes milliseconds to get back on a busy machine
+                time.sleep(ms / 1000)
             return x.clone()
 
         slow.register_fake(lambda x, ms: torch.empty_like(x))
@@ -397,10 +466,13 @@ def _slow_op() -> Any:
     return _SLOW_OP
 
 
-def _lightning_run(log_dir: Path, sleep_ms: float) -> Path:
-    """A tiny MLP for 3 epochs of 30 steps, a 10-step window each, calling ``fitprof_test::slow`` every step."""
+def _lightning_run(root: Path, name: str, sleep_ms: float) -> tuple[Path, Any]:
+    """A tiny MLP for 3 epochs of 30 steps, a 10-step window each, calling ``fitprof_test::slow`` every step,
+    logged with a ``TensorBoardLogger`` whose run directory the callback writes into; returns it and the
+    callback."""
     import lightning.pytorch as pl
     import torch
+    from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.data import DataLoader, TensorDataset
 
     from fitprof.lightning import FitProfiler
@@ -423,18 +495,19 @@ def _lightning_run(log_dir: Path, sleep_ms: float) -> Path:
 
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(30 * 16, 32, generator=g), torch.randint(0, 4, (30 * 16,), generator=g))
+    profiler = FitProfiler(profile_batch=(6, 15), verbose=False)
     trainer = pl.Trainer(
         max_epochs=3,
         accelerator="cpu",
         devices=1,
-        logger=False,
+        logger=TensorBoardLogger(root, name=name, version=0),
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=False,
-        callbacks=[FitProfiler(log_dir=log_dir, profile_batch=(6, 15), verbose=False)],
+        callbacks=[profiler],
     )
     trainer.fit(Model(), DataLoader(data, batch_size=16))
-    return log_dir
+    return Path(trainer.log_dir or ""), profiler
 
 
 @pytest.mark.slow
@@ -442,17 +515,20 @@ def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     """Two runs of the same code pass; a run whose ``fitprof_test::slow`` sleeps 5 ms a step more fails and
     names it. Sleep-modelled: 5 ms is several times the ~1-3 ms steps of this model on a busy machine."""
     pytest.importorskip("lightning")
-    base = _lightning_run(tmp_path / "base", 0.0)
-    same = _lightning_run(tmp_path / "same", 0.0)
-    worse = _lightning_run(tmp_path / "worse", 5.0)
+    base, base_profiler = _lightning_run(tmp_path, "base", 0.0)
+    same, _ = _lightning_run(tmp_path, "same", 0.0)
+    worse, _ = _lightning_run(tmp_path, "worse", 5.0)
     rc, records = as_json(capsys, base, same)
     assert rc == 0, records[0]["headline"]
+    # the always-on step timing, read back from the TensorBoardLogger's event file: what the callback measured
+    logged = [base_profiler.epoch_steps[e].step_time_ms_p50 for e in range(3)]
+    assert load_side(base).epochs[EPOCH_STEP_TIME_MS_P50.key] == pytest.approx(logged, rel=1e-6)
     rc, records = as_json(capsys, base, worse)
     assert rc == 1
     assert "fitprof_test::slow" in records[0]["headline"]
     op = row(records, "fitprof_test::slow")
     assert op["regression"] and op["change"] > 4.0, op
     # a side given as one report file, the other as a trace of the run
-    trace = next((tmp_path / "worse" / "plugins" / "profile").rglob("*.pt.trace.json.gz"))
+    trace = next(worse.glob("*.pt.trace.json.gz"))  # the Lightning callback writes its traces in the run directory
     rc, records = as_json(capsys, find_report_files(base)[0], trace)
     assert rc == 1 and row(records, "fitprof_test::slow")["regression"]

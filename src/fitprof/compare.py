@@ -12,22 +12,27 @@ Framework-free. Each side is what one run left behind:
 
 A side's value of a figure is the mean over its windows, and its spread the sample standard deviation over them
 (NaN with a single window). A change counts as significant when it is larger than :data:`NOISE_FACTOR` times the
-larger of the two sides' spreads: the run-to-run noise the runs themselves show. With no spread on either side
+larger of the two sides' spreads (the run-to-run noise the runs themselves show) and the two sides' ranges do not
+overlap (every window of the candidate past every window of the baseline). With no spread on either side
 (one window each) significance is unknown, and only the threshold decides.
 
 What fails the gate (:attr:`Comparison.regressed`), with ``fail_over_percent`` (``fitprof compare --fail-over``)
 and ``min_ms`` (``--min-ms``):
 
 * the step time grew by more than ``fail_over_percent`` and the change is not within the noise;
-* an operator's self time per step grew by more than ``fail_over_percent`` and by more than ``min_ms``, and the
-  change is not within the noise. An operator ranked on the candidate side only ("new") is compared with the
-  smallest time ranked on the baseline side, the most it can have had there.
+* an operator's self time per step grew by more than ``fail_over_percent`` and by more than ``min_ms``, the
+  change is not within the noise, and its share of step time grew beyond the shares' noise too (a run on a busier
+  machine slows every operator alike; a slower operator takes a larger share). An operator ranked on the
+  candidate side only ("new") is compared with the smallest time ranked on the baseline side, the most it can
+  have had there. It must be ranked in more than half of the candidate's windows: one window's stall (a thread
+  preempted inside one operator) is not a slower operator.
 
 The other figures (input wait, host-to-device copies, collectives, throughput) are reported with their
 significance but do not fail the gate: a step-time regression is what they would explain.
 
 Two sides are comparable only when both are known to hold the same framework, world size, device, samples per
-step and operator-time source, and at least half of the smaller side's ranked operators appear on the other side;
+step and operator-time source, and at least half of the operators ranked in most windows of the smaller side are
+ranked in most windows of the other;
 :func:`compare` raises :class:`NotComparableError` naming every difference otherwise.
 """
 
@@ -37,6 +42,7 @@ import json
 import math
 import os
 import statistics
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +50,7 @@ from typing import Any
 
 from fitprof._session import trigger_step
 from fitprof.analysis import BottleneckReport
+from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_PREFIX, EPOCH_SAMPLES_PER_S, EPOCH_STEP_TIME_MS_P50
 from fitprof.report_files import (
     MAX_REPORT_BYTES,
     ReportFileError,
@@ -60,7 +67,8 @@ DEFAULT_FAIL_OVER_PERCENT = 10.0
 DEFAULT_MIN_MS = 0.1
 """``--min-ms``'s default: an operator must also grow by more than this many ms per step to fail the gate."""
 MIN_SHARED_OPERATORS = 0.5
-"""Two sides are comparable only when this share of the smaller side's ranked operators is on the other side."""
+"""Two sides are comparable only when this share of the smaller side's steadily ranked operators (ranked in most
+of its windows) are steadily ranked on the other side too."""
 SAMPLES_TOLERANCE = 0.01
 """Samples per step that differ by more than this fraction mean another batch size."""
 
@@ -105,12 +113,15 @@ class Side:
         kind: :data:`KIND_RUN`, :data:`KIND_REPORT` or :data:`KIND_TRACE`.
         windows: the profiled windows compared (scheduled windows only), at least one.
         triggered_left_out: windows the slowdown trigger opened, not compared.
+        epochs: a run directory's always-on step timing, ``fitprof/epoch/<name>`` -> one value per epoch (in step
+            order), read from the TensorBoard event files below it (:func:`epoch_values`); empty without them.
     """
 
     path: str
     kind: str
     windows: list[Window]
     triggered_left_out: int = 0
+    epochs: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,10 +135,15 @@ class Figure:
     higher_is_worse: bool = True
     gates: bool = False
     """Whether a regression of this figure fails the gate (step time only)."""
+    every_step: bool = False
+    """Read from the always-on step timing (:attr:`Side.epochs`, one value per epoch), not from the windows."""
 
 
 FIGURES: tuple[Figure, ...] = (
     Figure("step_time_ms", "step time", "ms", gates=True),
+    Figure(EPOCH_STEP_TIME_MS_P50.key, "step time, every step (median)", "ms", every_step=True),
+    Figure(EPOCH_INPUT_PERCENT.key, "input wait, every step", "%", every_step=True),
+    Figure(EPOCH_SAMPLES_PER_S.key, "throughput, every step", "samples/s", higher_is_worse=False, every_step=True),
     Figure("input_ms_per_step", "input wait", "ms/step"),
     Figure("htod_ms_per_step", "host-to-device copies", "ms/step"),
     Figure("dtoh_ms_per_step", "device-to-host copies", "ms/step"),
@@ -137,17 +153,22 @@ FIGURES: tuple[Figure, ...] = (
     Figure("flops_per_s", "FLOP rate", "FLOP/s", higher_is_worse=False),
 )
 """The figures compared, in this order; a figure with no finite value on either side is left out. A report
-field added later (memory, ...) is one row here."""
+field added later (memory, ...) is one row here. Where both sides have the always-on step timing, a step-time
+regression of the windows counts only when the every-step median confirms it (grew past the same threshold, not
+within its own noise across epochs): the windows hold a few steps, the always-on timing every clean step."""
 
 
 @dataclass(frozen=True)
 class Stat:
-    """One side's value of a figure: ``mean`` over ``n`` windows and ``spread``, their sample standard deviation
-    (NaN when ``n`` < 2)."""
+    """One side's value of a figure: ``mean`` over ``n`` windows, ``spread``, their sample standard deviation
+    (NaN when ``n`` < 2), and their smallest and largest value ``lo`` / ``hi``. ``n`` 0 with a finite mean is a
+    bound, not a measurement (an operator a side does not rank)."""
 
     mean: float
     spread: float
     n: int
+    lo: float = math.nan
+    hi: float = math.nan
 
     @staticmethod
     def of(values: Sequence[float]) -> Stat:
@@ -155,7 +176,11 @@ class Stat:
         if not finite:
             return Stat(math.nan, math.nan, 0)
         spread = statistics.stdev(finite) if len(finite) >= 2 else math.nan
-        return Stat(statistics.fmean(finite), spread, len(finite))
+        return Stat(statistics.fmean(finite), spread, len(finite), min(finite), max(finite))
+
+    @staticmethod
+    def bound(value: float) -> Stat:
+        return Stat(value, math.nan, 0, value, value)
 
 
 @dataclass(frozen=True)
@@ -176,6 +201,11 @@ class Change:
         worse: whether the change goes the bad way (slower, less throughput).
         status: ``both``, ``new`` (ranked on the candidate side only) or ``gone`` (baseline only); figures:
             ``both``.
+        baseline_share, candidate_share: operators only: the share of step time (%) on each side.
+        share_held: operators only: the time grew past the thresholds, but its share of step time did not grow
+            beyond its noise (the whole step slowed alike), so it is not a regression.
+        sporadic: operators only: it grew past the thresholds but is ranked in at most half of the candidate's
+            windows (a stall in one window, not a slower operator), so it is not a regression.
     """
 
     name: str
@@ -190,6 +220,10 @@ class Change:
     regression: bool
     worse: bool
     status: str = "both"
+    baseline_share: Stat | None = None
+    candidate_share: Stat | None = None
+    share_held: bool = False
+    sporadic: bool = False
 
 
 @dataclass(frozen=True)
@@ -241,6 +275,9 @@ class Comparison:
         parts = []
         if step is not None:
             parts.append(f"step time {_change_text(step)}{_why(step, self.fail_over_percent)}")
+        every = next((c for c in self.figures if c.name == EPOCH_STEP_TIME_MS_P50.key), None)
+        if every is not None:
+            parts.append(f"every step's median {_change_text(every)}{_why(every, self.fail_over_percent)}")
         regs = [c for c in self.regressions if c is not step]
         if regs:
             top = regs[0]
@@ -313,7 +350,7 @@ def load_side(
             windows.append(Window(doc.report, doc.epoch, doc.rank))
         if not windows:
             raise CompareInputError(f"{shown}: only windows the slowdown trigger opened; no scheduled window")
-        return Side(shown, KIND_RUN, windows, triggered)
+        return Side(shown, KIND_RUN, windows, triggered, epoch_values(p))
     if not p.exists():
         raise CompareInputError(f"{shown}: no such file or folder")
     if _looks_like_report(p):
@@ -360,6 +397,67 @@ def _looks_like_report(path: Path) -> bool:
     return isinstance(doc, dict) and "report" in doc and "traceEvents" not in doc
 
 
+MAX_EVENT_FILE_BYTES = 256_000_000
+"""Event files bigger than this are not read for the always-on step timing (a run's scalars take a few MB)."""
+
+
+def epoch_values(run: Path) -> dict[str, list[float]]:
+    """The always-on step timing logged below ``run``: every ``fitprof/epoch/*`` scalar in its TensorBoard event
+    files (``events.out.tfevents.*``: the Keras callback's own file, Lightning's ``TensorBoardLogger``), one value
+    per step it was logged at (the last one when a step repeats), in step order. Empty when there is none, when
+    tensorboard is not installed, or for a file that cannot be read (the windows are compared all the same).
+
+    The files are TFRecord framed (length, its CRC, the record, its CRC); each record is a TensorBoard ``Event``
+    parsed with tensorboard's protobuf classes, without TensorFlow.
+    """
+    try:
+        from tensorboard.compat.proto import event_pb2
+    except ImportError:
+        return {}
+    found: dict[str, dict[int, float]] = {}
+    for path in sorted(run.rglob("events.out.tfevents.*")):
+        try:
+            if path.stat().st_size > MAX_EVENT_FILE_BYTES:
+                continue
+            data = path.read_bytes()
+        except OSError:
+            continue
+        at = 0
+        while at + 12 <= len(data):
+            (length,) = struct.unpack_from("<Q", data, at)
+            record = data[at + 12 : at + 12 + length]
+            at += 12 + length + 4
+            if len(record) != length:
+                break  # a file cut short while it was written
+            try:
+                event = event_pb2.Event.FromString(record)
+            except Exception:  # protobuf's DecodeError: a damaged record, skipped
+                continue
+            for value in event.summary.value:
+                if value.tag.startswith(EPOCH_PREFIX):
+                    number = _scalar(value)
+                    if number is not None:
+                        found.setdefault(value.tag, {})[int(event.step)] = number
+    return {tag: [v for _, v in sorted(steps.items())] for tag, steps in found.items()}
+
+
+def _scalar(value: Any) -> float | None:
+    """A summary value's scalar: ``simple_value`` (torch's ``SummaryWriter``) or a one-element float tensor
+    (tensorboard's ``scalar_pb``)."""
+    if value.HasField("simple_value"):
+        return float(value.simple_value)
+    tensor = value.tensor
+    if tensor.float_val:
+        return float(tensor.float_val[0])
+    if tensor.double_val:
+        return float(tensor.double_val[0])
+    if tensor.tensor_content and tensor.dtype in (1, 2):  # DT_FLOAT, DT_DOUBLE
+        fmt = "<f" if tensor.dtype == 1 else "<d"
+        if len(tensor.tensor_content) == struct.calcsize(fmt):
+            return float(struct.unpack(fmt, tensor.tensor_content)[0])
+    return None
+
+
 def _describe(where: str, err: BaseException) -> str:
     what = err.strerror.lower() if isinstance(err, OSError) and err.strerror else (str(err) or type(err).__name__)
     return what if where in what else f"{where}: {what}"
@@ -389,13 +487,13 @@ def comparable(baseline: Side, candidate: Side) -> list[str]:
         and abs(c_samples - b_samples) > SAMPLES_TOLERANCE * max(b_samples, c_samples)
     ):
         reasons.append(f"samples per step (batch size) {b_samples:g} vs {c_samples:g}")
-    b_ops, c_ops = _op_names(baseline), _op_names(candidate)
+    b_ops, c_ops = _steady_ops(baseline), _steady_ops(candidate)
     if b_ops and c_ops:
-        shared = len(b_ops & c_ops)
-        smaller = min(len(b_ops), len(c_ops))
+        shared, smaller = len(b_ops & c_ops), min(len(b_ops), len(c_ops))
         if shared < MIN_SHARED_OPERATORS * smaller:
             reasons.append(
-                f"mostly different operators ({shared} of the {smaller} ranked on the smaller side are on both)"
+                f"mostly different operators ({shared} of the {smaller} operators ranked in most windows of the "
+                "smaller side are ranked on the other)"
             )
     return reasons
 
@@ -408,8 +506,14 @@ def _set_text(values: set[Any]) -> str:
     return "/".join(sorted(map(str, values)))
 
 
-def _op_names(side: Side) -> set[str]:
-    return {op.name for w in side.windows for op in w.report.top_ops}
+def _steady_ops(side: Side) -> set[str]:
+    """The operators ranked in more than half of the side's windows: on a busy machine a thread preempted inside
+    an operator lifts it into one window's top list, never into most of them."""
+    counts: dict[str, int] = {}
+    for w in side.windows:
+        for name in {op.name for op in w.report.top_ops}:
+            counts[name] = counts.get(name, 0) + 1
+    return {name for name, n in counts.items() if 2 * n > len(side.windows)}
 
 
 def compare(
@@ -439,15 +543,23 @@ def compare(
         raise NotComparableError(baseline.path, candidate.path, reasons)
     figures = []
     for fig in FIGURES:
-        b = Stat.of([float(getattr(w.report, fig.field, math.nan)) for w in baseline.windows])
-        c = Stat.of([float(getattr(w.report, fig.field, math.nan)) for w in candidate.windows])
+        b, c = Stat.of(_figure_values(baseline, fig)), Stat.of(_figure_values(candidate, fig))
         if b.n == 0 or c.n == 0 or b.mean == c.mean == 0:  # absent, or nothing on either side (HtoD on a CPU)
             continue
         figures.append(_change(fig.field, fig.label, fig.unit, b, c, fig.higher_is_worse, fail_over_percent, None))
-        if not fig.gates:
-            figures[-1] = _no_gate(figures[-1])
-    operators = _operators(baseline, candidate, fail_over_percent, min_ms)
     notes = []
+    by_name = {c.name: c for c in figures}
+    step, every = by_name.get("step_time_ms"), by_name.get(EPOCH_STEP_TIME_MS_P50.key)
+    if step is not None and step.regression and every is not None and not every.regression:
+        notes.append(
+            "the windows' step time grew, but the always-on step timing of every step does not confirm it "
+            f"({_change_text(every)}{_why(every, fail_over_percent)}): not counted"
+        )
+    gating = {f.field for f in FIGURES if f.gates}
+    figures = [
+        c if c.name in gating and (c is not step or every is None or every.regression) else _no_gate(c) for c in figures
+    ]
+    operators = _operators(baseline, candidate, fail_over_percent, min_ms)
     for side, label in ((baseline, "baseline"), (candidate, "candidate")):
         if side.triggered_left_out:
             notes.append(
@@ -457,6 +569,12 @@ def compare(
     if all(w.report.steps_analyzed == 0 for s in (baseline, candidate) for w in s.windows):
         notes.append("no training step was analysed on either side")
     return Comparison(baseline, candidate, figures, operators, fail_over_percent, min_ms, notes)
+
+
+def _figure_values(side: Side, fig: Figure) -> list[float]:
+    if fig.every_step:
+        return side.epochs.get(fig.field, [])
+    return [float(getattr(w.report, fig.field, math.nan)) for w in side.windows]
 
 
 def _no_gate(c: Change) -> Change:
@@ -478,7 +596,13 @@ def _change(
     pct = 100.0 * change / b.mean if b.mean > 0 else math.nan
     spreads = [s for s in (b.spread, c.spread) if math.isfinite(s)]
     noise = NOISE_FACTOR * max(spreads) if spreads else math.nan
-    significant = None if not math.isfinite(noise) else abs(change) > noise
+    if math.isfinite(noise):
+        # Beyond the noise, and every window of one side past every window of the other: a spike in one window
+        # of a run moves the mean and the spread, not the whole range.
+        apart = c.lo > b.hi if change > 0 else c.hi < b.lo
+        significant: bool | None = abs(change) > noise and apart
+    else:
+        significant = None
     worse = change > 0 if higher_is_worse else change < 0
     grown = abs(pct) > fail_over if math.isfinite(pct) else (b.mean == 0 and c.mean > 0)
     regression = worse and grown and significant is not False and (min_ms is None or abs(change) > min_ms)
@@ -486,34 +610,53 @@ def _change(
 
 
 def _operators(baseline: Side, candidate: Side, fail_over: float, min_ms: float) -> list[Change]:
-    """Per operator ranked on either side: its self time per step on each (mean over the windows that rank it)."""
+    """Per operator ranked on either side: its self time per step on each (mean over the windows that rank it),
+    and its share of step time. An operator regresses only when its share of step time grew too (beyond the
+    shares' noise): a machine busier during one run slows every operator alike and leaves the shares as they
+    were, while an operator that itself got slower takes a larger share."""
     b_ops, c_ops = _op_values(baseline), _op_values(candidate)
     b_floor, c_floor = _smallest_ranked(baseline), _smallest_ranked(candidate)
     out = []
     for name in dict.fromkeys([*b_ops, *c_ops]):
         if name in b_ops and name in c_ops:
-            status, b, c = "both", Stat.of(b_ops[name]), Stat.of(c_ops[name])
+            status = "both"
+            (b, b_share), (c, c_share) = _op_stats(b_ops[name]), _op_stats(c_ops[name])
         elif name in c_ops:
-            status, b, c = "new", Stat(b_floor, math.nan, 0), Stat.of(c_ops[name])
+            status, (b, b_share), (c, c_share) = "new", b_floor, _op_stats(c_ops[name])
         else:
-            status, b, c = "gone", Stat.of(b_ops[name]), Stat(c_floor, math.nan, 0)
+            status, (b, b_share), (c, c_share) = "gone", _op_stats(b_ops[name]), c_floor
         change = _change(name, name, "ms/step", b, c, True, fail_over, min_ms, status)
+        share = _change(name, name, "%", b_share, c_share, True, 0.0, None, status)
+        change = replace(change, baseline_share=b_share, candidate_share=c_share)
         if status == "gone":  # the candidate's value is a bound only: no change can be claimed
             change = replace(change, regression=False, significant=None, worse=False)
+        elif change.regression and not share.regression:
+            change = replace(change, regression=False, share_held=True)
+        if change.regression and 2 * c.n <= len(candidate.windows):
+            change = replace(change, regression=False, sporadic=True)
         out.append(change)
     return sorted(out, key=lambda c: -c.change if math.isfinite(c.change) else math.inf)
 
 
-def _op_values(side: Side) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
+def _op_values(side: Side) -> dict[str, list[tuple[float, float]]]:
+    """Operator name -> (self ms per step, percent of step time) of each window that ranks it."""
+    out: dict[str, list[tuple[float, float]]] = {}
     for w in side.windows:
         for op in w.report.top_ops:
-            out.setdefault(op.name, []).append(op.self_ms_per_step)
+            out.setdefault(op.name, []).append((op.self_ms_per_step, op.percent))
     return out
 
 
-def _smallest_ranked(side: Side) -> float:
-    """The mean over windows of each window's smallest ranked operator time: the most an operator the side does
-    not rank can take there (0 where a window ranks none)."""
-    per_window = [min((op.self_ms_per_step for op in w.report.top_ops), default=0.0) for w in side.windows]
-    return statistics.fmean(per_window) if per_window else 0.0
+def _op_stats(values: list[tuple[float, float]]) -> tuple[Stat, Stat]:
+    return Stat.of([v[0] for v in values]), Stat.of([v[1] for v in values])
+
+
+def _smallest_ranked(side: Side) -> tuple[Stat, Stat]:
+    """The mean over windows of each window's smallest ranked operator time and share: the most an operator the
+    side does not rank can take there (0 where a window ranks none); ``n`` 0 (a bound, not a measurement)."""
+    ms, pct = [], []
+    for w in side.windows:
+        smallest = min(w.report.top_ops, key=lambda op: op.self_ms_per_step, default=None)
+        ms.append(smallest.self_ms_per_step if smallest else 0.0)
+        pct.append(smallest.percent if smallest else 0.0)
+    return Stat.bound(statistics.fmean(ms)), Stat.bound(statistics.fmean(pct))

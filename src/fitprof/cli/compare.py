@@ -163,4 +163,14 @@ def _change_record(kind: str, c: Change) -> dict[str, Any]:
         "significant": c.significant,
         "worse": c.worse,
         "regression": c.regression,
+        **(
+            {
+                "baseline_percent": c.baseline_share.mean,
+                "candidate_percent": c.candidate_share.mean,
+                "share_held": c.share_held,
+                "sporadic": c.sporadic,
+            }
+            if c.baseline_share is not None and c.candidate_share is not None
+            else {}
+        ),
     }

@@ -393,4 +393,8 @@ def _compare_verdict(r: dict[str, Any]) -> str:
         return "same"
     if r["significant"] is False:
         return "within noise"
+    if r.get("share_held"):
+        return "slower, same share"
+    if r.get("sporadic"):
+        return f"worse in {r['candidate_windows']} window{'s' if r['candidate_windows'] != 1 else ''} only"
     return "worse" if r["worse"] else "better"
