@@ -1,10 +1,10 @@
 """False-alarm rate of ``fitprof compare`` on repeated runs of one small Lightning model (and, with ``--planted``,
 how often it catches a planted slower operator).
 
-    python benchmarks/compare_false_alarms.py [--runs 6] [--planted 2] [--planted-ms 2] [--out DIR] [--reuse]
+    python benchmarks/compare_false_alarms.py [--runs 6] [--planted 2] [--planted-ms 2] [--epochs 3] [--out DIR] [--reuse]
                                               [fitprof compare options: --fail-over PCT --min-ms MS]
 
-Each run is a fresh process (``torch.set_num_threads(1)``) training the same tiny MLP for 3 epochs of 40 steps
+Each run is a fresh process (``torch.set_num_threads(1)``) training the same tiny MLP for 3 epochs (``--epochs``) of 40 steps
 with ``FitProfiler(profile_batch=(6, 15))``: 3 windows of 10 steps, one report file each. Every step also calls
 a custom operator ``fitprof_bench::slow`` that copies its input (and sleeps only in the planted runs). Then every
 ordered pair of same-code runs (``runs * (runs - 1)`` comparisons) goes through ``fitprof compare A B`` (default
@@ -35,7 +35,7 @@ STEPS = 40
 WINDOW = (6, 15)
 
 
-def child(run_dir: Path, sleep_ms: float) -> None:
+def child(run_dir: Path, sleep_ms: float, epochs: int) -> None:
     """One training run into ``run_dir``."""
     import lightning.pytorch as pl
     import torch
@@ -74,7 +74,7 @@ def child(run_dir: Path, sleep_ms: float) -> None:
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(STEPS * 32, 64, generator=g), torch.randint(0, 10, (STEPS * 32,), generator=g))
     trainer = pl.Trainer(
-        max_epochs=EPOCHS,
+        max_epochs=epochs,
         accelerator="cpu",
         devices=1,
         logger=False,
@@ -86,10 +86,10 @@ def child(run_dir: Path, sleep_ms: float) -> None:
     trainer.fit(Model(), DataLoader(data, batch_size=32))
 
 
-def _run(run_dir: Path, sleep_ms: float) -> None:
+def _run(run_dir: Path, sleep_ms: float, epochs: int) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(
-        [sys.executable, __file__, "--child", str(run_dir), "--planted-ms", str(sleep_ms)],
+        [sys.executable, __file__, "--child", str(run_dir), "--planted-ms", str(sleep_ms), "--epochs", str(epochs)],
         check=True,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -111,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=6, help="same-code runs (default 6: 30 ordered pairs)")
     parser.add_argument("--planted", type=int, default=0, help="runs with the slower operator (default 0)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help=f"epochs a run, one window each (default {EPOCHS})")
     parser.add_argument("--planted-ms", type=float, default=2.0, help="the planted operator's sleep (ms a step)")
     parser.add_argument("--out", type=Path, help="keep the runs here (default: a temporary folder)")
     parser.add_argument(
@@ -119,7 +120,7 @@ def main() -> None:
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args, options = parser.parse_known_args()  # the rest (--fail-over, --min-ms) goes to fitprof compare
     if args.child is not None:
-        child(args.child, args.planted_ms)
+        child(args.child, args.planted_ms, args.epochs)
         return
     sys.path.insert(0, str(ROOT / "src"))
     with tempfile.TemporaryDirectory(prefix="fitprof-compare-bench-") as tmp:
@@ -129,11 +130,11 @@ def main() -> None:
         start = time.perf_counter()
         if not args.reuse:
             for i, run in enumerate(same):  # interleave the planted runs with the same-code ones
-                _run(run, 0.0)
+                _run(run, 0.0, args.epochs)
                 if i < len(planted):
-                    _run(planted[i], args.planted_ms)
+                    _run(planted[i], args.planted_ms, args.epochs)
             for run in planted[len(same) :]:
-                _run(run, args.planted_ms)
+                _run(run, args.planted_ms, args.epochs)
             print(f"{len(same) + len(planted)} runs in {time.perf_counter() - start:.0f} s")
         alarms = []
         pairs = list(itertools.permutations(same, 2))

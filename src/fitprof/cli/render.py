@@ -383,10 +383,14 @@ def _compare_cells(r: dict[str, Any]) -> list[str]:
 
 
 def _compare_verdict(r: dict[str, Any]) -> str:
+    """What a compared row's change means, in a few words (``REGRESSION`` for what fails the gate)."""
+    new = " (new)" if r["status"] == "new" else ""
     if r["regression"]:
-        return "REGRESSION" + (" (new)" if r["status"] == "new" else "")
+        return "REGRESSION" + new
     if r["status"] == "gone":
         return "no longer ranked"
+    if r.get("sporadic"):
+        return f"worse in {r['candidate_windows']} window{'s' if r['candidate_windows'] != 1 else ''} only{new}"
     if r["status"] == "new":
         return "new"
     if not finite(r["change"]) or r["change"] == 0:
@@ -395,6 +399,4 @@ def _compare_verdict(r: dict[str, Any]) -> str:
         return "within noise"
     if r.get("share_held"):
         return "slower, same share"
-    if r.get("sporadic"):
-        return f"worse in {r['candidate_windows']} window{'s' if r['candidate_windows'] != 1 else ''} only"
     return "worse" if r["worse"] else "better"
