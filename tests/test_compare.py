@@ -277,14 +277,19 @@ def test_triggered_windows_are_left_out(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def log_epochs(run: Path, p50s: list[float]) -> Path:
-    """The always-on step timing of each epoch in the run's event file, written with fitprof's own writer (the
-    Keras callback's): ``fitprof/epoch/step_time_ms_p50`` and ``fitprof/epoch/input_percent`` at step ``epoch``."""
-    from fitprof._tbevents import TBEventFile
+    """The always-on step timing of each epoch in an event file of the run, written as the Keras callback writes
+    its own (tensorboard's ``EventFileWriter`` and ``scalar_pb``, a float tensor per value; the slow Lightning test
+    covers torch's ``SummaryWriter``): ``fitprof/epoch/step_time_ms_p50`` and ``fitprof/epoch/input_percent`` at
+    step ``epoch``."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.scalar.summary_v2 import scalar_pb
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-    events = TBEventFile(run)
+    writer = EventFileWriter(os.fspath(run), filename_suffix=".fitprof")
     for epoch, p50 in enumerate(p50s):
-        events.scalars({EPOCH_STEP_TIME_MS_P50.key: p50, EPOCH_INPUT_PERCENT.key: 10.0 + epoch}, step=epoch)
-    events.close()
+        for tag, value in ((EPOCH_STEP_TIME_MS_P50.key, p50), (EPOCH_INPUT_PERCENT.key, 10.0 + epoch)):
+            writer.add_event(event_pb2.Event(summary=scalar_pb(tag, value), step=epoch, wall_time=1.0 + epoch))
+    writer.close()
     return run
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR, render
+from fitprof.cli.output import EXIT_BAD_INPUT, EXIT_OK, Output
+from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
     DEFAULT_FAIL_OVER_PERCENT,
     DEFAULT_MIN_MS,
@@ -35,14 +34,12 @@ from fitprof.compare import (
 )
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
-EXIT_OK = 0
 EXIT_REGRESSION = 1
-EXIT_BAD_INPUT = 2
 FORMATS = ("table", "markdown", "json")
 
 
-def add_compare_parser(sub: Any) -> None:
-    """Add the ``compare`` subcommand to the ``fitprof`` parser's subparsers ``sub``."""
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``compare`` subcommand to the command's subparsers."""
     p = sub.add_parser(
         "compare",
         help="compare a candidate run with a baseline; exit 1 on a regression (a CI gate)",
@@ -70,7 +67,7 @@ def add_compare_parser(sub: Any) -> None:
         metavar="MS",
         help=f"an operator must also grow by more than MS ms per step to fail (default: {DEFAULT_MIN_MS:g})",
     )
-    p.set_defaults(handler=run_compare)
+    p.set_defaults(run=run)
 
 
 def _non_negative(text: str) -> float:
@@ -83,41 +80,28 @@ def _non_negative(text: str) -> float:
     return value
 
 
-def _error(message: str) -> None:
-    print(f"fitprof: error: {' '.join(message.split())}", file=sys.stderr)
-
-
-def run_compare(args: argparse.Namespace) -> int:
-    """The ``compare`` command: load both sides, compare, print; returns the exit status."""
+def run(args: argparse.Namespace, out: Output) -> int:
+    """Load both sides, compare, print; the exit status (0 no regression, 1 regression, 2 bad input)."""
     sides = []
     for path in (args.baseline, args.candidate):
         if _fs.is_remote(path):
-            _error(f"{path}: compare reads local paths only; copy the run here first")
+            out.error(f"{path}: compare reads local paths only; copy the run here first")
             return EXIT_BAD_INPUT
         try:
             sides.append(
                 load_side(_fs.local_path(path), max_trace_mb=DEFAULT_MAX_TRACE_MB, max_events=DEFAULT_MAX_EVENTS)
             )
         except CompareInputError as err:
-            _error(str(err))
+            out.error(str(err))
     if len(sides) < 2:
         return EXIT_BAD_INPUT
     try:
         result = compare(sides[0], sides[1], fail_over_percent=args.fail_over, min_ms=args.min_ms)
     except NotComparableError as err:
-        _error(str(err))
+        out.error(str(err))
         return EXIT_BAD_INPUT
-    text = render(records(result), args.format)
-    if args.out:
-        try:
-            Path(args.out).write_text(text, encoding="utf-8")
-        except OSError as err:
-            _error(f"{args.out}: {err.strerror or err}")
-            return EXIT_BAD_INPUT
-    else:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return EXIT_REGRESSION if result.regressed else EXIT_OK
+    status = out.finish(args, records(result), bad=False)
+    return EXIT_REGRESSION if status == EXIT_OK and result.regressed else status
 
 
 def records(result: Comparison) -> list[dict[str, Any]]:
