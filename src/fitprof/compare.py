@@ -264,8 +264,15 @@ class Comparison:
         return next((c for c in self.figures if c.name == "step_time_ms"), None)
 
     def grew_most(self) -> Change | None:
-        """The operator whose self time per step grew most (ms), when one grew beyond its noise."""
-        grown = [c for c in self.operators if c.change > 0 and c.significant is not False and math.isfinite(c.change)]
+        """The operator whose self time per step grew most (ms), when one grew beyond its noise in most windows."""
+        grown = [
+            c
+            for c in self.operators
+            if c.change > 0
+            and math.isfinite(c.change)
+            and c.significant is not False
+            and 2 * c.candidate.n > len(self.candidate.windows)
+        ]
         return max(grown, key=lambda c: c.change, default=None)
 
     def headline(self) -> str:
