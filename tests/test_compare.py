@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 import fitprof
 from fitprof.cli import main
-from fitprof.compare import NOISE_FACTOR, compare, load_side
+from fitprof.compare import NOISE_FACTOR, CompareInputError, against_baseline, compare, load_baseline, load_side
 from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50
 from fitprof.report_files import find_report_files, write_report_file
 from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
@@ -575,3 +576,38 @@ def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     trace = next(worse.glob("*.pt.trace.json.gz"))  # the Lightning callback writes its traces in the run directory
     rc, records = as_json(capsys, find_report_files(base)[0], trace)
     assert rc == 1 and row(records, "fitprof_test::slow")["regression"]
+
+
+# ------------------------------------------------------------------------------ one window against a baseline
+
+
+def test_one_window_against_a_baseline(tmp_path: Path) -> None:
+    """What the callbacks' ``baseline=`` logs: the window's step time against the baseline's mean, in percent, the
+    operator that grew most in the summary line, and whether it is a regression."""
+    base = load_baseline(run_dir(tmp_path / "base", BASE_OPS, seed=1))
+    slow_trace = kineto_window(tmp_path / "slow.pt.trace.json", slower("aten::cumsum", 2.5), seed=7, jitter=0.02)
+    report = dataclasses.replace(fitprof.analyze(slow_trace), samples_per_step=32.0)
+    vs = against_baseline(base, report, epoch=3)
+    base_ms = np.mean([w.report.step_time_ms for w in base.windows])
+    assert vs.step_time_percent == pytest.approx(100 * (report.step_time_ms / base_ms - 1), rel=1e-9)
+    assert vs.step_time_percent > 20
+    assert vs.regressed
+    assert "the operator that grew most: aten::cumsum" in vs.line()
+    same_trace = kineto_window(tmp_path / "same.pt.trace.json", BASE_OPS, seed=8, jitter=0.02)
+    same = against_baseline(base, dataclasses.replace(fitprof.analyze(same_trace), samples_per_step=32.0))
+    assert not same.regressed and abs(same.step_time_percent) < 5
+    assert same.line().startswith(f"Against the baseline {base.path} (no regression): step time")
+    other = against_baseline(base, dataclasses.replace(fitprof.analyze(same_trace), samples_per_step=64.0))
+    assert other.comparison is None and math.isnan(other.step_time_percent) and not other.regressed
+    assert "batch size" in other.line()
+
+
+def test_a_baseline_is_a_run_directory_or_a_report_file(tmp_path: Path) -> None:
+    run = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    assert load_baseline(run).kind == "run directory"
+    assert load_baseline(find_report_files(run)[0]).kind == "report file"
+    (trace,) = (run / "plugins" / "profile").glob("*epoch0/host.pt.trace.json")
+    with pytest.raises(CompareInputError, match="not a trace file"):
+        load_baseline(trace)
+    with pytest.raises(CompareInputError, match="no such file or folder"):
+        load_baseline(tmp_path / "missing")

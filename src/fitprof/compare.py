@@ -667,3 +667,63 @@ def _smallest_ranked(side: Side) -> tuple[Stat, Stat]:
         ms.append(smallest.self_ms_per_step if smallest else 0.0)
         pct.append(smallest.percent if smallest else 0.0)
     return Stat.bound(statistics.fmean(ms)), Stat.bound(statistics.fmean(pct))
+
+
+# ------------------------------------------------------------------------------------ against a baseline (callbacks)
+
+
+@dataclass(frozen=True)
+class VsBaseline:
+    """One profiled window compared with a baseline (:func:`against_baseline`), for the callbacks' ``baseline=``.
+
+    Attributes:
+        step_time_percent: the window's step time over the baseline's mean, less 1, times 100 (+23.4: 23.4% slower;
+            NaN when either is unknown): logged as ``fitprof/vs_baseline/step_time_percent``.
+        comparison: the full comparison (None when the sides are not comparable).
+        reasons: why the sides are not comparable (empty when they are).
+    """
+
+    baseline: str
+    step_time_percent: float
+    comparison: Comparison | None
+    reasons: list[str]
+
+    @property
+    def regressed(self) -> bool:
+        return self.comparison is not None and self.comparison.regressed
+
+    def line(self) -> str:
+        """One line for the text summary: the step time against the baseline and the operator that grew most."""
+        if self.comparison is None:
+            return f"Not compared with the baseline {self.baseline}: {'; '.join(self.reasons)}."
+        step = self.comparison.step_time()
+        parts = [f"step time {_change_text(step)}{_why(step, self.comparison.fail_over_percent)}"] if step else []
+        op = self.comparison.grew_most()
+        if op is not None:
+            parts.append(f"the operator that grew most: {op.label} {_change_text(op)}")
+        status = "regression" if self.regressed else "no regression"
+        return f"Against the baseline {self.baseline} ({status}): {'; '.join(parts) or 'no figure to compare'}."
+
+
+def against_baseline(
+    baseline: Side,
+    report: BottleneckReport,
+    *,
+    epoch: int | None = None,
+    fail_over_percent: float = DEFAULT_FAIL_OVER_PERCENT,
+    min_ms: float = DEFAULT_MIN_MS,
+) -> VsBaseline:
+    """Compare one window's report with a baseline (:func:`load_baseline`) by :func:`compare`'s rules: the
+    window is a candidate side of one window, so the noise is the baseline's spread across its windows.
+
+    Raises:
+        ValueError: a threshold is negative or not finite.
+    """
+    window = Side("this run", KIND_TRACE, [Window(report, epoch, report.rank)])
+    base = Stat.of([w.report.step_time_ms for w in baseline.windows]).mean
+    pct = 100.0 * (report.step_time_ms / base - 1) if base > 0 and math.isfinite(report.step_time_ms) else math.nan
+    try:
+        result = compare(baseline, window, fail_over_percent=fail_over_percent, min_ms=min_ms)
+    except NotComparableError as err:
+        return VsBaseline(baseline.path, math.nan, None, err.reasons)
+    return VsBaseline(baseline.path, pct, result, [])
