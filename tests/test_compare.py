@@ -429,7 +429,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         (empty, "no fitprof report file below this folder"),
         (corrupt, "corrupt.pt.trace.json"),
         (bad_report, "not a fitprof report"),
-        ("s3://bucket/run", "local paths only"),
+        ("memory://fitprof-test-compare-missing/run", "memory://fitprof-test-compare-missing/run: no such file"),
     ):
         for argv in ((good, bad), (bad, good)):
             rc, out, err = run_cli(capsys, *argv)
@@ -440,6 +440,33 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
             assert "Traceback" not in err
     rc, out, err = run_cli(capsys, good, good, "--fail-over", "-3")
     assert rc == 2 and "expected a number >= 0" in err
+
+
+def test_a_side_at_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A baseline run directory at a ``memory://`` URL (fsspec's in-process filesystem): its report files are
+    copied and compared as the local folder's are, and every line names the URL."""
+    import fsspec
+
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    cand = run_dir(tmp_path / "cand", slower("aten::cumsum", 2.5), seed=2)
+    url = f"memory://fitprof-test-compare-{tmp_path.name}/base"
+    fs = fsspec.filesystem("memory")
+    fs.put(os.fspath(base), url.removeprefix("memory://"), recursive=True)
+    try:
+        _, local = as_json(capsys, base, cand)
+        rc, remote = as_json(capsys, url, cand)
+        assert rc == 1
+        assert remote[0]["baseline"] == url and remote[0]["baseline_windows"] == 3
+        for rec in remote[1:]:  # the same figures as from the local copy
+            assert rec == next(r for r in local if r.get("name") == rec["name"])
+        (report,) = [f for f in fs.find(url) if "/plugins/fitprof/" in f and f.endswith("epoch1.rank0.json")]
+        fs.pipe(report, b"{")  # damaged: the error line names the URL, not the local copy
+        rc, out, err = run_cli(capsys, url, cand)
+        assert rc == 2 and out == ""
+        assert err.startswith(f"fitprof: error: {url}/plugins/fitprof/") and "not valid JSON" in err, err
+        assert "fitprof-compare-" not in err  # no temporary folder
+    finally:
+        fs.rm(url.removeprefix("memory://"), recursive=True)
 
 
 # -------------------------------------------------------------------------------------------------- output

@@ -235,6 +235,8 @@ class Comparison:
         figures: one :class:`Change` per figure of :data:`FIGURES` with a value on both sides.
         operators: one :class:`Change` per operator ranked on either side, the largest growth first.
         fail_over_percent, min_ms: the thresholds used.
+        notes: what the reader should know beside the figures (windows left out, a step-time regression the
+            always-on timing did not confirm).
     """
 
     baseline: Side

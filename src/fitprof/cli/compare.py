@@ -5,6 +5,10 @@ file (analysed as ``fitprof analyze`` does). The output (``--format table``, ``m
 comment, ``json``) gives each figure and each ranked operator on both sides with its spread across windows, the
 change, and whether it is a regression; the first line (the first record in json) names the largest one.
 
+A side may be a URL (``s3://``, ``gs://``, ``memory://``...; fsspec and the scheme's package): its report files and
+TensorBoard event files, or the one file it names, are copied into a temporary folder and read there; every line
+printed names the URL.
+
 Exit status: 0 nothing regressed, 1 a regression (see :mod:`fitprof.compare` for the rule), 2 bad input: a
 missing or unreadable side, bad arguments, or two sides that are not comparable (another framework, world size,
 device, batch size, or mostly different operators), which are named on stderr instead of being compared.
@@ -14,12 +18,15 @@ Framework-free.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.output import EXIT_BAD_INPUT, EXIT_OK, Output
+from fitprof.cli.output import EXIT_BAD_INPUT, EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
     DEFAULT_FAIL_OVER_PERCENT,
@@ -32,6 +39,7 @@ from fitprof.compare import (
     compare,
     load_side,
 )
+from fitprof.report_files import is_report_file
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
 EXIT_REGRESSION = 1
@@ -82,26 +90,43 @@ def _non_negative(text: str) -> float:
 
 def run(args: argparse.Namespace, out: Output) -> int:
     """Load both sides, compare, print; the exit status (0 no regression, 1 regression, 2 bad input)."""
-    sides = []
-    for path in (args.baseline, args.candidate):
-        if _fs.is_remote(path):
-            out.error(f"{path}: compare reads local paths only; copy the run here first")
+    with tempfile.TemporaryDirectory(prefix="fitprof-compare-") as tmp:
+        sides = []
+        for n, path in enumerate((args.baseline, args.candidate)):
+            try:
+                local = _fetch(path, Path(tmp) / str(n), out) if _fs.is_remote(path) else _fs.local_path(path)
+                side = load_side(local, max_trace_mb=DEFAULT_MAX_TRACE_MB, max_events=DEFAULT_MAX_EVENTS)
+                sides.append(dataclasses.replace(side, path=path))
+            except CompareInputError as err:  # it names the file (a local copy: out names its URL)
+                out.error(str(err))
+            except (OSError, ValueError) as err:  # a URL that cannot be read
+                out.error(describe(path, err))
+        if len(sides) < 2:
             return EXIT_BAD_INPUT
         try:
-            sides.append(
-                load_side(_fs.local_path(path), max_trace_mb=DEFAULT_MAX_TRACE_MB, max_events=DEFAULT_MAX_EVENTS)
-            )
-        except CompareInputError as err:
+            result = compare(sides[0], sides[1], fail_over_percent=args.fail_over, min_ms=args.min_ms)
+        except NotComparableError as err:
             out.error(str(err))
-    if len(sides) < 2:
-        return EXIT_BAD_INPUT
-    try:
-        result = compare(sides[0], sides[1], fail_over_percent=args.fail_over, min_ms=args.min_ms)
-    except NotComparableError as err:
-        out.error(str(err))
-        return EXIT_BAD_INPUT
-    status = out.finish(args, records(result), bad=False)
+            return EXIT_BAD_INPUT
+        status = out.finish(args, records(result), bad=False)
     return EXIT_REGRESSION if status == EXIT_OK and result.regressed else status
+
+
+def _fetch(url: str, dest: Path, out: Output) -> str:
+    """Copy what one URL side needs into ``dest`` through fsspec: the file, or a run directory's report files and
+    TensorBoard event files (not its traces); returns the local path to load. Error lines name the URL.
+
+    Raises:
+        OSError, ValueError: the URL cannot be read (:func:`fitprof._fs.fetch`).
+    """
+    dest.mkdir()
+    files = _fs.fetch(url, dest, lambda rel: is_report_file(rel) or rel.rpartition("/")[2].startswith(_EVENTS))
+    local = files[0][1] if len(files) == 1 and files[0][0] == url else dest
+    out.urls[os.fspath(local)] = url.rstrip("/")
+    return os.fspath(local)
+
+
+_EVENTS = "events.out.tfevents."
 
 
 def records(result: Comparison) -> list[dict[str, Any]]:
