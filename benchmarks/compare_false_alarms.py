@@ -1,16 +1,16 @@
 """False-alarm rate of ``fitprof compare`` on repeated runs of one small Lightning model (and, with ``--planted``,
 how often it catches a planted slower operator).
 
-    python benchmarks/compare_false_alarms.py [--runs 6] [--planted 2] [--planted-ms 2] [--epochs 3] [--out DIR] [--reuse]
-                                              [fitprof compare options: --fail-over PCT --min-ms MS]
+    python benchmarks/compare_false_alarms.py [--runs 6] [--planted 2] [--planted-ms 2] [--epochs 3]
+                                              [--out DIR] [--reuse] [--fail-over PCT] [--min-ms MS]
 
-Each run is a fresh process (``torch.set_num_threads(1)``) training the same tiny MLP for 3 epochs (``--epochs``) of 40 steps
-with ``FitProfiler(profile_batch=(6, 15))``: 3 windows of 10 steps, one report file each. Every step also calls
-a custom operator ``fitprof_bench::slow`` that copies its input (and sleeps only in the planted runs). Then every
-ordered pair of same-code runs (``runs * (runs - 1)`` comparisons) goes through ``fitprof compare A B`` (default
-thresholds unless given): a false alarm is an exit status other than 0 (1: a regression, 2: "not comparable").
-With ``--planted N``, N more runs sleep ``--planted-ms`` in that operator, and each is compared against every
-same-code run as the baseline: a detection is an exit status 1 that names ``fitprof_bench::slow``.
+Each run is a fresh process (``torch.set_num_threads(1)``) training the same tiny MLP for 3 epochs (``--epochs``)
+of 40 steps with ``FitProfiler(profile_batch=(6, 15))``: 3 windows of 10 steps, one report file each. Every step
+also calls a custom operator ``fitprof_bench::slow`` that copies its input (and sleeps only in the planted runs).
+Then every ordered pair of same-code runs (``runs * (runs - 1)`` comparisons) goes through ``fitprof compare A B``
+(default thresholds unless given): a false alarm is an exit status other than 0 (1: a regression, 2: "not
+comparable"). With ``--planted N``, N more runs sleep ``--planted-ms`` in that operator, and each is compared
+against every same-code run as the baseline: a detection is an exit status 1 that names ``fitprof_bench::slow``.
 
 Runs are sequential, so the machine's load at the time shows in the spread, as it would between two CI jobs.
 """

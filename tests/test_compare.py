@@ -17,7 +17,7 @@ import pytest
 import fitprof
 from fitprof.cli import main
 from fitprof.compare import NOISE_FACTOR, CompareInputError, against_baseline, compare, load_baseline, load_side
-from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50
+from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50, VS_BASELINE_STEP_TIME_PERCENT
 from fitprof.report_files import find_report_files, write_report_file
 from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
 
@@ -536,7 +536,7 @@ def _slow_op() -> Any:
     return _SLOW_OP
 
 
-def _lightning_run(root: Path, name: str, sleep_ms: float) -> tuple[Path, Any]:
+def _lightning_run(root: Path, name: str, sleep_ms: float, **kwargs: Any) -> tuple[Path, Any]:
     """A tiny MLP for 5 epochs of 30 steps, a 10-step window each (5 windows: an operator must be ranked in 3 of
     them to regress, which a stall on a busy machine does not do), calling ``fitprof_test::slow`` every step,
     logged with a ``TensorBoardLogger`` whose run directory the callback writes into; returns it and the
@@ -566,7 +566,7 @@ def _lightning_run(root: Path, name: str, sleep_ms: float) -> tuple[Path, Any]:
 
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(30 * 16, 32, generator=g), torch.randint(0, 4, (30 * 16,), generator=g))
-    profiler = FitProfiler(profile_batch=(6, 15), verbose=False)
+    profiler = FitProfiler(profile_batch=(6, 15), verbose=False, **kwargs)
     trainer = pl.Trainer(
         max_epochs=5,
         accelerator="cpu",
@@ -578,6 +578,7 @@ def _lightning_run(root: Path, name: str, sleep_ms: float) -> tuple[Path, Any]:
         callbacks=[profiler],
     )
     trainer.fit(Model(), DataLoader(data, batch_size=16))
+    profiler.trainer = trainer  # for its callback_metrics
     return Path(trainer.log_dir or ""), profiler
 
 
@@ -638,3 +639,21 @@ def test_a_baseline_is_a_run_directory_or_a_report_file(tmp_path: Path) -> None:
         load_baseline(trace)
     with pytest.raises(CompareInputError, match="no such file or folder"):
         load_baseline(tmp_path / "missing")
+
+
+@pytest.mark.slow
+def test_baseline_in_the_lightning_callback(tmp_path: Path) -> None:
+    """``FitProfiler(baseline=...)``: a run whose ``fitprof_test::slow`` sleeps 5 ms a step more than the baseline's
+    logs a positive ``fitprof/vs_baseline/step_time_percent`` through Lightning's logging (``callback_metrics``)
+    and warns once, naming the operator (the engine test reads the text summary)."""
+    pytest.importorskip("lightning")
+    base, _ = _lightning_run(tmp_path, "base", 0.0)
+    with pytest.warns(fitprof.FitProfilerWarning, match="regressed") as caught:
+        _, profiler = _lightning_run(tmp_path, "worse", 5.0, baseline=base)
+    assert len([w for w in caught if "regressed" in str(w.message)]) == 1
+    assert "fitprof_test::slow" in str(next(w for w in caught if "regressed" in str(w.message)).message)
+    pct = float(profiler.trainer.callback_metrics[VS_BASELINE_STEP_TIME_PERCENT.key])
+    base_ms = np.mean([load_side(f).windows[0].report.step_time_ms for f in find_report_files(base)])
+    last = profiler.reports[max(profiler.reports)]
+    assert pct == pytest.approx(100 * (last.step_time_ms / base_ms - 1), rel=1e-5)
+    assert pct > 0
