@@ -1,0 +1,1 @@
+"""The fit engine both callbacks drive, and its probes (framework-free)."""
