@@ -1,0 +1,233 @@
+"""Allocation churn of one profiled window: allocations and bytes allocated per step, the operators that allocate
+most, from the trace's memory events (torch ``profile_memory=True``; :mod:`fitprof.traces.kineto_memory`).
+
+Pure and framework-free, like the rest of the analysis: the steps are the event table's ``Kind.STEP`` spans less its
+``Kind.NOT_TRAINING`` spans (validation, fitprof's own time), as :func:`fitprof.analysis.analyze_table` counts them,
+so "per step" divides by the same steps. An allocation belongs to the innermost host operator (``Kind.OP``) that
+encloses it on its thread (``aten::empty`` inside ``aten::randn`` counts for ``aten::empty``), else to
+:data:`OUTSIDE_OPS`.
+
+Heavy churn: the steps allocate at least :data:`HEAVY_CHURN_RATIO` times the most the allocator held during them
+(``alloc_mb_per_step >= HEAVY_CHURN_RATIO * allocated_peak_mb``): the step keeps asking the allocator for its own
+working set again and again (temporaries, per-step buffers), and each request costs time (fresh pages on the host,
+a device allocator's search and, when it runs out, its cache flush).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from fitprof.traces._table import Kind
+
+MB = 1e6
+"""Bytes in one MB of the figures."""
+HEAVY_CHURN_RATIO = 4.0
+"""Bytes allocated per step over the allocator's peak in the steps from which the churn is heavy."""
+OUTSIDE_OPS = "(outside operators)"
+"""The name allocations made outside every host operator are counted under."""
+DEVICE_TYPES = {0: "cpu", 1: "cuda"}
+"""c10 ``DeviceType`` values named in the figures (others: ``device type <n>``)."""
+
+
+@dataclass(frozen=True)
+class AllocStat:
+    """One operator of the top allocators.
+
+    Attributes:
+        name: the innermost host operator around the allocations (or :data:`OUTSIDE_OPS`).
+        allocs_per_step: its allocations in the analysed steps, divided by their number.
+        mb_per_step: the bytes those asked for, divided by the number of steps (MB, 1e6 bytes).
+        percent: its share of the bytes allocated in the steps (0-100).
+    """
+
+    name: str
+    allocs_per_step: float
+    mb_per_step: float
+    percent: float
+
+
+@dataclass(frozen=True)
+class MemoryChurn:
+    """The allocation churn of one window (see the module docstring).
+
+    Attributes:
+        device: where the counted allocations were made (``cuda`` when the trace has device allocations, else
+            ``cpu``).
+        allocs_per_step: allocations (``Bytes > 0``) in the analysed steps, divided by their number.
+        alloc_mb_per_step: the bytes they asked for, divided by the number of steps (MB).
+        allocated_peak_mb: the most the allocator held for tensors in the steps (``Total Allocated``, MB).
+        top_alloc_ops: the operators that allocated most bytes, largest first.
+    """
+
+    device: str
+    allocs_per_step: float
+    alloc_mb_per_step: float
+    allocated_peak_mb: float
+    top_alloc_ops: list[AllocStat] = field(default_factory=list)
+
+    @property
+    def heavy(self) -> bool:
+        """Whether the steps allocate at least :data:`HEAVY_CHURN_RATIO` times the allocator's peak."""
+        return self.allocated_peak_mb > 0 and self.alloc_mb_per_step >= HEAVY_CHURN_RATIO * self.allocated_peak_mb
+
+
+def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -> MemoryChurn | None:
+    """The churn of a window from its event table and its memory events.
+
+    Args:
+        table: the window's event table (:func:`fitprof.traces.read_trace`).
+        memory: its memory events (:func:`fitprof.traces.kineto_memory.read_memory_events`).
+        top_k: how many operators to rank by bytes allocated (>= 1).
+
+    Returns:
+        The churn, or None when the trace holds no memory events or no step time.
+
+    Raises:
+        ValueError: if ``top_k`` < 1.
+    """
+    if top_k < 1:
+        raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+    if memory.empty:
+        return None
+    ts = table["ts_us"].to_numpy(dtype=float)
+    end = ts + table["dur_us"].to_numpy(dtype=float)
+    kind = table["kind"].to_numpy()
+    is_step = kind == Kind.STEP
+    n_steps = int(is_step.sum())
+    if n_steps:
+        steps = _union(ts[is_step], end[is_step])
+    else:
+        host = ~table["on_device"].to_numpy(dtype=bool)
+        if not host.any():
+            return None
+        steps = (np.array([ts[host].min()]), np.array([end[host].max()]))
+    not_training = kind == Kind.NOT_TRAINING
+    excluded = _union(ts[not_training], end[not_training])
+
+    dev_type = memory["device_type"].to_numpy()
+    accel = dev_type > 0
+    on = accel if accel.any() else dev_type == 0
+    code = int(dev_type[on][0]) if on.any() else 0
+    device = DEVICE_TYPES.get(code, f"device type {code}")
+    m_ts = memory["ts_us"].to_numpy(dtype=float)
+    inside = on & _inside(m_ts, steps) & ~_inside(m_ts, excluded)
+    nbytes = memory["bytes"].to_numpy(dtype=float)
+    alloc = inside & (nbytes > 0)
+    n_div = max(n_steps, 1)
+    total = float(nbytes[alloc].sum())
+    held = memory["total_allocated"].to_numpy(dtype=float)[inside]
+    held = held[~np.isnan(held)]
+
+    ops = kind == Kind.OP
+    owner = _innermost(
+        ts[ops],
+        end[ops],
+        _thread_keys(table["pid"].to_numpy()[ops], table["tid"].to_numpy()[ops]),
+        m_ts[alloc],
+        _thread_keys(memory["pid"].to_numpy()[alloc], memory["tid"].to_numpy()[alloc]),
+    )
+    names = np.where(owner >= 0, table["name"].to_numpy()[ops][np.maximum(owner, 0)] if ops.any() else "", OUTSIDE_OPS)
+    by_op = pd.DataFrame({"name": names, "bytes": nbytes[alloc]}).groupby("name")["bytes"].agg(["sum", "count"])
+    ranked = by_op.sort_values("sum", ascending=False, kind="stable").head(top_k)
+    return MemoryChurn(
+        device=device,
+        allocs_per_step=float(alloc.sum()) / n_div,
+        alloc_mb_per_step=total / n_div / MB,
+        allocated_peak_mb=float(held.max()) / MB if len(held) else math.nan,
+        top_alloc_ops=[
+            AllocStat(str(name), float(row["count"]) / n_div, float(row["sum"]) / n_div / MB, 100.0 * float(row["sum"]) / total)
+            for name, row in ranked.iterrows()
+        ],
+    )
+
+
+def churn_line(churn: MemoryChurn) -> str:
+    """``Memory churn (cuda): 412.0 allocations, 1234.5 MB allocated per step (peak held 321.0 MB); top allocator
+    aten::empty 80.1%.``"""
+    top = churn.top_alloc_ops[0] if churn.top_alloc_ops else None
+    top_text = f"; top allocator {top.name} {top.percent:.1f}%" if top else ""
+    heavy = " Heavy churn." if churn.heavy else ""
+    return (
+        f"Memory churn ({churn.device}): {churn.allocs_per_step:.1f} allocations, {churn.alloc_mb_per_step:.1f} MB "
+        f"allocated per step (peak held {churn.allocated_peak_mb:.1f} MB){top_text}.{heavy}"
+    )
+
+
+def churn_advice(churn: MemoryChurn) -> list[str]:
+    """Advice for heavy churn ([] otherwise)."""
+    if not churn.heavy:
+        return []
+    top = churn.top_alloc_ops[0].name if churn.top_alloc_ops else "the top allocator"
+    return [
+        f"The steps allocate {churn.alloc_mb_per_step / churn.allocated_peak_mb:.1f}x the memory they hold "
+        f"({churn.alloc_mb_per_step:.0f} MB a step; most by `{top}`): reuse buffers (in-place ops, `out=`), "
+        "keep `optimizer.zero_grad(set_to_none=True)`, and create per-step tensors once outside the loop.",
+    ]
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into sorted, disjoint ones."""
+    if len(starts) == 0:
+        return starts.astype(float), ends.astype(float)
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx], np.maximum.reduceat(e, idx)
+
+
+def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Which times fall inside one of the disjoint, sorted spans (start included, end excluded)."""
+    s, e = spans
+    if len(s) == 0:
+        return np.zeros(len(times), dtype=bool)
+    k = np.searchsorted(s, times, side="right") - 1
+    out = np.zeros(len(times), dtype=bool)
+    ok = k >= 0
+    out[ok] = times[ok] < e[k[ok]]
+    return out
+
+
+def _thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    return np.array([f"{p}\x00{t}" for p, t in zip(pid, tid, strict=True)], dtype=object)
+
+
+def _innermost(
+    o_ts: np.ndarray, o_end: np.ndarray, o_thread: np.ndarray, q_ts: np.ndarray, q_thread: np.ndarray
+) -> np.ndarray:
+    """Index (into the operators) of the innermost operator on the query's thread whose span holds the query time
+    (start <= t <= end; of nested ones the one that starts last), -1 for none."""
+    out = np.full(len(q_ts), -1, dtype=np.int64)
+    if not len(o_ts) or not len(q_ts):
+        return out
+    for thread in np.unique(q_thread):
+        oi = np.flatnonzero(o_thread == thread)
+        qi = np.flatnonzero(q_thread == thread)
+        if not len(oi):
+            continue
+        order = oi[np.lexsort((-(o_end[oi] - o_ts[oi]), o_ts[oi]))]  # by start, the longer first: parents first
+        starts, ends = o_ts[order], o_end[order]
+        parent = np.full(len(order), -1, dtype=np.int64)
+        stack: list[int] = []
+        for i in range(len(order)):  # the operators nest on one thread: a stack of the open ones
+            while stack and ends[stack[-1]] < starts[i]:
+                stack.pop()
+            parent[i] = stack[-1] if stack else -1
+            stack.append(i)
+        k = np.searchsorted(starts, q_ts[qi], side="right") - 1
+        pending = k >= 0
+        pending[pending] = ends[k[pending]] < q_ts[qi][pending]
+        while pending.any():
+            k[pending] = parent[k[pending]]
+            pending &= k >= 0
+            pending[pending] = ends[k[pending]] < q_ts[qi][pending]
+        found = k >= 0
+        out[qi[found]] = order[k[found]]
+    return out
