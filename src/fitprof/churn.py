@@ -139,7 +139,12 @@ def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -
         alloc_mb_per_step=total / n_div / MB,
         allocated_peak_mb=float(held.max()) / MB if len(held) else math.nan,
         top_alloc_ops=[
-            AllocStat(str(name), float(row["count"]) / n_div, float(row["sum"]) / n_div / MB, 100.0 * float(row["sum"]) / total)
+            AllocStat(
+                str(name),
+                float(row["count"]) / n_div,
+                float(row["sum"]) / n_div / MB,
+                100.0 * float(row["sum"]) / total,
+            )
             for name, row in ranked.iterrows()
         ],
     )

@@ -1,0 +1,133 @@
+"""Allocation churn from real torch traces recorded with ``profile_memory=True``: planted allocations of known sizes
+are read back, per step and per operator, through the memory-event reader and the churn analysis."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from fitprof.churn import HEAVY_CHURN_RATIO, OUTSIDE_OPS, churn_advice, churn_line, memory_churn
+from fitprof.traces import TraceError, read_trace
+from fitprof.traces.kineto_memory import COLUMNS, read_memory_events
+
+torch = pytest.importorskip("torch")
+
+TEMP_BYTES = 2_000_000
+TEMPS_PER_STEP = 10
+STEPS = 4
+MM = 256  # a MM x MM float32 product: 262,144 bytes of output
+
+
+def _record(
+    directory: Path, name: str, *, memory: bool = True, temps: int = TEMPS_PER_STEP, keep: bool = False
+) -> Path:
+    """``STEPS`` steps, each making ``temps`` temporaries of ``TEMP_BYTES`` (freed at once, or kept when ``keep``),
+    one matrix product, and 50 MB inside a validation annotation (not step time)."""
+    from fitprof.profilers.torch import TorchProfileWindow
+    from fitprof.traces._table import VALIDATION_ANNOTATION
+
+    torch.set_num_threads(1)
+    a = torch.ones(MM, MM)
+    kept = []
+    w = TorchProfileWindow(profile_memory=memory)
+    assert w.start(directory, name, rank=0)
+    for step in range(STEPS):
+        w.begin_step(step)
+        for _ in range(temps):
+            t = torch.ones(TEMP_BYTES, dtype=torch.uint8)
+            if keep:
+                kept.append(t)
+            del t
+        torch.mm(a, a)
+        w.begin_annotation(VALIDATION_ANNOTATION)
+        v = torch.ones(50_000_000, dtype=torch.uint8)
+        del v
+        w.end_annotation()
+    path = w.stop()
+    assert path is not None
+    return path
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("churn")
+    return {
+        "churn": _record(d, "churn"),
+        "kept": _record(d, "kept", temps=1, keep=True),
+        "plain": _record(d, "plain", memory=False),
+    }
+
+
+def test_the_reader_reads_every_memory_event_of_the_file(traces: dict[str, Path]) -> None:
+    mem = read_memory_events(traces["churn"])
+    with gzip.open(traces["churn"], "rt") as f:
+        raw = [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+    assert list(mem.columns) == list(COLUMNS)
+    assert len(mem) == len(raw) > 0
+    assert mem["bytes"].tolist() == [float(e["args"]["Bytes"]) for e in raw]
+    assert mem["ts_us"].tolist() == [float(e["ts"]) for e in raw]
+    assert set(mem["device_type"]) == {0}
+    # Every planted temporary is one allocation of its size and one free.
+    assert (mem["bytes"] == TEMP_BYTES).sum() == STEPS * TEMPS_PER_STEP
+    assert (mem["bytes"] == -TEMP_BYTES).sum() == STEPS * TEMPS_PER_STEP
+
+
+def test_planted_allocations_per_step_and_by_operator(traces: dict[str, Path]) -> None:
+    churn = memory_churn(read_trace(traces["churn"]), read_memory_events(traces["churn"]))
+    assert churn is not None
+    by_name = {o.name: o for o in churn.top_alloc_ops}
+    top = churn.top_alloc_ops[0]
+    # torch.ones allocates through aten::empty, inside aten::ones: the innermost operator counts.
+    assert top.name == "aten::empty"
+    assert top.allocs_per_step == TEMPS_PER_STEP
+    assert top.mb_per_step == pytest.approx(TEMPS_PER_STEP * TEMP_BYTES / 1e6)
+    assert by_name["aten::mm"].mb_per_step == pytest.approx(MM * MM * 4 / 1e6)
+    # The 50 MB made under the validation annotation are not step allocations.
+    assert churn.alloc_mb_per_step == pytest.approx((TEMPS_PER_STEP * TEMP_BYTES + MM * MM * 4) / 1e6)
+    assert churn.allocs_per_step == TEMPS_PER_STEP + 1
+    assert sum(o.percent for o in churn.top_alloc_ops) == pytest.approx(100.0)
+    assert churn.device == "cpu"
+    # Held at most: one temporary and the product's output at a time (the profile counts from its start).
+    assert churn.allocated_peak_mb < 2 * TEMP_BYTES / 1e6
+
+
+def test_heavy_churn_is_told_with_advice_and_kept_memory_is_not(traces: dict[str, Path]) -> None:
+    churn = memory_churn(read_trace(traces["churn"]), read_memory_events(traces["churn"]))
+    assert churn is not None and churn.heavy
+    assert churn.alloc_mb_per_step / churn.allocated_peak_mb >= HEAVY_CHURN_RATIO
+    assert churn_line(churn).startswith("Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step")
+    assert "Heavy churn." in churn_line(churn)
+    (advice,) = churn_advice(churn)
+    assert "most by `aten::empty`" in advice and "set_to_none=True" in advice
+    kept = memory_churn(read_trace(traces["kept"]), read_memory_events(traces["kept"]))
+    assert kept is not None and not kept.heavy and churn_advice(kept) == []
+    assert kept.alloc_mb_per_step == pytest.approx((TEMP_BYTES + MM * MM * 4) / 1e6)
+
+
+def test_a_trace_without_memory_events_has_no_churn(traces: dict[str, Path]) -> None:
+    mem = read_memory_events(traces["plain"])
+    assert mem.empty and list(mem.columns) == list(COLUMNS)
+    assert memory_churn(read_trace(traces["plain"]), mem) is None
+
+
+def test_allocations_outside_operators_have_their_own_name(traces: dict[str, Path]) -> None:
+    table = read_trace(traces["churn"])
+    ops_removed = table[table["kind"] != "op"]
+    churn = memory_churn(ops_removed, read_memory_events(traces["churn"]))
+    assert churn is not None and [o.name for o in churn.top_alloc_ops] == [OUTSIDE_OPS]
+
+
+def test_the_bounds_and_bad_files(traces: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="max-trace-mb"):
+        read_memory_events(traces["churn"], max_trace_mb=0.001)
+    bad = tmp_path / "bad.pt.trace.json"
+    bad.write_text('{"traceEvents": [{"name": "[memory]", "ph": "i", "ts": ')
+    with pytest.raises(TraceError, match="not valid JSON"):
+        read_memory_events(bad)
+    with pytest.raises(TraceError, match="no such file"):
+        read_memory_events(tmp_path / "missing.json")
+    with pytest.raises(ValueError, match="top_k"):
+        memory_churn(read_trace(traces["churn"]), read_memory_events(traces["churn"]), top_k=0)
