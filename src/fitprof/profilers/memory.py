@@ -214,3 +214,52 @@ class MemoryReader:
     def read(self) -> MemoryReading:
         """The device's memory now, in bytes (see :class:`MemoryReading`)."""
         return self._backend.read(self.device)
+
+
+# ------------------------------------------------------------------------------------ which kind a run trains on
+def _torch_device() -> tuple[str, int]:
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", torch.cuda.current_device()
+    return "host", 0
+
+
+def _tf_device() -> tuple[str, int]:
+    import tensorflow as tf
+
+    return ("tensorflow", 0) if tf.config.list_logical_devices("GPU") else ("host", 0)
+
+
+def _jax_device() -> tuple[str, int]:
+    import jax
+
+    return ("host", 0) if jax.default_backend() == "cpu" else ("jax", 0)
+
+
+KERAS_BACKEND_DEVICE: dict[str, Callable[[], tuple[str, int]]] = {
+    "torch": _torch_device,
+    "tensorflow": _tf_device,
+    "jax": _jax_device,
+}
+"""Keras backend -> the memory kind and device index it trains on (the first accelerator, else the host)."""
+
+
+def keras_device(backend: str) -> tuple[str, int]:
+    """``(kind, device)`` for a Keras backend: its first accelerator where it has one, else ``("host", 0)``.
+
+    Raises:
+        ValueError: for a backend not in :data:`KERAS_BACKEND_DEVICE`.
+    """
+    if backend not in KERAS_BACKEND_DEVICE:
+        raise ValueError(f"Keras backend must be one of {tuple(KERAS_BACKEND_DEVICE)}, got {backend!r}")
+    return KERAS_BACKEND_DEVICE[backend]()
+
+
+def torch_device(device: object) -> tuple[str, int]:
+    """``(kind, device)`` for a ``torch.device`` (Lightning's ``trainer.strategy.root_device``): ``("cuda", i)`` on a
+    CUDA (or ROCm) device, else ``("host", 0)``."""
+    if getattr(device, "type", None) == "cuda":
+        index = getattr(device, "index", None)
+        return "cuda", 0 if index is None else int(index)
+    return "host", 0
