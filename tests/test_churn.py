@@ -3,13 +3,19 @@ are read back, per step and per operator, through the memory-event reader and th
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 from pathlib import Path
 
 import pytest
 
-from fitprof.churn import HEAVY_CHURN_RATIO, OUTSIDE_OPS, churn_advice, churn_line, memory_churn
+import fitprof
+from fitprof import metrics
+from fitprof.analysis.memory import HEAVY_CHURN_RATIO, OUTSIDE_OPS, churn_advice, memory_churn
+from fitprof.cli import main
+from fitprof.report_files import read_report_file, write_report_file
 from fitprof.traces import TraceError, read_trace
 from fitprof.traces.kineto_memory import COLUMNS, read_memory_events
 
@@ -98,13 +104,49 @@ def test_heavy_churn_is_told_with_advice_and_kept_memory_is_not(traces: dict[str
     churn = memory_churn(read_trace(traces["churn"]), read_memory_events(traces["churn"]))
     assert churn is not None and churn.heavy
     assert churn.alloc_mb_per_step / churn.allocated_peak_mb >= HEAVY_CHURN_RATIO
-    assert churn_line(churn).startswith("Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step")
-    assert "Heavy churn." in churn_line(churn)
     (advice,) = churn_advice(churn)
     assert "most by `aten::empty`" in advice and "set_to_none=True" in advice
     kept = memory_churn(read_trace(traces["kept"]), read_memory_events(traces["kept"]))
     assert kept is not None and not kept.heavy and churn_advice(kept) == []
     assert kept.alloc_mb_per_step == pytest.approx((TEMP_BYTES + MM * MM * 4) / 1e6)
+
+
+def test_the_report_its_summary_scalars_and_report_file_carry_the_churn(
+    traces: dict[str, Path], tmp_path: Path
+) -> None:
+    report = fitprof.analyze(traces["churn"])
+    assert report.memory_device == "cpu" and report.heavy_churn
+    assert report.allocs_per_step == TEMPS_PER_STEP + 1
+    assert report.alloc_mb_per_step == pytest.approx((TEMPS_PER_STEP * TEMP_BYTES + MM * MM * 4) / 1e6)
+    assert report.top_alloc_ops[0].name == "aten::empty"
+    line = report.churn_line()
+    assert (
+        line.startswith("Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step") and "Heavy churn." in line
+    )
+    summary = report.summary_markdown()
+    assert line in summary and "| aten::empty | 10.0 | 20.000 |" in summary
+    assert any("set_to_none=True" in a for a in report.advice)
+    assert report.scalars()[metrics.ALLOCS_PER_STEP.key] == TEMPS_PER_STEP + 1
+    path = write_report_file(tmp_path / "run", session="s", epoch=0, report=report, trace=traces["churn"])
+    assert read_report_file(path).report == report
+    plain = fitprof.analyze(traces["plain"])
+    assert plain.memory_device == "" and plain.churn_line() == "" and plain.top_alloc_ops == []
+    assert metrics.ALLOCS_PER_STEP.key not in plain.scalars()
+
+
+def test_fitprof_analyze_and_report_print_the_churn(
+    traces: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = fitprof.analyze(traces["churn"])
+    assert main(["analyze", str(traces["churn"])]) == 0
+    assert report.churn_line() in capsys.readouterr().out
+    write_report_file(tmp_path / "run", session="s", epoch=3, report=report, trace=traces["churn"])
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"epoch 3: {report.churn_line()}" in out
+    assert main(["report", str(tmp_path), "--format", "csv"]) == 0
+    cells = next(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert cells["top_allocator"] == "aten::empty" and float(cells["allocs_per_step"]) == TEMPS_PER_STEP + 1
 
 
 def test_a_trace_without_memory_events_has_no_churn(traces: dict[str, Path]) -> None:

@@ -563,6 +563,7 @@ def _record(report: BottleneckReport, *, record: str, run: str, epoch: int | Non
     out.update({k: fields[k] for k in _LEADING_KEYS if k in fields})
     out.update(fields)
     out["headline"] = report.headline()
+    out["churn"] = report.churn_line()
     return out
 
 

@@ -15,12 +15,15 @@ a device allocator's search and, when it runs out, its cache flush).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from fitprof.analysis.intervals import inside, union
+from fitprof.analysis.report import AllocStat, BottleneckReport
 from fitprof.traces._table import Kind
 
 MB = 1e6
@@ -31,23 +34,6 @@ OUTSIDE_OPS = "(outside operators)"
 """The name allocations made outside every host operator are counted under."""
 DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 """c10 ``DeviceType`` values named in the figures (others: ``device type <n>``)."""
-
-
-@dataclass(frozen=True)
-class AllocStat:
-    """One operator of the top allocators.
-
-    Attributes:
-        name: the innermost host operator around the allocations (or :data:`OUTSIDE_OPS`).
-        allocs_per_step: its allocations in the analysed steps, divided by their number.
-        mb_per_step: the bytes those asked for, divided by the number of steps (MB, 1e6 bytes).
-        percent: its share of the bytes allocated in the steps (0-100).
-    """
-
-    name: str
-    allocs_per_step: float
-    mb_per_step: float
-    percent: float
 
 
 @dataclass(frozen=True)
@@ -99,14 +85,14 @@ def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -
     is_step = kind == Kind.STEP
     n_steps = int(is_step.sum())
     if n_steps:
-        steps = _union(ts[is_step], end[is_step])
+        steps = union(ts[is_step], end[is_step])
     else:
         host = ~table["on_device"].to_numpy(dtype=bool)
         if not host.any():
             return None
         steps = (np.array([ts[host].min()]), np.array([end[host].max()]))
     not_training = kind == Kind.NOT_TRAINING
-    excluded = _union(ts[not_training], end[not_training])
+    excluded = union(ts[not_training], end[not_training])
 
     dev_type = memory["device_type"].to_numpy()
     accel = dev_type > 0
@@ -114,12 +100,12 @@ def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -
     code = int(dev_type[on][0]) if on.any() else 0
     device = DEVICE_TYPES.get(code, f"device type {code}")
     m_ts = memory["ts_us"].to_numpy(dtype=float)
-    inside = on & _inside(m_ts, steps) & ~_inside(m_ts, excluded)
+    counted = on & inside(m_ts, steps) & ~inside(m_ts, excluded)
     nbytes = memory["bytes"].to_numpy(dtype=float)
-    alloc = inside & (nbytes > 0)
+    alloc = counted & (nbytes > 0)
     n_div = max(n_steps, 1)
     total = float(nbytes[alloc].sum())
-    held = memory["total_allocated"].to_numpy(dtype=float)[inside]
+    held = memory["total_allocated"].to_numpy(dtype=float)[counted]
     held = held[~np.isnan(held)]
 
     ops = kind == Kind.OP
@@ -150,18 +136,6 @@ def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -
     )
 
 
-def churn_line(churn: MemoryChurn) -> str:
-    """``Memory churn (cuda): 412.0 allocations, 1234.5 MB allocated per step (peak held 321.0 MB); top allocator
-    aten::empty 80.1%.``"""
-    top = churn.top_alloc_ops[0] if churn.top_alloc_ops else None
-    top_text = f"; top allocator {top.name} {top.percent:.1f}%" if top else ""
-    heavy = " Heavy churn." if churn.heavy else ""
-    return (
-        f"Memory churn ({churn.device}): {churn.allocs_per_step:.1f} allocations, {churn.alloc_mb_per_step:.1f} MB "
-        f"allocated per step (peak held {churn.allocated_peak_mb:.1f} MB){top_text}.{heavy}"
-    )
-
-
 def churn_advice(churn: MemoryChurn) -> list[str]:
     """Advice for heavy churn ([] otherwise)."""
     if not churn.heavy:
@@ -174,30 +148,21 @@ def churn_advice(churn: MemoryChurn) -> list[str]:
     ]
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into sorted, disjoint ones."""
-    if len(starts) == 0:
-        return starts.astype(float), ends.astype(float)
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    return s[idx], np.maximum.reduceat(e, idx)
-
-
-def _inside(times: np.ndarray, spans: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Which times fall inside one of the disjoint, sorted spans (start included, end excluded)."""
-    s, e = spans
-    if len(s) == 0:
-        return np.zeros(len(times), dtype=bool)
-    k = np.searchsorted(s, times, side="right") - 1
-    out = np.zeros(len(times), dtype=bool)
-    ok = k >= 0
-    out[ok] = times[ok] < e[k[ok]]
-    return out
+def with_churn(report: BottleneckReport, churn: MemoryChurn | None) -> BottleneckReport:
+    """``report`` with the churn's figures, and its advice after the report's own; ``report`` itself when
+    ``churn`` is None (no memory events)."""
+    if churn is None:
+        return report
+    return dataclasses.replace(
+        report,
+        memory_device=churn.device,
+        allocs_per_step=churn.allocs_per_step,
+        alloc_mb_per_step=churn.alloc_mb_per_step,
+        allocated_peak_mb=churn.allocated_peak_mb,
+        heavy_churn=churn.heavy,
+        top_alloc_ops=list(churn.top_alloc_ops),
+        advice=[*report.advice, *churn_advice(churn)],
+    )
 
 
 def _thread_keys(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
