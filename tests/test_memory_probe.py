@@ -101,6 +101,20 @@ def test_the_window_peak_is_the_windows_and_the_epoch_peak_the_largest_read() ->
     assert said.seen == {}
 
 
+def test_the_steps_before_a_window_count_for_the_epochs_peak() -> None:
+    dev = Device()
+    probe = MemoryProbe(dev, warn=Warnings())
+    probe.fit_start(now_ns=0)
+    probe.epoch_start(0, now_ns=0)
+    dev.temporary(600 * MB)  # before the window only
+    probe.window_start(now_ns=0)
+    dev.temporary(50 * MB)
+    probe.window_end(now_ns=0)
+    probe.epoch_end(0, now_ns=0)
+    assert probe.window_figures()[metrics.MEMORY_PEAK_MB.key] == pytest.approx(150.0)
+    assert probe.epoch_figures()[metrics.EPOCH_MEMORY_PEAK_MB.key] == pytest.approx(700.0)
+
+
 def test_a_window_opened_in_another_epoch_leaves_nan_and_the_epoch_peak_counts_from_its_start() -> None:
     dev = Device()
     probe = MemoryProbe(dev, warn=Warnings())
