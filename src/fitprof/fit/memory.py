@@ -208,7 +208,9 @@ class MemoryProbe:
                 "memory-headroom",
                 f"fitprof: memory headroom is {headroom:.1f}% at the peak of {where} ({held / MB:.0f} of "
                 f"{capacity / MB:.0f} MB on {self.reader.kind}): close to out of memory. A smaller batch, mixed "
-                "precision or activation checkpointing lowers the peak.",
+                'precision (Lightning `Trainer(precision="bf16-mixed")`, Keras '
+                '`keras.mixed_precision.set_global_policy("mixed_bfloat16")`) or activation checkpointing '
+                "(`torch.utils.checkpoint`, `jax.checkpoint`) lowers the peak.",
             )
 
     def _check_leak(self, epoch: int, in_use: float) -> None:
