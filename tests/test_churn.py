@@ -7,6 +7,7 @@ import csv
 import gzip
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,62 @@ def test_the_bounds_and_bad_files(traces: dict[str, Path], tmp_path: Path) -> No
         read_memory_events(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="top_k"):
         memory_churn(read_trace(traces["churn"]), read_memory_events(traces["churn"]), top_k=0)
+
+
+@pytest.mark.slow
+def test_lightning_with_profile_memory_logs_and_summarises_the_churn(tmp_path: Path) -> None:
+    """A real Lightning fit with ``FitProfiler(profile_memory=True)``: ten 2 MB temporaries a step reach the logged
+    scalars, the TensorBoard text summary and the report file that ``fitprof report`` reads."""
+    pl = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fitprof.lightning import FitProfiler
+    from fitprof.report_files import find_report_files
+
+    torch.set_num_threads(1)
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(16, 4)
+
+        def training_step(self, batch: object, batch_idx: int) -> object:
+            for _ in range(TEMPS_PER_STEP):
+                t = torch.ones(TEMP_BYTES, dtype=torch.uint8)
+                del t
+            x, y = batch  # type: ignore[misc]
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self) -> object:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.TensorDataset(torch.randn(80, 16), torch.randn(80, 4))
+    trainer = pl.Trainer(
+        max_epochs=1,
+        default_root_dir=tmp_path,
+        logger=TensorBoardLogger(tmp_path, name="tb"),
+        callbacks=[FitProfiler(profile_batch=(3, 5), profile_memory=True, verbose=False)],
+        accelerator="cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+    (run,) = {p.parent for p in (tmp_path / "tb").rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    (mb,) = [e.value for e in acc.Scalars(metrics.ALLOC_MB_PER_STEP.key)]
+    # The planted temporaries, and the step's own small tensors (the batch's slices, the loss, the gradients).
+    assert TEMPS_PER_STEP * TEMP_BYTES / 1e6 <= mb <= TEMPS_PER_STEP * TEMP_BYTES / 1e6 + 0.1
+    (text,) = [
+        e.tensor_proto.string_val[0].decode() for t in acc.Tags()["tensors"] if "summary" in t for e in acc.Tensors(t)
+    ]
+    assert "Memory churn (cpu): " in text and "Heavy churn." in text
+    assert re.search(r"\| aten::empty \| 1\d\.0 \| 20\.0\d\d \| ", text), text  # ten temporaries and the step's own
+    (path,) = find_report_files(tmp_path)
+    report = read_report_file(path).report
+    assert report.heavy_churn and report.top_alloc_ops[0].name == "aten::empty"
+    assert report.alloc_mb_per_step == pytest.approx(mb, rel=1e-6)

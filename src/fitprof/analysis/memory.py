@@ -7,7 +7,7 @@ so "per step" divides by the same steps. An allocation belongs to the innermost 
 encloses it on its thread (``aten::empty`` inside ``aten::randn`` counts for ``aten::empty``), else to
 :data:`OUTSIDE_OPS`.
 
-Heavy churn: the steps allocate at least :data:`HEAVY_CHURN_RATIO` times the most the allocator held during them
+Heavy churn: the steps allocate at least :data:`HEAVY_CHURN_RATIO` times the most the window's allocations held at once
 (``alloc_mb_per_step >= HEAVY_CHURN_RATIO * allocated_peak_mb``): the step keeps asking the allocator for its own
 working set again and again (temporaries, per-step buffers), and each request costs time (fresh pages on the host,
 a device allocator's search and, when it runs out, its cache flush).
@@ -45,7 +45,8 @@ class MemoryChurn:
             ``cpu``).
         allocs_per_step: allocations (``Bytes > 0``) in the analysed steps, divided by their number.
         alloc_mb_per_step: the bytes they asked for, divided by the number of steps (MB).
-        allocated_peak_mb: the most the allocator held for tensors in the steps (``Total Allocated``, MB).
+        allocated_peak_mb: the most the window's allocations held at once (MB): the largest rise of the running
+            sum of the ``Bytes`` of the counted events (allocations and frees in the steps, on that device).
         top_alloc_ops: the operators that allocated most bytes, largest first.
     """
 
@@ -105,8 +106,15 @@ def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -
     alloc = counted & (nbytes > 0)
     n_div = max(n_steps, 1)
     total = float(nbytes[alloc].sum())
-    held = memory["total_allocated"].to_numpy(dtype=float)[counted]
-    held = held[~np.isnan(held)]
+    # What the steps' allocations held at once: the running sum of their Bytes in time order, its
+    # largest rise (a free of a block older than the trace lowers the sum; what follows rises from there). The
+    # allocator's own "Total Allocated" is not used: on the CPU it counts only what it saw while some profiler ran
+    # (frees unseen by an earlier window leave it too high for good).
+    dev_rows = np.flatnonzero(counted)  # in the steps, validation and fitprof's own spans left out
+    order = dev_rows[np.argsort(m_ts[dev_rows], kind="stable")]
+    running = np.cumsum(np.where(np.isnan(nbytes[order]), 0.0, nbytes[order]))
+    lowest_before = np.minimum.accumulate(np.concatenate([[0.0], running]))[:-1]
+    held = max(float((running - lowest_before).max()), 0.0) if len(running) else math.nan
 
     ops = kind == Kind.OP
     owner = _innermost(
@@ -123,7 +131,7 @@ def memory_churn(table: pd.DataFrame, memory: pd.DataFrame, *, top_k: int = 5) -
         device=device,
         allocs_per_step=float(alloc.sum()) / n_div,
         alloc_mb_per_step=total / n_div / MB,
-        allocated_peak_mb=float(held.max()) / MB if len(held) else math.nan,
+        allocated_peak_mb=held / MB,
         top_alloc_ops=[
             AllocStat(
                 str(name),

@@ -157,7 +157,8 @@ class BottleneckReport:
     alloc_mb_per_step: float = math.nan
     """MB (1e6 bytes) those allocations asked for, per step."""
     allocated_peak_mb: float = math.nan
-    """The most the allocator held for tensors in the steps (``Total Allocated``, MB)."""
+    """The most the steps' allocations held at once (MB): the largest rise of the running sum of the ``Bytes`` of
+    the allocations and frees in the analysed steps on ``memory_device``."""
     heavy_churn: bool = False
     """The steps allocate at least :data:`fitprof.analysis.memory.HEAVY_CHURN_RATIO` times ``allocated_peak_mb``."""
     top_alloc_ops: list[AllocStat] = field(default_factory=list)
@@ -312,7 +313,7 @@ class BottleneckReport:
         return "Throughput: " + "; ".join(parts) + "." if parts else ""
 
     def churn_line(self) -> str:
-        """``Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step (peak held 2.0 MB); top allocator
+        """``Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step (at most 2.0 MB held at once); top allocator
         aten::empty 98.7%.`` (and `` Heavy churn.``); "" without memory events."""
         if not self.memory_device:
             return ""
@@ -320,7 +321,7 @@ class BottleneckReport:
         top_text = f"; top allocator {one_line(top.name)} {top.percent:.1f}%" if top else ""
         return (
             f"Memory churn ({self.memory_device}): {self.allocs_per_step:.1f} allocations, "
-            f"{self.alloc_mb_per_step:.1f} MB allocated per step (peak held {self.allocated_peak_mb:.1f} MB)"
+            f"{self.alloc_mb_per_step:.1f} MB allocated per step (at most {self.allocated_peak_mb:.1f} MB held at once)"
             f"{top_text}.{' Heavy churn.' if self.heavy_churn else ''}"
         )
 
