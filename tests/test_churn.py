@@ -33,13 +33,13 @@ def _record(
 ) -> Path:
     """``STEPS`` steps, each making ``temps`` temporaries of ``TEMP_BYTES`` (freed at once, or kept when ``keep``),
     one matrix product, and 50 MB inside a validation annotation (not step time)."""
-    from fitprof.profilers.torch import TorchProfileWindow
+    from fitprof.profilers.torch import TorchProfiler
     from fitprof.traces._table import VALIDATION_ANNOTATION
 
     torch.set_num_threads(1)
     a = torch.ones(MM, MM)
     kept = []
-    w = TorchProfileWindow(profile_memory=memory)
+    w = TorchProfiler(profile_memory=memory)
     assert w.start(directory, name, rank=0)
     for step in range(STEPS):
         w.begin_step(step)
