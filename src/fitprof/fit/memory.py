@@ -93,16 +93,37 @@ class MemoryProbe:
     """Memory figures per profiled window and per epoch (a probe of :class:`fitprof.fit.probes.Probe`'s shape).
 
     Args:
-        reader: resets and reads the training device's memory (see :class:`MemoryReaderLike`).
+        reader: resets and reads the training device's memory (see :class:`MemoryReaderLike`); None: the host's
+            (the process's resident memory) until :meth:`use` names the training device.
         warn: ``warn(key, message)``, the adapter's warn-once; default a new :class:`~fitprof._warn.WarnOnce`.
 
     A read that raises is warned about once and leaves that figure NaN; training goes on.
     """
 
-    def __init__(self, reader: MemoryReaderLike, *, warn: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self, reader: MemoryReaderLike | None = None, *, warn: Callable[[str, str], None] | None = None
+    ) -> None:
+        if reader is None:
+            from fitprof.profilers.memory import MemoryReader  # imports no framework until a read
+
+            reader = MemoryReader("host")
         self.reader = reader
         self._warn = warn or WarnOnce()
         self._reset_fit()
+
+    def use(self, kind: str, device: int = 0) -> None:
+        """Read the memory of this device from now on (the adapter names it when a fit starts).
+
+        Args:
+            kind: ``"cuda"``, ``"tensorflow"``, ``"jax"`` or ``"host"`` (:data:`fitprof.profilers.memory.KINDS`).
+            device: its index.
+
+        Raises:
+            ValueError: for an unknown kind or a negative index.
+        """
+        from fitprof.profilers.memory import MemoryReader
+
+        self.reader = MemoryReader(kind, device)
 
     def _reset_fit(self) -> None:
         self._prev_in_use = math.nan
