@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fitprof._atomic import write_text
 from fitprof.cli.render import render
 
 EXIT_OK = 0
@@ -89,7 +90,7 @@ class Output:
         text = render(records, args.format)
         if args.out:
             try:
-                Path(args.out).write_text(text, encoding="utf-8")
+                write_text(args.out, text)  # whole or not at all, as every file fitprof leaves
             except OSError as err:
                 self.error(describe(args.out, err))
                 return EXIT_BAD_INPUT
