@@ -507,7 +507,7 @@ def _bad_inputs(tmp: Path, good_trace: Path) -> dict[str, tuple[list[str], Path,
     cases: dict[str, tuple[list[str], Path, str]] = {
         "missing file": (["analyze", str(tmp / "nope.pt.trace.json")], tmp / "nope.pt.trace.json", "no such"),
         "missing logdir": (["report", str(tmp / "nologs")], tmp / "nologs", "no such"),
-        "empty dir (analyze)": (["analyze", str(tmp / "empty_dir")], tmp / "empty_dir", "no .xplane.pb"),
+        "empty dir (analyze)": (["analyze", str(tmp / "empty_dir")], tmp / "empty_dir", "no trace file"),
         "empty dir (report)": (["report", str(tmp / "empty_dir")], tmp / "empty_dir", "no fitprof run"),
         "file as logdir": (["report", str(tmp / "notes.txt")], tmp / "notes.txt", "not a folder"),
         "unknown type": (["analyze", str(tmp / "notes.txt")], tmp / "notes.txt", "not a trace file name"),

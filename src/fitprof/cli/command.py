@@ -20,6 +20,9 @@ from fitprof.cli import analyze, compare, report
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.report_files import is_report_file
 
+TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
+"""The trace files a folder URL given to ``analyze`` is searched for (:func:`fitprof.cli.analyze.folder_traces`)."""
+
 Subparsers = argparse._SubParsersAction  # the type ``add_subparsers`` returns
 
 COMMANDS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
@@ -93,8 +96,8 @@ def fetch_urls(args: argparse.Namespace, tmp: Path, out: Output) -> bool:
             continue
         local = tmp / str(n)
         local.mkdir()
-        try:  # a trace file, or a session folder's *.xplane.pb
-            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
+        try:  # a trace file, or a folder's traces (a session's *.xplane.pb, a trace handler's *.pt.trace.json[.gz])
+            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(TRACE_SUFFIXES))
         except (OSError, ValueError) as err:
             out.skip(describe(arg, err))  # one input among others: the subcommand reports it with the rest
             continue

@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -53,9 +54,15 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return EXIT_BAD_INPUT
     files = find_report_files(logdir)
     if not files:
+        folders = _trace_folders(logdir)
+        where = " ".join(shlex.quote(os.fspath(f)) for f in folders[:3]) + (" ..." if len(folders) > 3 else "")
         out.error(
-            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
-            "for other profiles use 'fitprof analyze')"
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it); "
+            + (
+                f"its traces are read by: fitprof analyze {where}"
+                if folders
+                else "for other profiles use 'fitprof analyze'"
+            )
         )
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
@@ -90,6 +97,19 @@ def run(args: argparse.Namespace, out: Output) -> int:
         # on stderr, as the other notes: stdout stays the records (csv, json) a script parses
         print(f"fitprof: plot saved to {os.path.abspath(args.plot)}", file=sys.stderr)
     return status
+
+
+_TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def _trace_folders(logdir: Path) -> list[Path]:
+    """The folders below ``logdir`` (any depth) that hold trace files ``fitprof analyze`` reads: a
+    ``tensorboard_trace_handler`` folder, a ``plugins/profile/<session>`` folder; sorted."""
+    found = set()
+    for folder, _, names in os.walk(logdir):
+        if any(n.endswith(_TRACE_SUFFIXES) for n in names):
+            found.add(Path(folder))
+    return sorted(found)
 
 
 def _report_task(task: tuple[Path, Path]) -> tuple[dict[str, Any] | None, str | None]:
