@@ -384,3 +384,31 @@ def test_a_baseline_that_cannot_be_read_is_refused_at_construction(tmp_path: Pat
         Rig(tmp_path, (3, 5), baseline=tmp_path / "missing")
     with pytest.raises(TypeError, match="baseline must be a path"):
         Rig(tmp_path, (3, 5), baseline=3)
+
+
+def _fit_in_calls(rig: Rig, spe: int, calls: int) -> None:
+    """One epoch of ``calls`` Keras calls of ``spe`` batches each, 10 ms a call (steps numbered by batch)."""
+    engine = rig.engine
+    engine.fit_start(log_dir=rig.log_dir, steps_per_execution=spe)
+    engine.epoch_start(0)
+    for call in range(calls):
+        engine.step_start(call * spe + 1)
+        rig.clock.tick(10.0)
+    engine.epoch_end(0, steps=calls * spe)
+    engine.fit_end()
+
+
+def test_under_steps_per_execution_the_default_window_analyses_five_calls(tmp_path: Path) -> None:
+    from fitprof._config import DEFAULT_PROFILE_BATCH
+
+    (tmp_path / "default").mkdir()
+    (tmp_path / "given").mkdir()
+    rig = Rig(tmp_path / "default", DEFAULT_PROFILE_BATCH, boundary="step_start")
+    _fit_in_calls(rig, spe=5, calls=12)
+    assert [e[1] for e in rig.events("mark")] == [26, 31, 36, 41, 46]  # calls 6-10
+    assert rig.engine.pipeline.reports[0].steps_analyzed == 5
+    assert rig.messages == []
+
+    given = Rig(tmp_path / "given", (6, 10), boundary="step_start")  # the user's window counts batches
+    _fit_in_calls(given, spe=5, calls=12)
+    assert [e[1] for e in given.events("mark")] == [6]

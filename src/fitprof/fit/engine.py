@@ -195,6 +195,7 @@ class FitEngine:
         baseline: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
+        self.given_config = config  # as the user gave it; ``config`` is it for this fit (``in_calls``)
         self.config = config
         self.new_window = new_window
         self.warn = warn
@@ -277,6 +278,7 @@ class FitEngine:
         self.world = world
         self.log_dir = log_dir
         self.spe = max(int(steps_per_execution), 1)
+        self.config = self.given_config.in_calls(self.spe)
         self.ends_after = ends_after or _never
         self.pipeline.clear()
         self.trigger_pipeline.clear()
@@ -609,7 +611,7 @@ class FitEngine:
 
     def trigger_length(self) -> int:
         """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
-        return self.config.num_steps if self.config.enabled else 5
+        return self.given_config.num_steps if self.given_config.enabled else 5
 
     def _may_trigger(self, n: int) -> bool:
         """Whether a triggered window may open after step ``n`` (:func:`fitprof.fit.schedule.may_trigger`)."""

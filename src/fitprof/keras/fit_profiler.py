@@ -316,10 +316,17 @@ class FitProfiler(keras.callbacks.Callback):
         self._checkpoints = [cb for cb in fit_callbacks if _saves_every_n_batches(cb)]
         self._start_step_timing()
         if spe > 1:
+            calls = engine.config
+            window = (
+                f" The default window analyses calls 6-10 (batches {calls.first_step}-{calls.last_step}) of each "
+                "profiled epoch."
+                if self.config.default and calls.enabled
+                else ""
+            )
             self._warn_once(
                 "spe",
                 f"fitprof: steps_per_execution={spe}: Keras runs {spe} batches per call, so each "
-                "profiled step holds that many batches and step_time_ms is per execution, not per batch.",
+                f"profiled step holds that many batches and step_time_ms is per execution, not per batch.{window}",
             )
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
