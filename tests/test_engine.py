@@ -242,6 +242,26 @@ def test_a_slowdown_opens_a_triggered_window_compared_with_the_scheduled_one(tmp
     assert rig.engine.pipeline.reports[0].steps_analyzed == 2  # the scheduled window stays the epoch's report
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_false_alarm_uses_up_neither_the_budget_nor_the_spacing(tmp_path: Path, boundary: str) -> None:
+    """A transient stall (5 steps of 60 ms among 10 ms steps, as when another process takes the cores) fires the
+    trigger after step 45; its window's steps (47-48) are back at 10 ms: a false alarm, taken back. The real
+    slowdown from step 121 then still fires, though the default 200-step spacing would have hidden it, and with
+    ``max_windows=1`` the budget is still there for it."""
+    stall = set(range(40, 45))
+    rig = Rig(tmp_path, (3, 4), boundary=boundary, trigger=SlowdownTrigger(max_windows=1))
+    results = rig.fit(steps=160, step_ms=lambda i: 60.0 if i in stall or i >= 120 else 10.0)
+    fired = [(event.step, report.step_time_ms) for _, event, report in rig.engine.triggered]
+    assert len(fired) == 2 and fired[0][0] == 45, fired
+    assert fired[0][1] == pytest.approx(10.0) and fired[1][1] == pytest.approx(60.0) and fired[1][0] > 120
+    assert list(rig.engine.false_alarms) == [(0, 45)]
+    assert rig.engine.trigger is not None and len(rig.engine.trigger.events) == 1  # the real one only
+    first, second = results[0].triggered
+    assert "slowdown after step 45 (60.0 ms/step vs baseline 10.0 ms) was a false alarm" in first.line
+    assert "does not count against trigger_max_windows or trigger_min_spacing" in first.line
+    assert "false alarm" not in second.line
+
+
 def test_a_triggered_window_never_overlaps_the_scheduled_block() -> None:
     # A window after step n: warm-up n+1, analysed n+2..n+1+L, closed at n+2+L (spe 1).
     assert schedule.may_trigger(10, length=5, scheduled=18)

@@ -186,9 +186,7 @@ class FitProfiler(keras.callbacks.Callback):
             on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
             self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on {fns.label}.")
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
-        self._work = KerasWork(
-            fns, self.count_items, self._warn_count_items, self, lambda m: self._warn_once("samples", m)
-        )
+        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self, self._warn_samples)
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -241,6 +239,9 @@ class FitProfiler(keras.callbacks.Callback):
 
     def _warn_count_items(self, message: str) -> None:
         self._warn_once("count-items", message)
+
+    def _warn_samples(self, message: str) -> None:  # a method, not a lambda: the callback is copied and pickled
+        self._warn_once("samples", message)
 
     def _new_window(self, epoch: int, suffix: str) -> ProfileWindow:
         engine = self._engine
