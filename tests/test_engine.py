@@ -106,7 +106,7 @@ def test_an_epoch_that_ends_inside_the_window_analyses_what_it_has(tmp_path: Pat
     rig.fit(steps=5)
     assert rig.messages == [
         "fitprof: epoch 0 ended after step 5, inside the window (profile_batch=3,8); the steps profiled so far are "
-        "analysed."
+        "analysed. For epochs of 5 steps, profile_batch=(3, 5) fits."
     ]
     assert rig.engine.pipeline.reports[0].steps_analyzed == 3  # steps 3-5, every one complete
 

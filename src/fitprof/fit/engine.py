@@ -46,7 +46,7 @@ from typing import Any, Literal, Protocol
 from fitprof import metrics
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
-from fitprof._coverage import FitCoverage
+from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
@@ -597,11 +597,16 @@ class FitEngine:
         self._marked = k
 
     def _warn_short(self, steps_done: int) -> None:
+        """The epoch ended after step ``steps_done``, inside the window: one warning, with the ``profile_batch``
+        that fits epochs of that length (as the "nothing was profiled" warning suggests one), so that every epoch
+        does not analyse a stub of a window."""
         cfg = self.config
+        fits = suggest_profile_batch(steps_done, self.given_config.num_steps) if steps_done >= 1 else ""
         self.warn(
             "short",
             f"fitprof: epoch {self.epoch} ended after step {steps_done}, inside the window (profile_batch="
-            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed.",
+            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed."
+            + (f" For epochs of {steps_done} steps, profile_batch={fits} fits." if fits else ""),
         )
 
     # ------------------------------------------------------------------------------------------- triggered
