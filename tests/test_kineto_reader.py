@@ -78,6 +78,7 @@ def approx(value: float) -> Any:
 # --------------------------------------------------------------------------------------------- imports
 
 
+@pytest.mark.slow
 def test_import_leaves_torch_out() -> None:
     code = (
         "import sys, fitprof.traces.kineto\n"

@@ -143,6 +143,13 @@ SELF_MS_PER_STEP = Metric(
     "(its batch-hook bodies and step-marker transitions) inside analysed steps, divided by the number of steps. "
     "This time is already left out of `step_time_ms` and every share of it.",
 )
+VS_BASELINE_STEP_TIME_PERCENT = Metric(
+    PREFIX + "vs_baseline/step_time_percent",
+    "% (signed: + slower, - faster)",
+    "With `baseline=PATH`: the window's `step_time_ms` over the baseline's (the mean over the baseline run's "
+    "windows, `fitprof.compare`), less 1, times 100. Not logged when the two are not comparable (another framework, "
+    "world size, device, batch size or mostly different operators).",
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
@@ -321,6 +328,7 @@ ALL: tuple[Metric, ...] = (
     FLOPS_PER_S,
     MFU,
     SELF_MS_PER_STEP,
+    VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
     *TRIGGER_METRICS,

@@ -118,6 +118,13 @@ class FitProfiler(keras.callbacks.Callback):
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
         probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
+        baseline: a run directory or a report file of an earlier run (``plugins/fitprof/<session>.rank<r>.json``),
+            compared with each profiled window by ``fitprof compare``'s rules
+            (:func:`fitprof.compare.against_baseline`). ``fitprof/vs_baseline/step_time_percent`` (the window's
+            step time over the baseline's, less 1, in %) is logged with the window's figures, the text summary
+            starts with a line naming the operator that grew most, and a regression (past 10% and the baseline's
+            spread) gives one warning a fit. A baseline that cannot be read raises ``ValueError`` here; one that
+            is not comparable (another batch size, device...) gives one warning and logs nothing for it.
 
     Throughput (:mod:`fitprof.throughput`, :mod:`fitprof.keras._throughput`): ``fitprof/samples_per_s`` is the
     growth of Keras's own sample count (``model._loss_tracker.count``) over the window, per second of the
@@ -151,6 +158,7 @@ class FitProfiler(keras.callbacks.Callback):
         trigger_max_windows: int = 3,
         trigger_min_spacing: int = 200,
         probes: Iterable[Probe] = (),
+        baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
@@ -193,6 +201,7 @@ class FitProfiler(keras.callbacks.Callback):
             trigger=slowdown,
             work=self._work,
             probes=probes,
+            baseline=baseline,
         )
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         self._run_dir = self.log_dir  # where the windows and the event file write (the staging folder for a URL)
