@@ -657,3 +657,15 @@ def test_baseline_in_the_lightning_callback(tmp_path: Path) -> None:
     last = profiler.reports[max(profiler.reports)]
     assert pct == pytest.approx(100 * (last.step_time_ms / base_ms - 1), rel=1e-5)
     assert pct > 0
+
+
+@pytest.mark.parametrize("adapter", ["lightning", "keras"])
+def test_both_callbacks_take_a_baseline(adapter: str, tmp_path: Path) -> None:
+    """The same ``baseline=`` in both callbacks, handed to the engine: read at construction, a missing one refused
+    there with the path named."""
+    module = pytest.importorskip(f"fitprof.{adapter}")
+    run = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    profiler = module.FitProfiler(log_dir=tmp_path / "logs", baseline=run)
+    assert profiler._engine.baseline is not None and len(profiler._engine.baseline.windows) == 3
+    with pytest.raises(ValueError, match=f"{tmp_path / 'missing'}: no such file or folder"):
+        module.FitProfiler(log_dir=tmp_path / "logs", baseline=tmp_path / "missing")
