@@ -94,6 +94,10 @@ _CSV_COLUMNS = (
     "top_op",
     "top_op_ms_per_step",
     "top_op_percent",
+    "allocs_per_step",
+    "alloc_mb_per_step",
+    "top_allocator",
+    "top_allocator_mb_per_step",
     "verdict",
     "headline",
     "advice",
@@ -140,6 +144,9 @@ def _csv(records: Sequence[dict[str, Any]]) -> str:
             row["top_op"] = ops[0]["name"] if ops else ""
             row["top_op_ms_per_step"] = ops[0]["self_ms_per_step"] if ops else math.nan
             row["top_op_percent"] = ops[0]["percent"] if ops else math.nan
+            allocs = rec.get("top_alloc_ops") or []
+            row["top_allocator"] = allocs[0]["name"] if allocs else ""
+            row["top_allocator_mb_per_step"] = allocs[0]["mb_per_step"] if allocs else math.nan
             row["advice"] = " ".join(rec.get("advice") or [])
         if "ranks" in row:
             row["ranks"] = " ".join(str(r) for r in row["ranks"])
@@ -231,6 +238,8 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
                 where.append(f"rank {r['rank']}")
             prefix = f"{', '.join(where)}: " if where else ""
             lines.append(f"{bullet}{prefix}{r['headline']}")
+            if r.get("churn"):  # a window recorded with profile_memory
+                lines.append(f"{bullet}{prefix}{r['churn']}")
         notes = _unique(w for r in group for w in r.get("warnings") or [])
         lines += [f"{bullet}note: {w}" for w in notes]
         latest = {r["verdict"]: r for r in group}  # per verdict, the advice of its last row (it names that op)

@@ -51,6 +51,7 @@ from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side, against_baseline, load_baseline
 from fitprof.fit import schedule
+from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
     Gather,
@@ -203,7 +204,8 @@ class FitEngine:
         self.work = work
         self.clock = clock
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
-        builtin: tuple[Probe, ...] = ()
+        self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
+        builtin: tuple[Probe, ...] = (self.memory,)
         self.probes = Probes((*builtin, *probes), warn)
         self.pipeline, self.trigger_pipeline = (
             WindowPipeline(
@@ -250,6 +252,7 @@ class FitEngine:
         world: int = 1,
         steps_per_execution: int = 1,
         ends_after: Callable[[int], bool] | None = None,
+        memory_device: tuple[str, int] = ("host", 0),
     ) -> None:
         """A ``fit`` begins: forget the last fit's results, warnings and firings.
 
@@ -259,11 +262,18 @@ class FitEngine:
             steps_per_execution: batches per call (``boundary="step_start"``).
             ends_after: ``ends_after(step)``, whether step ``step`` (the one ending now, or the next) is the
                 epoch's last, where the framework can tell; default: never known.
+            memory_device: the training device whose memory the memory probe reads, ``(kind, index)``
+                (:data:`fitprof.profilers.memory.KINDS`; default the host's, a CPU-only run).
         """
         if self.window is not None:  # a previous fit ended inside a window (an exception): flush it now
             self._close(drop_open_step=False)
         self.warn.reset()
         self.warn.rank = self.rank = rank
+        try:
+            self.memory.use(*memory_device)
+        except ValueError as err:
+            self.warn("memory-device", f"fitprof: {err}; memory figures are read from the host.")
+            self.memory.use("host")
         self.world = world
         self.log_dir = log_dir
         self.spe = max(int(steps_per_execution), 1)

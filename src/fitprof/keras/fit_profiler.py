@@ -26,6 +26,7 @@ from fitprof.keras._guards import Guards, fit_frame_locals
 from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
+from fitprof.profilers.memory import keras_device
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,12 @@ class FitProfiler(keras.callbacks.Callback):
         self._spe = spe
         engine = self._engine
         engine.fit_start(
-            log_dir=self._run_dir, rank=rank, world=world, steps_per_execution=spe, ends_after=self._ends_after
+            log_dir=self._run_dir,
+            rank=rank,
+            world=world,
+            steps_per_execution=spe,
+            ends_after=self._ends_after,
+            memory_device=self._memory_device(),
         )
         self._work.begin_fit(self.model, world)
         if self._fns.non_chief_abort and rank > 0 and engine.profiles_rank:
@@ -517,6 +523,17 @@ class FitProfiler(keras.callbacks.Callback):
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
+
+    def _memory_device(self) -> tuple[str, int]:
+        """The device the memory figures come from: the backend's first accelerator, else the host."""
+        try:
+            return keras_device(self.backend)
+        except Exception as err:  # the backend could not say: the host's memory, with one warning
+            self._warn_once(
+                "memory-device",
+                f"fitprof: could not find the training device ({err!r}); memory figures are read from the host.",
+            )
+            return "host", 0
 
     def _fit_callbacks(self) -> list[Any]:
         """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the

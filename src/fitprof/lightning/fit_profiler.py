@@ -26,6 +26,7 @@ from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
@@ -288,7 +289,9 @@ class FitProfiler(Callback):
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
-            engine.fit_start(log_dir=None, rank=rank)
+            engine.fit_start(
+                log_dir=None, rank=rank, memory_device=torch_device(getattr(trainer.strategy, "root_device", None))
+            )
             engine.coverage.said = True  # the warning below says nothing is profiled, and why
             self._warn_rank(
                 "lightning-profiler",
@@ -308,7 +311,11 @@ class FitProfiler(Callback):
             self._dir = Path(_fs.local_path(log_dir))
         world = int(trainer.world_size)
         engine.fit_start(
-            log_dir=str(self._dir), rank=rank, world=world, ends_after=lambda step: self._ends_after(trainer, step)
+            log_dir=str(self._dir),
+            rank=rank,
+            world=world,
+            ends_after=lambda step: self._ends_after(trainer, step),
+            memory_device=torch_device(getattr(trainer.strategy, "root_device", None)),
         )
         engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
         self._timing.fit_start(trainer)
