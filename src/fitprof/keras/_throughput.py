@@ -79,7 +79,7 @@ class KerasWork:
             if self.backend == "tensorflow" and world > 1
             else ""
         )
-        name, dtype = "", ""
+        name, dtype, conv_dtype = "", "", ""
         try:
             if self.backend == "tensorflow":
                 from fitprof.profilers.flops_tf import device_and_dtype
@@ -88,11 +88,12 @@ class KerasWork:
             elif self.backend == "torch":
                 import torch
 
-                from fitprof.profilers.flops_torch import compute_dtype, device_name
+                from fitprof.profilers.flops_torch import compute_dtype, conv_compute_dtype, device_name
 
                 device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
                 name = device_name(device)
                 dtype = compute_dtype(str(model.dtype_policy.compute_dtype), device)
+                conv_dtype = conv_compute_dtype(str(model.dtype_policy.compute_dtype), device)
             elif self.backend == "jax":
                 import jax
 
@@ -100,8 +101,8 @@ class KerasWork:
                 name = str(device.device_kind) if device.platform == "gpu" else ""
                 dtype = str(model.dtype_policy.compute_dtype)
         except Exception:
-            name, dtype = "", ""
-        self.log.device_name, self.log.dtype = name, dtype
+            name, dtype, conv_dtype = "", "", ""
+        self.log.device_name, self.log.dtype, self.log.conv_dtype = name, dtype, conv_dtype
 
     def begin_epoch(self) -> None:
         self.log.reset()
@@ -193,7 +194,7 @@ class KerasWork:
         samples = _samples_seen(model) - before
         if not (math.isfinite(samples) and samples > 0):
             samples = math.nan if n is None else float(n) * (len(data) if isinstance(data, (list, tuple)) else 1)
-        self.log.set_flops(flops, samples, counter.note)
+        self.log.set_flops(flops, samples, counter.note, conv_flops=counter.conv_flops)
         if self.count_items is not None and n:
             self.log.add_items(first, per_sample_of=float(n))
         return out

@@ -28,7 +28,13 @@ from fitprof._session import session_name, session_taken, trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import SUMMARY_TAG
-from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.flops_torch import (
+    TorchFlopCount,
+    compute_dtype,
+    conv_compute_dtype,
+    device_name,
+    lightning_dtype,
+)
 from fitprof.profilers.torch import TorchProfileWindow, profiler_running
 from fitprof.steps import AFTER_PAUSE_STEPS, EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
@@ -150,7 +156,9 @@ class FitProfiler(Callback):
     counting slows the step it counts, so it is never an analysed step nor the warm-up step the profiler records),
     ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
     :data:`fitprof.throughput.PEAK_FLOPS` ``fitprof/mfu`` divides that by the dense peak of the Trainer's
-    precision (``32-true`` is TF32 when ``torch.get_float32_matmul_precision()`` is not ``"highest"``).
+    precision, matrix products and convolutions each at their own (``32-true`` on compute capability 8.0 or later:
+    convolutions in TF32 unless ``torch.backends.cudnn.allow_tf32`` is False, matrix products in TF32 when
+    ``torch.set_float32_matmul_precision`` is not ``"highest"``; see :mod:`fitprof.profilers.flops_torch`).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
             recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
@@ -333,8 +341,9 @@ class FitProfiler(Callback):
             device = trainer.strategy.root_device
             self._work.device_name = device_name(device)
             self._work.dtype = compute_dtype(lightning_dtype(trainer.precision), device)
+            self._work.conv_dtype = conv_compute_dtype(lightning_dtype(trainer.precision), device)
         except Exception:  # no device known: FLOP/s only
-            self._work.device_name = self._work.dtype = ""
+            self._work.device_name = self._work.dtype = self._work.conv_dtype = ""
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -590,7 +599,9 @@ class FitProfiler(Callback):
         flops = self._flops.stop()
         n = batch_size(self._flops_batch)
         self._flops_batch = None
-        self._work.set_flops(flops, math.nan if n is None else float(n), self._flops.note)
+        self._work.set_flops(
+            flops, math.nan if n is None else float(n), self._flops.note, conv_flops=self._flops.conv_flops
+        )
 
     def _start(self, step: int, session: str | None = None) -> bool:
         """Start the profiler before step ``step``: this epoch's scheduled window, or (``session`` given) a
