@@ -494,6 +494,14 @@ def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]
             raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
 
 
+def _int_stat(value: Any) -> int:
+    """A Task Environment stat as an int (0 when missing or not a number)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _task_environment(space: Any) -> dict[str, Any]:
     """The ``Task Environment`` plane's stats by name (empty when there is none)."""
     for plane in space.planes:
@@ -537,8 +545,15 @@ def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]
                 continue  # markers for xprof repeating the host's steps: counted once, on the host
             lines.append((i, j))
             tids.append(line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})")
+    # The lines count from the profile's start; Kineto's ts from its baseTimeNanoseconds.
+    start_ns = _int_stat(env.get(xs.STAT_PROFILE_START)) - _int_stat(env.get(xs.STAT_KINETO_BASE_NS))
     cols = with_events(
-        data, path, space, lines, [True] * len(lines), lambda ev: _converted_columns(ev, space, lines, tids, path)
+        data,
+        path,
+        space,
+        lines,
+        [True] * len(lines),
+        lambda ev: _converted_columns(ev, space, lines, tids, path, start_ns),
     )
     frame = kineto_rules.frame(cols, path)
     table = _table({c: frame[c].to_numpy() for c in frame.columns})
@@ -561,9 +576,10 @@ def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]
 
 
 def _converted_columns(
-    events: Events, space: Any, lines: list[tuple[int, int]], tids: list[str], path: Path
+    events: Events, space: Any, lines: list[tuple[int, int]], tids: list[str], path: Path, start_ns: int = 0
 ) -> kineto_rules.Columns:
-    """The Kineto reader's columns of a converted XSpace's events (see :func:`_read_converted`)."""
+    """The Kineto reader's columns of a converted XSpace's events (see :func:`_read_converted`); ``start_ns`` is the
+    profile's start (the Task Environment's ``profile_start_time``), from which the lines' times count."""
     line = events.line
     plane_of_line = np.array([i for i, _ in lines], dtype=np.int64)
     event_plane = plane_of_line[line]
@@ -603,20 +619,21 @@ def _converted_columns(
     row = np.full(n, -1, dtype=np.int64)
     row[keep] = np.arange(len(keep))
 
-    # ts: (base_ps + offset_ps) / 1e6 in Python ints, i.e. the exact sum rounded once to float64: int64 holds the
-    # sum unless a line's base is near its bound, where the Python ints are used.
-    base_ps = [space.planes[i].lines[j].timestamp_ns * 1000 for i, j in lines]
+    # ts: the lines start relative to the profile's start (as TensorFlow writes them); adding it back gives the
+    # trace's own clock, so that each time is the float64 the Kineto trace's JSON decodes to and the two reads give
+    # one table. The sum is exact in integers and split into whole microseconds (exact in float64 below 2**53 us)
+    # and the picoseconds left (one rounding): ``(base_ps + offset_ps) / 1e6`` in float64 rounds to 0.25 us at
+    # Kineto's absolute timestamps (~1.7e15 us). A decimal Kineto time with at most 3 decimals is never a rounding
+    # midpoint of float64, so the two roundings give the correctly rounded time.
     off = events.offset_ps
     ts = np.empty(n, dtype=np.float64)
-    for li, b in enumerate(base_ps):
+    for li, (i, j) in enumerate(lines):
         sel = np.flatnonzero(line == li)
         if not len(sel):
             continue
-        o = off[sel]
-        if -(2**62) < b < 2**62 and int(o.min()) > -(2**62) and int(o.max()) < 2**62:
-            ts[sel] = (o + b).astype(np.float64) / 1e6  # exact int64 sum, one rounding to float64 as float(int)
-        else:
-            ts[sel] = [(b + x) / 1e6 for x in o.tolist()]
+        whole_us, rest_ps = divmod((start_ns + space.planes[i].lines[j].timestamp_ns) * 1000, 10**6)
+        more_us, ps = np.divmod(off[sel] + rest_ps, 10**6)
+        ts[sel] = (more_us + whole_us).astype(np.float64) + ps / 1e6
     dur = events.duration_ps.astype(np.float64) / 1e6
 
     # args: a NaN or infinite double as None, the null the Kineto trace's JSON holds for it.
