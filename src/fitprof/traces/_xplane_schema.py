@@ -59,6 +59,15 @@ STAT_INPUT_STAGE = "_ipl_stage_name"
 STAT_MEMCPY_DETAILS = "memcpy_details"
 STAT_PROFILE_START = "profile_start_time"
 STAT_PROFILE_STOP = "profile_stop_time"
+# A device plane's capabilities (TensorFlow's GPU tracer writes them; xprof reads them into DeviceCapabilities).
+STAT_DEVICE_VENDOR = "device_vendor"
+VENDOR_NVIDIA = "Nvidia"
+VENDOR_AMD = "AMD"
+STAT_COMPUTE_CAP_MAJOR = "compute_cap_major"
+STAT_COMPUTE_CAP_MINOR = "compute_cap_minor"
+STAT_CORE_COUNT = "core_count"
+STAT_MEMORY_SIZE = "memory_size"
+STAT_DEVICE_NAME = "gpu_device_name"
 
 # Stats only fitprof reads.
 STAT_CATEGORY = "category"
