@@ -48,7 +48,8 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
   marks are not TF ops;
 * device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
-  stat's op name.
+  stat's op name; ``launch_us`` is the start of the host API call on ``/host:CUPTI`` carrying the same
+  ``correlation_id`` (the first such call), so the analysis counts device work in the step that launched it.
 """
 
 from __future__ import annotations
@@ -220,9 +221,12 @@ def _tf_frame(data: bytearray, space: Any, path: Path) -> dict[str, np.ndarray]:
             info.append(_Line(i, j, lname, on_device, lname.startswith("tf_data"), lname.startswith("tf_Compute"), xla))
     if not lines:
         return {}
-    return with_events(
+    columns = with_events(
         data, path, space, lines, [li.want_stats for li in info], lambda events: _tf_rows(events, space, info)
     )
+    if columns:
+        _link_launches(columns)
+    return columns
 
 
 def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndarray]:
@@ -262,6 +266,7 @@ def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndar
             c, u = pd.factorize(pd.Series(text[at[last[w, evs]]], dtype=object))
             codes[w, evs] = np.asarray(c, dtype=np.int64) + len(texts[w])
             texts[w] += list(u)
+    correlation = _correlations(events, space, stat_plane, stat_names)
     # The distinct (line, metadata id, stat values): a code per event, combined one column at a time.
     key = np.asarray(pd.factorize(events.metadata_id)[0], dtype=np.int64)
     for col in (line, *codes):
@@ -284,7 +289,59 @@ def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndar
                     stats[_TF_STATS[w]] = texts[w][codes[w, e]]
         name = plane.event_metadata[mid].name if mid in plane.event_metadata else ""  # [] of a missing id adds it
         classes.append(_classify_tf(name, stats, li, op_names))
-    return _spread(classes, inverse, events, info, space)
+    rows = _spread(classes, inverse, events, info, space)
+    rows[_CORRELATION] = correlation
+    return rows
+
+
+_CORRELATION = "_correlation"
+"""A column of the TensorFlow rows until the launches are linked (:func:`_link_launches`): an event's
+``correlation_id`` stat (NaN without one)."""
+_LAUNCH_PLANE = "/host:CUPTI"
+"""The plane of the host-side CUDA API calls (``cuLaunchKernel``, ``cuMemcpyHtoDAsync_v2``, ...), each with the
+``correlation_id`` of the device activity it launched (TensorFlow's and JAX's GPU tracer)."""
+
+
+def _correlations(
+    events: Events, space: Any, stat_plane: np.ndarray, stat_names: dict[int, dict[int, str]]
+) -> np.ndarray:
+    """Each event's ``correlation_id`` stat as a float (NaN without one), read apart from the classification's
+    stats: one value per device activity, which would make every device event a class of its own."""
+    n = len(events.metadata_id)
+    out = np.full(n, np.nan)
+    for i, names in stat_names.items():
+        ids = {k: 0 for k, v in names.items() if v == xs.STAT_CORRELATION_ID}
+        last = np.full((1, n), -1, dtype=np.int64)
+        picked = last_stats(events, stat_plane == i, ids, last)
+        if not len(picked):
+            continue
+        evs = np.flatnonzero(last[0] >= 0)
+        at = np.zeros(len(events.stat_id), dtype=np.int64)
+        at[picked] = np.arange(len(picked))
+        values = events.values(picked)[at[last[0, evs]]]
+        out[evs] = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values]
+    return out
+
+
+def _link_launches(columns: dict[str, np.ndarray]) -> None:
+    """``launch_us`` of each device event whose ``correlation_id`` a host API call on :data:`_LAUNCH_PLANE` carries:
+    that call's start (the first such call when an id repeats), so that the analysis counts the device work in the
+    step that launched it, as it does for Kineto traces; a GPU running behind the host otherwise puts copies and
+    kernels in the next step. NaN where the XSpace links nothing (the analysis then takes the event's own start)."""
+    correlation = columns.pop(_CORRELATION)
+    n = len(correlation)
+    launch = np.full(n, np.nan)
+    on_device = columns["on_device"].astype(bool)
+    calls = np.flatnonzero((columns["pid"] == _LAUNCH_PLANE) & ~on_device & np.isfinite(correlation))
+    devices = np.flatnonzero(on_device & np.isfinite(correlation))
+    if len(calls) and len(devices):
+        order = calls[np.lexsort((columns["ts_us"][calls], correlation[calls]))]
+        keys, first = np.unique(correlation[order], return_index=True)
+        starts = columns["ts_us"][order[first]]
+        pos = np.searchsorted(keys, correlation[devices]).clip(0, len(keys) - 1)
+        hit = keys[pos] == correlation[devices]
+        launch[devices[hit]] = starts[pos[hit]]
+    columns["launch_us"] = launch
 
 
 def _meta_stats(plane: Any, mid: int, names: dict[int, str]) -> dict[str, str]:
