@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-import fitprof.lightning.fit_profiler as fp  # noqa: E402
+import fitprof.lightning._timing as fp  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 
 DEVICE_STEP_MS = 50.0
