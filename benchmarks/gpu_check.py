@@ -123,19 +123,22 @@ def _truth_callbacks(clock: Clock, cuda: bool) -> tuple[Any, Any]:
     import torch
 
     class Before(pl.Callback):
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
-            clock.mark(clock.before)
+        """Runs before fitprof's hook, which may reset the allocator's peak (a window opening or closing): each
+        read covers its step up to that reset."""
 
-    class After(pl.Callback):
         def __init__(self) -> None:
             self.peaks: dict[int, float] = {}  # 1-based step -> max_memory_allocated read at its end (bytes)
 
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
+            clock.mark(clock.before)
+            if cuda:
+                self.peaks[i + 1] = float(torch.cuda.max_memory_allocated())
+
+    class After(pl.Callback):
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             clock.mark(clock.after)
 
         def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
-            if cuda:
-                self.peaks[i + 1] = float(torch.cuda.max_memory_allocated())
             clock.mark(clock.after)
 
     return Before(), After()
@@ -162,7 +165,7 @@ def _fit(model: Any, data: Any, *, cuda: bool, precision: str, window: tuple[int
         default_root_dir=logdir,
     )
     trainer.fit(model, data)
-    return profiler, trainer, after, clock
+    return profiler, trainer, before, clock
 
 
 def _window_ms(steps_ms: list[float], window: tuple[int, int]) -> float:
@@ -362,7 +365,8 @@ def _memory_rows(run: str, trainer: Any, truth: Any, window: tuple[int, int], cu
     rows = []
     for key, steps, label in (
         ("fitprof/epoch/memory_peak_mb", sorted(truth.peaks), "epoch memory peak"),
-        ("fitprof/memory_peak_mb", range(window[0], window[1] + 1), "window memory peak"),
+        # The window opens before its warm-up step (first - 1) and resets the peak then.
+        ("fitprof/memory_peak_mb", range(window[0] - 1, window[1] + 1), "window memory peak"),
     ):
         if key not in metrics:
             rows.append(_na(run, label, "MB", f"not available: fitprof logged no {key}"))
