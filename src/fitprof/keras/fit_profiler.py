@@ -43,7 +43,9 @@ class FitProfiler(keras.callbacks.Callback):
     per window, shown by TensorBoard's Profile tab), and at the epoch's end analyses it and logs:
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
-      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed``,
+      ``fitprof/htod_percent``, ``fitprof/collective_percent``, their exposed parts
+      ``fitprof/htod_exposed_percent`` and ``fitprof/collective_exposed_percent`` (what the verdict rests on),
+      ``fitprof/steps_analyzed``,
       ``fitprof/self_ms_per_step`` and
       ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
