@@ -324,6 +324,7 @@ class WindowPipeline:
         log: Log,
         epoch_steps: steps.EpochSteps | None = None,
         extra: dict[str, float] | None = None,
+        baseline_line: str = "",
     ) -> dict[str, float]:
         """Gather and combine the ranks' figures, and log them on rank 0 (one :class:`EpochLog` to ``log``).
 
@@ -333,6 +334,8 @@ class WindowPipeline:
         and the Markdown summary say when the window is not representative of its epoch
         (:func:`representativeness`). ``extra``: this rank's own further figures of the window (the probes'
         :meth:`~fitprof.fit.probes.Probe.window_figures`), logged beside the report's when there is something to log.
+        ``baseline_line``: the comparison with a baseline (:meth:`fitprof.compare.VsBaseline.line`), put first in the
+        Markdown summary.
 
         Returns:
             The scalars of this epoch, the same on every rank that gathered: the report's own
@@ -370,5 +373,7 @@ class WindowPipeline:
         if note:
             line += f"; {note}"
             text = f"Note: {note}.\n\n{text}".rstrip()
+        if baseline_line:
+            text = f"{baseline_line}\n\n{text}".rstrip()
         log(EpochLog(epoch, scalars, ops, text, line))
         return scalars
