@@ -136,13 +136,13 @@ def _train(argv: list[str]) -> None:
         "triggered": [[epoch, event.step] for epoch, event, _ in profiler.triggered],
     }
     if args.trigger:  # what the trigger saw, for the message when it did not fire
-        trig = profiler._trigger
+        trig = profiler._engine.trigger
         seen["trigger_state"] = {
             "step_ms": [round((b - a) / 1e6, 2) for a, b in zip(sizer.all_ends, sizer.all_ends[1:], strict=False)],
             "sleep_s": sizer.sleep_s,
             "threshold_ms": None if trig is None else trig.threshold_ms,
             "baseline_ms": None if trig is None else trig.baseline_ms,
-            "clean_steps": profiler._trig_steps_total,
+            "clean_steps": profiler._engine._trig_steps_total,
         }
     Path(args.logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
 

@@ -372,7 +372,7 @@ class WorkLog:
         self.conv_flops_per_step = conv_flops
         self.flops_note = note
 
-    # The engine's Work protocol (fitprof.fit.engine.Work): the engine says when, this log counts.
+    # The engine's Work protocol (fitprof.fit.events.Work): the engine says when, this log counts.
     def epoch_start(self) -> None:
         self.reset()
 
