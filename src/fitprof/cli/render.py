@@ -216,7 +216,8 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
             _fmt(r["input_percent"], ".1f"),
             _fmt(r["htod_ms_per_step"], ".3f"),
             _fmt(r["htod_percent"], ".1f"),
-            _short(top["name"]) if top else "-",
+            # Markdown is read rendered (a wrapped cell costs nothing) and pasted into issues: the whole name.
+            (one_line(top["name"]) if markdown else _short(top["name"])) if top else "-",
             _fmt(top["percent"], ".1f") if top else "-",
             _best_speedup(r),
             r["verdict"],
