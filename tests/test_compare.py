@@ -80,6 +80,7 @@ def run_dir(
     triggered: dict[str, float] | None = None,
     input_ms: float = INPUT_MS,
     per_epoch: dict[int, dict[str, float]] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> Path:
     """A run directory as the callbacks lay it out: per epoch, a trace in ``plugins/profile/<session>/`` and its
     report file (analysed with :func:`fitprof.analyze`, written with :func:`write_report_file`); with
@@ -99,7 +100,7 @@ def run_dir(
             world_size=world_size,
             input_ms=input_ms,
         )
-        report = dataclasses.replace(fitprof.analyze(trace), samples_per_step=samples_per_step)
+        report = dataclasses.replace(fitprof.analyze(trace), samples_per_step=samples_per_step, **(fields or {}))
         write_report_file(root, session=session, epoch=epoch, report=report, trace=trace, rank=rank or 0)
     return root
 
@@ -197,6 +198,21 @@ def test_fail_over_and_min_ms(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     rc, records = as_json(capsys, base, cand, "--fail-over", "50", "--min-ms", "0.005")
     assert rc == 1
     assert [r["name"] for r in records if r.get("regression")] == ["aten::tiny"]
+
+
+def test_memory_figures_are_compared_where_present_and_never_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1, fields={"alloc_mb_per_step": 20.0, "allocated_peak_mb": 2.0})
+    cand = run_dir(tmp_path / "cand", BASE_OPS, seed=2, fields={"alloc_mb_per_step": 60.0, "allocated_peak_mb": 2.0})
+    rc, records = as_json(capsys, base, cand)
+    assert rc == 0
+    alloc = row(records, "alloc_mb_per_step")
+    assert alloc["record"] == "figure" and alloc["change_percent"] == pytest.approx(200.0)
+    assert alloc["worse"] and not alloc["regression"]
+    assert not any(r.get("name") == "allocs_per_step" for r in records)  # NaN on both sides: left out
+    rc, records = as_json(capsys, run_dir(tmp_path / "plain", BASE_OPS, seed=3), cand)
+    assert not any(r.get("name") == "alloc_mb_per_step" for r in records)  # one side only: left out
 
 
 def test_a_step_slowed_alike_names_no_operator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -657,3 +673,15 @@ def test_baseline_in_the_lightning_callback(tmp_path: Path) -> None:
     last = profiler.reports[max(profiler.reports)]
     assert pct == pytest.approx(100 * (last.step_time_ms / base_ms - 1), rel=1e-5)
     assert pct > 0
+
+
+@pytest.mark.parametrize("adapter", ["lightning", "keras"])
+def test_both_callbacks_take_a_baseline(adapter: str, tmp_path: Path) -> None:
+    """The same ``baseline=`` in both callbacks, handed to the engine: read at construction, a missing one refused
+    there with the path named."""
+    module = pytest.importorskip(f"fitprof.{adapter}")
+    run = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    profiler = module.FitProfiler(log_dir=tmp_path / "logs", baseline=run)
+    assert profiler._engine.baseline is not None and len(profiler._engine.baseline.windows) == 3
+    with pytest.raises(ValueError, match=f"{tmp_path / 'missing'}: no such file or folder"):
+        module.FitProfiler(log_dir=tmp_path / "logs", baseline=tmp_path / "missing")

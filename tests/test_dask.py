@@ -13,12 +13,14 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import distributed
 import pytest
 
 import gputrace
 from fitprof import cli
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU
+
+# An optional extra (fitprof[dask]); the device image, for one, has no dask.
+distributed = pytest.importorskip("distributed", reason="needs fitprof[dask] (pip install 'fitprof[dask]')")
 
 
 @pytest.fixture(scope="module")

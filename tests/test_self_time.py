@@ -162,7 +162,7 @@ def _warm_up_recorded_not_analysed(path: Path) -> None:
 @pytest.mark.slow
 def test_lightning_own_delay_is_not_step_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("lightning.pytorch")
-    from fitprof.profilers.torch import TorchProfileWindow
+    from fitprof.profilers.torch import TorchProfiler as TorchProfileWindow
 
     base = _lightning_run(tmp_path / "a")
     again = _lightning_run(tmp_path / "b")

@@ -50,7 +50,13 @@ from typing import Any
 
 from fitprof._session import trigger_step
 from fitprof.analysis import BottleneckReport
-from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_PREFIX, EPOCH_SAMPLES_PER_S, EPOCH_STEP_TIME_MS_P50
+from fitprof.metrics import (
+    EPOCH_INPUT_PERCENT,
+    EPOCH_MEMORY_PEAK_MB,
+    EPOCH_PREFIX,
+    EPOCH_SAMPLES_PER_S,
+    EPOCH_STEP_TIME_MS_P50,
+)
 from fitprof.report_files import (
     MAX_REPORT_BYTES,
     ReportFileError,
@@ -151,6 +157,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("samples_per_s", "throughput", "samples/s", higher_is_worse=False),
     Figure("items_per_s", "items throughput", "items/s", higher_is_worse=False),
     Figure("flops_per_s", "FLOP rate", "FLOP/s", higher_is_worse=False),
+    Figure("allocs_per_step", "allocations", "per step"),
+    Figure("alloc_mb_per_step", "memory allocated", "MB/step"),
+    Figure("allocated_peak_mb", "memory held at once by the steps' allocations", "MB"),
+    Figure(EPOCH_MEMORY_PEAK_MB.key, "memory peak, every epoch", "MB", every_step=True),
 )
 """The figures compared, in this order; a figure with no finite value on either side is left out. A report
 field added later (memory, ...) is one row here. Where both sides have the always-on step timing, a step-time

@@ -39,9 +39,8 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from fitprof import metrics
 from fitprof._batch import batch_size
@@ -52,6 +51,7 @@ from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side, against_baseline, load_baseline
 from fitprof.fit import schedule
+from fitprof.fit.events import Busy, EpochResult, Triggered, Work
 from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
@@ -74,77 +74,6 @@ Boundary = Literal["step_start", "step_end"]
 WindowFactory = Callable[[int, str], ProfileWindow]
 """``(epoch, session suffix) -> a new, unstarted window`` (suffix ``""`` for the scheduled window, a triggered
 window's :func:`fitprof._session.trigger_suffix`)."""
-
-
-class Work(Protocol):
-    """What the adapter counts for a scheduled window's throughput (:mod:`fitprof.throughput`); every method is
-    called by the engine at the moment named."""
-
-    def epoch_start(self) -> None:
-        """A new epoch: forget the last window's counts."""
-
-    def count_flops(self, step: int, batch: Any) -> None:
-        """Count the FLOPs of step ``step``, which begins now (its batch, None where the hook has none); the
-        adapter stops counting when the step ends."""
-
-    def window_opened(self) -> None:
-        """The scheduled window's first analysed step begins."""
-
-    def window_step(self, batch: Any) -> None:
-        """An analysed step of the scheduled window ended (``boundary="step_end"`` only: its batch)."""
-
-    def window_closed(self) -> None:
-        """The scheduled window stops (its last analysed step ended)."""
-
-    def work(self) -> StepWork | None:
-        """The window's samples, items and FLOPs, for its report."""
-        ...
-
-
-@dataclass
-class Busy:
-    """Steps of this epoch during which another profiler runs (1-based, inclusive): ``who`` it is, as the user
-    wrote it, and its short ``name``."""
-
-    first: int
-    last: int
-    who: str
-    name: str
-
-
-@dataclass
-class Triggered:
-    """A triggered window published at its epoch's end: its firing, report (None when its analysis failed), the
-    one line and the Markdown text the adapter logs (``fitprof/trigger/summary``)."""
-
-    epoch: int
-    event: TriggerEvent
-    report: BottleneckReport | None
-    line: str
-    text: str
-
-
-@dataclass
-class EpochResult:
-    """What :meth:`FitEngine.epoch_end` published: the adapter logs it its own way.
-
-    Attributes:
-        window: the window's scalars (empty when the epoch had none; the same on every rank that gathered).
-        epoch: the ``fitprof/epoch/*`` figures (NaN where none) and every probe's epoch figures.
-        trigger: the ``fitprof/trigger/*`` figures of the epoch's last triggered window (NaN when none).
-        triggered: the triggered windows of this epoch.
-        figures: the always-on step timing of the epoch.
-        profiled: the epoch had a window (this rank's or, for the gather, any rank's).
-        session_dir: the session folder of this rank's scheduled window (None: none, or not written).
-    """
-
-    window: dict[str, float] = field(default_factory=dict)
-    epoch: dict[str, float] = field(default_factory=dict)
-    trigger: dict[str, float] = field(default_factory=dict)
-    triggered: list[Triggered] = field(default_factory=list)
-    figures: EpochSteps | None = None
-    profiled: bool = False
-    session_dir: Path | None = None
 
 
 class FitEngine:

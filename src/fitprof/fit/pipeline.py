@@ -29,7 +29,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,10 +82,13 @@ def logged_keys(top_k: int, world_size: int = 1) -> tuple[str, ...]:
     return keys + (cross_rank.EXTRA_KEYS if world_size > 1 else ())
 
 
-def every_key(scalars: dict[str, float], top_k: int, world_size: int = 1) -> dict[str, float]:
-    """``scalars`` with every key of :func:`logged_keys`, NaN where this epoch has no figure (not profiled, no
-    step analysed, fewer operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
-    out = {key: math.nan for key in logged_keys(top_k, world_size)}
+def every_key(
+    scalars: dict[str, float], top_k: int, world_size: int = 1, extra: Iterable[str] = ()
+) -> dict[str, float]:
+    """``scalars`` with every key of :func:`logged_keys` and of ``extra`` (the probes' window keys, the churn keys
+    of a ``profile_memory`` window), NaN where this epoch has no figure (not profiled, no step analysed, fewer
+    operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
+    out = {key: math.nan for key in (*logged_keys(top_k, world_size), *extra)}
     out.update(scalars)
     return out
 

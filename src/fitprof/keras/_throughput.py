@@ -70,7 +70,7 @@ def _samples_seen(model: Any) -> float:
 
 class KerasWork:
     """Collects one window's :class:`~fitprof.throughput.StepWork` for the Keras ``FitProfiler``: the engine's
-    :class:`~fitprof.fit.engine.Work` (the engine says when, this counts), per backend through its
+    :class:`~fitprof.fit.events.Work` (the engine says when, this counts), per backend through its
     :class:`~fitprof.keras._backends.Backend` (``device_and_dtype``, ``count_flops``, ``count_items``)."""
 
     def __init__(
@@ -124,6 +124,11 @@ class KerasWork:
         except Exception:
             name, dtype = "", ""
         self.log.device_name, self.log.dtype = name, dtype
+        # Convolutions can run float32 in another precision than matrix products (cuDNN's TF32, on by default).
+        try:
+            self.log.conv_dtype = torch_conv_dtype(model) if self.backend.name == "torch" and name else ""
+        except Exception:
+            self.log.conv_dtype = ""
 
     def epoch_start(self) -> None:
         self.log.reset()
@@ -241,7 +246,7 @@ class KerasWork:
             samples = float(n) * (len(data) if isinstance(data, (list, tuple)) else 1)
         else:
             samples = _samples_grown(model, before)
-        self.log.set_flops(flops, samples, counter.note)
+        self.log.set_flops(flops, samples, counter.note, conv_flops=counter.conv_flops)
         if self.count_items is not None and n:
             self.log.add_items(first, per_sample_of=float(n))
         return out
@@ -326,6 +331,16 @@ def torch_device_and_dtype(model: Any) -> tuple[str, str]:
 
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     return device_name(device), compute_dtype(str(model.dtype_policy.compute_dtype), device)
+
+
+def torch_conv_dtype(model: Any) -> str:
+    """The compute dtype of the model's convolutions on torch (:func:`fitprof.profilers.flops_torch.conv_compute_dtype`)."""
+    import torch
+
+    from fitprof.profilers.flops_torch import conv_compute_dtype
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return conv_compute_dtype(str(model.dtype_policy.compute_dtype), device)
 
 
 def jax_device_and_dtype(model: Any) -> tuple[str, str]:

@@ -44,7 +44,9 @@ class FitProfiler(keras.callbacks.Callback):
     per window, shown by TensorBoard's Profile tab), and at the epoch's end analyses it and logs:
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
-      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed``,
+      ``fitprof/htod_percent``, ``fitprof/collective_percent``, their exposed parts
+      ``fitprof/htod_exposed_percent`` and ``fitprof/collective_exposed_percent`` (what the verdict rests on),
+      ``fitprof/steps_analyzed``,
       ``fitprof/self_ms_per_step`` and
       ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
@@ -383,7 +385,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._sync_guards()
         self._publish_epoch(epoch, result)
         if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
-            logs.update(every_key(result.window, self.config.top_k, self._engine.world))
+            logs.update(every_key(result.window, self.config.top_k, self._engine.world, self._window_keys()))
             logs.update(result.epoch)
             logs.update(result.trigger)
             _no_val_columns(self._csv_loggers, logs)
@@ -551,6 +553,14 @@ class FitProfiler(keras.callbacks.Callback):
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
+
+    def _window_keys(self) -> tuple[str, ...]:
+        """The window keys beyond the report's base keys, logged every epoch: the probes' (NaN where no window
+        closed), and the allocation churn when torch records memory events."""
+        keys = tuple(self._engine.probes.figures("window"))
+        if self._fns.torch_options and self.torch_options.get("profile_memory"):
+            keys += tuple(m.key for m in metrics.CHURN_METRICS)
+        return keys
 
     def _memory_device(self) -> tuple[str, int]:
         """The device the memory figures come from: the backend's first accelerator, else the host."""
