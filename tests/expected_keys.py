@@ -26,6 +26,9 @@ WINDOW_KEYS = [
     "fitprof/top_op_1_ms",
     "fitprof/top_op_2_ms",
     "fitprof/top_op_3_ms",
+    "fitprof/memory_peak_mb",
+    "fitprof/memory_reserved_peak_mb",
+    "fitprof/memory_headroom_percent",
 ]
 """The profiled window's keys (docs/metrics.md), NaN in an epoch without a window."""
 EPOCH_KEYS = [
@@ -35,6 +38,10 @@ EPOCH_KEYS = [
     "fitprof/epoch/input_percent",
     "fitprof/epoch/samples_per_s",
     "fitprof/epoch/steps_timed",
+    "fitprof/epoch/memory_peak_mb",
+    "fitprof/epoch/memory_in_use_mb",
+    "fitprof/epoch/memory_growth_mb",
+    "fitprof/epoch/memory_headroom_percent",
 ]
 """The always-on step timing's keys: a figure every epoch."""
 TRIGGER_KEYS = ["fitprof/trigger/step", "fitprof/trigger/step_time_ms", "fitprof/trigger/baseline_ms"]

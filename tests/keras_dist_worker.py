@@ -99,7 +99,7 @@ print(
     "RESULT"
     + json.dumps(
         {
-            "rank": profiler._engine.rank,
+            "rank": profiler._engine.rank,  # the rank and world size fitprof detected
             "world": profiler._engine.world,
             "reports": {str(e): r.scalars() for e, r in profiler.reports.items()},
             "history": {k: v for k, v in hist.items() if k.startswith("fitprof/")},

@@ -17,6 +17,7 @@ pytest.importorskip("tensorflow")
 pd = pytest.importorskip("pandas")
 
 from expected_keys import EPOCH_KEYS, TRIGGER_KEYS, WINDOW_KEYS  # noqa: E402
+from fitprof import metrics  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
 from fitprof.metrics import top_op_key  # noqa: E402
 
@@ -83,6 +84,10 @@ def test_history_has_every_key_every_epoch_nan_where_not_profiled(no_validation:
         assert frame.loc[2, f"fitprof/top_op_{i}_ms"] == pytest.approx(op.self_ms_per_step, rel=1e-6)
     for epoch in (1, 3):
         assert all(math.isnan(frame.loc[epoch, k]) for k in keys), epoch
+    # The memory probe's window keys come every epoch too, NaN where no window closed.
+    memory = [m.key for m in metrics.MEMORY_METRICS]
+    assert all(math.isnan(frame.loc[epoch, k]) for epoch in (1, 3) for k in memory)
+    assert frame.loc[2, metrics.MEMORY_PEAK_MB.key] > 0
 
 
 def test_csvlogger_keeps_every_fitprof_column_and_no_val_fitprof(no_validation: tuple[Any, Any, Path]) -> None:

@@ -42,13 +42,30 @@ HTOD_MS_PER_STEP = Metric(
 HTOD_PERCENT = Metric(
     PREFIX + "htod_percent",
     "% of step time",
-    "`htod_ms_per_step` over `step_time_ms`, times 100. 0 on a CPU-only run.",
+    "`htod_ms_per_step` over `step_time_ms`, times 100, overlapped or not (`htod_exposed_percent`: the part that "
+    "slows the step). 0 on a CPU-only run.",
 )
 COLLECTIVE_PERCENT = Metric(
     PREFIX + "collective_percent",
     "% of step time",
     "Time of collective communication (NCCL/RCCL kernels, gloo and TF collective ops) inside analysed steps "
-    "over step time: device time where there are device events, host time otherwise.",
+    "over step time: device time where there are device events, host time otherwise. All of it, overlapped or "
+    "not: `collective_exposed_percent` is the part that slows the step.",
+)
+HTOD_EXPOSED_PERCENT = Metric(
+    PREFIX + "htod_exposed_percent",
+    "% of step time",
+    "The part of `htod_percent` not hidden behind compute: the device time of the host-to-device copies launched "
+    "in analysed steps while no kernel (compute or collective) ran on the device, over step time. The verdict "
+    "rests on it: a copy that overlaps a kernel costs the step nothing. 0 on a CPU-only run.",
+)
+COLLECTIVE_EXPOSED_PERCENT = Metric(
+    PREFIX + "collective_exposed_percent",
+    "% of step time",
+    "The part of `collective_percent` not hidden behind compute: collective kernels' device time while no compute "
+    "kernel ran (without device collectives: host time blocked in collectives while no host operator ran on "
+    "another thread), over step time. The verdict rests on it: DDP overlaps its gradient all-reduce with the "
+    "backward pass by design, and only the exposed part slows the step.",
 )
 STEPS_ANALYZED = Metric(
     PREFIX + "steps_analyzed",
@@ -133,8 +150,12 @@ FLOPS_PER_S = Metric(
 MFU = Metric(
     PREFIX + "mfu",
     "ratio (0-1)",
-    "`flops_per_s` over the device's dense peak FLOP/s at the compute dtype (`fitprof.throughput.PEAK_FLOPS`, "
-    "from the vendors' datasheets): model FLOPs utilisation. NaN on a CPU and on a device or dtype not in the table.",
+    "`flops_per_s` over the device's dense peak FLOP/s (`fitprof.throughput.PEAK_FLOPS`, from the vendors' "
+    "datasheets), matrix products and convolutions each at the peak of the precision they run in (torch on NVIDIA "
+    "compute capability 8.0+: float32 convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is False, "
+    "float32 matrix products in TF32 only when `torch.set_float32_matmul_precision` allows it): model FLOPs "
+    "utilisation. NaN on a CPU, on a device or dtype not in the table, and above 1 (a wrong peak or count; "
+    "`mfu_note` gives the ratio).",
 )
 SELF_MS_PER_STEP = Metric(
     PREFIX + "self_ms_per_step",
@@ -314,6 +335,8 @@ ALL: tuple[Metric, ...] = (
     HTOD_MS_PER_STEP,
     HTOD_PERCENT,
     COLLECTIVE_PERCENT,
+    HTOD_EXPOSED_PERCENT,
+    COLLECTIVE_EXPOSED_PERCENT,
     STEPS_ANALYZED,
     TOP_OP_RANKED,
     STEP_TIME_IF_NO_INPUT_MS,
@@ -343,6 +366,8 @@ BASE_KEYS: tuple[str, ...] = (
     HTOD_MS_PER_STEP.key,
     HTOD_PERCENT.key,
     COLLECTIVE_PERCENT.key,
+    HTOD_EXPOSED_PERCENT.key,
+    COLLECTIVE_EXPOSED_PERCENT.key,
     STEPS_ANALYZED.key,
     SPEEDUP_IF_NO_INPUT.key,
     SPEEDUP_IF_NO_HTOD.key,

@@ -33,6 +33,7 @@ framework's hooks, named once by ``boundary``:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -44,7 +45,7 @@ from typing import Any, Literal
 from fitprof import metrics
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
-from fitprof._coverage import FitCoverage
+from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
@@ -124,6 +125,7 @@ class FitEngine:
         baseline: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
+        self.given_config = config  # as the user gave it; ``config`` is it for this fit (``in_calls``)
         self.config = config
         self.new_window = new_window
         self.warn = warn
@@ -158,6 +160,11 @@ class FitEngine:
         self._reset_epoch()
         self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
         self._trig_pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []
+        self._trig_times: list[int] = []  # boundary times (ns) of the open triggered window's analysed steps
+        self._fired: Any = None  # the trigger's own record of the firing whose window is open
+        self._now = 0
+        self.false_alarms: dict[tuple[int, int], float] = {}
+        """(epoch, step) of each triggered window that proved a false alarm -> its steps' median wall time (ms)."""
         self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
 
     def _reset_epoch(self) -> None:
@@ -206,6 +213,7 @@ class FitEngine:
         self.world = world
         self.log_dir = log_dir
         self.spe = max(int(steps_per_execution), 1)
+        self.config = self.given_config.in_calls(self.spe)
         self.ends_after = ends_after or _never
         self.pipeline.clear()
         self.trigger_pipeline.clear()
@@ -217,6 +225,7 @@ class FitEngine:
         self._closed = None
         self._trig_pending = []
         self._trig_steps_total = 0
+        self.false_alarms = {}
         if self.trigger is not None:
             self.trigger.reset()
         self.probes.call("fit_start", now_ns=self.clock())
@@ -431,6 +440,7 @@ class FitEngine:
         n = k - 1
         self._seen = max(self._seen, k if self.boundary == "step_start" else n)
         dt = self.steps.step(now, n, input_ns=input_ns, samples=samples)
+        self._now = now
         fired = self._feed_trigger(dt, n) if self.window is None else None
         if self.window is not None and self.boundary == "step_start":
             self._end_marker(k)  # the step that ended here: its marker closes before anything else happens
@@ -526,11 +536,16 @@ class FitEngine:
         self._marked = k
 
     def _warn_short(self, steps_done: int) -> None:
+        """The epoch ended after step ``steps_done``, inside the window: one warning, with the ``profile_batch``
+        that fits epochs of that length (as the "nothing was profiled" warning suggests one), so that every epoch
+        does not analyse a stub of a window."""
         cfg = self.config
+        fits = suggest_profile_batch(steps_done, self.given_config.num_steps) if steps_done >= 1 else ""
         self.warn(
             "short",
             f"fitprof: epoch {self.epoch} ended after step {steps_done}, inside the window (profile_batch="
-            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed.",
+            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed."
+            + (f" For epochs of {steps_done} steps, profile_batch={fits} fits." if fits else ""),
         )
 
     # ------------------------------------------------------------------------------------------- triggered
@@ -544,11 +559,12 @@ class FitEngine:
         event = self.trigger.observe(dt, self._trig_steps_total, allowed=allowed)
         if event is None:
             return None
+        self._fired = event  # the trigger's own record, to withdraw if the window proves a false alarm
         return TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)
 
     def trigger_length(self) -> int:
         """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
-        return self.config.num_steps if self.config.enabled else 5
+        return self.given_config.num_steps if self.given_config.enabled else 5
 
     def _may_trigger(self, n: int) -> bool:
         """Whether a triggered window may open after step ``n`` (:func:`fitprof.fit.schedule.may_trigger`)."""
@@ -571,19 +587,43 @@ class FitEngine:
             return
         self._event = event
         self._trig_last = k + self.spe * self.trigger_length()
+        self._trig_times = []
         self.steps.exclude_next()
 
     def _advance_triggered(self, k: int) -> None:
+        """Mark or close the open triggered window at step boundary ``k``; the boundaries' times from its first
+        analysed step on give its steps' wall times (:meth:`_judge_triggered`)."""
         n = k - 1
         if not self._marked:
             if self.boundary == "step_end" and self.ends_after(n):
                 self._close(drop_open_step=False)
             else:
                 self._mark_first(k)
+                self._trig_times = [self._now]
         elif k > self._trig_last or (self.boundary == "step_end" and self.ends_after(n)):
+            self._trig_times.append(self._now)
             self._close(drop_open_step=False)
         else:
+            self._trig_times.append(self._now)
             self._mark(k)
+
+    def _judge_triggered(self, event: TriggerEvent) -> None:
+        """A triggered window closed: when its steps' median wall time is within the threshold the trigger fired
+        against (no slower than the baseline, beyond its noise), the firing was a false alarm (a transient stall,
+        e.g. another process on the cores): the trigger takes it back, so it uses up neither ``max_windows`` nor
+        the ``min_spacing`` gap, and the window's line says so. Judged here, as the window closes, so that a real
+        slowdown soon after can still fire in this epoch. Wall times include the profiler's own cost, so a window
+        is never called a false alarm for being cheap to profile."""
+        times = self._trig_times
+        durations = sorted(b - a for a, b in itertools.pairwise(times))
+        if not durations or self.trigger is None or self._fired is None:
+            return
+        mid = len(durations) // 2
+        median_ns = durations[mid] if len(durations) % 2 else (durations[mid - 1] + durations[mid]) / 2
+        if median_ns / 1e6 <= event.threshold_ms:
+            self.trigger.withdraw(self._fired)
+            self.false_alarms[(self.epoch, event.step)] = median_ns / 1e6
+        self._fired = None
 
     # ------------------------------------------------------------------------------------------- windows
     def _start(self, suffix: str) -> bool:
@@ -624,6 +664,7 @@ class FitEngine:
         if event is None:
             self._closed = (window, trace)
         else:
+            self._judge_triggered(event)
             self._trig_pending.append((window, trace, event))
 
     def _drop(self, reason: str) -> None:
@@ -730,7 +771,13 @@ class FitEngine:
         for window, trace, event in pending:
             report = self._analyze(self.trigger_pipeline, epoch, window, trace)
             self.triggered.append((epoch, event, report))
-            line = trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
+            line = trigger_line(
+                epoch,
+                event,
+                report,
+                compare_windows(report, normal, normal_epoch) if report else "",
+                false_alarm_ms=self.false_alarms.get((epoch, event.step)),
+            )
             text = line if report is None else f"{line}\n\n{report.summary_markdown()}"
             out.append(Triggered(epoch, event, report, line, text))
         return out

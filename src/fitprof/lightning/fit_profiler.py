@@ -25,7 +25,13 @@ from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
-from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.flops_torch import (
+    TorchFlopCount,
+    compute_dtype,
+    conv_compute_dtype,
+    device_name,
+    lightning_dtype,
+)
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
@@ -82,7 +88,9 @@ class FitProfiler(Callback):
     same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
     epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
     (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
-    ``fitprof/collective_percent``, ``fitprof/steps_analyzed``, ``fitprof/self_ms_per_step`` and
+    ``fitprof/collective_percent``, their exposed parts ``fitprof/htod_exposed_percent`` and
+    ``fitprof/collective_exposed_percent`` (what the verdict rests on), ``fitprof/steps_analyzed``,
+    ``fitprof/self_ms_per_step`` and
     ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
     the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
@@ -147,7 +155,9 @@ class FitProfiler(Callback):
     counting slows the step it counts, so it is never an analysed step nor the warm-up step the profiler records),
     ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
     :data:`fitprof.throughput.PEAK_FLOPS` ``fitprof/mfu`` divides that by the dense peak of the Trainer's
-    precision (``32-true`` is TF32 when ``torch.get_float32_matmul_precision()`` is not ``"highest"``).
+    precision, matrix products and convolutions each at their own (``32-true`` on compute capability 8.0 or later:
+    convolutions in TF32 unless ``torch.backends.cudnn.allow_tf32`` is False, matrix products in TF32 when
+    ``torch.set_float32_matmul_precision`` is not ``"highest"``; see :mod:`fitprof.profilers.flops_torch`).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
             recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
@@ -326,8 +336,9 @@ class FitProfiler(Callback):
             device = trainer.strategy.root_device
             self._work.device_name = device_name(device)
             self._work.dtype = compute_dtype(lightning_dtype(trainer.precision), device)
+            self._work.conv_dtype = conv_compute_dtype(lightning_dtype(trainer.precision), device)
         except Exception:  # no device known: FLOP/s only
-            self._work.device_name = self._work.dtype = ""
+            self._work.device_name = self._work.dtype = self._work.conv_dtype = ""
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
