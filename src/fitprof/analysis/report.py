@@ -19,9 +19,10 @@ OVERLAP_CLAUSE_MIN_PERCENT = 5.0
 less exposed) which the headline mentions (``collectives 33.8% of step time, 9.9% not hidden behind compute``): the
 verdict rests on the exposed shares, and the headline says so where the difference matters."""
 
-Framework = Literal["tensorflow", "pytorch"]
-"""The framework a trace comes from: ``"tensorflow"`` (an XSpace: TensorFlow, Keras on TensorFlow, JAX) or
-``"pytorch"`` (a Kineto trace: PyTorch, Lightning, Keras on torch). It picks the advice wording."""
+Framework = Literal["tensorflow", "pytorch", "jax"]
+"""The framework a trace comes from: ``"tensorflow"`` (an XSpace of TensorFlow, Keras on TensorFlow), ``"jax"``
+(an XSpace of JAX, Keras on JAX: the reader finds JAX's ``PjitFunction(...)`` dispatches or fitprof's JAX input
+annotation) or ``"pytorch"`` (a Kineto trace: PyTorch, Lightning, Keras on torch). It picks the advice wording."""
 FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
 FRAMEWORK_OF_FORMAT: dict[str, Framework] = {"xspace": "tensorflow", "kineto": "pytorch"}
 """The framework of each trace format (``table.attrs["format"]``, set by the readers)."""

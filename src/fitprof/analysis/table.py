@@ -115,7 +115,13 @@ def analyze_table(
         top_ops=ops.top,
         op_time_source=ops.source,
         verdict=verdict,
-        advice=advice_for(verdict, fw, pageable_share=pageable_share, top=ops.top[0] if ops.top else None),
+        advice=advice_for(
+            verdict,
+            fw,
+            pageable_share=pageable_share,
+            top=ops.top[0] if ops.top else None,
+            tf_data=tf_data_stages(table) if fw == "tensorflow" else None,
+        ),
         warnings=warnings,
         op_percent_total=ops.percent_total,
         host_op_percent=cover.host_op_percent,
@@ -126,6 +132,16 @@ def analyze_table(
         **where,
         **potential_speedups(step_time_us / 1e3, {k: v / n_div / 1e3 for k, v in exposed.items()}),
     )
+
+
+def tf_data_stages(table: pd.DataFrame) -> frozenset[str]:
+    """The ``tf.data`` stages the trace shows: the parts of its ``Iterator::Root::Prefetch::ParallelMapV2...``
+    event names (``{"Root", "Prefetch", "ParallelMapV2"}``); empty when no ``tf.data`` iterator ran in it."""
+    names = pd.Series(pd.unique(table["name"])).astype(str)
+    stages: set[str] = set()
+    for name in names[names.str.startswith("Iterator::")]:
+        stages.update(part.partition("[")[0] for part in name.split("::")[1:])
+    return frozenset(stages)
 
 
 def _framework(table: pd.DataFrame, framework: str | None) -> Framework:

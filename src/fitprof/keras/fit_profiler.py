@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable
@@ -213,6 +214,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._last_step = 0  # the last step begun in this epoch
         self._spe = 1
         self._csv_loggers: list[Any] = []  # the fit's CSVLoggers, whose columns are fixed at their first epoch
+        self._progbars: list[Any] = []  # the fit's ProgbarLoggers, showing a handful of fitprof's keys
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
         self._checkpoints: list[Any] = []  # the fit's ModelCheckpoints that save every N batches
         self._fetch_timer: Any = None  # torch backend: times each batch fetch (fitprof.keras._torch_backend)
@@ -224,7 +226,13 @@ class FitProfiler(keras.callbacks.Callback):
         profiled and the other callbacks of the running fit are not copied (the copy has no window open)."""
         state = self.__dict__.copy()
         state.update(
-            _guards=Guards(), _tb_profilers=[], _csv_loggers=[], _mirror=None, _fetch_timer=None, _checkpoints=[]
+            _guards=Guards(),
+            _tb_profilers=[],
+            _csv_loggers=[],
+            _mirror=None,
+            _fetch_timer=None,
+            _checkpoints=[],
+            _progbars=[],
         )
         return state
 
@@ -289,6 +297,7 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._guards.remove()
         self._csv_loggers = _csv_loggers(sys._getframe(1))
+        self._progbars = _quiet_progbars(sys._getframe(1))
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         self._open_run_dir()
         rank, world = _distributed.rank_and_world(self.model, self.backend)
@@ -402,6 +411,9 @@ class FitProfiler(keras.callbacks.Callback):
         self._events.close()
         self._close_mirror()
         self._csv_loggers = []  # hold no other callback (or its open file) past the fit: deepcopy / pickle
+        for progbar in self._progbars:
+            progbar.__dict__.pop("on_epoch_end", None)  # the fit is over: the class's own hook again
+        self._progbars = []
 
     def __del__(self) -> None:
         # A fit that raised where nothing was wrapped leaves the window open: never leave the profiler running.
@@ -606,6 +618,59 @@ def _tb_batches(callback: Any) -> int:
 def _tensorboard_profiles(callback: Any) -> bool:
     """Whether ``callback`` is a ``keras.callbacks.TensorBoard`` with profiling on (``profile_batch`` != 0)."""
     return isinstance(callback, keras.callbacks.TensorBoard) and bool(getattr(callback, "_should_trace", False))
+
+
+PROGBAR_KEYS = (
+    metrics.STEP_TIME_MS.key,
+    metrics.INPUT_PERCENT.key,
+    metrics.SAMPLES_PER_S.key,
+    metrics.EPOCH_STEP_TIME_MS_P50.key,
+)
+"""The fitprof keys Keras's progress bar shows at an epoch's end (when finite): the step time and input share of
+the window, its throughput, and the always-on median step time. Every other key, and these, stay in ``logs``, so
+``History``, ``CSVLogger`` and ``TensorBoard`` get them all; the bar line stays readable (about 40 keys, NaN
+among them, would be printed otherwise)."""
+
+
+def _quiet_progbars(frame: Any) -> list[Any]:
+    """The fit's ``keras.callbacks.ProgbarLogger`` instances (``frame``: the ``CallbackList`` that called
+    ``on_train_begin``), each given an ``on_epoch_end`` that prints only :data:`PROGBAR_KEYS` of fitprof's keys.
+
+    Keras's progress bar prints every key of ``logs`` it is handed (``Progbar.update(current, values)``; there is no
+    key filter, ``stateful_metrics`` only says how a value is averaged), and ``History`` and the bar are handed the
+    same dict. So the bar's own hook is given a copy without the other ``fitprof/*`` keys; the instance attribute is
+    removed at ``on_train_end``, the class's method takes over again."""
+    try:
+        caller = frame.f_locals.get("self")
+        if not isinstance(caller, keras.callbacks.CallbackList):
+            return []
+        progbars = [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.ProgbarLogger)]
+    except Exception:
+        return []
+    for progbar in progbars:
+        original = type(progbar).on_epoch_end
+
+        def on_epoch_end(epoch: int, logs: dict[str, Any] | None = None, _bar: Any = progbar, _f: Any = original):
+            return _f(_bar, epoch, _progbar_logs(logs))
+
+        progbar.on_epoch_end = on_epoch_end
+    return progbars
+
+
+def _progbar_logs(logs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``logs`` without the ``fitprof/*`` keys the progress bar does not show (:data:`PROGBAR_KEYS`, finite)."""
+    if logs is None:
+        return None
+
+    def shown(key: str, value: Any) -> bool:
+        if not key.startswith("fitprof/"):
+            return True
+        try:
+            return key in PROGBAR_KEYS and math.isfinite(float(value))
+        except (TypeError, ValueError):
+            return False
+
+    return {k: v for k, v in logs.items() if shown(k, v)}
 
 
 def _csv_loggers(frame: Any) -> list[Any]:

@@ -152,7 +152,20 @@ def read_xspace(
         return _read_converted(data, space, p, env)
     table = _table(_tf_frame(data, space, p))
     table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
+    if _is_jax(table):
+        table.attrs["framework"] = "jax"  # else the format's: TensorFlow
     return table
+
+
+_JAX_DISPATCH = ("PjitFunction(", "PmapFunction(")
+"""The host events JAX's runtime records for each call of a jitted (or pmapped) function; TensorFlow has none."""
+
+
+def _is_jax(table: pd.DataFrame) -> bool:
+    """Whether a native XSpace's table is JAX's: it holds a jitted call's dispatch (:data:`_JAX_DISPATCH`) or the
+    annotation fitprof's JAX window puts around each batch fetch (:data:`INPUT_ANNOTATION`)."""
+    names = pd.Series(pd.unique(table["name"])).astype(str)
+    return bool(names.str.startswith(_JAX_DISPATCH).any() or (names == INPUT_ANNOTATION).any())
 
 
 @dataclasses.dataclass(frozen=True)
