@@ -6,10 +6,10 @@
 
 Run it first whenever a GPU is at hand. It needs torch, lightning, tensorboard and fitprof's core dependencies
 (msgspec among them: on an image without it, bring the wheel, ``pip download msgspec --only-binary=:all:``, and
-``pip install --target`` it there). No TensorFlow, no network. Sized for one H200 well inside 8 minutes: 96
+``pip install --target`` it there). No TensorFlow, no network. Sized for one H200 well inside 8 minutes: 56
 training steps and 5 copy steps (not yet timed on a GPU; ``--dry`` takes about 20 s on a 2-core CPU).
 
-Four runs, each compared with what it measured itself:
+Three runs, each compared with what it measured itself:
 
 1. **Lightning, float32 conv net** (``FitProfiler(profile_batch=(21, 25))``, ``DataLoader(pin_memory=True)``):
    a callback records its own CUDA event at every step boundary and reads ``torch.cuda.max_memory_allocated``.

@@ -442,6 +442,8 @@ class FitEngine:
         dt = self.steps.step(now, n, input_ns=input_ns, samples=samples)
         self._now = now
         fired = self._feed_trigger(dt, n) if self.window is None else None
+        if self.window is not None and self.boundary == "step_start":
+            self._end_marker(k)  # the step that ended here: its marker closes before anything else happens
         if self.window is not None:
             if self._event is not None:
                 self._advance_triggered(k)
@@ -514,6 +516,14 @@ class FitEngine:
             if self.work is not None:
                 self.work.window_opened()
             self.probes.call("window_start", now_ns=self.clock())
+
+    def _end_marker(self, k: int) -> None:
+        window = self.window
+        assert window is not None
+        try:
+            window.end_step()
+        except Exception as err:  # a step marker failed: drop the window, training goes on
+            self._drop(f"could not mark step {k} ({err!r})")
 
     def _mark(self, k: int) -> None:
         window = self.window
