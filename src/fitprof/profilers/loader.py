@@ -1,0 +1,163 @@
+"""Worker-side timing of a PyTorch ``DataLoader``: what each worker spends producing a batch, in shared memory.
+
+:meth:`DataLoaderTiming.attach` chains the loader's ``worker_init_fn``. Inside each worker process, after the user's
+own ``worker_init_fn``, the chained function wraps the fetcher that worker creates for the loader's dataset (the one
+object that runs the samples' ``__getitem__`` and the ``collate_fn`` of a batch, ``fetcher.fetch(index)``, for
+map-style and iterable datasets alike) so that each call adds its wall time (``time.perf_counter_ns``), its CPU
+time (``time.thread_time_ns``) and one batch to that worker's slots of a small shared ``int64`` array. The batch
+is returned as the fetcher made it, untouched. The main process reads the array
+(:meth:`DataLoaderTiming.read`) when it wants, without a message to the workers.
+
+Why the fetcher, reached through ``worker_init_fn``: the dataset and the sampler cannot be replaced after a
+``DataLoader`` is built (its ``__setattr__`` refuses), a ``collate_fn`` wrapper sees only the collate and not the
+samples' ``__getitem__`` before it, and the worker loop creates its fetcher (``_DatasetKind.create_fetcher``) right
+after ``worker_init_fn`` returns, in every worker, again at each epoch of ``persistent_workers``. The patch lives in
+the worker process only (never the main one) and wraps only fetchers of the worker's own dataset. The chained
+function and the array pickle, so spawn and forkserver workers get them as fork workers do.
+
+:meth:`DataLoaderTiming.detach` puts the user's ``worker_init_fn`` back and switches the timing off in workers that
+are still running (``persistent_workers=True``): they check a shared flag before each batch. With
+``num_workers=0`` nothing is attached (:attr:`DataLoaderTiming.workers` is 0): the main process produces the
+batches and the probe times that as the input wait.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fitprof.fit.loader import LoaderCounters
+
+log = logging.getLogger(__name__)
+
+_FLAG = 0
+"""Slot 0 of the shared array: 1 while the timing is on."""
+
+
+class _TimedInit:
+    """The chained ``worker_init_fn``: the user's function, then the fetcher wrapping (picklable for spawn)."""
+
+    def __init__(self, user: Callable[[int], None] | None, shared: Any, workers: int) -> None:
+        self.user = user
+        self.shared = shared
+        self.workers = workers
+
+    def __call__(self, worker_id: int) -> None:
+        if self.user is not None:
+            self.user(worker_id)
+        try:
+            _wrap_fetchers(self.shared, self.workers, worker_id)
+        except Exception as err:  # timing must never stop a worker: that worker goes untimed
+            log.debug("fitprof: loader timing not installed in worker %s: %r", worker_id, err)
+
+
+def _wrap_fetchers(shared: Any, workers: int, worker_id: int) -> None:
+    """In a worker process: wrap every fetcher later created for this worker's dataset."""
+    if not 0 <= worker_id < workers:
+        return
+    from torch.utils.data import _DatasetKind, get_worker_info
+
+    info = get_worker_info()
+    dataset = info.dataset if info is not None else None
+    create = _DatasetKind.create_fetcher
+    if getattr(create, "_fitprof_timed", False):  # this worker's loop already wrapped it (a reused process)
+        return
+    busy, cpu, batches = 1 + worker_id, 1 + workers + worker_id, 1 + 2 * workers + worker_id
+
+    def create_fetcher(kind: Any, ds: Any, *args: Any, **kwargs: Any) -> Any:
+        fetcher = create(kind, ds, *args, **kwargs)
+        if ds is not dataset:
+            return fetcher
+        fetch = fetcher.fetch
+
+        def timed_fetch(index: Any) -> Any:
+            if not shared[_FLAG]:
+                return fetch(index)
+            t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            try:
+                data = fetch(index)
+            finally:
+                shared[busy] += time.perf_counter_ns() - t0
+                shared[cpu] += time.thread_time_ns() - c0
+            shared[batches] += 1
+            return data
+
+        fetcher.fetch = timed_fetch
+        return fetcher
+
+    create_fetcher._fitprof_timed = True  # type: ignore[attr-defined]
+    _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[assignment]
+
+
+class DataLoaderTiming:
+    """The worker-side timing of one ``DataLoader`` (a :class:`fitprof.fit.loader.LoaderSource`).
+
+    Use :meth:`attach` before the loader starts its workers (before ``iter(loader)``; with ``persistent_workers``
+    workers started earlier stay untimed) and :meth:`detach` at teardown.
+
+    Attributes:
+        loader: the ``DataLoader``.
+        workers: its ``num_workers`` when attached (0: nothing is timed in workers).
+    """
+
+    def __init__(self, loader: Any, workers: int, shared: Any, user: Callable[[int], None] | None) -> None:
+        self.loader = loader
+        self.workers = workers
+        self._shared = shared
+        self._user = user
+        self._init: _TimedInit | None = None
+
+    @classmethod
+    def attach(cls, loader: Any) -> DataLoaderTiming:
+        """Time ``loader``'s workers from their next start.
+
+        The shared array is allocated in the loader's multiprocessing context (``multiprocessing_context``, else
+        the default): ``1 + 3 * num_workers`` int64 (the on flag; busy ns, CPU ns, batches per worker).
+
+        Raises:
+            TypeError: ``loader`` has no ``num_workers`` / ``worker_init_fn`` (not a ``DataLoader``).
+        """
+        if not hasattr(loader, "num_workers") or not hasattr(loader, "worker_init_fn"):
+            raise TypeError(f"expected a torch.utils.data.DataLoader, got {type(loader).__name__}")
+        workers = int(loader.num_workers)
+        user = loader.worker_init_fn
+        if isinstance(user, _TimedInit):  # attached twice: share the first timing's counters
+            timing = cls(loader, user.workers, user.shared, user.user)
+            timing._init = user
+            return timing
+        if workers <= 0:
+            return cls(loader, 0, None, user)
+        ctx = loader.multiprocessing_context
+        if isinstance(ctx, str):
+            ctx = multiprocessing.get_context(ctx)
+        make = getattr(ctx, "RawArray", None) or multiprocessing.RawArray
+        shared = make(ctypes.c_int64, 1 + 3 * workers)
+        shared[_FLAG] = 1
+        timing = cls(loader, workers, shared, user)
+        timing._init = _TimedInit(user, shared, workers)
+        loader.worker_init_fn = timing._init
+        return timing
+
+    def read(self) -> LoaderCounters | None:
+        """The cumulative counters since :meth:`attach` (None with no workers): one 8-byte read per slot."""
+        s, n = self._shared, self.workers
+        if s is None:
+            return None
+        return LoaderCounters(
+            busy_ns=tuple(s[1 : 1 + n]), cpu_ns=tuple(s[1 + n : 1 + 2 * n]), batches=tuple(s[1 + 2 * n : 1 + 3 * n])
+        )
+
+    def detach(self) -> None:
+        """Put the user's ``worker_init_fn`` back and stop timing in running workers; never raises."""
+        try:
+            if self._shared is not None:
+                self._shared[_FLAG] = 0
+            if self._init is not None and self.loader.worker_init_fn is self._init:
+                self.loader.worker_init_fn = self._user
+        except Exception as err:  # pragma: no cover - a loader that refuses the attribute: leave it
+            log.debug("fitprof: loader timing not detached: %r", err)
+        self._init = None
