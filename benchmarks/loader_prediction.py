@@ -76,6 +76,11 @@ def main() -> None:
                         "base_step_ms": base.step_ms,
                         "batch_ms": e.batch_ns * 1e-6,
                         "batch_cpu_ms": e.batch_cpu_ns * 1e-6,
+                        "batch_runq_ms": e.batch_runq_ns * 1e-6,
+                        "own_w_ms": again.probe.batch_ns * 1e-6 if again.probe else float("nan"),
+                        "own_model_ms": max(again.probe.step_ns, again.probe.batch_ns / n) * 1e-6
+                        if again.probe
+                        else float("nan"),
                         "rest_ms": e.step_ns * 1e-6,
                         "predicted_ms": predicted,
                         "exposed_bound_ms": e.step_ns * 1e-6,
@@ -94,11 +99,12 @@ def main() -> None:
                     f"{mode:5s} r{r} N={n}: predicted {predicted:6.1f} ms, re-measured {again.step_ms:6.1f} ms "
                     f"({x['error_percent']:+5.1f}%), exposed-time bound {x['exposed_bound_ms']:5.1f} ms; "
                     f"busy {x['busy_percent']:5.1f}% vs truth {again.truth_busy_percent:5.1f}%  "
-                    f"[base N={args.base}: {base.step_ms:.1f} ms, W {x['batch_ms']:.1f} ms (CPU {x['batch_cpu_ms']:.1f}), "
-                    f"S {x['rest_ms']:.1f} ms]",
+                    f"[base N={args.base}: {base.step_ms:.1f} ms, W {x['batch_ms']:.1f} ms (CPU {x['batch_cpu_ms']:.1f}, "
+                    f"waiting for a core {x['batch_runq_ms']:.1f}), S {x['rest_ms']:.1f} ms; this run's own W "
+                    f"{x['own_w_ms']:.1f} ms, max(S, W/N) {x['own_model_ms']:.1f} ms]",
                     flush=True,
                 )
-                print(f"  advice (N={args.base}): {e.advice()}", flush=True)
+                print(f"  advice (N={args.base}): {e.advice()}; needed {e.needed}", flush=True)
     print()
     print(
         "| mode | N | predicted ms (median) | re-measured ms (median) | error range | within 20% | busy − truth (pp) |"

@@ -27,13 +27,14 @@ MS = 1_000_000
 class FakeSource:
     """A loader whose workers each produce batches of ``batch_ms`` wall (``cpu_ms`` CPU) time, counted on demand."""
 
-    def __init__(self, workers: int, batch_ms: float, cpu_ms: float = 0.0) -> None:
+    def __init__(self, workers: int, batch_ms: float, cpu_ms: float = 0.0, runq_ms: float = 0.0) -> None:
         self.workers = workers
-        self.batch_ms, self.cpu_ms = batch_ms, cpu_ms
+        self.batch_ms, self.cpu_ms, self.runq_ms = batch_ms, cpu_ms, runq_ms
         self.done = [0] * workers
         self.next = 0
         self.busy = [0] * workers
         self.cpu = [0] * workers
+        self.runq = [0] * workers
 
     def produce(self, batches: int) -> None:
         """Round robin, as a DataLoader hands out its batches."""
@@ -41,6 +42,7 @@ class FakeSource:
             self.done[self.next] += 1
             self.busy[self.next] += int(self.batch_ms * MS)
             self.cpu[self.next] += int(self.cpu_ms * MS)
+            self.runq[self.next] += int(self.runq_ms * MS)
             self.next = (self.next + 1) % self.workers
 
     def read(self) -> LoaderCounters | None:
@@ -50,6 +52,7 @@ class FakeSource:
             busy_ns=tuple(self.busy),
             cpu_ns=tuple(self.cpu),
             batches=tuple(self.done),
+            runq_ns=tuple(self.runq),
         )
 
 
@@ -156,6 +159,19 @@ def test_cpu_bound_loading_is_bounded_by_the_cores() -> None:
     drive(probe2, source2, steps=40, wait_ms=10, rest_ms=10)
     assert probe2.epoch_figures()["fitprof/epoch/loader_workers_needed"] == 2
     assert (probe2.advice() or "").startswith("only 2 cores: CPU-bound loading needs cheaper transforms or more cores")
+
+
+def test_loading_that_waits_for_a_core_is_cpu_bound() -> None:
+    """20 ms of CPU in a 60 ms batch, 35 ms of it waiting for a core (other processes load the machine): CPU-bound,
+    so the count stops at the cores; the same batch sleeping those 35 ms instead may use more workers."""
+    waiting, sleeping = FakeSource(1, 60, cpu_ms=20, runq_ms=35), FakeSource(1, 60, cpu_ms=20)
+    p1, p2 = LoaderProbe(waiting, cores=2), LoaderProbe(sleeping, cores=2)
+    drive(p1, waiting, steps=40, wait_ms=50, rest_ms=10)
+    drive(p2, sleeping, steps=40, wait_ms=50, rest_ms=10)
+    assert p1.epoch_figures()["fitprof/epoch/loader_workers_needed"] == 2
+    assert (p1.advice() or "").endswith("only 2 cores: CPU-bound loading needs cheaper transforms or more cores")
+    assert p2.epoch_figures()["fitprof/epoch/loader_workers_needed"] == 6  # 60/6 = 10 ms, the step's own time
+    assert "only 2 cores" not in (p2.advice() or "")
 
 
 def test_a_main_process_bottleneck_is_told_apart() -> None:

@@ -58,7 +58,7 @@ def test_no_workers_attach_nothing_and_the_wait_is_the_loading() -> None:
     assert timing.workers == 0 and timing.read() is None and loader.worker_init_fn is init
     timing.detach()
     assert loader.worker_init_fn is init
-    (epoch,) = run(0, steps=24, item_ms=5.0, step_ms=8.0)
+    (epoch,) = run(0, steps=24, batch_size=4, item_ms=5.0, step_ms=8.0)
     assert epoch.batches_equal and epoch.probe is not None
     assert epoch.probe.workers == 0
     # W is the main process's wait: 4 sleeps of 5 ms, at least

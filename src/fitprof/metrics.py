@@ -218,8 +218,8 @@ LOADER_WORKERS_NEEDED = Metric(
     EPOCH_PREFIX + "loader_workers_needed",
     "workers",
     "The smallest worker count N (from 0 to the usable cores, `len(os.sched_getaffinity(0))`, when the loading is "
-    "CPU-bound: its CPU time at least half its wall time; else to 4 times the cores) whose predicted "
-    "input wait is under 5% of the predicted step time, the step time with N workers predicted as "
+    "CPU-bound: the worker ran or waited for a core at least half its wall time; else to 4 times the cores) whose "
+    "predicted input wait is under 5% of the predicted step time, the step time with N workers predicted as "
     "max(S + M, W/N, W_cpu/min(N, cores), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
     "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
     "the current N), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "

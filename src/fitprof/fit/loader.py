@@ -50,11 +50,14 @@ class LoaderCounters:
         busy_ns: wall time inside the batch fetch (samples and collate), ns, per worker.
         cpu_ns: the worker thread's CPU time in the same spans, ns, per worker.
         batches: batches fetched, per worker.
+        runq_ns: time in the same spans the worker was runnable but waited for a core (Linux's run-queue wait), ns,
+            per worker; empty where unknown.
     """
 
     busy_ns: tuple[int, ...]
     cpu_ns: tuple[int, ...]
     batches: tuple[int, ...]
+    runq_ns: tuple[int, ...] = ()
 
     def minus(self, earlier: LoaderCounters | None) -> LoaderCounters:
         """The counts since ``earlier`` (a worker that restarted, whose counter went down, counts from 0)."""
@@ -64,8 +67,12 @@ class LoaderCounters:
         def sub(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
             return tuple(x - y if x >= y else x for x, y in zip(a, b, strict=True))
 
+        runq = sub(self.runq_ns, earlier.runq_ns) if len(self.runq_ns) == len(earlier.runq_ns) else self.runq_ns
         return LoaderCounters(
-            sub(self.busy_ns, earlier.busy_ns), sub(self.cpu_ns, earlier.cpu_ns), sub(self.batches, earlier.batches)
+            sub(self.busy_ns, earlier.busy_ns),
+            sub(self.cpu_ns, earlier.cpu_ns),
+            sub(self.batches, earlier.batches),
+            runq,
         )
 
 
@@ -120,18 +127,19 @@ def workers_needed(
     w_cpu: float = 0.0,
     s_cpu: float = 0.0,
     cores: int = 1,
+    w_runq: float = 0.0,
     most: int | None = None,
 ) -> tuple[int, float, bool]:
     """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the step.
 
-    ``most`` defaults to :func:`search_bound`. The cores bound the count through the model's CPU terms: once the
+    ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch). The cores bound the count through the model's CPU terms: once the
     workers' CPU time fills the cores, more workers predict no gain and are not chosen.
 
     Returns:
         ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
         meets it, the smallest count within 1% of the best predicted time.
     """
-    top = search_bound(w, w_cpu, cores) if most is None else most
+    top = search_bound(w, w_cpu + w_runq, cores) if most is None else most
     times = [predict_step_ns(k, w=w, s=s, m=m, w_cpu=w_cpu, s_cpu=s_cpu, cores=cores) for k in range(top + 1)]
     for k, t in enumerate(times):
         if t - s <= WAIT_TARGET * t:
@@ -141,11 +149,12 @@ def workers_needed(
     return k, times[k], False
 
 
-def search_bound(w: float, w_cpu: float, cores: int) -> int:
-    """The largest worker count advised: the cores when the loading is CPU-bound (its CPU time at least half its
-    wall time), else 4 times the cores (workers that mostly wait, on storage or a sleep, share cores; measured on 2
-    cores: 4 sleeping workers ran 4 times as fast as one, ``benchmarks/loader_prediction.py``)."""
-    return cores if w_cpu >= 0.5 * w else 4 * cores
+def search_bound(w: float, w_wants_cpu: float, cores: int) -> int:
+    """The largest worker count advised: the cores when the loading is CPU-bound (the worker ran or waited for a core,
+    ``w_wants_cpu``, at least half its wall time ``w``: on a machine other processes load, a CPU-bound worker spends
+    much of its time waiting for a core), else 4 times the cores (workers that mostly sleep or wait on storage share
+    cores; measured on 2 cores: 4 sleeping workers ran about 4 times as fast as one, ``benchmarks/loader_prediction.py``)."""
+    return cores if w_wants_cpu >= 0.5 * w else 4 * cores
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,7 @@ class LoaderEpoch:
     Attributes:
         workers: N, the loader's workers (0: the main process loads).
         steps: steady steps the main-loop means come from.
-        batch_ns: W. batch_cpu_ns: W_cpu. step_ns: S. step_cpu_ns: S_cpu. wait_ns: the mean measured input wait, G.
+        batch_ns: W. batch_cpu_ns: W_cpu. batch_runq_ns: the worker's wait for a core per batch. step_ns: S. step_cpu_ns: S_cpu. wait_ns: the mean measured input wait, G.
         main_ns: M, ``max(0, G - max(0, W/N - S))`` (0 with no workers).
         busy_percent: the workers' busy time over N times the epoch's wall time, 0-100 (no workers: the main
             process's input wait over the epoch's wall time).
@@ -167,6 +176,7 @@ class LoaderEpoch:
     steps: int
     batch_ns: float
     batch_cpu_ns: float
+    batch_runq_ns: float
     step_ns: float
     step_cpu_ns: float
     wait_ns: float
@@ -365,20 +375,24 @@ class LoaderProbe:
             batches = sum(counts.batches)
             w = sum(counts.busy_ns) / batches
             w_cpu = sum(counts.cpu_ns) / batches
+            w_runq = sum(counts.runq_ns) / batches
             busy = 100.0 * sum(counts.busy_ns) / (workers * wall)
             main = max(0.0, wait - max(0.0, w / workers - rest))
         elif workers == 0 and self.source is not None:
-            w, w_cpu, main = wait, 0.0, 0.0
+            w, w_cpu, w_runq, main = wait, 0.0, 0.0, 0.0
             busy = 100.0 * self._gap_sum / wall
         else:
             self.last = None
             return
-        needed, predicted, reached = workers_needed(w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores)
+        needed, predicted, reached = workers_needed(
+            w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, w_runq=w_runq
+        )
         self.last = LoaderEpoch(
             workers=workers,
             steps=k,
             batch_ns=w,
             batch_cpu_ns=w_cpu,
+            batch_runq_ns=w_runq,
             step_ns=rest,
             step_cpu_ns=rest_cpu,
             wait_ns=wait,
