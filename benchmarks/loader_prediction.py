@@ -77,6 +77,7 @@ def main() -> None:
                         "batch_ms": e.batch_ns * 1e-6,
                         "batch_cpu_ms": e.batch_cpu_ns * 1e-6,
                         "batch_runq_ms": e.batch_runq_ns * 1e-6,
+                        "free_cores": e.free_cores,
                         "own_w_ms": again.probe.batch_ns * 1e-6 if again.probe else float("nan"),
                         "own_model_ms": max(again.probe.step_ns, again.probe.batch_ns / n) * 1e-6
                         if again.probe
@@ -100,7 +101,8 @@ def main() -> None:
                     f"({x['error_percent']:+5.1f}%), exposed-time bound {x['exposed_bound_ms']:5.1f} ms; "
                     f"busy {x['busy_percent']:5.1f}% vs truth {again.truth_busy_percent:5.1f}%  "
                     f"[base N={args.base}: {base.step_ms:.1f} ms, W {x['batch_ms']:.1f} ms (CPU {x['batch_cpu_ms']:.1f}, "
-                    f"waiting for a core {x['batch_runq_ms']:.1f}), S {x['rest_ms']:.1f} ms; this run's own W "
+                    f"waiting for a core {x['batch_runq_ms']:.1f}), S {x['rest_ms']:.1f} ms, free cores {e.free_cores or 0:.2f}; "
+                    f"this run's own W "
                     f"{x['own_w_ms']:.1f} ms, max(S, W/N) {x['own_model_ms']:.1f} ms]",
                     flush=True,
                 )

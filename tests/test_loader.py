@@ -69,10 +69,15 @@ def drive(
     epoch: int = 0,
     t0: int = 0,
     tail_ms: float = 0.0,
+    idle_cores: float | None = None,
 ) -> int:
     """One epoch of planted steps; returns the clock at its end. Each step waits ``wait_ms`` and runs ``rest_ms``."""
     cpu = [0]
     probe.cpu_clock = lambda: cpu[0]
+    if idle_cores is None:
+        probe.idle_clock = lambda: None
+    else:  # the usable cores stood idle this many cores' worth over the epoch
+        probe.idle_clock = lambda: int(idle_cores * now)
     waits = [first_wait_ms] + [wait_ms] * (steps - 1)
     fetched = {"last": 0}
 
@@ -172,6 +177,29 @@ def test_loading_that_waits_for_a_core_is_cpu_bound() -> None:
     assert (p1.advice() or "").endswith("only 2 cores: CPU-bound loading needs cheaper transforms or more cores")
     assert p2.epoch_figures()["fitprof/epoch/loader_workers_needed"] == 6  # 60/6 = 10 ms, the step's own time
     assert "only 2 cores" not in (p2.advice() or "")
+
+
+def test_cores_other_processes_hold_are_not_counted() -> None:
+    """The same CPU-bound worker (20 ms of CPU in a 60 ms batch, 35 ms waiting for a core): with 2 idle cores it may
+    use 2 workers; with none idle it has only the third of a core it used, and a second worker gains nothing."""
+    results = {}
+    for idle in (2.0, 0.0):
+        source = FakeSource(1, 60, cpu_ms=20, runq_ms=35)
+        probe = LoaderProbe(source, cores=2)
+        drive(probe, source, steps=40, wait_ms=50, rest_ms=10, first_wait_ms=50, idle_cores=idle, t0=10**12)
+        assert probe.last is not None
+        results[idle] = probe.last
+    roomy, full = results[2.0], results[0.0]
+    assert roomy.free_cores == pytest.approx(2.0) and roomy.predict(2) == pytest.approx(30 * MS)
+    assert full.free_cores == pytest.approx(20 * 40 / (40 * 60), rel=0.01)  # its own CPU time over the wall time
+    assert full.predict(2) == pytest.approx(60 * MS, rel=0.01)  # W_cpu / F: 20 ms / (1/3 core)
+    assert (full.advice() or "").startswith("only 2 cores (0.3 of them free to the loader): CPU-bound loading")
+    # a worker that sleeps most of its batch gets its little CPU time on a full machine all the same
+    sleeper = FakeSource(1, 60, cpu_ms=1, runq_ms=2)
+    probe = LoaderProbe(sleeper, cores=2)
+    drive(probe, sleeper, steps=40, wait_ms=50, rest_ms=10, first_wait_ms=50, idle_cores=0.0, t0=10**12)
+    assert probe.last is not None and probe.last.free_cores is None
+    assert probe.last.predict(2) == pytest.approx(30 * MS)
 
 
 def test_a_main_process_bottleneck_is_told_apart() -> None:

@@ -220,11 +220,13 @@ LOADER_WORKERS_NEEDED = Metric(
     "The smallest worker count N (from 0 to the usable cores, `len(os.sched_getaffinity(0))`, when the loading is "
     "CPU-bound: the worker ran or waited for a core at least half its wall time; else to 4 times the cores) whose "
     "predicted input wait is under 5% of the predicted step time, the step time with N workers predicted as "
-    "max(S + M, W/N, W_cpu/min(N, cores), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
+    "max(S + M, W/N, W_cpu/min(N, F), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
     "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
     "the current N), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
-    "(`fitprof.fit.loader.predict_step_ns`). When no count up to the cores reaches that, the smallest count within "
-    "1% of the best predicted step time." + _LOADER,
+    "(`fitprof.fit.loader.predict_step_ns`), F the cores CPU-bound workers could have had (their CPU time plus the "
+    "usable cores' idle time from `/proc/stat`, over the epoch's wall time; other processes hold the rest; F = cores "
+    "for loading that is not CPU-bound). When no count "
+    "up to the bound reaches that, the smallest count within 1% of the best predicted step time." + _LOADER,
 )
 LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
     EPOCH_PREFIX + "step_time_if_enough_workers_ms",

@@ -11,9 +11,11 @@ The model, per step, all times per batch: W the worker time to produce a batch (
 worker), W_cpu its CPU time, S the main loop's time between receiving a batch and asking for the next (the step
 without its input wait), S_cpu the main thread's CPU time in it, M the main process's own per-batch cost that no
 worker takes over (unpickling a batch from the workers, the pin-memory thread, a collate in the main process).
-N workers deliver a batch every W/N at best; the loop needs one every S + M; C cores hold at most C busy threads:
+N workers deliver a batch every W/N at best; the loop needs one every S + M; C cores hold at most C busy threads, and
+of those CPU-bound workers can count on F, the cores they used plus the cores that stood idle this epoch (other
+processes hold the rest; more workers may win a larger share from them, so this errs on the slow side):
 
-    T(N) = max(S + M, W / N, W_cpu / min(N, C), (W_cpu + S_cpu) / C)
+    T(N) = max(S + M, W / N, W_cpu / min(N, F), (W_cpu + S_cpu) / C)
 
 and the input wait is T(N) - S. With no workers the main process does the work: T(0) = S + W. M is what the measured
 wait leaves over once the workers' share (max(0, W/N - S)) is taken out; it is hidden when the workers are the bound,
@@ -97,8 +99,33 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def idle_ns() -> int | None:
+    """Idle time (idle and iowait) summed over the cores this process may use since boot, ns, from Linux's
+    ``/proc/stat`` (its per-core lines, in clock ticks); None where that file is missing or unreadable."""
+    try:
+        allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        tick = 1e9 / os.sysconf("SC_CLK_TCK")
+        total = 0
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in allowed:
+                    total += int(fields[4]) + int(fields[5])
+        return int(total * tick)
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+
+
 def predict_step_ns(
-    n: int, *, w: float, s: float, m: float = 0.0, w_cpu: float = 0.0, s_cpu: float = 0.0, cores: int = 1
+    n: int,
+    *,
+    w: float,
+    s: float,
+    m: float = 0.0,
+    w_cpu: float = 0.0,
+    s_cpu: float = 0.0,
+    cores: int = 1,
+    free: float | None = None,
 ) -> float:
     """The predicted step time with ``n`` workers (ns, or any one unit), by the model of the module docstring.
 
@@ -106,6 +133,7 @@ def predict_step_ns(
         n: workers (0: the main process loads).
         w: worker wall time per batch. s: the step without its input wait. m: the main process's own per-batch cost.
         w_cpu: worker CPU time per batch. s_cpu: the main thread's CPU time per step. cores: usable cores (>= 1).
+        free: the cores the loader's workers can have (:attr:`LoaderEpoch.free_cores`; None: all ``cores``).
 
     Raises:
         ValueError: ``n`` below 0 or ``cores`` below 1.
@@ -116,7 +144,8 @@ def predict_step_ns(
         raise ValueError(f"cores must be >= 1, got {cores}")
     if n == 0:
         return s + w
-    return max(s + m, w / n, w_cpu / min(n, cores), (w_cpu + s_cpu) / cores)
+    room = min(float(n), float(cores) if free is None else max(min(free, float(cores)), 1e-3))
+    return max(s + m, w / n, w_cpu / room, (w_cpu + s_cpu) / cores)
 
 
 def workers_needed(
@@ -128,6 +157,7 @@ def workers_needed(
     s_cpu: float = 0.0,
     cores: int = 1,
     w_runq: float = 0.0,
+    free: float | None = None,
     most: int | None = None,
 ) -> tuple[int, float, bool]:
     """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the step.
@@ -140,7 +170,9 @@ def workers_needed(
         meets it, the smallest count within 1% of the best predicted time.
     """
     top = search_bound(w, w_cpu + w_runq, cores) if most is None else most
-    times = [predict_step_ns(k, w=w, s=s, m=m, w_cpu=w_cpu, s_cpu=s_cpu, cores=cores) for k in range(top + 1)]
+    times = [
+        predict_step_ns(k, w=w, s=s, m=m, w_cpu=w_cpu, s_cpu=s_cpu, cores=cores, free=free) for k in range(top + 1)
+    ]
     for k, t in enumerate(times):
         if t - s <= WAIT_TARGET * t:
             return k, t, True
@@ -168,7 +200,10 @@ class LoaderEpoch:
         main_ns: M, ``max(0, G - max(0, W/N - S))`` (0 with no workers).
         busy_percent: the workers' busy time over N times the epoch's wall time, 0-100 (no workers: the main
             process's input wait over the epoch's wall time).
-        cores: the usable cores. needed: the worker count advised. predicted_ns: its predicted step time.
+        cores: the usable cores. free_cores: the cores CPU-bound workers could have had this epoch: their own CPU
+            time plus the usable cores' idle time, over the epoch's wall time (None where the idle time is unknown or
+            the loading is not CPU-bound).
+        needed: the worker count advised. predicted_ns: its predicted step time.
         reached: whether ``needed`` brings the wait under the target.
     """
 
@@ -183,6 +218,7 @@ class LoaderEpoch:
     main_ns: float
     busy_percent: float
     cores: int
+    free_cores: float | None
     needed: int
     predicted_ns: float
     reached: bool
@@ -202,6 +238,7 @@ class LoaderEpoch:
             w_cpu=self.batch_cpu_ns,
             s_cpu=self.step_cpu_ns,
             cores=self.cores,
+            free=self.free_cores,
         )
 
     def advice(self) -> str:
@@ -225,7 +262,9 @@ class LoaderEpoch:
                 f"workers will not help"
             )
         cores_bound = not self.reached and self.predicted_ns > self.step_ns + self.main_ns * 1.01
-        tail = f"only {self.cores} cores: CPU-bound loading needs cheaper transforms or more cores"
+        free = self.free_cores
+        busy_cores = f" ({free:.1f} of them free to the loader)" if free is not None and free < self.cores - 0.5 else ""
+        tail = f"only {self.cores} cores{busy_cores}: CPU-bound loading needs cheaper transforms or more cores"
         if self.needed > n and self.predicted_ns < self.measured_ns * (1 - WAIT_TARGET):
             where = (
                 f"workers busy {self.busy_percent:.0f}%"
@@ -267,6 +306,8 @@ class LoaderProbe:
         cores: usable cores (default :func:`usable_cores`).
         fetch_wait: for adapters without ``step_end``: the input wait (ns) of the batch whose ``step_start`` comes.
         cpu_clock: the main thread's CPU clock in ns (``time.thread_time_ns``; tests pass a fake).
+        idle_clock: the usable cores' summed idle time in ns, or None (:func:`idle_ns`; tests pass a fake); read at
+            each epoch's start and end, it gives the cores the workers could have had (:attr:`LoaderEpoch.free_cores`).
 
     Raises:
         ValueError: ``cores`` below 1.
@@ -279,6 +320,7 @@ class LoaderProbe:
         cores: int | None = None,
         fetch_wait: Callable[[], int | None] | None = None,
         cpu_clock: Callable[[], int] = time.thread_time_ns,
+        idle_clock: Callable[[], int | None] = idle_ns,
     ) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1, got {cores!r}")
@@ -286,6 +328,8 @@ class LoaderProbe:
         self.cores = cores if cores is not None else usable_cores()
         self.fetch_wait = fetch_wait
         self.cpu_clock = cpu_clock
+        self.idle_clock = idle_clock
+        self._idle_start: int | None = None
         self.last: LoaderEpoch | None = None
         self._begin: LoaderCounters | None = None
         self._epoch_start_ns: int | None = None
@@ -314,6 +358,7 @@ class LoaderProbe:
         self._reset_steps()
         self._epoch_start_ns = now_ns
         self._begin = self._read()
+        self._idle_start = self.idle_clock()
         self.last = None
 
     def step_start(self, step: int, batch: object = None, *, now_ns: int) -> None:
@@ -360,6 +405,8 @@ class LoaderProbe:
         counts = end.minus(self._begin) if end is not None else None
         self._begin = end
         wall = max(1, now_ns - self._epoch_start_ns)
+        idle_end = self.idle_clock()
+        idle = None if idle_end is None or self._idle_start is None else max(0, idle_end - self._idle_start) / wall
         skip = workers + 2
         steady = [s for s in self._steps if s[0] > skip]
         whole = (len(steady) // max(1, workers)) * max(1, workers)
@@ -377,15 +424,19 @@ class LoaderProbe:
             w_cpu = sum(counts.cpu_ns) / batches
             w_runq = sum(counts.runq_ns) / batches
             busy = 100.0 * sum(counts.busy_ns) / (workers * wall)
+            # the idle cores bound only loading that wants a core: a worker that mostly sleeps gets its little CPU
+            # time on a busy machine all the same
+            cpu_bound = w_cpu + w_runq >= 0.5 * w
+            free = None if idle is None or not cpu_bound else min(float(self.cores), idle + sum(counts.cpu_ns) / wall)
             main = max(0.0, wait - max(0.0, w / workers - rest))
         elif workers == 0 and self.source is not None:
-            w, w_cpu, w_runq, main = wait, 0.0, 0.0, 0.0
+            w, w_cpu, w_runq, main, free = wait, 0.0, 0.0, 0.0, None
             busy = 100.0 * self._gap_sum / wall
         else:
             self.last = None
             return
         needed, predicted, reached = workers_needed(
-            w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, w_runq=w_runq
+            w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, w_runq=w_runq, free=free
         )
         self.last = LoaderEpoch(
             workers=workers,
@@ -399,6 +450,7 @@ class LoaderProbe:
             main_ns=main,
             busy_percent=min(100.0, busy),
             cores=self.cores,
+            free_cores=free,
             needed=needed,
             predicted_ns=predicted,
             reached=reached,
