@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
-from fitprof.profilers.loader import DataLoaderTiming, _TimedInit  # noqa: E402
+from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, _TimedInit  # noqa: E402
 from loader_loop import ModelledCollate, ModelledDataset, run  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -138,3 +138,38 @@ def test_predicted_step_time_holds_when_re_measured() -> None:
         assert abs(predicted - again.step_ms) <= 0.2 * again.step_ms, (n, predicted, again.step_ms)
     assert one.probe.needed >= 4  # sleeping workers: more than the 2 cores pay off
     assert (one.probe.advice() or "").startswith(f"num_workers={one.probe.needed} would bring steps to about")
+
+
+def test_attach_on_iter_picks_the_wanted_loader_and_goes() -> None:
+    """The class-level ``DataLoader.__iter__`` wrapper attaches to the first loader ``wanted`` accepts, right
+    before it iterates, and is gone after uninstall (no processes: 0 workers)."""
+    own = DataLoader.__dict__["__iter__"]
+    other, wanted = _loader(0), _loader(0)
+    found: list[DataLoaderTiming] = []
+    hook = AttachOnIter(lambda loader: loader is wanted, found.append)
+    hook.install()
+    try:
+        assert DataLoader.__dict__["__iter__"] is not own
+        list(other)
+        assert not found
+        assert len(list(wanted)) == 8 and [t.loader for t in found] == [wanted]
+        list(wanted)
+        assert len(found) == 1  # found once, then only passing calls through
+    finally:
+        hook.uninstall()
+    assert DataLoader.__dict__["__iter__"] is own
+
+
+@pytest.mark.slow
+def test_persistent_workers_started_before_attach_are_restarted_timed() -> None:
+    """Persistent workers already running (an earlier fit, a model built from one batch) never run the chained
+    worker_init_fn: attach lets them go, and the next epoch's new workers are timed."""
+    loader = _loader(2, "fork", persistent=True)
+    list(loader)  # workers started untimed
+    running = loader._iterator
+    timing = DataLoaderTiming.attach(loader)
+    assert loader._iterator is None
+    list(loader)
+    counts = timing.read()
+    assert counts is not None and sum(counts.batches) == 8 and loader._iterator is not running
+    timing.detach()

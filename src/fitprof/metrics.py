@@ -222,11 +222,12 @@ LOADER_WORKERS_NEEDED = Metric(
     "predicted input wait is under 5% of the predicted step time, the step time with N workers predicted as "
     "max(S + M, W/N, W_cpu/min(N, F), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
     "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
-    "the current N), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
+    "the current N, at least the main thread's CPU time while the loop waited), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
     "(`fitprof.fit.loader.predict_step_ns`), F the cores CPU-bound workers could have had (their CPU time plus the "
     "usable cores' idle time from `/proc/stat`, over the epoch's wall time; other processes hold the rest; F = cores "
-    "for loading that is not CPU-bound). When no count "
-    "up to the bound reaches that, the smallest count within 1% of the best predicted step time." + _LOADER,
+    "for loading that is not CPU-bound). The count is chosen as if "
+    "batches took 10% longer (a count whose workers only just keep pace makes the loop wait at every late batch); "
+    "when no count up to the bound reaches the target, the smallest within 1% of the best." + _LOADER,
 )
 LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
     EPOCH_PREFIX + "step_time_if_enough_workers_ms",

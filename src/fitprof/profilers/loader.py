@@ -114,6 +114,90 @@ def _runqueue_clock() -> Callable[[], int]:
     return read
 
 
+def _drop_running_workers(loader: Any) -> None:
+    """Let persistent workers started before the timing go: the loader's next ``iter()`` starts timed ones.
+
+    ``DataLoader(persistent_workers=True)`` keeps its iterator, and with it its workers, in ``loader._iterator``
+    and hands it out again at every ``iter()``. Workers started before :meth:`DataLoaderTiming.attach` (a model
+    built by pulling a batch, an earlier fit) would never run the chained ``worker_init_fn``. Dropping the loader's
+    reference costs one restart of the workers; an epoch already iterating keeps its own reference and finishes
+    on the old ones.
+    """
+    try:
+        if getattr(loader, "persistent_workers", False) and getattr(loader, "_iterator", None) is not None:
+            loader._iterator = None
+    except Exception as err:  # pragma: no cover - a DataLoader that refuses: its old workers stay untimed
+        log.debug("fitprof: persistent loader workers not restarted: %r", err)
+
+
+def loaders_in(obj: Any) -> list[Any]:
+    """The ``DataLoader`` objects in ``obj``: one, or a list, tuple or dict of them (Lightning's
+    ``trainer.train_dataloader``), in order; anything else is skipped."""
+    from torch.utils.data import DataLoader
+
+    if isinstance(obj, DataLoader):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [x for item in obj for x in loaders_in(item)]
+    return []
+
+
+class AttachOnIter:
+    """Attach a :class:`DataLoaderTiming` to the first ``DataLoader`` that starts iterating and that ``wanted``
+    accepts, right before its workers start.
+
+    Between :meth:`install` and :meth:`uninstall`, ``DataLoader.__iter__`` is wrapped on the class: the wrapper
+    asks ``wanted(loader)``, and on the first yes attaches the timing, hands it to ``found`` and stops looking (the
+    wrapper then only passes calls through). The class attribute is restored by :meth:`uninstall`; when another
+    wrapper was installed above ours meanwhile, ours stays as a pass-through.
+
+    Args:
+        wanted: which loader to time (Lightning: one of ``trainer.train_dataloader``).
+        found: receives the timing.
+    """
+
+    def __init__(self, wanted: Callable[[Any], bool], found: Callable[[DataLoaderTiming], None]) -> None:
+        self.wanted = wanted
+        self.found = found
+        self._own: Any = None
+        self._wrapper: Any = None
+        self._looking = False
+
+    def install(self) -> None:
+        from torch.utils.data import DataLoader
+
+        if self._wrapper is not None:
+            return
+        inherited = DataLoader.__iter__
+        hook = self
+
+        def __iter__(loader: Any) -> Any:
+            if hook._looking:
+                try:
+                    if hook.wanted(loader):
+                        hook._looking = False
+                        hook.found(DataLoaderTiming.attach(loader))
+                except Exception as err:  # never in the way of the loader: it runs untimed
+                    hook._looking = False
+                    log.debug("fitprof: loader timing not attached: %r", err)
+            return inherited(loader)
+
+        self._own = DataLoader.__dict__.get("__iter__")
+        self._wrapper = __iter__
+        self._looking = True
+        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        from torch.utils.data import DataLoader
+
+        self._looking = False
+        wrapper, self._wrapper = self._wrapper, None
+        if wrapper is not None and DataLoader.__dict__.get("__iter__") is wrapper:
+            DataLoader.__iter__ = self._own  # type: ignore[method-assign]
+
+
 class DataLoaderTiming:
     """The worker-side timing of one ``DataLoader`` (a :class:`fitprof.fit.loader.LoaderSource`).
 
@@ -152,6 +236,7 @@ class DataLoaderTiming:
             return timing
         if workers <= 0:
             return cls(loader, 0, None, user)
+        _drop_running_workers(loader)
         ctx = loader.multiprocessing_context
         if isinstance(ctx, str):
             ctx = multiprocessing.get_context(ctx)
@@ -162,6 +247,11 @@ class DataLoaderTiming:
         timing._init = _TimedInit(user, shared, workers)
         loader.worker_init_fn = timing._init
         return timing
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (``copy.deepcopy``, ``pickle``) is detached: it holds neither the loader nor the shared counters
+        (which pickle only to a process being started) and reads None."""
+        return {"loader": None, "workers": 0, "_shared": None, "_user": None, "_init": None}
 
     def read(self) -> LoaderCounters | None:
         """The cumulative counters since :meth:`attach` (None with no workers): one 8-byte read per slot."""
