@@ -21,11 +21,13 @@ from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, loaders_in
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
@@ -215,6 +217,9 @@ class FitProfiler(Callback):
         self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         self._warn_rank = WarnOnce()
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
+        self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
+        self._loader_hook: AttachOnIter | None = None
+        self._loader_timing: DataLoaderTiming | None = None
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -228,7 +233,7 @@ class FitProfiler(Callback):
             ranks=self.ranks,
             trigger=slowdown,
             work=self._work,
-            probes=probes,
+            probes=(self._loader, *probes),
         )
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
@@ -275,6 +280,7 @@ class FitProfiler(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._time_loader(trainer)
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -316,6 +322,8 @@ class FitProfiler(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
+        if self._loader_hook is not None:  # the train loader's first iter() has been (or will not be) seen
+            self._loader_hook.uninstall()
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -388,6 +396,9 @@ class FitProfiler(Callback):
             self._log_scalars(pl_module, result.trigger)
         if (result.profiled or result.triggered) and self._mirror is not None:
             self._mirror.sync()
+        advice = self._loader.advice(waiting_only=True)
+        if advice is not None and self.verbose and self._engine.rank == 0:
+            self._print(pl_module, f"fitprof: epoch {trainer.current_epoch}: {advice}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -404,11 +415,32 @@ class FitProfiler(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._untime_loader()
         self._timing.fit_end()
         self._engine.abort()
         self._close_mirror()
 
     # -------------------------------------------------------------------------------------------- internal
+    def _time_loader(self, trainer: pl.Trainer) -> None:
+        """Time the workers of the train ``DataLoader`` Lightning iterates, from the first start of its workers
+        (``FitLoop.setup_data``, before ``on_train_start``); undone in :meth:`teardown`."""
+        self._untime_loader()
+
+        def found(timing: DataLoaderTiming) -> None:
+            self._loader_timing = timing
+            self._loader.attach(timing)
+
+        self._loader_hook = AttachOnIter(lambda loader: loader in loaders_in(trainer.train_dataloader), found)
+        self._loader_hook.install()
+
+    def _untime_loader(self) -> None:
+        hook, timing, self._loader_hook, self._loader_timing = self._loader_hook, self._loader_timing, None, None
+        if hook is not None:
+            hook.uninstall()
+        if timing is not None:
+            timing.detach()
+        self._loader.attach(None)
+
     def _ends_after(self, trainer: pl.Trainer, step: int) -> bool:
         """Whether step ``step`` (the one that just ended, or the next) is the epoch's last."""
         try:
