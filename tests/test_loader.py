@@ -70,6 +70,7 @@ def drive(
     t0: int = 0,
     tail_ms: float = 0.0,
     idle_cores: float | None = None,
+    wait_cpu_ms: float = 0.0,
 ) -> int:
     """One epoch of planted steps; returns the clock at its end. Each step waits ``wait_ms`` and runs ``rest_ms``."""
     cpu = [0]
@@ -89,6 +90,7 @@ def drive(
     probe.epoch_start(epoch, now_ns=now)
     for k in range(1, steps + 1):
         now += int(waits[k - 1] * MS)
+        cpu[0] += int(wait_cpu_ms * MS)
         fetched["last"] = int(waits[k - 1] * MS)
         if source is not None:
             source.produce(1)
@@ -201,6 +203,24 @@ def test_cores_other_processes_hold_are_not_counted() -> None:
     drive(probe, sleeper, steps=40, wait_ms=50, rest_ms=10, first_wait_ms=50, idle_cores=0.0, t0=10**12)
     assert probe.last is not None and probe.last.free_cores is None
     assert probe.last.predict(2) == pytest.approx(30 * MS)
+
+
+def test_the_main_threads_cpu_time_counts_even_where_the_workers_hide_it() -> None:
+    """One worker, 40 ms a batch, a 10 ms step: the 30 ms wait is all the workers' (M reads 0 from the wall clock),
+    yet the main thread worked 3 ms of it (the framework's fetch path) and 8 ms of each step: that 3 ms stays with any
+    number of workers, and the 8 ms of each step share the cores with the workers' CPU time."""
+    source = FakeSource(1, batch_ms=40, cpu_ms=30)
+    probe = LoaderProbe(source, cores=2)
+    drive(probe, source, steps=40, wait_ms=30, rest_ms=10, cpu_ms=8, wait_cpu_ms=3)
+    e = probe.last
+    assert e is not None
+    assert e.main_ns == pytest.approx(3 * MS) and e.step_cpu_ns == pytest.approx(8 * MS)
+    assert e.predict(8) == pytest.approx(max(13, 30 / 2, (30 + 8) / 2) * MS)  # the 2 cores: 19 ms
+    assert e.predict(1) == pytest.approx(40 * MS)
+    without = LoaderProbe(FakeSource(1, batch_ms=40), cores=2)
+    drive(without, without.source, steps=40, wait_ms=30, rest_ms=10)  # type: ignore[arg-type]
+    assert without.last is not None and without.last.main_ns == pytest.approx(0, abs=1)
+    assert without.last.predict(8) == pytest.approx(10 * MS)
 
 
 def test_a_main_process_bottleneck_is_told_apart() -> None:
