@@ -123,16 +123,18 @@ def test_workers_are_timed_batches_untouched(ctx: str, persistent: bool) -> None
 
 @pytest.mark.slow
 def test_predicted_step_time_holds_when_re_measured() -> None:
-    """One worker at 2 x 20 ms a batch against a 6 ms step: the probe predicts the step time with 2, 3 and 4
+    """One worker at 2 x 60 ms a batch against a 20 ms step: the probe predicts the step time with 2, 3 and 4
     workers; each, re-measured with that many workers right after the run that predicted it (the load of a shared
     machine drifts within minutes), is within 20% of the prediction. The busy share is within 10 pp of the truth in
-    every run."""
+    every run. The sleeps are long against the main thread's wake-up latency on 2 loaded cores: at 20 ms samples and
+    6 ms steps (benchmarks/loader_prediction.py) 1 of 9 predictions missed by 23% at load 10."""
+    scale = {"steps": 40, "item_ms": 60.0, "step_ms": 20.0}
     for n in (2, 3, 4):
-        (one,) = run(1, ctx="fork")
+        (one,) = run(1, ctx="fork", **scale)
         assert one.probe is not None and one.batches_equal
         assert abs(one.probe.busy_percent - one.truth_busy_percent) <= 10.0
         predicted = one.probe.predict(n) * 1e-6
-        (again,) = run(n, ctx="fork")
+        (again,) = run(n, ctx="fork", **scale)
         assert again.batches_equal and again.probe is not None
         assert abs(again.probe.busy_percent - again.truth_busy_percent) <= 10.0
         assert abs(predicted - again.step_ms) <= 0.2 * again.step_ms, (n, predicted, again.step_ms)
