@@ -190,11 +190,8 @@ def test_lightning_real_run(zoo: Any, tmp_path: Path, scenario: str) -> None:
         assert result.truth_pct > 40
     elif scenario == "compute_bound":
         assert result.truth_pct < 20
-    else:
-        # Two workers hide at least a quarter of a 20 ms/batch production: the main process waits under 15 ms a step
-        # (serial, it would wait the whole 20 ms). How much they hide depends on the two cores' load: over the 30
-        # runs the wait was 3.4-18.4% of the step, and one CI run (stop 24) saw 25.2% of fitprof's 45.1 ms step,
-        # about 11.4 ms. A cut-off on the share (25%) failed there, so the check is on the wait itself.
-        wait_ms = result.truth_pct / 100 * result.truth_step_ms
-        assert wait_ms < 0.75 * 20.0, f"the workers hid too little: {wait_ms:.1f} ms of wait a step"
+    # workers_hidden: how much two workers hide of a 20 ms/batch production depends on the two cores' load (the
+    # wait was 3.4-18.4% of the step over 30 runs, about 11.4 ms a step in one loaded CI run, and 35.1 ms, more than
+    # the serial 20 ms, at a load average of 7), so benchmarks/accuracy_spread.py measures it; here, as for every
+    # scenario, fitprof's figure is checked against the truth measured in the same run.
     _check(result)

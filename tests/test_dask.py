@@ -13,12 +13,14 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import distributed
 import pytest
 
 import gputrace
 from fitprof import cli
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU
+
+# An optional extra (fitprof[dask]); the device image, for one, has no dask.
+distributed = pytest.importorskip("distributed", reason="needs fitprof[dask] (pip install 'fitprof[dask]')")
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +66,7 @@ def _traces(tmp_path: Path) -> list[str]:
     return [*names, "gpuhost.xplane.pb", "bad.pt.trace.json", "missing.pt.trace.json", *urls]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["json", "table"])
 def test_scheduler_output_is_identical_to_jobs_1(
     cluster: distributed.LocalCluster,
@@ -78,7 +81,7 @@ def test_scheduler_output_is_identical_to_jobs_1(
     argv = ["analyze", *_traces(tmp_path), str(LIGHTNING_CPU), str(KERAS_XSPACE), "--format", fmt]
     one = _run([*argv, "--jobs", "1"], capsys)
     status, out, err = one
-    assert status == 2 and len(err) == 2 and all(line.startswith("fitprof: error:") for line in err)
+    assert status == 0 and len(err) == 2 and all(line.startswith("fitprof: warning:") for line in err)
     assert "bad.pt.trace.json" in err[0] + err[1] and "missing.pt.trace.json" in err[0] + err[1]
     if fmt == "json":
         rows = json.loads(out)
@@ -92,6 +95,7 @@ def test_scheduler_output_is_identical_to_jobs_1(
     assert _tasks_done(cluster) - before == 10  # every file but the missing one, read by the workers
 
 
+@pytest.mark.slow
 def test_scheduler_errors(scheduler: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     trace = str(LIGHTNING_CPU)
     status, out, err = _run(["analyze", trace, "--scheduler", scheduler, "--jobs", "2"], capsys)
@@ -121,6 +125,7 @@ def test_scheduler_errors(scheduler: str, monkeypatch: pytest.MonkeyPatch, capsy
     assert (status, err) == (0, []) and out.count("\n") == 2 and str(LIGHTNING_CPU) in out
 
 
+@pytest.mark.slow
 def test_scheduler_workers_read_the_files_themselves(
     scheduler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

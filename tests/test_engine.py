@@ -106,7 +106,7 @@ def test_an_epoch_that_ends_inside_the_window_analyses_what_it_has(tmp_path: Pat
     rig.fit(steps=5)
     assert rig.messages == [
         "fitprof: epoch 0 ended after step 5, inside the window (profile_batch=3,8); the steps profiled so far are "
-        "analysed."
+        "analysed. For epochs of 5 steps, profile_batch=(3, 5) fits."
     ]
     assert rig.engine.pipeline.reports[0].steps_analyzed == 3  # steps 3-5, every one complete
 
@@ -242,6 +242,26 @@ def test_a_slowdown_opens_a_triggered_window_compared_with_the_scheduled_one(tmp
     assert rig.engine.pipeline.reports[0].steps_analyzed == 2  # the scheduled window stays the epoch's report
 
 
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_false_alarm_uses_up_neither_the_budget_nor_the_spacing(tmp_path: Path, boundary: str) -> None:
+    """A transient stall (5 steps of 60 ms among 10 ms steps, as when another process takes the cores) fires the
+    trigger after step 45; its window's steps (47-48) are back at 10 ms: a false alarm, taken back. The real
+    slowdown from step 121 then still fires, though the default 200-step spacing would have hidden it, and with
+    ``max_windows=1`` the budget is still there for it."""
+    stall = set(range(40, 45))
+    rig = Rig(tmp_path, (3, 4), boundary=boundary, trigger=SlowdownTrigger(max_windows=1))
+    results = rig.fit(steps=160, step_ms=lambda i: 60.0 if i in stall or i >= 120 else 10.0)
+    fired = [(event.step, report.step_time_ms) for _, event, report in rig.engine.triggered]
+    assert len(fired) == 2 and fired[0][0] == 45, fired
+    assert fired[0][1] == pytest.approx(10.0) and fired[1][1] == pytest.approx(60.0) and fired[1][0] > 120
+    assert list(rig.engine.false_alarms) == [(0, 45)]
+    assert rig.engine.trigger is not None and len(rig.engine.trigger.events) == 1  # the real one only
+    first, second = results[0].triggered
+    assert "slowdown after step 45 (60.0 ms/step vs baseline 10.0 ms) was a false alarm" in first.line
+    assert "does not count against trigger_max_windows or trigger_min_spacing" in first.line
+    assert "false alarm" not in second.line
+
+
 def test_a_triggered_window_never_overlaps_the_scheduled_block() -> None:
     # A window after step n: warm-up n+1, analysed n+2..n+1+L, closed at n+2+L (spe 1).
     assert schedule.may_trigger(10, length=5, scheduled=18)
@@ -353,3 +373,62 @@ def test_the_engine_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_baseline_is_compared_with_each_window_once_in_the_engine(tmp_path: Path) -> None:
+    """``baseline=``: a first fit at 10 ms a step writes the report files the second fit is compared with. At 13 ms
+    a step the window logs +30% under ``fitprof/vs_baseline/step_time_percent``, its summary starts with the
+    comparison and names the operator that grew most, and the regression warns once in the fit; at 10 ms it logs
+    0% and warns nothing."""
+    for run in ("base", "slower", "same"):
+        (tmp_path / run).mkdir()
+    Rig(tmp_path / "base", (3, 5)).fit(epochs=2, steps=6)  # two windows, 10 ms a step
+    logged: list[Any] = []
+    slower = Rig(tmp_path / "slower", (3, 5), baseline=tmp_path / "base")
+    slower.fit(epochs=2, steps=6, step_ms=13.0, log=logged.append)
+    key = metrics.VS_BASELINE_STEP_TIME_PERCENT.key
+    assert [entry.scalars[key] for entry in logged] == [pytest.approx(30.0), pytest.approx(30.0)]
+    assert logged[0].text.startswith(f"Against the baseline {tmp_path / 'base'} (regression): step time +30.0%")
+    assert "the operator that grew most: aten::mm" in logged[0].text
+    assert len(slower.messages) == 1 and slower.messages[0].startswith("fitprof: epoch 0 regressed. Against the")
+    logged.clear()
+    same = Rig(tmp_path / "same", (3, 5), baseline=tmp_path / "base")
+    same.fit(epochs=1, steps=6, log=logged.append)
+    assert logged[0].scalars[key] == pytest.approx(0.0)
+    assert "(no regression)" in logged[0].text
+    assert same.messages == []
+
+
+def test_a_baseline_that_cannot_be_read_is_refused_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no such file or folder"):
+        Rig(tmp_path, (3, 5), baseline=tmp_path / "missing")
+    with pytest.raises(TypeError, match="baseline must be a path"):
+        Rig(tmp_path, (3, 5), baseline=3)
+
+
+def _fit_in_calls(rig: Rig, spe: int, calls: int) -> None:
+    """One epoch of ``calls`` Keras calls of ``spe`` batches each, 10 ms a call (steps numbered by batch)."""
+    engine = rig.engine
+    engine.fit_start(log_dir=rig.log_dir, steps_per_execution=spe)
+    engine.epoch_start(0)
+    for call in range(calls):
+        engine.step_start(call * spe + 1)
+        rig.clock.tick(10.0)
+    engine.epoch_end(0, steps=calls * spe)
+    engine.fit_end()
+
+
+def test_under_steps_per_execution_the_default_window_analyses_five_calls(tmp_path: Path) -> None:
+    from fitprof._config import DEFAULT_PROFILE_BATCH
+
+    (tmp_path / "default").mkdir()
+    (tmp_path / "given").mkdir()
+    rig = Rig(tmp_path / "default", DEFAULT_PROFILE_BATCH, boundary="step_start")
+    _fit_in_calls(rig, spe=5, calls=12)
+    assert [e[1] for e in rig.events("mark")] == [26, 31, 36, 41, 46]  # calls 6-10
+    assert rig.engine.pipeline.reports[0].steps_analyzed == 5
+    assert rig.messages == []
+
+    given = Rig(tmp_path / "given", (6, 10), boundary="step_start")  # the user's window counts batches
+    _fit_in_calls(given, spe=5, calls=12)
+    assert [e[1] for e in given.events("mark")] == [6]

@@ -42,13 +42,30 @@ HTOD_MS_PER_STEP = Metric(
 HTOD_PERCENT = Metric(
     PREFIX + "htod_percent",
     "% of step time",
-    "`htod_ms_per_step` over `step_time_ms`, times 100. 0 on a CPU-only run.",
+    "`htod_ms_per_step` over `step_time_ms`, times 100, overlapped or not (`htod_exposed_percent`: the part that "
+    "slows the step). 0 on a CPU-only run.",
 )
 COLLECTIVE_PERCENT = Metric(
     PREFIX + "collective_percent",
     "% of step time",
     "Time of collective communication (NCCL/RCCL kernels, gloo and TF collective ops) inside analysed steps "
-    "over step time: device time where there are device events, host time otherwise.",
+    "over step time: device time where there are device events, host time otherwise. All of it, overlapped or "
+    "not: `collective_exposed_percent` is the part that slows the step.",
+)
+HTOD_EXPOSED_PERCENT = Metric(
+    PREFIX + "htod_exposed_percent",
+    "% of step time",
+    "The part of `htod_percent` not hidden behind compute: the device time of the host-to-device copies launched "
+    "in analysed steps while no kernel (compute or collective) ran on the device, over step time. The verdict "
+    "rests on it: a copy that overlaps a kernel costs the step nothing. 0 on a CPU-only run.",
+)
+COLLECTIVE_EXPOSED_PERCENT = Metric(
+    PREFIX + "collective_exposed_percent",
+    "% of step time",
+    "The part of `collective_percent` not hidden behind compute: collective kernels' device time while no compute "
+    "kernel ran (without device collectives: host time blocked in collectives while no host operator ran on "
+    "another thread), over step time. The verdict rests on it: DDP overlaps its gradient all-reduce with the "
+    "backward pass by design, and only the exposed part slows the step.",
 )
 STEPS_ANALYZED = Metric(
     PREFIX + "steps_analyzed",
@@ -133,8 +150,12 @@ FLOPS_PER_S = Metric(
 MFU = Metric(
     PREFIX + "mfu",
     "ratio (0-1)",
-    "`flops_per_s` over the device's dense peak FLOP/s at the compute dtype (`fitprof.throughput.PEAK_FLOPS`, "
-    "from the vendors' datasheets): model FLOPs utilisation. NaN on a CPU and on a device or dtype not in the table.",
+    "`flops_per_s` over the device's dense peak FLOP/s (`fitprof.throughput.PEAK_FLOPS`, from the vendors' "
+    "datasheets), matrix products and convolutions each at the peak of the precision they run in (torch on NVIDIA "
+    "compute capability 8.0+: float32 convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is False, "
+    "float32 matrix products in TF32 only when `torch.set_float32_matmul_precision` allows it): model FLOPs "
+    "utilisation. NaN on a CPU, on a device or dtype not in the table, and above 1 (a wrong peak or count; "
+    "`mfu_note` gives the ratio).",
 )
 SELF_MS_PER_STEP = Metric(
     PREFIX + "self_ms_per_step",
@@ -142,6 +163,13 @@ SELF_MS_PER_STEP = Metric(
     "fitprof's own time inside the analysed steps: the total duration of its `fitprof/overhead` annotations "
     "(its batch-hook bodies and step-marker transitions) inside analysed steps, divided by the number of steps. "
     "This time is already left out of `step_time_ms` and every share of it.",
+)
+VS_BASELINE_STEP_TIME_PERCENT = Metric(
+    PREFIX + "vs_baseline/step_time_percent",
+    "% (signed: + slower, - faster)",
+    "With `baseline=PATH`: the window's `step_time_ms` over the baseline's (the mean over the baseline run's "
+    "windows, `fitprof.compare`), less 1, times 100. Not logged when the two are not comparable (another framework, "
+    "world size, device, batch size or mostly different operators).",
 )
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
@@ -263,6 +291,85 @@ TRIGGER_BASELINE_MS = Metric(
     "The baseline the slow steps were compared with: the median of the last clean steps' wall times "
     "(`fitprof.steps.SlowdownTrigger`, `baseline_steps`).",
 )
+_MB = " 1 MB = 1e6 bytes."
+_MEMORY_WHERE = (
+    " Where it comes from, by training device (`fitprof.profilers.memory.BACKENDS`): CUDA "
+    "`torch.cuda.max_memory_allocated`; TensorFlow GPU `tf.config.experimental.get_memory_info()['peak']`; JAX "
+    "`memory_stats()['peak_bytes_in_use']` (JAX cannot reset it: the process's peak so far); a CPU-only run the "
+    "process's peak resident memory (Linux `VmHWM` in `/proc/self/status`, reset through `/proc/self/clear_refs`; "
+    "elsewhere `getrusage` `ru_maxrss`, the process's peak so far)."
+)
+MEMORY_PEAK_MB = Metric(
+    PREFIX + "memory_peak_mb",
+    "MB",
+    "The most memory the framework held on the training device during the profiled window (the peak is reset "
+    "when the window opens and read when it stops)." + _MEMORY_WHERE + _MB,
+)
+MEMORY_RESERVED_PEAK_MB = Metric(
+    PREFIX + "memory_reserved_peak_mb",
+    "MB",
+    "The allocator's reserved peak during the window, its cache included: CUDA `torch.cuda.max_memory_reserved`, "
+    "JAX `peak_bytes_reserved`; NaN where the framework does not say (TensorFlow, the host)." + _MB,
+)
+MEMORY_HEADROOM_PERCENT = Metric(
+    PREFIX + "memory_headroom_percent",
+    "% of capacity (0-100)",
+    "`100 * (capacity - held) / capacity` at the window's peak, `held` the larger of `memory_peak_mb` and "
+    "`memory_reserved_peak_mb`. Capacity: CUDA `get_device_properties().total_memory`, JAX `bytes_limit`, the host "
+    "(Linux) the process's resident memory plus `MemAvailable` from `/proc/meminfo` at the read (what it could "
+    "hold, other processes' memory left out), elsewhere the physical RAM; NaN on TensorFlow (no capacity given). "
+    "Under 10% fitprof warns once.",
+)
+EPOCH_MEMORY_PEAK_MB = Metric(
+    EPOCH_PREFIX + "memory_peak_mb",
+    "MB",
+    "`memory_peak_mb` over the whole epoch, profiled or not: the peak is reset at the epoch's start and read at "
+    "its end (and around a window; the epoch's peak is the largest read). Read a few times an epoch, never per "
+    "step." + _MB,
+)
+EPOCH_MEMORY_IN_USE_MB = Metric(
+    EPOCH_PREFIX + "memory_in_use_mb",
+    "MB",
+    "Memory held at the epoch's end: CUDA `torch.cuda.memory_allocated`, TensorFlow `get_memory_info()['current']`, "
+    "JAX `bytes_in_use`, the host (Linux) `VmRSS`; NaN where the host gives no current figure (not Linux)." + _MB,
+)
+EPOCH_MEMORY_GROWTH_MB = Metric(
+    EPOCH_PREFIX + "memory_growth_mb",
+    "MB",
+    "`memory_in_use_mb` at this epoch's end minus the previous epoch's (NaN for the first epoch of a fit). "
+    "When it is at least 10 MB in each of 3 epochs in a row, fitprof warns once that something keeps tensors "
+    "alive." + _MB,
+)
+EPOCH_MEMORY_HEADROOM_PERCENT = Metric(
+    EPOCH_PREFIX + "memory_headroom_percent",
+    "% of capacity (0-100)",
+    "`memory_headroom_percent` at the epoch's peak (`fitprof/epoch/memory_peak_mb`). Under 10% fitprof warns once.",
+)
+MEMORY_METRICS: tuple[Metric, ...] = (MEMORY_PEAK_MB, MEMORY_RESERVED_PEAK_MB, MEMORY_HEADROOM_PERCENT)
+"""The memory figures of a profiled window (`fitprof.fit.memory.MemoryProbe.window_figures`)."""
+EPOCH_MEMORY_METRICS: tuple[Metric, ...] = (
+    EPOCH_MEMORY_PEAK_MB,
+    EPOCH_MEMORY_IN_USE_MB,
+    EPOCH_MEMORY_GROWTH_MB,
+    EPOCH_MEMORY_HEADROOM_PERCENT,
+)
+"""The memory figures of every epoch (`fitprof.fit.memory.MemoryProbe.epoch_figures`)."""
+ALLOCS_PER_STEP = Metric(
+    PREFIX + "allocs_per_step",
+    "allocations per step",
+    "Memory allocations on the training device inside the analysed steps, divided by their number: the trace's "
+    "`[memory]` events with `Bytes > 0` (torch `profile_memory=True`; CUDA events where the trace has any, CPU "
+    "events otherwise), less those inside validation and fitprof's own spans. NaN without memory events.",
+)
+ALLOC_MB_PER_STEP = Metric(
+    PREFIX + "alloc_mb_per_step",
+    "MB per step",
+    "The bytes those allocations asked for, summed, divided by the number of steps: the allocator's churn. NaN "
+    "without memory events." + _MB,
+)
+CHURN_METRICS: tuple[Metric, ...] = (ALLOCS_PER_STEP, ALLOC_MB_PER_STEP)
+"""The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
+
 EPOCH_METRICS: tuple[Metric, ...] = (
     EPOCH_STEP_TIME_MS_P50,
     EPOCH_STEP_TIME_MS_P90,
@@ -281,6 +388,8 @@ ALL: tuple[Metric, ...] = (
     HTOD_MS_PER_STEP,
     HTOD_PERCENT,
     COLLECTIVE_PERCENT,
+    HTOD_EXPOSED_PERCENT,
+    COLLECTIVE_EXPOSED_PERCENT,
     STEPS_ANALYZED,
     TOP_OP_RANKED,
     STEP_TIME_IF_NO_INPUT_MS,
@@ -295,10 +404,14 @@ ALL: tuple[Metric, ...] = (
     FLOPS_PER_S,
     MFU,
     SELF_MS_PER_STEP,
+    VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
     *LOADER_METRICS,
     *TRIGGER_METRICS,
+    *MEMORY_METRICS,
+    *EPOCH_MEMORY_METRICS,
+    *CHURN_METRICS,
 )
 
 BASE_KEYS: tuple[str, ...] = (
@@ -307,6 +420,8 @@ BASE_KEYS: tuple[str, ...] = (
     HTOD_MS_PER_STEP.key,
     HTOD_PERCENT.key,
     COLLECTIVE_PERCENT.key,
+    HTOD_EXPOSED_PERCENT.key,
+    COLLECTIVE_EXPOSED_PERCENT.key,
     STEPS_ANALYZED.key,
     SPEEDUP_IF_NO_INPUT.key,
     SPEEDUP_IF_NO_HTOD.key,

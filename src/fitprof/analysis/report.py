@@ -14,6 +14,11 @@ from typing import Any, Literal, cast, get_args
 from fitprof import metrics
 from fitprof.analysis.speedups import SPEEDUP_CLAUSE_MIN, SPEEDUP_FIXES
 
+OVERLAP_CLAUSE_MIN_PERCENT = 5.0
+"""The smallest share of the step (percent) that overlap with compute hid from collectives or HtoD copies (total
+less exposed) which the headline mentions (``collectives 33.8% of step time, 9.9% not hidden behind compute``): the
+verdict rests on the exposed shares, and the headline says so where the difference matters."""
+
 Framework = Literal["tensorflow", "pytorch"]
 """The framework a trace comes from: ``"tensorflow"`` (an XSpace: TensorFlow, Keras on TensorFlow, JAX) or
 ``"pytorch"`` (a Kineto trace: PyTorch, Lightning, Keras on torch). It picks the advice wording."""
@@ -45,6 +50,23 @@ class OpStat:
 
     name: str
     self_ms_per_step: float
+    percent: float
+
+
+@dataclass(frozen=True)
+class AllocStat:
+    """One operator of the top allocators (:mod:`fitprof.analysis.memory`).
+
+    Attributes:
+        name: the innermost host operator around the allocations (or ``(outside operators)``).
+        allocs_per_step: its allocations in the analysed steps, divided by their number.
+        mb_per_step: the bytes those asked for, divided by the number of steps (MB, 1e6 bytes).
+        percent: its share of the bytes allocated in the steps (0-100).
+    """
+
+    name: str
+    allocs_per_step: float
+    mb_per_step: float
     percent: float
 
 
@@ -100,6 +122,12 @@ class BottleneckReport:
     input_exposed_ms_per_step: float = math.nan
     htod_exposed_ms_per_step: float = math.nan
     collective_exposed_ms_per_step: float = math.nan
+    htod_exposed_percent: float = math.nan
+    """``htod_exposed_ms_per_step`` over step time (%): the part of ``htod_percent`` not hidden behind kernels. The
+    verdict rests on it."""
+    collective_exposed_percent: float = math.nan
+    """``collective_exposed_ms_per_step`` over step time (%): the part of ``collective_percent`` not hidden behind
+    compute. The verdict rests on it."""
     step_time_if_no_input_ms: float = math.nan
     step_time_if_no_htod_ms: float = math.nan
     step_time_if_no_collectives_ms: float = math.nan
@@ -132,6 +160,20 @@ class BottleneckReport:
     self_ms_per_step: float = math.nan
     """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
     out of ``step_time_ms``. NaN in report files written before it existed."""
+    memory_device: str = ""
+    """Where the allocations of the churn figures were made (``cuda``, ``cpu``); "" when the trace holds no memory
+    events (recorded without torch's ``profile_memory``) and the churn figures are NaN."""
+    allocs_per_step: float = math.nan
+    """Allocations inside the analysed steps per step (:mod:`fitprof.analysis.memory`)."""
+    alloc_mb_per_step: float = math.nan
+    """MB (1e6 bytes) those allocations asked for, per step."""
+    allocated_peak_mb: float = math.nan
+    """The most the steps' allocations held at once (MB): the largest rise of the running sum of the ``Bytes`` of
+    the allocations and frees in the analysed steps on ``memory_device``."""
+    heavy_churn: bool = False
+    """The steps allocate at least :data:`fitprof.analysis.memory.HEAVY_CHURN_RATIO` times ``allocated_peak_mb``."""
+    top_alloc_ops: list[AllocStat] = field(default_factory=list)
+    """The operators that allocated most bytes in the steps, largest first."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -142,6 +184,8 @@ class BottleneckReport:
             metrics.HTOD_MS_PER_STEP.key: self.htod_ms_per_step,
             metrics.HTOD_PERCENT.key: self.htod_percent,
             metrics.COLLECTIVE_PERCENT.key: self.collective_percent,
+            metrics.HTOD_EXPOSED_PERCENT.key: self.htod_exposed_percent,
+            metrics.COLLECTIVE_EXPOSED_PERCENT.key: self.collective_exposed_percent,
             metrics.STEPS_ANALYZED.key: float(self.steps_analyzed),
             metrics.SPEEDUP_IF_NO_INPUT.key: self.speedup_if_no_input,
             metrics.SPEEDUP_IF_NO_HTOD.key: self.speedup_if_no_htod,
@@ -158,6 +202,9 @@ class BottleneckReport:
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
+        if self.memory_device:  # a trace with memory events (profile_memory): every window of the fit has them
+            out[metrics.ALLOCS_PER_STEP.key] = self.allocs_per_step
+            out[metrics.ALLOC_MB_PER_STEP.key] = self.alloc_mb_per_step
         return out
 
     def op_scalars(self) -> dict[str, float]:
@@ -178,9 +225,10 @@ class BottleneckReport:
         if self.verdict == "input-bound":
             why = f"the training loop waited for input {self.input_percent:.1f}% of step time"
         elif self.verdict == "host-to-device-bound":
-            why = f"host-to-device copies took {self.htod_percent:.1f}% of step time{self._pageable_text()}"
+            why = f"host-to-device copies took {self._share_text('htod', OVERLAP_CLAUSE_MIN_PERCENT)}"
+            why += self._pageable_text()
         elif self.verdict == "communication-bound":
-            why = f"collective communication took {self.collective_percent:.1f}% of step time"
+            why = f"collective communication took {self._share_text('collective', OVERLAP_CLAUSE_MIN_PERCENT)}"
         elif self.verdict == "compute-bound":
             if math.isfinite(self.device_busy_percent):
                 cover = f"the device is busy {self.device_busy_percent:.1f}% of step time"
@@ -202,12 +250,40 @@ class BottleneckReport:
             )
         else:
             why = f"input {self.input_percent:.1f}%, host-to-device {self.htod_percent:.1f}% of step time"
+        if self.verdict not in ("host-to-device-bound", "communication-bound"):
+            why += self._hidden_text()
         span = (
             f" (no step markers: the whole trace, {self.step_time_ms:.2f} ms, was analysed as one span)"
             if self.steps_analyzed == 0
             else ""
         )
         return f"{self.verdict}: {why}.{span}{self.speedup_clause()}"
+
+    def _share_text(self, what: str, min_hidden: float = 0.05) -> str:
+        """``"35.2% of step time, 18.9% not hidden behind compute"``: the total share, and the exposed one when
+        overlap hid at least ``min_hidden`` percent of the step."""
+        total, exposed = (
+            (self.htod_percent, self.htod_exposed_percent)
+            if what == "htod"
+            else (self.collective_percent, self.collective_exposed_percent)
+        )
+        text = f"{total:.1f}% of step time"
+        if math.isfinite(exposed) and total - exposed >= min_hidden:
+            text += f", {exposed:.1f}% not hidden behind compute"
+        return text
+
+    def _hidden_text(self) -> str:
+        """Why a collective or HtoD share did not decide the verdict although large: overlap with compute hid at
+        least :data:`OVERLAP_CLAUSE_MIN_PERCENT` of the step from it. "" when it hid less."""
+        parts = [
+            f"{name} {self._share_text(what, OVERLAP_CLAUSE_MIN_PERCENT)}"
+            for what, name, total, exposed in (
+                ("collective", "collectives", self.collective_percent, self.collective_exposed_percent),
+                ("htod", "host-to-device copies", self.htod_percent, self.htod_exposed_percent),
+            )
+            if math.isfinite(exposed) and total - exposed >= OVERLAP_CLAUSE_MIN_PERCENT
+        ]
+        return f"; {'; '.join(parts)}" if parts else ""
 
     def _top_host_text(self) -> str:
         if not self.top_host_op:
@@ -278,6 +354,19 @@ class BottleneckReport:
             parts.append(f"no MFU ({self.mfu_note})")
         return "Throughput: " + "; ".join(parts) + "." if parts else ""
 
+    def churn_line(self) -> str:
+        """``Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step (at most 2.0 MB held at once); top allocator
+        aten::empty 98.7%.`` (and `` Heavy churn.``); "" without memory events."""
+        if not self.memory_device:
+            return ""
+        top = self.top_alloc_ops[0] if self.top_alloc_ops else None
+        top_text = f"; top allocator {one_line(top.name)} {top.percent:.1f}%" if top else ""
+        return (
+            f"Memory churn ({self.memory_device}): {self.allocs_per_step:.1f} allocations, "
+            f"{self.alloc_mb_per_step:.1f} MB allocated per step (at most {self.allocated_peak_mb:.1f} MB held at once)"
+            f"{top_text}.{' Heavy churn.' if self.heavy_churn else ''}"
+        )
+
     def summary_markdown(self) -> str:
         """Verdict, advice and the top-operator table, as Markdown (TensorBoard's Text tab renders it)."""
         lines = [
@@ -285,7 +374,8 @@ class BottleneckReport:
             "",
             f"Step time {self.step_time_ms:.2f} ms over {self.steps_analyzed} steps; input "
             f"{self.input_percent:.1f}%; host-to-device {self.htod_ms_per_step:.3f} ms/step "
-            f"({self.htod_percent:.1f}%)."
+            f"({self._share_text('htod')})"
+            + (f"; collectives {self._share_text('collective')}." if self.collective_percent > 0 else ".")
             + (
                 f" fitprof's own time {self.self_ms_per_step:.3f} ms/step (left out of step time)."
                 if math.isfinite(self.self_ms_per_step)
@@ -297,6 +387,8 @@ class BottleneckReport:
             lines += [self.speedup_line(), ""]
         if self.throughput_line():
             lines += [self.throughput_line(), ""]
+        if self.churn_line():
+            lines += [self.churn_line(), ""]
         lines += [f"- {a}" for a in self.advice]
         if self.top_ops:
             lines += [
@@ -307,6 +399,14 @@ class BottleneckReport:
             lines += [  # '#' is the i of the logged key fitprof/top_op_<i>_ms
                 f"| {i} | {one_line(o.name).replace('|', chr(92) + '|')} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |"
                 for i, o in enumerate(self.top_ops, start=1)
+            ]
+        if self.top_alloc_ops:
+            lines += ["", f"| operator (allocations on {self.memory_device}) | allocs/step | MB/step | % of bytes |"]
+            lines += ["|---|---:|---:|---:|"]
+            lines += [
+                f"| {one_line(o.name).replace('|', chr(92) + '|')} | {o.allocs_per_step:.1f} | {o.mb_per_step:.3f} | "
+                f"{o.percent:.1f} |"
+                for o in self.top_alloc_ops
             ]
         lines += [f"\n_{w}_" for w in self.warnings]
         return "\n".join(lines)

@@ -82,11 +82,14 @@ def analyze_table(
     input_percent = 100.0 * input_us / w.step_total_us
     htod_percent = 100.0 * copies.htod_us / w.step_total_us
     collective_percent = 100.0 * coll_us / w.step_total_us
+    # The verdict rests on the exposed shares: overlapped copies and collectives cost the step nothing.
+    htod_exposed_percent = min(100.0 * exposed["htod"] / w.step_total_us, htod_percent)
+    collective_exposed_percent = min(100.0 * exposed["collectives"] / w.step_total_us, collective_percent)
     verdict = verdict_for(
         input_percent,
-        htod_percent,
+        htod_exposed_percent,
         n_div if len(w.steps[0]) else 0,
-        collective_percent,
+        collective_exposed_percent,
         cover.device_busy_percent if cover.device_work else cover.host_op_percent,
         device=cover.device_work,
     )
@@ -107,6 +110,8 @@ def analyze_table(
         collective_ms_per_step=coll_us / n_div / 1e3,
         self_ms_per_step=_own_us(w) / n_div / 1e3,
         collective_percent=collective_percent,
+        htod_exposed_percent=htod_exposed_percent,
+        collective_exposed_percent=collective_exposed_percent,
         top_ops=ops.top,
         op_time_source=ops.source,
         verdict=verdict,

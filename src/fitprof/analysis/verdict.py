@@ -1,12 +1,16 @@
 """The verdict of a window and the advice that goes with it, from its figures alone.
 
-Every threshold the verdict uses is a named constant here, in percent of step time:
+Every threshold the verdict uses is a named constant here, in percent of step time. HtoD copies and collectives
+count by their *exposed* share (``htod_exposed_percent``, ``collective_exposed_percent``: the part no compute ran
+beside, :mod:`fitprof.analysis.speedups`), not their total: DDP overlaps its gradient all-reduce with the backward
+pass by design, and a copy that runs beside a kernel costs the step nothing, so only the exposed part can make a
+step slow. The input wait counts whole (the loop is blocked while it waits).
 
 * ``input-bound``: ``input_percent >= INPUT_BOUND_PERCENT`` (20) and input is the larger of input and HtoD;
-* ``host-to-device-bound``: ``htod_percent >= HTOD_BOUND_PERCENT`` (15);
-* ``communication-bound``: ``collective_percent >= COMMUNICATION_BOUND_PERCENT`` (20) and larger than input and
+* ``host-to-device-bound``: exposed HtoD ``>= HTOD_BOUND_PERCENT`` (15);
+* ``communication-bound``: exposed collectives ``>= COMMUNICATION_BOUND_PERCENT`` (20) and larger than input and
   HtoD: collectives (all-reduce, ...) are not mistaken for compute;
-* with ``input_percent < COMPUTE_BOUND_MAX_PERCENT`` (10) and ``htod_percent < COMPUTE_BOUND_MAX_PERCENT``, what
+* with ``input_percent < COMPUTE_BOUND_MAX_PERCENT`` (10) and exposed HtoD ``< COMPUTE_BOUND_MAX_PERCENT``, what
   covers the step decides (``busy_percent``: the device's busy share on a trace with device work, the host
   operators' share otherwise):
 
@@ -52,6 +56,8 @@ def verdict_for(
     """The verdict label from the figures, by the thresholds in this module's docstring.
 
     Args:
+        htod_percent, collective_percent: the *exposed* shares of HtoD copies and collectives (% of step time;
+            :attr:`~fitprof.analysis.BottleneckReport.htod_exposed_percent`, ``collective_exposed_percent``).
         busy_percent: the share of the step that compute covers (the device's busy share when ``device``, else
             the host operators'); NaN (unknown) never turns ``compute-bound`` into another verdict.
         device: the trace has device work (``host-bound`` rather than ``overhead-bound``).

@@ -27,6 +27,7 @@ from fitprof.keras._guards import Guards, fit_frame_locals
 from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
+from fitprof.profilers.memory import keras_device
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ class FitProfiler(keras.callbacks.Callback):
     per window, shown by TensorBoard's Profile tab), and at the epoch's end analyses it and logs:
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
-      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed``,
+      ``fitprof/htod_percent``, ``fitprof/collective_percent``, their exposed parts
+      ``fitprof/htod_exposed_percent`` and ``fitprof/collective_exposed_percent`` (what the verdict rests on),
+      ``fitprof/steps_analyzed``,
       ``fitprof/self_ms_per_step`` and
       ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
@@ -118,6 +121,13 @@ class FitProfiler(keras.callbacks.Callback):
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
         probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
+        baseline: a run directory or a report file of an earlier run (``plugins/fitprof/<session>.rank<r>.json``),
+            compared with each profiled window by ``fitprof compare``'s rules
+            (:func:`fitprof.compare.against_baseline`). ``fitprof/vs_baseline/step_time_percent`` (the window's
+            step time over the baseline's, less 1, in %) is logged with the window's figures, the text summary
+            starts with a line naming the operator that grew most, and a regression (past 10% and the baseline's
+            spread) gives one warning a fit. A baseline that cannot be read raises ``ValueError`` here; one that
+            is not comparable (another batch size, device...) gives one warning and logs nothing for it.
 
     Throughput (:mod:`fitprof.throughput`, :mod:`fitprof.keras._throughput`): ``fitprof/samples_per_s`` is the
     growth of Keras's own sample count (``model._loss_tracker.count``) over the window, per second of the
@@ -151,6 +161,7 @@ class FitProfiler(keras.callbacks.Callback):
         trigger_max_windows: int = 3,
         trigger_min_spacing: int = 200,
         probes: Iterable[Probe] = (),
+        baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
@@ -178,7 +189,7 @@ class FitProfiler(keras.callbacks.Callback):
             on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
             self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on {fns.label}.")
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
-        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self)
+        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self, self._warn_samples)
         # torch backend fed a DataLoader: its workers (fitprof/epoch/loader_*); the wait is the fetch timer's
         self._loader = LoaderProbe(fetch_wait=self._fetch_wait)
         self._loader_timing: Any = None
@@ -196,6 +207,7 @@ class FitProfiler(keras.callbacks.Callback):
             trigger=slowdown,
             work=self._work,
             probes=(self._loader, *probes),
+            baseline=baseline,
         )
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         self._run_dir = self.log_dir  # where the windows and the event file write (the staging folder for a URL)
@@ -239,6 +251,9 @@ class FitProfiler(keras.callbacks.Callback):
 
     def _warn_count_items(self, message: str) -> None:
         self._warn_once("count-items", message)
+
+    def _warn_samples(self, message: str) -> None:  # a method, not a lambda: the callback is copied and pickled
+        self._warn_once("samples", message)
 
     def _new_window(self, epoch: int, suffix: str) -> ProfileWindow:
         engine = self._engine
@@ -291,7 +306,12 @@ class FitProfiler(keras.callbacks.Callback):
         self._spe = spe
         engine = self._engine
         engine.fit_start(
-            log_dir=self._run_dir, rank=rank, world=world, steps_per_execution=spe, ends_after=self._ends_after
+            log_dir=self._run_dir,
+            rank=rank,
+            world=world,
+            steps_per_execution=spe,
+            ends_after=self._ends_after,
+            memory_device=self._memory_device(),
         )
         self._work.begin_fit(self.model, world)
         if self._fns.non_chief_abort and rank > 0 and engine.profiles_rank:
@@ -310,10 +330,17 @@ class FitProfiler(keras.callbacks.Callback):
         self._start_step_timing()
         self._time_loader()
         if spe > 1:
+            calls = engine.config
+            window = (
+                f" The default window analyses calls 6-10 (batches {calls.first_step}-{calls.last_step}) of each "
+                "profiled epoch."
+                if self.config.default and calls.enabled
+                else ""
+            )
             self._warn_once(
                 "spe",
                 f"fitprof: steps_per_execution={spe}: Keras runs {spe} batches per call, so each "
-                "profiled step holds that many batches and step_time_ms is per execution, not per batch.",
+                f"profiled step holds that many batches and step_time_ms is per execution, not per batch.{window}",
             )
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -338,6 +365,8 @@ class FitProfiler(keras.callbacks.Callback):
             wait, samples = None, self._adapter_samples
         self._last_step = batch + 1
         window = engine.window
+        if window is not None:  # the step that ended ran in the window: its samples, as the data gives them
+            self._work.step_ended(samples)
         engine.step_start(batch + 1, input_ns=wait, samples=samples)
         if engine.window is not window:
             self._sync_guards()
@@ -351,12 +380,14 @@ class FitProfiler(keras.callbacks.Callback):
         self._engine.validation_end()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._engine.window is not None:  # the epoch's last step ran in the window
+            self._work.step_ended(self._prev_samples if self._fetch_timer is not None else self._adapter_samples)
         gather = self._gather if self._engine.world > 1 and not self._in_flush else None
         result = self._engine.epoch_end(epoch, steps=self._steps_this_epoch(), gather=gather, log=self._log)
         self._sync_guards()
         self._publish_epoch(epoch, result)
         if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
-            logs.update(every_key(result.window, self.config.top_k, self._engine.world))
+            logs.update(every_key(result.window, self.config.top_k, self._engine.world, self._window_keys()))
             logs.update(result.epoch)
             logs.update(result.trigger)
             _no_val_columns(self._csv_loggers, logs)
@@ -444,6 +475,7 @@ class FitProfiler(keras.callbacks.Callback):
         """The sources of the input wait and the samples per step (see :meth:`on_train_batch_begin`)."""
         self._stop_step_timing()
         self._adapter_samples = None
+        self._work.data_batch = None
         if self._fns.fetch_timer is not None:
             self._fetch_timer = self._fns.fetch_timer()
             self._fetch_timer.install()
@@ -457,6 +489,7 @@ class FitProfiler(keras.callbacks.Callback):
         except Exception:  # an adapter whose batch size is unknown raises or gives a symbolic dimension
             n = None
         self._adapter_samples = n * self._spe if n else None
+        self._work.data_batch = n or None
 
     def _stop_step_timing(self) -> None:
         timer, self._fetch_timer = self._fetch_timer, None
@@ -549,6 +582,25 @@ class FitProfiler(keras.callbacks.Callback):
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
+
+    def _window_keys(self) -> tuple[str, ...]:
+        """The window keys beyond the report's base keys, logged every epoch: the probes' (NaN where no window
+        closed), and the allocation churn when torch records memory events."""
+        keys = tuple(self._engine.probes.figures("window"))
+        if self._fns.torch_options and self.torch_options.get("profile_memory"):
+            keys += tuple(m.key for m in metrics.CHURN_METRICS)
+        return keys
+
+    def _memory_device(self) -> tuple[str, int]:
+        """The device the memory figures come from: the backend's first accelerator, else the host."""
+        try:
+            return keras_device(self.backend)
+        except Exception as err:  # the backend could not say: the host's memory, with one warning
+            self._warn_once(
+                "memory-device",
+                f"fitprof: could not find the training device ({err!r}); memory figures are read from the host.",
+            )
+            return "host", 0
 
     def _fit_callbacks(self) -> list[Any]:
         """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the

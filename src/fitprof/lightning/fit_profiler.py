@@ -26,8 +26,15 @@ from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
-from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.flops_torch import (
+    TorchFlopCount,
+    compute_dtype,
+    conv_compute_dtype,
+    device_name,
+    lightning_dtype,
+)
 from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, loaders_in
+from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
@@ -83,7 +90,9 @@ class FitProfiler(Callback):
     same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
     epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
     (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
-    ``fitprof/collective_percent``, ``fitprof/steps_analyzed``, ``fitprof/self_ms_per_step`` and
+    ``fitprof/collective_percent``, their exposed parts ``fitprof/htod_exposed_percent`` and
+    ``fitprof/collective_exposed_percent`` (what the verdict rests on), ``fitprof/steps_analyzed``,
+    ``fitprof/self_ms_per_step`` and
     ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
     the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
@@ -148,7 +157,9 @@ class FitProfiler(Callback):
     counting slows the step it counts, so it is never an analysed step nor the warm-up step the profiler records),
     ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
     :data:`fitprof.throughput.PEAK_FLOPS` ``fitprof/mfu`` divides that by the dense peak of the Trainer's
-    precision (``32-true`` is TF32 when ``torch.get_float32_matmul_precision()`` is not ``"highest"``).
+    precision, matrix products and convolutions each at their own (``32-true`` on compute capability 8.0 or later:
+    convolutions in TF32 unless ``torch.backends.cudnn.allow_tf32`` is False, matrix products in TF32 when
+    ``torch.set_float32_matmul_precision`` is not ``"highest"``; see :mod:`fitprof.profilers.flops_torch`).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
             recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
@@ -159,6 +170,13 @@ class FitProfiler(Callback):
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
         probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
+        baseline: a run directory or a report file of an earlier run (``plugins/fitprof/<session>.rank<r>.json``),
+            compared with each profiled window by ``fitprof compare``'s rules
+            (:func:`fitprof.compare.against_baseline`). ``fitprof/vs_baseline/step_time_percent`` (the window's
+            step time over the baseline's, less 1, in %) is logged with the window's figures, the text summary
+            starts with a line naming the operator that grew most, and a regression (past 10% and the baseline's
+            spread) gives one warning a fit. A baseline that cannot be read raises ``ValueError`` here; one that
+            is not comparable (another batch size, device...) gives one warning and logs nothing for it.
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch of the last ``fit`` (0-based epoch
@@ -202,6 +220,7 @@ class FitProfiler(Callback):
         trigger_max_windows: int = 3,
         trigger_min_spacing: int = 200,
         probes: Iterable[Probe] = (),
+        baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
@@ -234,6 +253,7 @@ class FitProfiler(Callback):
             trigger=slowdown,
             work=self._work,
             probes=(self._loader, *probes),
+            baseline=baseline,
         )
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
@@ -285,7 +305,9 @@ class FitProfiler(Callback):
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
-            engine.fit_start(log_dir=None, rank=rank)
+            engine.fit_start(
+                log_dir=None, rank=rank, memory_device=torch_device(getattr(trainer.strategy, "root_device", None))
+            )
             engine.coverage.said = True  # the warning below says nothing is profiled, and why
             self._warn_rank(
                 "lightning-profiler",
@@ -305,7 +327,11 @@ class FitProfiler(Callback):
             self._dir = Path(_fs.local_path(log_dir))
         world = int(trainer.world_size)
         engine.fit_start(
-            log_dir=str(self._dir), rank=rank, world=world, ends_after=lambda step: self._ends_after(trainer, step)
+            log_dir=str(self._dir),
+            rank=rank,
+            world=world,
+            ends_after=lambda step: self._ends_after(trainer, step),
+            memory_device=torch_device(getattr(trainer.strategy, "root_device", None)),
         )
         engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
         self._timing.fit_start(trainer)
@@ -316,8 +342,9 @@ class FitProfiler(Callback):
             device = trainer.strategy.root_device
             self._work.device_name = device_name(device)
             self._work.dtype = compute_dtype(lightning_dtype(trainer.precision), device)
+            self._work.conv_dtype = conv_compute_dtype(lightning_dtype(trainer.precision), device)
         except Exception:  # no device known: FLOP/s only
-            self._work.device_name = self._work.dtype = ""
+            self._work.device_name = self._work.dtype = self._work.conv_dtype = ""
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
