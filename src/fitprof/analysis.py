@@ -55,8 +55,11 @@ import numpy as np
 import pandas as pd
 
 from fitprof import metrics
-from fitprof.traces._table import OVERHEAD_ANNOTATION, Kind
+from fitprof.traces._table import CHECKPOINT_ANNOTATION, OVERHEAD_ANNOTATION, Kind
 
+CHECKPOINT_NAMED_PERCENT = 10.0
+"""The headline names the checkpoint saves inside the analysed steps when they took this share of the step time
+(what is left once they are taken out) or more: the same 10% as a part of the epoch named in its verdict."""
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
 COMPUTE_BOUND_MAX_PERCENT = 10.0
@@ -192,6 +195,9 @@ class BottleneckReport:
     self_ms_per_step: float = math.nan
     """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
     out of ``step_time_ms``. NaN in report files written before it existed."""
+    checkpoint_ms_per_step: float = math.nan
+    """Checkpoint saves inside the analysed steps (the ``fitprof/checkpoint`` spans), ms per step; already left out
+    of ``step_time_ms``. NaN in report files written before it existed."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -215,6 +221,7 @@ class BottleneckReport:
             metrics.FLOPS_PER_S.key: self.flops_per_s,
             metrics.MFU.key: self.mfu,
             metrics.SELF_MS_PER_STEP.key: self.self_ms_per_step,
+            metrics.CHECKPOINT_MS_PER_STEP.key: self.checkpoint_ms_per_step,
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
@@ -267,7 +274,19 @@ class BottleneckReport:
             if self.steps_analyzed == 0
             else ""
         )
-        return f"{self.verdict}: {why}.{span}{self.speedup_clause()}"
+        return f"{self.verdict}: {why}.{span}{self.speedup_clause()}{self.checkpoint_clause()}"
+
+    def checkpoint_clause(self) -> str:
+        """`` Checkpoint saves took another 84.8 ms/step (145% of step time), left out of it: save less often or
+        asynchronously.`` when the saves inside the steps took :data:`CHECKPOINT_NAMED_PERCENT` of the step time or
+        more, else ""."""
+        ms = self.checkpoint_ms_per_step
+        if not (ms > 0 and self.step_time_ms > 0) or 100.0 * ms / self.step_time_ms < CHECKPOINT_NAMED_PERCENT:
+            return ""
+        return (
+            f" Checkpoint saves took another {ms:.1f} ms/step ({100.0 * ms / self.step_time_ms:.0f}% of step time), "
+            "left out of it: save less often, weights only, or asynchronously."
+        )
 
     def _top_host_text(self) -> str:
         if not self.top_host_op:
@@ -605,8 +624,11 @@ def analyze_table(
             steps = (np.array([]), np.array([]))
     not_training = kind.equal(Kind.NOT_TRAINING)
     excluded = _union(ts[not_training], end[not_training])
-    own = _Distinct(table["name"].to_numpy(), not_training).equal(OVERHEAD_ANNOTATION)
+    spans = _Distinct(table["name"].to_numpy(), not_training)
+    own = spans.equal(OVERHEAD_ANNOTATION)
     own_us = _overlap(_union(ts[own], end[own]), steps)
+    saves = spans.equal(CHECKPOINT_ANNOTATION)
+    checkpoint_us = _overlap(_union(ts[saves], end[saves]), steps)
     step_total_us = float(np.sum(steps[1] - steps[0])) - _overlap(steps, excluded)
     n_div = max(n_steps, 1)
     if step_total_us <= 0:
@@ -730,6 +752,7 @@ def analyze_table(
         dtoh_ms_per_step=dtoh_us / n_div / 1e3,
         collective_ms_per_step=coll_us / n_div / 1e3,
         self_ms_per_step=own_us / n_div / 1e3,
+        checkpoint_ms_per_step=checkpoint_us / n_div / 1e3,
         collective_percent=collective_percent,
         top_ops=top_ops,
         op_time_source=source_name,

@@ -1,0 +1,1 @@
+"""The framework-neutral parts both callbacks drive (no framework import)."""
