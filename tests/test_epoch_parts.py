@@ -226,7 +226,9 @@ def test_nothing_counted_outside_a_fit() -> None:
     clock.advance(1000)
     assert probe.epoch_end(1) is None
     probe.fit_start()
-    assert probe.results == {} and probe.epoch_figures() == {}
+    assert probe.results == {}
+    figures = probe.epoch_figures()  # the same keys every epoch, NaN for an epoch not counted
+    assert set(figures) == {m.key for m in metrics.EPOCH_PARTS_METRICS} and all(map(math.isnan, figures.values()))
 
 
 def test_exception_drops_the_unfinished_epoch() -> None:
@@ -364,3 +366,31 @@ def test_real_clock_and_getrusage_work_here() -> None:
     probe.step_end(1)
     r = probe.epoch_end(0)
     assert r is not None and r.wall_s > 0 and r.cpu.cpu_s >= 0 and r.cpu.cores >= 1
+
+
+def test_keras_steps_end_at_the_next_step_start() -> None:
+    """Keras sends no step end: a step runs from its batch begin to the next one (or to validation, the epoch's
+    end); the hooks of other callbacks in between are theirs."""
+    probe, clock, _ = make("keras")
+    probe.epoch_start(0)
+    clock.advance(80)
+    for n in range(1, 6):
+        probe.step_start(n)
+        clock.advance(12)  # the train function
+        probe.enter(CHECKPOINT, "ModelCheckpoint")  # its on_train_batch_end saves every second step
+        clock.advance(30 if n % 2 == 0 else 0.1)
+        probe.leave()
+        clock.advance(3)  # the next fetch
+    probe.validation_start()
+    clock.advance(50)
+    probe.validation_end()
+    probe.enter(PROFILING, "FitProfiler")  # the epoch end arrives inside fitprof's own on_epoch_end
+    clock.advance(1)
+    r = probe.epoch_end(0)
+    assert r is not None and r.steps == 5
+    assert r.startup_s == pytest.approx(0.080)
+    assert r.train_steps_s == pytest.approx(5 * 0.015)
+    assert r.checkpoint_s == pytest.approx(0.060 + 3 * 0.0001)
+    assert r.validation_s == pytest.approx(0.050)
+    assert r.profiling_s == pytest.approx(0.001)
+    assert r.other_s == 0.0

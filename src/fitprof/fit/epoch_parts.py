@@ -281,6 +281,7 @@ class EpochParts:
         self.threads = 0
         self.workers = 0
         self.results: dict[int, EpochWall] = {}
+        self._last: EpochWall | None = None
         self._fit_reset()
 
     def _fit_reset(self) -> None:
@@ -321,6 +322,7 @@ class EpochParts:
     def fit_start(self, now_ns: int | None = None) -> None:
         """A new fit: forget the previous fit's epochs and any open span."""
         self.results = {}
+        self._last = None
         self._fit_reset()
 
     def epoch_start(self, epoch: int, now_ns: int | None = None) -> None:
@@ -352,11 +354,14 @@ class EpochParts:
 
     def step_start(self, step: int = 0, batch: object = None, now_ns: int | None = None) -> None:
         """A training step starts (its batch is fetched): the time since the previous step's end was that step's
-        fetch and the loop's own work."""
+        fetch and the loop's own work. Where the framework sends no step end (Keras), the previous step ends
+        here."""
         now = self._now(now_ns)
         if self._phase == _IDLE:
             return
         self._charge(now)
+        if self._phase == TRAIN_STEPS:
+            self._end_step()
         self._resolve_gap(TRAIN_STEPS)
         self._phase = TRAIN_STEPS
 
@@ -373,6 +378,10 @@ class EpochParts:
         if self._phase == _IDLE:
             return
         self._charge(now)
+        self._end_step()
+        self._phase = _GAP
+
+    def _end_step(self) -> None:
         steps_ns = self._acc[TRAIN_STEPS]
         took, self._step_mark = steps_ns - self._step_mark, steps_ns
         self._steps += 1
@@ -382,7 +391,6 @@ class EpochParts:
         else:
             self._step_ns.append(took)
         self._first_step = False
-        self._phase = _GAP
 
     def validation_start(self, now_ns: int | None = None) -> None:
         """A validation run starts (not the sanity check before the first epoch: that is not in any epoch)."""
@@ -405,6 +413,9 @@ class EpochParts:
         if self._phase == _IDLE:
             return
         self._charge(now)
+        if self._phase == TRAIN_STEPS:  # Keras: the last step ends where validation starts
+            self._end_step()
+            self._phase = _GAP
         self._resolve_gap(OTHER)
         self._saved_phase.append(self._phase)
         self._phase = phase
@@ -456,9 +467,12 @@ class EpochParts:
         """The epoch ends: its parts are final (:attr:`results`); the next epoch's span starts here. None when no
         epoch was being counted."""
         now = self._now(now_ns)
+        self._last = None
         if self._phase == _IDLE:
             return None
         self._charge(now)
+        if self._phase == TRAIN_STEPS:
+            self._end_step()
         self._resolve_gap(OTHER)
         acc = self._acc
         extra = 0
@@ -489,7 +503,7 @@ class EpochParts:
             cpu=cpu,
             callback_s={k: v / 1e9 for k, v in self._callback_ns.items()},
         )
-        self.results[result.epoch] = result
+        self.results[result.epoch] = self._last = result
         self._begin_span(now)
         self._phase = OTHER
         self._saved_phase = []
@@ -507,11 +521,11 @@ class EpochParts:
 
     # ---------------------------------------------------------------------------------------------- results
     def epoch_figures(self) -> dict[str, float]:
-        """The last finished epoch's ``fitprof/epoch/*`` part and CPU scalars (:meth:`EpochWall.scalars`); empty
-        before the first."""
-        if not self.results:
-            return {}
-        return self.results[max(self.results)].scalars()
+        """The ``fitprof/epoch/*`` part and CPU scalars (:meth:`EpochWall.scalars`) of the epoch that just ended;
+        every key NaN when it was not counted (an epoch end without its start)."""
+        if self._last is None:
+            return {m.key: math.nan for m in metrics.EPOCH_PARTS_METRICS}
+        return self._last.scalars()
 
     def verdicts(self, epoch: int | None = None) -> list[str]:
         """The epoch's findings (:func:`part_verdicts` and :func:`contention_verdict`), the last epoch's when

@@ -1,0 +1,272 @@
+"""The frameworks' hooks, timed for the epoch-parts probe (framework-free: the frameworks' objects are duck-typed).
+
+Lightning's loops bracket each batch fetch and each callback hook call with ``trainer.profiler.start(action)`` /
+``stop(action)``, whatever the profiler (the default one does nothing): the fetch as
+``[_TrainingEpochLoop].train_dataloader_next``, a hook as ``[Callback]<state_key>.<hook>``. :class:`ProfilerHooks`
+wraps the two methods of one profiler instance once, delegates every call, adds up the fetch time, and hands each
+callback hook to an :class:`~fitprof.fit.epoch_parts.EpochParts` probe as a span (``ModelCheckpoint`` as a save,
+fitprof's own as profiling, any other as that callback's).
+
+Keras calls every callback's hook from its ``CallbackList`` in turn; :class:`CallbackHooks` replaces, on each
+callback instance, the hook methods it overrides (a default, empty hook, marked ``_is_default``, is left alone:
+Keras decides from them whether batch-end hooks may run asynchronously) with a wrapper that opens a span around the
+call: a checkpointing callback's (the classes the adapter passes: Keras ``ModelCheckpoint``, ``BackupAndRestore``)
+as a save, fitprof's own as profiling, any other as that callback's, by class name. Only calls on the thread that
+installed the wrappers are timed (Keras may dispatch batch-end hooks to a thread pool).
+
+In both, the outermost save hook also calls ``checkpoint_begin()`` / ``checkpoint_end(ns)``, so that the adapter can
+annotate the save inside a window and take it out of the step's time
+(:meth:`fitprof.steps.StepRecorder.take_out`). ``uninstall`` removes the wrappers still in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fitprof.fit.epoch_parts import CALLBACKS, CHECKPOINT, PROFILING, EpochParts, lightning_hook_part
+
+__all__ = ["FETCH_ACTION", "KERAS_HOOKS", "CallbackHooks", "ProfilerHooks"]
+
+FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
+"""The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
+
+_FETCH = (-1, "")
+_MAX_ACTIONS = 4096  # the action names seen are a fixed set (loops, hooks); bound the cache all the same
+
+
+class ProfilerHooks:
+    """Wraps one trainer profiler's ``start`` / ``stop`` (see the module docstring); undone by :meth:`uninstall`.
+
+    Args:
+        parts: the probe that gets the callback spans (None: the fetch time only).
+        own: fitprof's callback class name (its hooks are fitprof's own time).
+        checkpoint_begin: called when an outermost ``ModelCheckpoint`` hook starts.
+        checkpoint_end: called with that hook's duration (ns) when it ends.
+
+    Attributes:
+        fetch_ns: time inside the batch fetch since :meth:`take_fetch` last read it (ns).
+        installed: whether the wrappers are in place.
+    """
+
+    def __init__(
+        self,
+        parts: EpochParts | None = None,
+        *,
+        own: str = "FitProfiler",
+        checkpoint_begin: Callable[[], None] | None = None,
+        checkpoint_end: Callable[[int], None] | None = None,
+    ) -> None:
+        self.parts = parts
+        self.own = own
+        self.checkpoint_begin = checkpoint_begin
+        self.checkpoint_end = checkpoint_end
+        self.fetch_ns = 0
+        self._fetch_t0 = 0
+        self._save_depth = 0
+        self._save_t0 = 0
+        self._kinds: dict[str, tuple[int, str] | None] = {}
+        self._profiler: Any = None
+        self._ours: tuple[Any, Any] = (None, None)
+
+    @property
+    def installed(self) -> bool:
+        return self._profiler is not None
+
+    def take_fetch(self) -> int:
+        """The fetch time since the last call (ns), and start again from 0."""
+        ns, self.fetch_ns = self.fetch_ns, 0
+        return ns
+
+    def _kind(self, action: str) -> tuple[int, str] | None:
+        if action == FETCH_ACTION:
+            kind: tuple[int, str] | None = _FETCH
+        else:
+            kind = lightning_hook_part(action, self.own) if self.parts is not None else None
+        if len(self._kinds) < _MAX_ACTIONS:
+            self._kinds[action] = kind
+        return kind
+
+    def install(self, profiler: Any) -> bool:
+        """Wrap ``profiler.start`` / ``stop`` (on the instance); False when the profiler refuses attributes."""
+        self.uninstall()
+        try:
+            start, stop = profiler.start, profiler.stop
+        except AttributeError:
+            return False
+        kinds = self._kinds
+        parts = self.parts
+        clock = time.perf_counter_ns
+
+        def timed_start(action_name: str) -> None:
+            kind = kinds[action_name] if action_name in kinds else self._kind(action_name)
+            if kind is not None:
+                now = clock()
+                if kind is _FETCH:
+                    self._fetch_t0 = now
+                elif parts is not None:
+                    parts.enter(kind[0], kind[1], now_ns=now)
+                    if kind[0] == CHECKPOINT:
+                        self._save_begin(now)
+            start(action_name)
+
+        def timed_stop(action_name: str) -> None:
+            stop(action_name)
+            kind = kinds.get(action_name)
+            if kind is not None:
+                now = clock()
+                if kind is _FETCH:
+                    if self._fetch_t0:
+                        self.fetch_ns += now - self._fetch_t0
+                        self._fetch_t0 = 0
+                elif parts is not None:
+                    parts.leave(now_ns=now)
+                    if kind[0] == CHECKPOINT:
+                        self._save_end(now)
+
+        try:
+            profiler.start, profiler.stop = timed_start, timed_stop
+        except Exception:  # a profiler that refuses attributes: nothing is timed through it
+            return False
+        self._profiler = profiler
+        self._ours = (timed_start, timed_stop)
+        return True
+
+    def _save_begin(self, now: int) -> None:
+        self._save_depth += 1
+        if self._save_depth == 1:
+            self._save_t0 = now
+            if self.checkpoint_begin is not None:
+                self.checkpoint_begin()
+
+    def _save_end(self, now: int) -> None:
+        if self._save_depth == 0:
+            return
+        self._save_depth -= 1
+        if self._save_depth == 0 and self.checkpoint_end is not None:
+            self.checkpoint_end(now - self._save_t0)
+
+    def uninstall(self) -> None:
+        """Put the profiler's own methods back (only where our wrappers are still in place)."""
+        profiler, self._profiler = self._profiler, None
+        if profiler is not None:
+            for name, ours in zip(("start", "stop"), self._ours, strict=True):
+                if vars(profiler).get(name) is ours:  # not one wrapped again since by someone else
+                    with contextlib.suppress(Exception):
+                        delattr(profiler, name)
+        self._ours = (None, None)
+        self._save_depth = 0
+        self._fetch_t0 = 0
+
+
+KERAS_HOOKS = (
+    "on_epoch_begin",
+    "on_epoch_end",
+    "on_train_batch_begin",
+    "on_train_batch_end",
+    "on_batch_begin",
+    "on_batch_end",
+    "on_test_begin",
+    "on_test_end",
+    "on_test_batch_begin",
+    "on_test_batch_end",
+)
+"""The hooks timed: those called inside an epoch."""
+
+
+class CallbackHooks:
+    """Times the hooks of a fit's callbacks (see the module docstring).
+
+    Args:
+        parts: the probe that gets the spans.
+        own: fitprof's own callback (its hooks are profiling).
+        checkpointing: the classes whose hooks are saves (Keras ``ModelCheckpoint``, ``BackupAndRestore``).
+        checkpoint_begin: called when a save's hook starts.
+        checkpoint_end: called with the hook's duration (ns) when it ends.
+    """
+
+    def __init__(
+        self,
+        parts: EpochParts,
+        *,
+        own: object = None,
+        checkpointing: tuple[type, ...] = (),
+        checkpoint_begin: Callable[[], None] | None = None,
+        checkpoint_end: Callable[[int], None] | None = None,
+    ) -> None:
+        self.parts = parts
+        self.own = own
+        self.checkpointing = checkpointing
+        self.checkpoint_begin = checkpoint_begin
+        self.checkpoint_end = checkpoint_end
+        self._wrapped: list[tuple[Any, str, Any]] = []
+        self._thread = 0
+        self._save_depth = 0
+
+    def install(self, callbacks: Iterable[Any]) -> int:
+        """Wrap the overridden hooks of each callback (fitprof's own included); returns how many were wrapped."""
+        self.uninstall()
+        self._thread = threading.get_ident()
+        for cb in callbacks:
+            if cb is self.own:
+                part, name = PROFILING, type(cb).__name__
+            elif self.checkpointing and isinstance(cb, self.checkpointing):
+                part, name = CHECKPOINT, type(cb).__name__
+            else:
+                part, name = CALLBACKS, type(cb).__name__
+            for hook in KERAS_HOOKS:
+                method = getattr(cb, hook, None)
+                if method is None or getattr(method, "_is_default", False):
+                    continue
+                wrapper = self._wrap(method, part, name)
+                try:
+                    setattr(cb, hook, wrapper)
+                except Exception:  # a callback that refuses attributes: its hooks are other time
+                    continue
+                self._wrapped.append((cb, hook, wrapper))
+        return len(self._wrapped)
+
+    def _wrap(self, method: Callable[..., Any], part: int, name: str) -> Callable[..., Any]:
+        parts, clock, thread = self.parts, time.perf_counter_ns, self._thread
+        saves = part == CHECKPOINT
+
+        @functools.wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != thread:
+                return method(*args, **kwargs)
+            t0 = clock()
+            parts.enter(part, name, now_ns=t0)
+            if saves:
+                self._save_begin()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                now = clock()
+                parts.leave(now_ns=now)
+                if saves:
+                    self._save_end(now - t0)
+
+        return timed
+
+    def _save_begin(self) -> None:
+        self._save_depth += 1
+        if self._save_depth == 1 and self.checkpoint_begin is not None:
+            self.checkpoint_begin()
+
+    def _save_end(self, ns: int) -> None:
+        self._save_depth = max(self._save_depth - 1, 0)
+        if self._save_depth == 0 and self.checkpoint_end is not None:
+            self.checkpoint_end(ns)
+
+    def uninstall(self) -> None:
+        """Remove the wrappers still in place (the class's methods are the callbacks' own again)."""
+        wrapped, self._wrapped = self._wrapped, []
+        for cb, hook, wrapper in wrapped:
+            if vars(cb).get(hook) is wrapper:
+                with contextlib.suppress(Exception):
+                    delattr(cb, hook)
+        self._save_depth = 0
