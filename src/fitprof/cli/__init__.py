@@ -48,9 +48,18 @@ from fitprof._parallel import auto_jobs, default_jobs, ordered_map
 from fitprof._session import trigger_step
 from fitprof.analysis import BottleneckReport
 from fitprof.cli.plot import SEGMENTS, plot_breakdown
-from fitprof.cli.render import FORMATS, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
+from fitprof.cli.render import FORMATS, RECORD_EPOCH, RECORD_SPREAD, RECORD_TRACE, RECORD_WINDOW, finite, render
 from fitprof.cross_rank import RankFigures, Spread, spread
-from fitprof.report_files import ReportFileError, find_report_files, is_report_file, read_report_file
+from fitprof.metrics import EPOCH_PREFIX
+from fitprof.report_files import (
+    ReportFileError,
+    find_epoch_files,
+    find_report_files,
+    is_epoch_file,
+    is_report_file,
+    read_epoch_file,
+    read_report_file,
+)
 from fitprof.traces import TraceError
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
@@ -126,8 +135,8 @@ def _fetch_urls(args: argparse.Namespace, tmp: Path) -> bool:
             url = args.logdir.rstrip("/")
             local = tmp / (url.rpartition("/")[2] or "logdir")  # its name: the --plot title of LOGDIR itself
             local.mkdir()
-            try:  # only the report files: a few KB per window
-                _fs.fetch(url, local, is_report_file)
+            try:  # only the report and per-epoch files: a few KB per window, about 1 KB per epoch
+                _fs.fetch(url, local, lambda rel: is_report_file(rel) or is_epoch_file(rel))
             except (OSError, ValueError) as err:
                 _error(_describe(url, err))
                 bad = True
@@ -423,15 +432,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
         _error(f"{logdir}: not a folder (report takes a log folder; for a trace file use 'fitprof analyze')")
         return EXIT_BAD_INPUT
     files = find_report_files(logdir)
-    if not files:
+    epoch_files = find_epoch_files(logdir)
+    if not files and not epoch_files:
         _error(
-            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
-            "for other profiles use 'fitprof analyze')"
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json nor epochs.rank<r>.jsonl "
+            "below it; for other profiles use 'fitprof analyze')"
         )
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
     bad = False
-    jobs = args.jobs or auto_jobs(files)
+    jobs = args.jobs or (auto_jobs(files) if files else 1)
     for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
         if record is None:
             _error(error or "")
@@ -451,6 +461,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     # Cross-rank spreads of the scheduled windows only: each rank triggers on its own signal, at its own step.
     scheduled = [r for r in records if r["trigger_step"] is None]
     records += _spreads(scheduled, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
+    for path in epoch_files:
+        try:
+            records += _epoch_records(path, logdir)
+        except (ReportFileError, OSError) as err:
+            _error(_describe(path, err) if isinstance(err, OSError) else str(err))
+            bad = True
     status = _finish(args, records, bad)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
@@ -484,6 +500,26 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     rec["trigger_step"] = trigger_step(rec["session"])  # a window the slowdown trigger opened; None: scheduled
     rec["_written"] = doc.written
     return rec
+
+
+def _epoch_records(path: Path, logdir: Path) -> list[dict[str, Any]]:
+    """The rows of one per-epoch file (:func:`fitprof.report_files.read_epoch_file`): where each epoch's wall
+    time went, its CPU use and verdicts, the ``fitprof/epoch/`` prefix dropped from the figures' keys."""
+    out = []
+    for rec in read_epoch_file(path, logdir=logdir):
+        row: dict[str, Any] = {
+            "record": RECORD_EPOCH,
+            "run": rec.run.relative_to(logdir).as_posix(),
+            "fit": rec.fit,
+            "epoch": rec.epoch,
+            "rank": rec.rank,
+            "framework": rec.framework,
+        }
+        row.update({k.removeprefix(EPOCH_PREFIX): v for k, v in rec.figures.items()})
+        row["verdicts"] = rec.verdicts
+        out.append(row)
+    out.sort(key=lambda r: (r["run"], r["fit"], r["epoch"], r["rank"]))
+    return out
 
 
 _SESSION_SUFFIX = re.compile(r"^(.*?)(?:_(\d+))?$")
