@@ -12,7 +12,7 @@
   xprof's ``xspace_to_tool_data(..., "framework_op_stats")`` and ``"input_pipeline_analyzer"`` on a fresh copy
   each time (the conversion caches its result beside the file; the cached second call is shown too);
 * HolisticTraceAnalysis's parser (``hta.common.trace.parse_trace_file``) on the same Kineto files, when
-  ``import hta`` works (it is not a fitprof dependency; see benchmarks/README.md for how it was made available).
+  ``import hta`` works (it is not a fitprof dependency; see benchmarks/JOURNAL.md, section 3, for how it was made available).
 """
 
 from __future__ import annotations

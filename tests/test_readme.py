@@ -1,5 +1,5 @@
-"""The README's ``$ fitprof ...`` examples, run on the files the project ships: the output shown is the output
-given, line by line (so an example cannot rot, and never needs ``../shared``)."""
+"""The ``$ fitprof ...`` examples of the README and the pages under ``docs/``, run on the files the project ships:
+the output shown is the output given, line by line (so an example cannot rot, and never needs ``../shared``)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from fitprof.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```\n(\$ fitprof [^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-EXAMPLES = BLOCK.findall((ROOT / "README.md").read_text())
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README_EXAMPLES = BLOCK.findall((ROOT / "README.md").read_text())
+EXAMPLES = [example for page in PAGES for example in BLOCK.findall(page.read_text())]
 
 
 def test_the_readme_has_fitprof_examples() -> None:
-    commands = [command for command, _ in EXAMPLES]
+    commands = [command for command, _ in README_EXAMPLES]
     assert any(c.startswith("$ fitprof analyze tests/data/") for c in commands), commands
     assert len(commands) >= 2
 
