@@ -52,7 +52,9 @@ class Usage:
 
 def make(framework: str = "lightning") -> tuple[EpochParts, Clock, Usage]:
     clock, usage = Clock(), Usage()
-    probe = EpochParts(framework, clock=clock, rusage=usage.rusage, schedstat=usage.schedstat, cores=2)
+    probe = EpochParts(
+        framework, clock=clock, rusage=usage.rusage, schedstat=usage.schedstat, cores=2, load=lambda: 5.5
+    )
     probe.fit_start()
     return probe, clock, usage
 
@@ -297,7 +299,8 @@ def test_contention_from_run_queue_wait() -> None:
     assert r.involuntary_switches_per_s == pytest.approx(1700.0)
     line = contention_verdict(r, "keras")
     assert line is not None and line.startswith("CPU-contended: the training thread waited for a core 56% of epoch 0")
-    assert "8 intra-op threads + 2 loader workers" in line and "more threads and workers than cores" in line
+    assert "8 intra-op threads + 2 loader workers" in line
+    assert "this process runs more threads and workers than the 2 cores" in line
     assert "OMP_NUM_THREADS" in line and "compute-bound" not in line
     assert probe.verdicts()[-1] == line
 
@@ -319,6 +322,7 @@ def test_no_contention_below_the_threshold_and_the_fallback_rule() -> None:
     assert math.isnan(r.run_wait_percent)
     line = contention_verdict(r, "lightning")
     assert line is not None and "5,000 involuntary context switches per CPU second" in line
+    assert "load average 5.5" in line and "other processes hold the cores" in line and "run fewer processes" in line
     usage.switches += 300  # 300 per CPU s: not contended
     usage.cpu_s += 1.0
     probe.epoch_start(2)

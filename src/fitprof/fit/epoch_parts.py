@@ -139,6 +139,8 @@ class CpuUse:
         cores: the cores this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``).
         threads: the compute threads the adapter reported (intra-op threads), 0 when unknown.
         workers: the loader worker processes the adapter reported, 0 when none or unknown.
+        load: the machine's 1-minute load average at the epoch's end (``os.getloadavg``; NaN where unknown): the
+            runnable processes of every user, this one's threads included.
     """
 
     cpu_s: float
@@ -147,6 +149,7 @@ class CpuUse:
     cores: int
     threads: int = 0
     workers: int = 0
+    load: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,13 @@ def _schedstat() -> int | None:
         return None
 
 
+def _load() -> float:
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return math.nan
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -252,6 +262,7 @@ class EpochParts:
         rusage: ``() -> (cpu_s, involuntary_switches)`` of the process (tests plant it).
         schedstat: ``() -> run-queue wait so far (ns) or None`` of the calling thread.
         cores: the cores the process may use (None: ``os.sched_getaffinity``).
+        load: ``() -> the 1-minute load average`` (NaN where unknown).
 
     Raises:
         ValueError: for a ``framework`` other than ``"keras"`` or ``"lightning"``.
@@ -270,6 +281,7 @@ class EpochParts:
         rusage: Callable[[], tuple[float, int]] = _rusage,
         schedstat: Callable[[], int | None] = _schedstat,
         cores: int | None = None,
+        load: Callable[[], float] = _load,
     ) -> None:
         if framework not in ("keras", "lightning"):
             raise ValueError(f"framework must be 'keras' or 'lightning', got {framework!r}")
@@ -277,6 +289,7 @@ class EpochParts:
         self._clock = clock
         self._rusage = rusage
         self._schedstat = schedstat
+        self._load = load
         self.cores = int(cores) if cores is not None else _cores()
         self.threads = 0
         self.workers = 0
@@ -485,7 +498,15 @@ class EpochParts:
         cpu_s, switches = self._rusage()
         wait = self._schedstat()
         wait_s = (wait - self._wait0) / 1e9 if wait is not None and self._wait0 is not None else math.nan
-        cpu = CpuUse(cpu_s - self._cpu0[0], switches - self._cpu0[1], wait_s, self.cores, self.threads, self.workers)
+        cpu = CpuUse(
+            cpu_s - self._cpu0[0],
+            switches - self._cpu0[1],
+            wait_s,
+            self.cores,
+            self.threads,
+            self.workers,
+            self._load(),
+        )
         steps_s = acc[TRAIN_STEPS] / 1e9
         result = EpochWall(
             epoch=int(epoch),
@@ -606,18 +627,20 @@ def contention_verdict(result: EpochWall, framework: str) -> str | None:
         f" ({result.involuntary_switches_per_s:,.0f} involuntary switches/s, CPU {result.cpu_percent:.0f}% of the "
         f"wall time, {cpu.cores} cores"
     )
-    wanted = cpu.threads + cpu.workers
+    if math.isfinite(cpu.load):
+        evidence += f", load average {cpu.load:.1f}"
     if cpu.threads:
         evidence += f", {cpu.threads} intra-op threads + {cpu.workers} loader workers"
     evidence += ")"
-    if cpu.threads and wanted > cpu.cores:
-        cause = "more threads and workers than cores"
+    if cpu.threads and cpu.threads + cpu.workers > cpu.cores:
+        cause = f"this process runs more threads and workers than the {cpu.cores} cores"
+        fix = _FIX_THREADS[framework]
     else:
-        cause = "other processes hold the cores" if cpu.threads else "threads and other processes compete for the cores"
-    return (
-        f"CPU-contended: {evidence}; {cause}, so step times measure waiting, not the operators: "
-        f"{_FIX_THREADS[framework]}"
-    )
+        cause = "other processes hold the cores"
+        fix = "run fewer processes on this machine (or move to a quieter one); within this one, " + _FIX_THREADS[
+            framework
+        ].removeprefix("use ")
+    return f"CPU-contended: {evidence}; {cause}, so step times measure waiting for a core, not the operators: {fix}"
 
 
 _LIGHTNING_CALLBACK = "[Callback]"
