@@ -168,3 +168,32 @@ def test_keras_hooks_on_another_thread_are_not_timed() -> None:
     r = parts.epoch_end(0)
     assert r is not None and r.callbacks_s == 0.0
     hooks.uninstall()
+
+
+def test_lightning_hooks_left_at_their_default_are_not_timed() -> None:
+    parts = EpochParts("lightning")
+    seen: list[tuple[str, str]] = []
+
+    def overrides(key: str, hook: str) -> bool:
+        seen.append((key, hook))
+        return hook == "on_train_batch_end"
+
+    hooks = ProfilerHooks(parts, overrides=overrides)
+    prof = FakeProfiler()
+    hooks.install(prof)
+    parts.fit_start()
+    parts.epoch_start(0)
+    slept = {"on_before_backward": 0.0, "on_train_batch_end": 0.0}
+    for _ in range(2):
+        for hook in slept:
+            prof.start(f"[Callback]Sleepy.{hook}")
+            t0 = time.perf_counter()
+            _sleep(5)
+            slept[hook] += time.perf_counter() - t0
+            prof.stop(f"[Callback]Sleepy.{hook}")
+    r = parts.epoch_end(0)
+    assert r is not None
+    assert seen == [("Sleepy", "on_before_backward"), ("Sleepy", "on_train_batch_end")]  # asked once per action
+    # the two on_train_batch_end calls only
+    assert slept["on_train_batch_end"] <= r.callbacks_s < slept["on_train_batch_end"] + slept["on_before_backward"]
+    hooks.uninstall()

@@ -369,13 +369,19 @@ class EpochParts:
         """A training step starts (its batch is fetched): the time since the previous step's end was that step's
         fetch and the loop's own work. Where the framework sends no step end (Keras), the previous step ends
         here."""
-        now = self._now(now_ns)
-        if self._phase == _IDLE:
+        now = self._clock() if now_ns is None else now_ns
+        phase = self._phase
+        if phase == _IDLE:
             return
-        self._charge(now)
-        if self._phase == TRAIN_STEPS:
+        acc = self._acc
+        acc[self._nest[-1][0] if self._nest else phase] += now - self._t
+        self._t = now
+        if phase == TRAIN_STEPS:
             self._end_step()
-        self._resolve_gap(TRAIN_STEPS)
+        gap = acc[_GAP]
+        if gap:
+            acc[_GAP] = 0
+            acc[TRAIN_STEPS] += gap
         self._phase = TRAIN_STEPS
 
     def input_wait(self, ns: int) -> None:
@@ -387,10 +393,12 @@ class EpochParts:
 
     def step_end(self, step: int = 0, batch: object = None, now_ns: int | None = None) -> None:
         """A training step ends (its optimizer step is done)."""
-        now = self._now(now_ns)
-        if self._phase == _IDLE:
+        now = self._clock() if now_ns is None else now_ns
+        phase = self._phase
+        if phase == _IDLE:
             return
-        self._charge(now)
+        self._acc[self._nest[-1][0] if self._nest else phase] += now - self._t
+        self._t = now
         self._end_step()
         self._phase = _GAP
 
@@ -445,28 +453,35 @@ class EpochParts:
         (``name`` it for the verdict), a save, fitprof's own hook. Nested spans: fitprof's own time stays
         fitprof's, a save's stays the save's (the ``on_save_checkpoint`` hooks it calls), else the innermost
         wins. Pair each with :meth:`leave`."""
-        now = self._now(now_ns)
-        if self._phase == _IDLE:
+        # The hot path (a callback's hook, every step): the charge is written out, no helper calls.
+        now = self._clock() if now_ns is None else now_ns
+        phase = self._phase
+        if phase == _IDLE:
             return
-        self._charge(now)
-        if self._nest:
-            outer = self._nest[-1][0]
+        nest = self._nest
+        if nest:
+            outer = nest[-1][0]
+            self._acc[outer] += now - self._t
             if outer == PROFILING or (outer == CHECKPOINT and part == CALLBACKS):
                 part = outer
-        elif self._phase == CHECKPOINT and part == CALLBACKS:
-            part = CHECKPOINT
-        self._nest.append((part, name, now))
+        else:
+            self._acc[phase] += now - self._t
+        self._t = now
+        nest.append((part, name, now))
 
     def leave(self, now_ns: int | None = None) -> None:
         """The span opened by the last :meth:`enter` ends (an unmatched call is ignored)."""
-        now = self._now(now_ns)
-        if not self._nest:
+        nest = self._nest
+        if not nest:
             return
+        now = self._clock() if now_ns is None else now_ns
+        part, name, since = nest.pop()
         if self._phase != _IDLE:
-            self._charge(now)
-        part, name, since = self._nest.pop()
+            self._acc[part] += now - self._t
+            self._t = now
         if part == CALLBACKS and name:
-            self._callback_ns[name] = self._callback_ns.get(name, 0) + now - max(since, self._span_t0)
+            named = self._callback_ns
+            named[name] = named.get(name, 0) + now - max(since, self._span_t0)
 
     def window_start(self, now_ns: int | None = None) -> None:
         """A profiling window opens: the steps that end until :meth:`window_end` carry its cost."""

@@ -36,6 +36,7 @@ FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
 """The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
 
 _FETCH = (-1, "")
+_MISSING = (-2, "")
 _MAX_ACTIONS = 4096  # the action names seen are a fixed set (loops, hooks); bound the cache all the same
 
 
@@ -45,6 +46,9 @@ class ProfilerHooks:
     Args:
         parts: the probe that gets the callback spans (None: the fetch time only).
         own: fitprof's callback class name (its hooks are fitprof's own time).
+        overrides: ``(state_key, hook) -> bool``: whether that callback overrides that hook. Lightning calls every
+            hook of every callback, the empty default ones too; only the overridden ones are timed (a span costs
+            about a microsecond, an empty hook nothing worth naming). None: every hook is timed.
         checkpoint_begin: called when an outermost ``ModelCheckpoint`` hook starts.
         checkpoint_end: called with that hook's duration (ns) when it ends.
 
@@ -58,11 +62,13 @@ class ProfilerHooks:
         parts: EpochParts | None = None,
         *,
         own: str = "FitProfiler",
+        overrides: Callable[[str, str], bool] | None = None,
         checkpoint_begin: Callable[[], None] | None = None,
         checkpoint_end: Callable[[int], None] | None = None,
     ) -> None:
         self.parts = parts
         self.own = own
+        self.overrides = overrides
         self.checkpoint_begin = checkpoint_begin
         self.checkpoint_end = checkpoint_end
         self.fetch_ns = 0
@@ -87,6 +93,13 @@ class ProfilerHooks:
             kind: tuple[int, str] | None = _FETCH
         else:
             kind = lightning_hook_part(action, self.own) if self.parts is not None else None
+            if kind is not None and self.overrides is not None:
+                key, _, hook = action[len("[Callback]") :].rpartition(".")
+                try:
+                    if not self.overrides(key, hook):
+                        kind = None
+                except Exception:  # an unknown key: time it
+                    pass
         if len(self._kinds) < _MAX_ACTIONS:
             self._kinds[action] = kind
         return kind
@@ -102,14 +115,20 @@ class ProfilerHooks:
         parts = self.parts
         clock = time.perf_counter_ns
 
+        enter = parts.enter if parts is not None else None
+        leave = parts.leave if parts is not None else None
+        missing = _MISSING
+
         def timed_start(action_name: str) -> None:
-            kind = kinds[action_name] if action_name in kinds else self._kind(action_name)
+            kind = kinds.get(action_name, missing)
+            if kind is missing:
+                kind = self._kind(action_name)
             if kind is not None:
                 now = clock()
                 if kind is _FETCH:
                     self._fetch_t0 = now
-                elif parts is not None:
-                    parts.enter(kind[0], kind[1], now_ns=now)
+                elif enter is not None:
+                    enter(kind[0], kind[1], now)
                     if kind[0] == CHECKPOINT:
                         self._save_begin(now)
             start(action_name)
@@ -123,8 +142,8 @@ class ProfilerHooks:
                     if self._fetch_t0:
                         self.fetch_ns += now - self._fetch_t0
                         self._fetch_t0 = 0
-                elif parts is not None:
-                    parts.leave(now_ns=now)
+                elif leave is not None:
+                    leave(now)
                     if kind[0] == CHECKPOINT:
                         self._save_end(now)
 
@@ -231,26 +250,38 @@ class CallbackHooks:
         return len(self._wrapped)
 
     def _wrap(self, method: Callable[..., Any], part: int, name: str) -> Callable[..., Any]:
-        parts, clock, thread = self.parts, time.perf_counter_ns, self._thread
-        saves = part == CHECKPOINT
+        enter, leave, clock, thread = self.parts.enter, self.parts.leave, time.perf_counter_ns, self._thread
+        get_ident = threading.get_ident
+
+        if part != CHECKPOINT:
+
+            @functools.wraps(method)
+            def timed(*args: Any, **kwargs: Any) -> Any:
+                if get_ident() != thread:
+                    return method(*args, **kwargs)
+                enter(part, name, clock())
+                try:
+                    return method(*args, **kwargs)
+                finally:
+                    leave(clock())
+
+            return timed
 
         @functools.wraps(method)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if threading.get_ident() != thread:
+        def timed_save(*args: Any, **kwargs: Any) -> Any:
+            if get_ident() != thread:
                 return method(*args, **kwargs)
             t0 = clock()
-            parts.enter(part, name, now_ns=t0)
-            if saves:
-                self._save_begin()
+            enter(part, name, t0)
+            self._save_begin()
             try:
                 return method(*args, **kwargs)
             finally:
                 now = clock()
-                parts.leave(now_ns=now)
-                if saves:
-                    self._save_end(now - t0)
+                leave(now)
+                self._save_end(now - t0)
 
-        return timed
+        return timed_save
 
     def _save_begin(self) -> None:
         self._save_depth += 1
