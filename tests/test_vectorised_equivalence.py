@@ -1,4 +1,4 @@
-"""The vectorised interval helpers of :mod:`fitprof.analysis` and the vectorised self times of
+"""The vectorised interval helpers of :mod:`fitprof.analysis.intervals` and the vectorised self times of
 :mod:`fitprof.traces._table` against the loops they replaced (kept here, verbatim in their logic, as the
 reference), on seeded random inputs: ties, touching intervals, partial overlaps, empty sets, zero and negative
 lengths, microsecond magnitudes of real traces. The results must be equal bit for bit (``tobytes``), not close."""
@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 
 from fitprof import analysis
+from fitprof.analysis import intervals
+from fitprof.analysis.columns import Distinct
 from fitprof.traces import _table
 
 
@@ -81,7 +83,7 @@ def _raw(rng: np.random.Generator, n: int, *, negative: bool = False) -> tuple[n
 
 def _sets(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     n = int(rng.choice([0, 1, 2, 5, 30, 300]))
-    return analysis._union(*_raw(rng, n))
+    return intervals.union(*_raw(rng, n))
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -90,11 +92,11 @@ def test_intersect_overlap_subtract_equal_the_merge_loops(seed: int) -> None:
     for _ in range(25):
         a, b = _sets(rng), _sets(rng)
         if rng.random() < 0.2:  # b's intervals touching a's: shared end points
-            b = analysis._union(np.concatenate([a[1], b[0]]), np.concatenate([a[1] + 5.0, b[1]]))
-        got, want = analysis._intersect(a, b), ref_intersect(a, b)
+            b = intervals.union(np.concatenate([a[1], b[0]]), np.concatenate([a[1] + 5.0, b[1]]))
+        got, want = intervals.intersect(a, b), ref_intersect(a, b)
         assert _bits(got[0]) == _bits(want[0]) and _bits(got[1]) == _bits(want[1])
-        assert _bits(analysis._overlap(a, b)) == _bits(ref_overlap(a, b))
-        got, want = analysis._subtract(a, b), ref_subtract(a, b)
+        assert _bits(intervals.overlap(a, b)) == _bits(ref_overlap(a, b))
+        got, want = intervals.subtract(a, b), ref_subtract(a, b)
         assert _bits(got[0]) == _bits(want[0]) and _bits(got[1]) == _bits(want[1])
 
 
@@ -102,11 +104,11 @@ def test_intersect_overlap_subtract_equal_the_merge_loops(seed: int) -> None:
 def test_sets_with_negative_lengths_take_the_merge_loop_with_the_same_result(seed: int) -> None:
     rng = np.random.default_rng(1000 + seed)
     for _ in range(25):
-        a = analysis._union(*_raw(rng, int(rng.integers(1, 60)), negative=True))
-        b = analysis._union(*_raw(rng, int(rng.integers(1, 60)), negative=True))
-        got, want = analysis._intersect(a, b), ref_intersect(a, b)
+        a = intervals.union(*_raw(rng, int(rng.integers(1, 60)), negative=True))
+        b = intervals.union(*_raw(rng, int(rng.integers(1, 60)), negative=True))
+        got, want = intervals.intersect(a, b), ref_intersect(a, b)
         assert _bits(got[0]) == _bits(want[0]) and _bits(got[1]) == _bits(want[1])
-        assert _bits(analysis._overlap(a, b)) == _bits(ref_overlap(a, b))
+        assert _bits(intervals.overlap(a, b)) == _bits(ref_overlap(a, b))
 
 
 def test_overlap_adds_left_to_right_not_pairwise() -> None:
@@ -118,16 +120,16 @@ def test_overlap_adds_left_to_right_not_pairwise() -> None:
     b = (np.array([0.0]), np.array([starts[-1] + 10.0]))
     sequential = ref_overlap(a, b)
     assert float(np.sum(lengths)) != sequential  # the input does tell the two orders apart
-    assert _bits(analysis._overlap(a, b)) == _bits(sequential)
+    assert _bits(intervals.overlap(a, b)) == _bits(sequential)
 
 
 def test_empty_sets() -> None:
     empty = (np.array([]), np.array([]))
     one = (np.array([1.0]), np.array([2.0]))
     for a, b in [(empty, empty), (empty, one), (one, empty)]:
-        assert analysis._overlap(a, b) == 0.0
-        assert len(analysis._intersect(a, b)[0]) == 0
-    assert _bits(analysis._subtract(one, empty)[0]) == _bits(one[0])
+        assert intervals.overlap(a, b) == 0.0
+        assert len(intervals.intersect(a, b)[0]) == 0
+    assert _bits(intervals.subtract(one, empty)[0]) == _bits(one[0])
 
 
 # --- self times ----------------------------------------------------------------------------------------------------
@@ -254,7 +256,7 @@ def test_parents_of_long_sibling_runs_and_deep_nesting() -> None:
 def test_kind_masks_equal_comparing_every_row() -> None:
     rng = np.random.default_rng(11)
     values = np.array([*rng.choice([str(k) for k in _table.KINDS], 500), None, np.nan, "", "OP"], dtype=object)
-    kinds = analysis._Distinct(values)
+    kinds = Distinct(values)
     for k in _table.KINDS:
         assert (kinds.equal(k) == (values == k)).all()
     for group in [(_table.Kind.KERNEL, _table.Kind.MEMCPY, _table.Kind.COLLECTIVE), (_table.Kind.OP,)]:
@@ -267,17 +269,17 @@ def test_value_masks_equal_the_row_by_row_tests() -> None:
     kinds = ["htod_pinned", "htod_pageable", "htod", "dtoh", "dtod", "", "xhtod"]
     copy_kind = np.array([*rng.choice(kinds, 400), None, np.nan], dtype=object)
     rows = rng.random(len(copy_kind)) < 0.7
-    copies = analysis._Distinct(copy_kind, rows)
+    copies = Distinct(copy_kind, rows)
     got = copies.mask(lambda ck: str(ck).startswith("htod"))
     assert (got == (rows & np.char.startswith(copy_kind.astype(str), "htod"))).all()
     for kind in kinds:
         assert (copies.equal(kind) == (rows & (copy_kind == kind))).all()
     names = np.array(rng.choice(["aten::pin_memory", "aten::_pin_memory", "aten::mm", "pin", "x pin_memory y"], 300))
     names = names.astype(object)
-    got = analysis._Distinct(names, rows[:300]).mask(lambda name: "pin_memory" in name)
+    got = Distinct(names, rows[:300]).mask(lambda name: "pin_memory" in name)
     want = rows[:300] & pd.Series(names, dtype=object).str.contains("pin_memory", regex=False).to_numpy(dtype=bool)
     assert (got == want).all()
-    assert not analysis._Distinct(names, np.zeros(300, dtype=bool)).mask(lambda name: True).any()
+    assert not Distinct(names, np.zeros(300, dtype=bool)).mask(lambda name: True).any()
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -289,9 +291,9 @@ def test_reports_equal_with_the_reference_interval_loops(seed: int, monkeypatch:
     table["launch_us"] = np.where(table["on_device"], table["ts_us"] - 1.0, np.nan)
     got = dataclasses.asdict(analysis.analyze_table(table, framework="pytorch"))
     assert got["steps_analyzed"] > 0 and got["verdict"] != "no-steps"
-    monkeypatch.setattr(analysis, "_overlap", ref_overlap)
-    monkeypatch.setattr(analysis, "_intersect", ref_intersect)
-    monkeypatch.setattr(analysis, "_subtract", ref_subtract)
+    monkeypatch.setattr(intervals, "overlap", ref_overlap)
+    monkeypatch.setattr(intervals, "intersect", ref_intersect)
+    monkeypatch.setattr(intervals, "subtract", ref_subtract)
     want = dataclasses.asdict(analysis.analyze_table(table, framework="pytorch"))
     assert got.keys() == want.keys()
     for key, value in want.items():
@@ -337,5 +339,5 @@ def test_a_deep_chain_before_many_siblings_is_walked_not_jumped() -> None:
 def test_masks_of_many_distinct_passing_values() -> None:
     """Thousands of distinct names that pass a test (``pin_memory`` in each): one lookup per row, the same mask."""
     names = np.array([f"aten::pin_memory_{i % 3000}" if i % 4 else f"aten::mm_{i}" for i in range(12_000)], object)
-    got = analysis._Distinct(names).mask(lambda u: "pin_memory" in u)
+    got = Distinct(names).mask(lambda u: "pin_memory" in u)
     assert (got == np.array(["pin_memory" in n for n in names])).all() and got.sum() == 9000
