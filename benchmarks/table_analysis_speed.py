@@ -4,7 +4,7 @@
 
 The old revision's ``src/fitprof`` is taken with ``git archive`` into a temporary folder and imported as the
 package ``fitprof_old`` (its ``fitprof`` imports rewritten), beside this checkout's ``fitprof``. For each trace the
-reader's columns in file order (``kineto._load`` and ``kineto._frame_columns`` of this checkout) and its table are
+reader's columns in file order (``kineto._load`` and ``_kineto_rules.frame_columns`` of this checkout) and its table are
 made once; then, alternating old and new (the first of each pair swapped every repeat), medians of ``--repeats``:
 ``fitprof.analyze`` from the file (everything: inflating, decoding, table, analysis), ``table_from_columns`` on a
 fresh copy of the columns, ``_self_times`` of the table and ``analyze_table`` of the table, with ``json.loads`` of
@@ -118,6 +118,7 @@ def same_report(a: Any, b: Any) -> bool:
 def one_trace(path: Path, repeats: int, old: Any) -> None:
     """Check, time and profile one trace (module docstring); ``old``: the ``fitprof_old`` package."""
     import fitprof
+    from fitprof.traces import _kineto_rules as kineto_rules
     from fitprof.traces import _table, kineto, read_trace
     from fitprof.traces._limits import Limits
 
@@ -125,7 +126,7 @@ def one_trace(path: Path, repeats: int, old: Any) -> None:
     old_analysis = importlib.import_module("fitprof_old.analysis")
     table = read_trace(path, **BOUNDS)
     _, events = kineto._load(path, Limits.of(**BOUNDS), [])
-    columns = kineto._frame_columns(events, path)
+    columns = kineto_rules.frame_columns(events, path)
     del events
     raw = path.read_bytes()
     text = gzip.decompress(raw) if path.name.endswith(".gz") else raw

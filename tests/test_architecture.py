@@ -78,6 +78,32 @@ def test_the_readers_import_only_the_table_and_file_names(name: str) -> None:
     assert not found, f"{name} imports {sorted(found)}; traces may import only fitprof.traces and fitprof._session"
 
 
+def _private_names_imported(name: str) -> set[str]:
+    """The ``_private`` names (not modules) that ``name`` imports from other fitprof modules."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if base.startswith("fitprof") and private and full not in MODULES:
+                    out.add(full)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_imports_another_modules_private_names(name: str) -> None:
+    """What two modules share (the readers' Kineto rules, ...) lives in a module of its own, under public names."""
+    found = _private_names_imported(name)
+    assert not found, f"{name} imports private names {sorted(found)}; move what is shared into a module of its own"
+
+
 def test_no_import_cycle_between_fitprof_modules() -> None:
     internal = {name: {i for i in deps if i in MODULES and i != name} for name, deps in GRAPH.items()}
     # A module imports its package's __init__ as a side effect of being imported; only explicit edges count.

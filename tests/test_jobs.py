@@ -9,7 +9,7 @@ import pytest
 
 import fitprof
 from fitprof import cli
-from fitprof._parallel import PARALLEL_MIN_BYTES, auto_jobs, default_jobs, ordered_map
+from fitprof.cli._parallel import PARALLEL_MIN_BYTES, auto_jobs, default_jobs, ordered_map
 from fitprof.report_files import write_report_file
 from fuzz_traces import kineto_seed
 from shared_fixtures import SHIPPED_KINETO

@@ -18,6 +18,7 @@ import pytest
 
 import gputrace
 from fitprof.traces import TraceError, kineto, make_table
+from fitprof.traces import _kineto_rules as kineto_rules
 from fitprof.traces._limits import Limits, read_bounded
 from fuzz_traces import kineto_seed
 from shared_fixtures import SHARED_KINETO, SHIPPED_KINETO, shared_kineto
@@ -28,7 +29,7 @@ def _three_pass_table(path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     with monkeypatch.context() as m:
         m.setattr(kineto, "_load_in_chunks", lambda data, path, objects: None)
         meta, cols = kineto._load(path, Limits.of())
-        return make_table(kineto._frame(cols, path)), meta
+        return make_table(kineto_rules.frame(cols, path)), meta
 
 
 def _assert_same(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 from fitprof.traces import TraceError, kineto
+from fitprof.traces import _kineto_rules as kineto_rules
 
 # ----------------------------------------------------------------------------------------------------------------
 # Columns of a batch of events
@@ -145,7 +146,7 @@ def _same_floats(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a.view(np.int64), b.view(np.int64)))
 
 
-def _builder_columns(events: list[dict[str, Any]], batches: list[int]) -> kineto._Columns:
+def _builder_columns(events: list[dict[str, Any]], batches: list[int]) -> kineto_rules.Columns:
     builder = kineto._ColumnBuilder(Path("random.json"), len(events) + 1)
     start = 0
     for size in [*batches, len(events)]:
@@ -307,7 +308,7 @@ def _random_intervals(rng: random.Random, n: int) -> tuple[np.ndarray, np.ndarra
 @pytest.mark.parametrize("rounds", [64, 1, 0])
 def test_parents_is_the_stack_loop(rounds: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """On every thread separately; ``rounds`` 1 and 0 leave (nearly) everything to the one-by-one finish."""
-    monkeypatch.setattr(kineto, "_PARENT_ROUNDS", rounds)
+    monkeypatch.setattr(kineto_rules, "_PARENT_ROUNDS", rounds)
     rng = random.Random(99)
     for _ in range(200):
         thread, ts, dur = _random_intervals(rng, rng.randint(0, 60))
@@ -316,15 +317,15 @@ def test_parents_is_the_stack_loop(rounds: int, monkeypatch: pytest.MonkeyPatch)
         for t in np.unique(thread):
             rows = np.flatnonzero(thread == t)
             want[rows] = [rows[p] if p >= 0 else -1 for p in _stack_parents(end[rows].tolist())]
-        assert np.array_equal(kineto._parents(end, thread), want), (thread, end)
+        assert np.array_equal(kineto_rules.parents(end, thread), want), (thread, end)
         one = thread == (thread[0] if len(thread) else 0)
-        assert np.array_equal(kineto._parents(end[one]), _stack_parents(end[one].tolist()))
+        assert np.array_equal(kineto_rules.parents(end[one]), _stack_parents(end[one].tolist()))
 
 
 def test_parents_of_a_deep_nest_and_a_long_sawtooth() -> None:
     """The shapes that need many jumping rounds: a nest 500 deep closed by one that outlasts it, siblings."""
     end = np.array([1000.0 - i for i in range(500)] + [2000.0] + [2000.0 + i for i in range(300)])
-    assert np.array_equal(kineto._parents(end), _stack_parents(end.tolist()))
+    assert np.array_equal(kineto_rules.parents(end), _stack_parents(end.tolist()))
 
 
 def test_enclosing_ops_is_the_rule() -> None:
@@ -339,7 +340,7 @@ def test_enclosing_ops_is_the_rule() -> None:
         tid = np.array([rng.randint(0, 2) for _ in range(n)], dtype=np.int64)
         is_op = np.array([rng.random() < 0.6 for _ in range(n)])
         queries = np.unique(np.array([rng.randrange(n) for _ in range(rng.randint(0, 20))], dtype=np.int64))
-        got = kineto._enclosing_ops(ts, dur, np.flatnonzero(is_op), kineto._Threads(pid, tid, 3), queries)
+        got = kineto_rules.enclosing_ops(ts, dur, np.flatnonzero(is_op), kineto_rules.Threads(pid, tid, 3), queries)
         for q, row in zip(queries.tolist(), got.tolist(), strict=True):
             q_end = ts[q] + dur[q]
             cands = [
@@ -363,7 +364,7 @@ def test_frame_is_the_same_with_the_sorted_pair_classes(monkeypatch: pytest.Monk
     path = tmp_path / "t.pt.trace.json"
     path.write_text(json.dumps(doc))
     table = kineto.read_kineto(path)
-    monkeypatch.setattr(kineto, "_DENSE_PAIRS", 0)  # only below the event count: numpy.unique
+    monkeypatch.setattr(kineto_rules, "_DENSE_PAIRS", 0)  # only below the event count: numpy.unique
     doc["traceEvents"] = doc["traceEvents"] + [
         {"ph": "X", "cat": f"c{i}", "name": f"n{i}", "pid": 1, "tid": 1, "ts": 0, "dur": 0} for i in range(60)
     ]

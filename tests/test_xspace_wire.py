@@ -1,6 +1,6 @@
 """The XSpace reader's wire decoding (numpy over each line's serialized events) against protobuf's own parser.
 
-``fitprof.traces.xspace._decode_events`` reads the events of a line from their bytes;
+``fitprof.traces._xspace_events.decode_events`` reads the events of a line from their bytes;
 ``_message_events`` reads the same events from the messages protobuf parsed, one attribute at a time (the
 reader's fallback, and the reference here). Both must give the same columns and stat values on random events
 (random ids, negative and 64-bit values, the ``offset_ps`` / ``num_occurrences`` oneof, every stat value type,
@@ -20,8 +20,9 @@ import pandas as pd
 import pytest
 
 import gputrace
-from fitprof.traces import TraceError, read_trace, xspace
+from fitprof.traces import TraceError, read_trace
 from fitprof.traces import _xplane_schema as xs
+from fitprof.traces import _xspace_events as xspace_events
 from fitprof.traces.xspace_write import kineto_to_xspace
 from fuzz_traces import kineto_seed
 from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
@@ -119,7 +120,7 @@ def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-def _assert_same_events(got: xspace._Events, want: xspace._Events) -> None:
+def _assert_same_events(got: xspace_events.Events, want: xspace_events.Events) -> None:
     for col in ("line", "metadata_id", "offset_ps", "duration_ps", "stat_event", "stat_id", "stat_kind"):
         np.testing.assert_array_equal(getattr(got, col), getattr(want, col), err_msg=col)
     idx = np.arange(len(want.stat_id))
@@ -131,10 +132,12 @@ def test_decoded_events_equal_protobufs_on_random_events(seed: int) -> None:
     rng = random.Random(seed)
     lines = [[_random_event(rng) for _ in range(rng.randrange(0, 60))] for _ in range(4)]
     with_stats = [True, False, True, True]
-    got = xspace._decode_events([_raw_line(evs).events for evs in lines], with_stats)
+    got = xspace_events.decode_events([_raw_line(evs).events for evs in lines], with_stats)
     assert got is not None
     full = xs.xplane_classes()["XLine"]
-    want = xspace._message_events([full.FromString(_raw_line(evs).SerializeToString()) for evs in lines], with_stats)
+    want = xspace_events.message_events(
+        [full.FromString(_raw_line(evs).SerializeToString()) for evs in lines], with_stats
+    )
     _assert_same_events(got, want)
     assert len(got.metadata_id) == sum(map(len, lines))
     # Lines read without stats give none: their stats are never decoded.
@@ -198,7 +201,7 @@ def _walk(message: bytes, index: int, offset: int) -> list[tuple[int, int, int, 
     ],
 )
 def test_the_decoder_gives_up_on_what_it_does_not_read(label: str, event: bytes) -> None:
-    assert xspace._decode_events([_raw_line([b"\x08\x01", event]).events], [True]) is None, label
+    assert xspace_events.decode_events([_raw_line([b"\x08\x01", event]).events], [True]) is None, label
 
 
 def _xspace_with(tmp_path: Path, events: list[bytes], name: str = "h.xplane.pb") -> Path:
@@ -263,7 +266,7 @@ def test_tables_equal_through_the_event_by_event_reader(tmp_path: Path, monkeypa
     protobuf's messages one by one (the decoder forced to give up)."""
     files = _files(tmp_path)
     fast = [read_trace(p) for p in files]
-    monkeypatch.setattr(xspace, "_decode_events", lambda raw, with_stats: None)
+    monkeypatch.setattr(xspace_events, "decode_events", lambda raw, with_stats: None)
     slow = [read_trace(p) for p in files]
     for path, a, b in zip(files, fast, slow, strict=True):
         assert len(a) > 0, path
@@ -312,7 +315,7 @@ def test_events_and_stats_at_their_defaults(
     """Events (or stats) that serialise to nothing are valid protobuf: read, as protobuf's messages give them."""
     path = _one_line_xspace(tmp_path, events, "d.xplane.pb")
     fast = read_trace(path)
-    monkeypatch.setattr(xspace, "_decode_events", lambda raw, with_stats: None)
+    monkeypatch.setattr(xspace_events, "decode_events", lambda raw, with_stats: None)
     slow = read_trace(path)
     assert len(fast) == 2, label
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
@@ -354,27 +357,29 @@ def test_batched_decoding_equals_one_batch(seed: int, monkeypatch: pytest.Monkey
     lines = [[_random_event(rng) for _ in range(rng.randrange(0, 80))] for _ in range(5)]
     raw = [_raw_line(evs).events for evs in lines]
     with_stats = [True, False, True, True, rng.random() < 0.5]
-    whole = xspace._decode_events(raw, with_stats, batch_bytes=1 << 40)
+    whole = xspace_events.decode_events(raw, with_stats, batch_bytes=1 << 40)
     assert whole is not None
     full = xs.xplane_classes()["XLine"]
     _assert_same_events(
         whole,
-        xspace._message_events([full.FromString(_raw_line(evs).SerializeToString()) for evs in lines], with_stats),
+        xspace_events.message_events(
+            [full.FromString(_raw_line(evs).SerializeToString()) for evs in lines], with_stats
+        ),
     )
     for batch in (1, 7, 64, 500):
-        got = xspace._decode_events(raw, with_stats, batch_bytes=batch)
+        got = xspace_events.decode_events(raw, with_stats, batch_bytes=batch)
         assert got is not None, batch
         _assert_same_events(got, whole)
-    monkeypatch.setattr(xspace, "_JOIN_EVENTS", 3)  # the events taken out of protobuf's containers 3 at a time
-    got = xspace._decode_events(raw, with_stats, batch_bytes=64)
+    monkeypatch.setattr(xspace_events, "_JOIN_EVENTS", 3)  # the events taken out of protobuf's containers 3 at a time
+    got = xspace_events.decode_events(raw, with_stats, batch_bytes=64)
     assert got is not None
     _assert_same_events(got, whole)
 
 
 def test_damage_in_a_later_batch_still_gives_up() -> None:
     events = [_field(1, 0, 1) + _field(3, 0, 5)] * 50 + [b"\x08\xff"]  # the last one's varint is cut short
-    assert xspace._decode_events([_raw_line(events).events], [True], batch_bytes=16) is None
-    assert xspace._decode_events([_raw_line(events[:-1]).events], [True], batch_bytes=16) is not None
+    assert xspace_events.decode_events([_raw_line(events).events], [True], batch_bytes=16) is None
+    assert xspace_events.decode_events([_raw_line(events[:-1]).events], [True], batch_bytes=16) is not None
 
 
 def _peak_bytes(fn: Any) -> int:
@@ -396,8 +401,8 @@ def test_decoding_memory_is_bounded_by_the_batch_not_the_fields() -> None:
     raw = [_raw_line(events).events]
     nbytes, batch = sum(map(len, events)), 64 << 10
     bound = 3 * nbytes + 64 * len(events) + 64 * batch  # 9.3 MB here
-    batched = _peak_bytes(lambda: xspace._decode_events(raw, [True], batch_bytes=batch))
-    whole = _peak_bytes(lambda: xspace._decode_events(raw, [True], batch_bytes=1 << 40))
+    batched = _peak_bytes(lambda: xspace_events.decode_events(raw, [True], batch_bytes=batch))
+    whole = _peak_bytes(lambda: xspace_events.decode_events(raw, [True], batch_bytes=1 << 40))
     assert batched < bound, (batched, bound)
     assert whole > 2 * bound, (whole, bound)  # all the fields at once: the bound above means something
 
@@ -423,11 +428,11 @@ def test_texts_of_mixed_lengths_equal_their_slices() -> None:
     blob = b"".join(parts) + bytes(xs.WIRE_PAD)
     at_, size_ = np.array(at, dtype=np.int64), np.array(size, dtype=np.int64)
     buf = np.frombuffer(blob, dtype=np.uint8)
-    got = xspace._texts(blob, buf, at_, size_, True)
+    got = xspace_events.texts(blob, buf, at_, size_, True)
     assert got.tolist() == _plain_texts(blob, at_, size_)
     assert len({id(x) for x in got.tolist()}) == len(set(got.tolist()))  # one object per distinct string
     short = size_ <= 64
-    assert xspace._texts(blob, buf, at_[short], size_[short], False).tolist() == [
+    assert xspace_events.texts(blob, buf, at_[short], size_[short], False).tolist() == [
         t.encode() for t in _plain_texts(blob, at_[short], size_[short])
     ]
 
@@ -440,7 +445,7 @@ def test_one_long_string_does_not_widen_the_short_ones() -> None:
     size = np.append(np.full(n, 2, dtype=np.int64), 64)
     buf = np.frombuffer(blob, dtype=np.uint8)
     got: list[Any] = []
-    peak = _peak_bytes(lambda: got.append(xspace._texts(blob, buf, at, size, True)))
+    peak = _peak_bytes(lambda: got.append(xspace_events.texts(blob, buf, at, size, True)))
     assert got[0][0] == "ab" and got[0][-1] == "z" * 64 and len(got[0]) == n + 1
     assert peak < 200 * (n + 1), peak  # 11 MB; was about 10 bytes per byte of the longest string, 64 MB here
 
@@ -451,8 +456,8 @@ def test_the_rounds_are_bounded_over_the_whole_file(monkeypatch: pytest.MonkeyPa
     wide = _field(1, 0, 3) + b"\x48\x01" * 300  # 300 unknown varint fields
     events = [wide] * 40
     line = _raw_line(events)
-    assert xspace._decode_events([line.events], [True]) is not None  # one batch: 301 rounds, within one call's
-    monkeypatch.setattr(xspace, "_BATCH_BYTES", len(wide))  # one event a batch: 40 batches of 301 rounds
+    assert xspace_events.decode_events([line.events], [True]) is not None  # one batch: 301 rounds, within one call's
+    monkeypatch.setattr(xspace_events, "_BATCH_BYTES", len(wide))  # one event a batch: 40 batches of 301 rounds
     calls: list[int] = []
     real = xs.decode_fields
 
@@ -461,7 +466,7 @@ def test_the_rounds_are_bounded_over_the_whole_file(monkeypatch: pytest.MonkeyPa
         return real(*args)
 
     monkeypatch.setattr(xs, "decode_fields", counted)
-    assert xspace._decode_events([line.events], [True], batch_bytes=len(wide)) is None
+    assert xspace_events.decode_events([line.events], [True], batch_bytes=len(wide)) is None
     assert len(calls) < 40  # gave up before the last batch
     narrow = [_field(1, 0, 3) + b"\x48\x01" * 20] * 40  # 21 rounds a batch: within the budget
-    assert xspace._decode_events([_raw_line(narrow).events], [True], batch_bytes=len(narrow[0])) is not None
+    assert xspace_events.decode_events([_raw_line(narrow).events], [True], batch_bytes=len(narrow[0])) is not None

@@ -19,9 +19,9 @@ from fitprof import _config, _fs, metrics
 from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import trigger_suffix
-from fitprof._tbevents import TBEventFile
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
+from fitprof.keras._tbevents import TBEventFile
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.window import (
     EpochLog,

@@ -342,7 +342,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_rou
 
     Memory: every round is held until the end (21 bytes a field: message index and position as int32 where they
     fit), then the :class:`Fields` (29 bytes a field), besides one round's temporaries; a field takes at least 2
-    bytes, so the caller bounds the memory by the bytes it passes in one call (``xspace._decode_events`` passes
+    bytes, so the caller bounds the memory by the bytes it passes in one call (``_xspace_events.decode_events`` passes
     half a megabyte of events at a time).
 
     Returns ``None`` for anything this reader does not read, or that is not valid protobuf: a varint over 10
@@ -356,7 +356,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, max_rou
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     # The rounds are held until the end: message indices and positions as int32 where they fit (29 bytes a field
-    # become 21; the caller bounds how many fields one call holds, see ``xspace._decode_events``).
+    # become 21; the caller bounds how many fields one call holds, see ``_xspace_events.decode_events``).
     index_type = np.int32 if n < 2**31 else np.int64
     at_type = np.int32 if len(buf) < 2**31 else np.int64
     active = np.flatnonzero(starts < ends).astype(index_type)

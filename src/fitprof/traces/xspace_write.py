@@ -5,7 +5,7 @@ listed without tools. This module writes an XSpace that xprof's trace viewer ren
 true name, and that xprof's input-pipeline, overview and op-statistics pages read with fitprof's figures (see
 :mod:`fitprof.traces._xplane_schema` for the planes and stats):
 
-* host events (every complete event whose category is not in :data:`fitprof.traces.kineto.DEVICE_CATEGORIES`) on
+* host events (every complete event whose category is not in :data:`fitprof.traces._kineto_rules.DEVICE_CATEGORIES`) on
   one ``/host:CPU`` plane, one line per Kineto ``(pid, tid)`` named after Kineto's ``thread_name`` metadata; device
   events on a ``/device:GPU:<pid>`` plane per device, one ``Stream #<tid>`` line per stream. Every event keeps its
   scalar ``args`` as stats (Kineto's ``correlation`` under xprof's name ``correlation_id``, except on device
@@ -51,9 +51,10 @@ import msgspec
 
 from fitprof._session import hostname
 from fitprof.traces import _xplane_schema as xs
+from fitprof.traces._kineto_rules import gc_paused
 from fitprof.traces._table import Kind
 from fitprof.traces._xplane_schema import HOST_PLANE, TASK_ENV_PLANE, xplane_classes
-from fitprof.traces.kineto import _gc_paused, complete_events, event_frame, trace_host
+from fitprof.traces.kineto import complete_events, event_frame, trace_host
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _XPROF_COPY_NAME = {"htod": "MemcpyHToD", "dtoh": "MemcpyDToH", "dtod": "MemcpyDToD"}
@@ -167,7 +168,7 @@ def kineto_to_xspace(
         ValueError: if ``trace`` is not a readable Kineto trace (:class:`fitprof.traces.TraceError`, a
             ``ValueError``, when an event has no numeric ``ts``).
     """
-    with _gc_paused():  # millions of new objects: collecting meanwhile cost 13% more on the A100 fixture (2.93 s)
+    with gc_paused():  # millions of new objects: collecting meanwhile cost 13% more on the A100 fixture (2.93 s)
         return _convert(trace, host)
 
 

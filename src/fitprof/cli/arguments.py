@@ -1,0 +1,45 @@
+"""The argument types and the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from fitprof.cli._parallel import default_jobs
+from fitprof.cli.render import FORMATS
+
+
+def positive_int(text: str) -> int:
+    """``text`` as an integer >= 1, else :class:`argparse.ArgumentTypeError` naming it."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """``text`` as a finite number > 0, else :class:`argparse.ArgumentTypeError` naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    """``--format``, ``--out`` and ``--jobs`` on a subcommand's parser."""
+    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument(
+        "--jobs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
+        f"{default_jobs()} here, when the files hold 32 MB or more, else 1)",
+    )

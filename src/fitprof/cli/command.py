@@ -1,0 +1,124 @@
+"""The ``fitprof`` command's entry point: the parser, its subcommands, and the URL arguments copied to local files
+before a subcommand runs.
+
+Each subcommand is a module of this package with ``register(subparsers)``, which adds its parser and sets
+``run=<function(args, out) -> exit status>`` as its default; :data:`COMMANDS` lists them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from fitprof import _fs
+from fitprof.cli import analyze, report
+from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
+from fitprof.report_files import is_epoch_file, is_report_file
+
+Subparsers = argparse._SubParsersAction  # the type ``add_subparsers`` returns
+
+COMMANDS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
+    report.register,
+    analyze.register,
+)
+"""The subcommands' ``register`` functions, in the order ``fitprof --help`` lists them. A new subcommand is a
+module with a ``register`` and one line here."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``fitprof`` command.
+
+    Args:
+        argv: the arguments after the program name (``sys.argv[1:]`` when ``None``).
+
+    Returns:
+        The exit status: 0 when every input was reported, 2 for bad arguments, no arguments (help is printed),
+        or any input that could not be reported (each named on one stderr line; the good ones are still
+        reported).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits for --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_BAD_INPUT)
+    urls = [a for a in [getattr(args, "logdir", None), *(getattr(args, "traces", None) or [])] if a is not None]
+    with contextlib.ExitStack() as stack:
+        # A temporary folder only when there is a URL to copy: local paths are read where they are.
+        tmp = (
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="fitprof-cli-"))
+            if any(map(_fs.is_remote, urls))
+            else ""
+        )
+        out = Output()
+        bad = fetch_urls(args, Path(tmp), out)
+        if bad and getattr(args, "logdir", None) is not None:
+            return EXIT_BAD_INPUT
+        status: int = args.run(args, out)
+    return EXIT_BAD_INPUT if bad else status
+
+
+def fetch_urls(args: argparse.Namespace, tmp: Path, out: Output) -> bool:
+    """Copy what the URL arguments name into ``tmp`` (through fsspec) and point ``args`` at the copies; a
+    ``file://`` URL becomes its path; ``out`` learns which URL each copy stands for. Returns whether an argument
+    could not be fetched (its error printed)."""
+    bad = False
+    if getattr(args, "logdir", None) is not None:
+        if _fs.is_remote(args.logdir):
+            url = args.logdir.rstrip("/")
+            local = tmp / (url.rpartition("/")[2] or "logdir")  # its name: the --plot title of LOGDIR itself
+            local.mkdir()
+            try:  # only the report files: a few KB per window
+                _fs.fetch(url, local, lambda rel: is_report_file(rel) or is_epoch_file(rel))
+            except (OSError, ValueError) as err:
+                out.error(describe(url, err))
+                bad = True
+            out.urls[os.fspath(local)] = url
+            args.logdir = os.fspath(local)
+        else:
+            args.logdir = _fs.local_path(args.logdir)
+    traces = []
+    for n, arg in enumerate(getattr(args, "traces", None) or []):
+        if not _fs.is_remote(arg) or getattr(args, "scheduler", None):  # a cluster's workers read URLs themselves
+            traces.append(_fs.local_path(arg))
+            continue
+        local = tmp / str(n)
+        local.mkdir()
+        try:  # a trace file, or a session folder's *.xplane.pb
+            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
+        except (OSError, ValueError) as err:
+            out.error(describe(arg, err))
+            bad = True
+            continue
+        if len(files) == 1 and files[0][0] == arg:  # one file
+            out.urls[os.fspath(files[0][1])] = arg
+            traces.append(os.fspath(files[0][1]))
+        else:
+            out.urls[os.fspath(local)] = arg.rstrip("/")
+            traces.append(os.fspath(local))
+    if hasattr(args, "traces"):
+        args.traces = traces
+    return bad
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fitprof`` parser with every subcommand of :data:`COMMANDS`."""
+    from fitprof import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fitprof",
+        description="Where does the training step time go? Tables from fitprof runs or from trace files.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for register in COMMANDS:
+        register(sub)
+    return parser
