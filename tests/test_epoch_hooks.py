@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from fitprof.fit.epoch_parts import EpochParts
-from fitprof.fit.hooks import FETCH_ACTION, CallbackHooks, ProfilerHooks
+from fitprof.fit.hooks import FETCH_ACTION, CallbackHooks, ProfilerHooks, Saves, wrap_save
 
 MS = 1_000_000
 
@@ -43,7 +43,7 @@ def test_lightning_actions_become_parts_and_fetch_time() -> None:
     parts = EpochParts("lightning")
     saves: list[int] = []
     begun: list[bool] = []
-    hooks = ProfilerHooks(parts, checkpoint_begin=lambda: begun.append(True), checkpoint_end=saves.append)
+    hooks = ProfilerHooks(parts, saves=Saves(lambda: begun.append(True), saves.append))
     prof = FakeProfiler()
     assert hooks.install(prof)
     ckpt = "[Callback]ModelCheckpoint{'monitor': None, 'mode': 'min'}.on_train_batch_end"
@@ -133,7 +133,7 @@ def test_keras_callback_list_becomes_parts() -> None:
     parts = EpochParts("keras")
     saves: list[int] = []
     cbs = [Sleepy(), Saver(), Quiet()]
-    hooks = CallbackHooks(parts, checkpointing=(Saver,), checkpoint_end=saves.append)
+    hooks = CallbackHooks(parts, checkpointing=(Saver,), saves=Saves(end=saves.append))
     assert hooks.install(cbs) == 2  # Quiet overrides nothing: left alone
     assert "on_train_batch_end" not in vars(cbs[2]) and "on_epoch_end" not in vars(cbs[0])
     parts.fit_start()
@@ -197,3 +197,39 @@ def test_lightning_hooks_left_at_their_default_are_not_timed() -> None:
     # the two on_train_batch_end calls only
     assert slept["on_train_batch_end"] <= r.callbacks_s < slept["on_train_batch_end"] + slept["on_before_backward"]
     hooks.uninstall()
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.saved = 0
+
+    def save_checkpoint(self, path: str) -> None:
+        _sleep(20)
+        self.saved += 1
+
+
+def test_a_save_seen_twice_counts_once() -> None:
+    """ModelCheckpoint's hook calls the trainer's save: one save, one take-out, all of it checkpoint time."""
+    parts = EpochParts("lightning")
+    ended: list[int] = []
+    saves = Saves(end=ended.append)
+    hooks = ProfilerHooks(parts, saves=saves)
+    prof = FakeProfiler()
+    hooks.install(prof)
+    trainer = Trainer()
+    undo = wrap_save(parts, saves, trainer, "save_checkpoint")
+    assert undo is not None
+    parts.fit_start()
+    parts.epoch_start(0)
+    action = "[Callback]ModelCheckpoint{'monitor': None}.on_train_batch_end"
+    prof.start(action)
+    trainer.save_checkpoint("a")
+    prof.stop(action)
+    trainer.save_checkpoint("b")  # a save from elsewhere (a user's callback)
+    r = parts.epoch_end(0)
+    assert r is not None and trainer.saved == 2
+    assert len(ended) == 2 and saves.count == 2 and all(ns >= 20 * MS for ns in ended)
+    assert r.checkpoint_s == pytest.approx(saves.total_ns / 1e9, abs=0.002)
+    undo()
+    hooks.uninstall()
+    assert "save_checkpoint" not in vars(trainer)

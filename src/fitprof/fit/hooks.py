@@ -14,9 +14,10 @@ call: a checkpointing callback's (the classes the adapter passes: Keras ``ModelC
 as a save, fitprof's own as profiling, any other as that callback's, by class name. Only calls on the thread that
 installed the wrappers are timed (Keras may dispatch batch-end hooks to a thread pool).
 
-In both, the outermost save hook also calls ``checkpoint_begin()`` / ``checkpoint_end(ns)``, so that the adapter can
-annotate the save inside a window and take it out of the step's time
-(:meth:`fitprof.steps.StepRecorder.take_out`). ``uninstall`` removes the wrappers still in place.
+A save seen another way (the framework's save method, :func:`wrap_save`) is a checkpoint span too. All of them report
+to one :class:`Saves`, whose outermost span calls ``begin()`` / ``end(ns)``, so that the adapter can annotate the save
+inside a window and take it out of the step's time (:meth:`fitprof.steps.StepRecorder.take_out`) once per save.
+``uninstall`` removes the wrappers still in place.
 """
 
 from __future__ import annotations
@@ -30,7 +31,92 @@ from typing import Any
 
 from fitprof.fit.epoch_parts import CALLBACKS, CHECKPOINT, PROFILING, EpochParts, lightning_hook_part
 
-__all__ = ["FETCH_ACTION", "KERAS_HOOKS", "CallbackHooks", "ProfilerHooks"]
+__all__ = ["FETCH_ACTION", "KERAS_HOOKS", "CallbackHooks", "ProfilerHooks", "Saves", "wrap_save"]
+
+
+class Saves:
+    """One adapter's checkpoint saves, however each was seen (a checkpointing callback's hook, the framework's save
+    method, both nested): the outermost one calls ``begin()`` when it starts and ``end(ns)`` with its duration
+    when it ends, once per save.
+
+    Args:
+        begin: e.g. open the ``fitprof/checkpoint`` annotation when a window is open.
+        end: e.g. close it and take the save out of the step's time (:meth:`fitprof.steps.StepRecorder.take_out`).
+
+    Attributes:
+        count: the outermost saves seen.
+        total_ns: their summed duration (ns).
+    """
+
+    def __init__(self, begin: Callable[[], None] | None = None, end: Callable[[int], None] | None = None) -> None:
+        self.on_begin = begin
+        self.on_end = end
+        self.count = 0
+        self.total_ns = 0
+        self._depth = 0
+        self._t0 = 0
+
+    def begin(self, now: int) -> None:
+        """A save span starts at ``now`` (ns)."""
+        self._depth += 1
+        if self._depth == 1:
+            self._t0 = now
+            if self.on_begin is not None:
+                self.on_begin()
+
+    def end(self, now: int) -> None:
+        """The innermost open save span ends at ``now`` (ns); an unmatched call is ignored."""
+        if self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth == 0:
+            ns = now - self._t0
+            self.count += 1
+            self.total_ns += ns
+            if self.on_end is not None:
+                self.on_end(ns)
+
+
+def _timed_save(method: Callable[..., Any], parts: EpochParts, saves: Saves, name: str, thread: int) -> Any:
+    clock, get_ident = time.perf_counter_ns, threading.get_ident
+
+    @functools.wraps(method)
+    def timed_save(*args: Any, **kwargs: Any) -> Any:
+        if get_ident() != thread:
+            return method(*args, **kwargs)
+        t0 = clock()
+        parts.enter(CHECKPOINT, name, t0)
+        saves.begin(t0)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            now = clock()
+            parts.leave(now)
+            saves.end(now)
+
+    return timed_save
+
+
+def wrap_save(parts: EpochParts, saves: Saves, obj: Any, attr: str) -> Callable[[], None] | None:
+    """Time every call of ``obj.<attr>`` (a save method: Lightning's ``trainer.save_checkpoint``, Keras's
+    ``model.save``) as a checkpoint save on this thread, wrapped on the instance; returns the function that undoes
+    it (only while the wrapper is still in place), None when the object refuses."""
+    method = getattr(obj, attr, None)
+    if method is None:
+        return None
+    wrapper = _timed_save(method, parts, saves, "save", threading.get_ident())
+    try:
+        setattr(obj, attr, wrapper)
+    except Exception:
+        return None
+
+    def undo() -> None:
+        if vars(obj).get(attr) is wrapper:
+            with contextlib.suppress(Exception):
+                delattr(obj, attr)
+
+    return undo
+
 
 FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
 """The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
@@ -49,8 +135,7 @@ class ProfilerHooks:
         overrides: ``(state_key, hook) -> bool``: whether that callback overrides that hook. Lightning calls every
             hook of every callback, the empty default ones too; only the overridden ones are timed (a span costs
             about a microsecond, an empty hook nothing worth naming). None: every hook is timed.
-        checkpoint_begin: called when an outermost ``ModelCheckpoint`` hook starts.
-        checkpoint_end: called with that hook's duration (ns) when it ends.
+        saves: the adapter's :class:`Saves` (the window annotation and the step take-out of each save).
 
     Attributes:
         fetch_ns: time inside the batch fetch since :meth:`take_fetch` last read it (ns).
@@ -63,18 +148,14 @@ class ProfilerHooks:
         *,
         own: str = "FitProfiler",
         overrides: Callable[[str, str], bool] | None = None,
-        checkpoint_begin: Callable[[], None] | None = None,
-        checkpoint_end: Callable[[int], None] | None = None,
+        saves: Saves | None = None,
     ) -> None:
         self.parts = parts
         self.own = own
         self.overrides = overrides
-        self.checkpoint_begin = checkpoint_begin
-        self.checkpoint_end = checkpoint_end
+        self.saves = saves or Saves()
         self.fetch_ns = 0
         self._fetch_t0 = 0
-        self._save_depth = 0
-        self._save_t0 = 0
         self._kinds: dict[str, tuple[int, str] | None] = {}
         self._profiler: Any = None
         self._ours: tuple[Any, Any] = (None, None)
@@ -118,6 +199,7 @@ class ProfilerHooks:
         enter = parts.enter if parts is not None else None
         leave = parts.leave if parts is not None else None
         missing = _MISSING
+        saves = self.saves
 
         def timed_start(action_name: str) -> None:
             kind = kinds.get(action_name, missing)
@@ -130,7 +212,7 @@ class ProfilerHooks:
                 elif enter is not None:
                     enter(kind[0], kind[1], now)
                     if kind[0] == CHECKPOINT:
-                        self._save_begin(now)
+                        saves.begin(now)
             start(action_name)
 
         def timed_stop(action_name: str) -> None:
@@ -145,7 +227,7 @@ class ProfilerHooks:
                 elif leave is not None:
                     leave(now)
                     if kind[0] == CHECKPOINT:
-                        self._save_end(now)
+                        saves.end(now)
 
         try:
             profiler.start, profiler.stop = timed_start, timed_stop
@@ -154,20 +236,6 @@ class ProfilerHooks:
         self._profiler = profiler
         self._ours = (timed_start, timed_stop)
         return True
-
-    def _save_begin(self, now: int) -> None:
-        self._save_depth += 1
-        if self._save_depth == 1:
-            self._save_t0 = now
-            if self.checkpoint_begin is not None:
-                self.checkpoint_begin()
-
-    def _save_end(self, now: int) -> None:
-        if self._save_depth == 0:
-            return
-        self._save_depth -= 1
-        if self._save_depth == 0 and self.checkpoint_end is not None:
-            self.checkpoint_end(now - self._save_t0)
 
     def uninstall(self) -> None:
         """Put the profiler's own methods back (only where our wrappers are still in place)."""
@@ -178,7 +246,6 @@ class ProfilerHooks:
                     with contextlib.suppress(Exception):
                         delattr(profiler, name)
         self._ours = (None, None)
-        self._save_depth = 0
         self._fetch_t0 = 0
 
 
@@ -204,8 +271,7 @@ class CallbackHooks:
         parts: the probe that gets the spans.
         own: fitprof's own callback (its hooks are profiling).
         checkpointing: the classes whose hooks are saves (Keras ``ModelCheckpoint``, ``BackupAndRestore``).
-        checkpoint_begin: called when a save's hook starts.
-        checkpoint_end: called with the hook's duration (ns) when it ends.
+        saves: the adapter's :class:`Saves` (the window annotation and the step take-out of each save).
     """
 
     def __init__(
@@ -214,17 +280,14 @@ class CallbackHooks:
         *,
         own: object = None,
         checkpointing: tuple[type, ...] = (),
-        checkpoint_begin: Callable[[], None] | None = None,
-        checkpoint_end: Callable[[int], None] | None = None,
+        saves: Saves | None = None,
     ) -> None:
         self.parts = parts
         self.own = own
         self.checkpointing = checkpointing
-        self.checkpoint_begin = checkpoint_begin
-        self.checkpoint_end = checkpoint_end
+        self.saves = saves or Saves()
         self._wrapped: list[tuple[Any, str, Any]] = []
         self._thread = 0
-        self._save_depth = 0
 
     def install(self, callbacks: Iterable[Any]) -> int:
         """Wrap the overridden hooks of each callback (fitprof's own included); returns how many were wrapped."""
@@ -267,31 +330,7 @@ class CallbackHooks:
 
             return timed
 
-        @functools.wraps(method)
-        def timed_save(*args: Any, **kwargs: Any) -> Any:
-            if get_ident() != thread:
-                return method(*args, **kwargs)
-            t0 = clock()
-            enter(part, name, t0)
-            self._save_begin()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                now = clock()
-                leave(now)
-                self._save_end(now - t0)
-
-        return timed_save
-
-    def _save_begin(self) -> None:
-        self._save_depth += 1
-        if self._save_depth == 1 and self.checkpoint_begin is not None:
-            self.checkpoint_begin()
-
-    def _save_end(self, ns: int) -> None:
-        self._save_depth = max(self._save_depth - 1, 0)
-        if self._save_depth == 0 and self.checkpoint_end is not None:
-            self.checkpoint_end(ns)
+        return _timed_save(method, self.parts, self.saves, name, thread)
 
     def uninstall(self) -> None:
         """Remove the wrappers still in place (the class's methods are the callbacks' own again)."""
@@ -300,4 +339,3 @@ class CallbackHooks:
             if vars(cb).get(hook) is wrapper:
                 with contextlib.suppress(Exception):
                     delattr(cb, hook)
-        self._save_depth = 0
