@@ -65,3 +65,20 @@ def test_the_kineto_reader_classifies_the_save_annotation(tmp_path: Path) -> Non
     report = analyze(path)
     assert report.step_time_ms == pytest.approx(50.0)
     assert report.checkpoint_ms_per_step == pytest.approx(42.5)
+
+
+def test_a_contended_epoch_turns_the_window_verdict() -> None:
+    """The trace alone says compute-bound; the callback knows the thread waited for a core."""
+    from fitprof.analysis import CPU_CONTENDED, cpu_contended
+
+    events = [_ev(f"ProfilerStep#{n}", "step", 50_000 * n, 50_000, step_num=n) for n in range(4)]
+    events += [_ev("aten::mm", "op", 50_000 * n + 1_000, 45_000) for n in range(4)]
+    report = analyze_table(make_table(events), framework="pytorch")
+    assert report.verdict == "compute-bound"
+    turned = cpu_contended(report, "the training thread waited for a core 47% of epoch 0 (...)", "use fewer threads")
+    assert turned.verdict == CPU_CONTENDED and turned.advice[0] == "use fewer threads"
+    head = turned.headline()
+    assert head.startswith("cpu-contended: the training thread waited for a core 47% of epoch 0")
+    assert "the trace alone says compute-bound" in head and "speed up" not in head
+    assert turned.step_time_ms == report.step_time_ms  # the figures stay what was measured
+    assert cpu_contended(turned, "x", "y") is turned

@@ -136,6 +136,9 @@ class BottleneckReport:
     self_ms_per_step: float = math.nan
     """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
     out of ``step_time_ms``. NaN in report files written before it existed."""
+    contention: str = ""
+    """Why the verdict is ``cpu-contended`` (the callback's evidence; :func:`fitprof.analysis.verdict.cpu_contended`),
+    "" otherwise."""
     checkpoint_ms_per_step: float = math.nan
     """Checkpoint saves inside the analysed steps (the ``fitprof/checkpoint`` spans), ms per step; already left out
     of ``step_time_ms``. NaN in report files written before it existed."""
@@ -181,6 +184,8 @@ class BottleneckReport:
         """One line: the verdict with its evidence (where the step time goes, with shares)."""
         if self.verdict == "no-steps":
             return "no-steps: no training step was found in the profile."
+        if self.contention:
+            return f"{self.verdict}: {self.contention}.{self.checkpoint_clause()}"
         top = self.top_ops[0] if self.top_ops else None
         top_text = f"top operator {one_line(top.name)} takes {top.percent:.1f}%" if top else "no operator recorded"
         if self.verdict == "input-bound":

@@ -56,6 +56,7 @@ __all__ = [
     "CpuUse",
     "EpochParts",
     "EpochWall",
+    "contention",
     "contention_verdict",
     "lightning_hook_part",
     "part_verdicts",
@@ -624,9 +625,11 @@ def _fix(part: int, result: EpochWall, framework: str) -> str:
     return _FIX_OTHER
 
 
-def contention_verdict(result: EpochWall, framework: str) -> str | None:
-    """``"CPU-contended: ..."`` with the numbers and the fix when the epoch was starved of CPU (see the module
-    docstring), else None."""
+def contention(result: EpochWall, framework: str) -> tuple[str, str] | None:
+    """``(evidence, fix)`` when the epoch was starved of CPU (see the module docstring), else None: the evidence
+    with its numbers and cause, e.g. ``"the training thread waited for a core 47% of epoch 0 (129 involuntary
+    switches/s, CPU 19% of the wall time, 2 cores, load average 9.4, 1 intra-op threads + 0 loader workers); other
+    processes hold the cores"``, and the fix in that framework's terms."""
     wait_pct = result.run_wait_percent
     cpu = result.cpu
     per_cpu_s = cpu.involuntary_switches / cpu.cpu_s if cpu.cpu_s > 0 else math.nan
@@ -648,14 +651,24 @@ def contention_verdict(result: EpochWall, framework: str) -> str | None:
         evidence += f", {cpu.threads} intra-op threads + {cpu.workers} loader workers"
     evidence += ")"
     if cpu.threads and cpu.threads + cpu.workers > cpu.cores:
-        cause = f"this process runs more threads and workers than the {cpu.cores} cores"
+        evidence += f"; this process runs more threads and workers than the {cpu.cores} cores"
         fix = _FIX_THREADS[framework]
     else:
-        cause = "other processes hold the cores"
+        evidence += "; other processes hold the cores"
         fix = "run fewer processes on this machine (or move to a quieter one); within this one, " + _FIX_THREADS[
             framework
         ].removeprefix("use ")
-    return f"CPU-contended: {evidence}; {cause}, so step times measure waiting for a core, not the operators: {fix}"
+    return evidence, fix
+
+
+def contention_verdict(result: EpochWall, framework: str) -> str | None:
+    """``"CPU-contended: <evidence>, so step times measure waiting for a core, not the operators: <fix>"``
+    (:func:`contention`), else None."""
+    found = contention(result, framework)
+    if found is None:
+        return None
+    evidence, fix = found
+    return f"CPU-contended: {evidence}, so step times measure waiting for a core, not the operators: {fix}"
 
 
 _LIGHTNING_CALLBACK = "[Callback]"
