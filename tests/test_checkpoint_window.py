@@ -82,3 +82,13 @@ def test_a_contended_epoch_turns_the_window_verdict() -> None:
     assert "the trace alone says compute-bound" in head and "speed up" not in head
     assert turned.step_time_ms == report.step_time_ms  # the figures stay what was measured
     assert cpu_contended(turned, "x", "y") is turned
+
+
+def test_contention_leaves_a_wait_the_trace_shows() -> None:
+    from fitprof.analysis import cpu_contended
+
+    events = [_ev(f"ProfilerStep#{n}", "step", 50_000 * n, 50_000, step_num=n) for n in range(4)]
+    events += [_ev("next", "input", 50_000 * n, 30_000) for n in range(4)]
+    report = analyze_table(make_table(events), framework="pytorch")
+    assert report.verdict == "input-bound"
+    assert cpu_contended(report, "waited", "fewer threads") is report

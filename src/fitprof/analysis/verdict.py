@@ -20,7 +20,8 @@ Every threshold the verdict uses is a named constant here, in percent of step ti
 * ``no-steps``: the trace holds no event inside an analysed step;
 * ``cpu-contended`` (:data:`CPU_CONTENDED`): not from the trace: the callback found the window's epoch starved of
   CPU (:func:`fitprof.fit.epoch_parts.contention_verdict`), so its step and operator times measure waiting for a
-  core; :func:`cpu_contended` puts that in place of the trace's verdict.
+  core; :func:`cpu_contended` puts that in place of a verdict that would send the user to the operators
+  (:data:`OPERATOR_VERDICTS`).
 
 The README documents the same thresholds.
 """
@@ -34,6 +35,10 @@ from fitprof.analysis.report import BottleneckReport, OpStat
 
 CPU_CONTENDED = "cpu-contended"
 """The verdict of a window whose epoch was starved of CPU (see the module docstring)."""
+OPERATOR_VERDICTS = frozenset({"compute-bound", "host-bound", "overhead-bound", "balanced"})
+"""The verdicts whose advice is to speed up the operators or the code between them: the ones a CPU-starved epoch
+turns into ``cpu-contended``. A wait the trace shows (input, host-to-device copies, collectives) is still named:
+it happened, contended or not."""
 
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
@@ -151,11 +156,11 @@ def advice_for(verdict: str, framework: str, *, pageable_share: float, top: OpSt
 
 
 def cpu_contended(report: BottleneckReport, evidence: str, fix: str) -> BottleneckReport:
-    """``report`` with the ``cpu-contended`` verdict: ``evidence`` (the wait, switches, threads and cores) becomes its
-    headline's reason and ``fix`` its first advice, ahead of the trace's own advice (kept: it holds once the cores
-    are free). The trace's verdict is kept in the headline as what the window measured. A ``no-steps`` report is
-    returned as it is."""
-    if report.verdict in ("no-steps", CPU_CONTENDED):
+    """``report`` with the ``cpu-contended`` verdict when its own is one of :data:`OPERATOR_VERDICTS` (else
+    ``report`` as it is): ``evidence`` (the wait, switches, threads and cores) becomes its headline's reason and
+    ``fix`` its first advice, ahead of the trace's own advice (kept: it holds once the cores are free). The trace's
+    verdict is kept in the headline as what the window measured."""
+    if report.verdict not in OPERATOR_VERDICTS:
         return report
     return dataclasses.replace(
         report,
