@@ -124,7 +124,7 @@ def test_windows_separators_in_log_dir(tmp_path: Path) -> None:
 
 def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
-    with pytest.warns(FitProfilerWarning, match="ended inside the window"):
+    with pytest.warns(FitProfilerWarning, match="ended after step 6, inside the window"):
         hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
     assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
 
@@ -397,7 +397,7 @@ def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.
         hist = _model().fit(_data(6), epochs=1, verbose=0, callbacks=[profiler])
     assert hist.history["fitprof/steps_analyzed"] == [4.0]
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fitprof: ")]
-    assert len(logged) == 1 and "ended inside the window" in logged[0]
+    assert len(logged) == 1 and "ended after step 6, inside the window" in logged[0]
 
 
 def test_keras_without_tensorflow_names_tensorflow() -> None:

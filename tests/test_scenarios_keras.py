@@ -111,7 +111,7 @@ ROWS = [
         reports={0: 5},
         warns=(("profiling skipped",), (NOTHING, "another profiler held")),
     ),
-    Row("epoch-ends-inside-window", batches=8, reports={0: 3}, warns=(("epoch 0 ended inside the window",),)),
+    Row("epoch-ends-inside-window", batches=8, reports={0: 3}, warns=(("epoch 0 ended after step 8, inside the window",),)),
     # which stages profile: fit only
     Row(
         "evaluate-and-predict-after-fit",
@@ -253,7 +253,7 @@ ROWS = [
         extra="terminate-on-nan",
         epochs=1,
         reports={0: 2},
-        warns=(("epoch 0 ended inside the window",),),
+        warns=(("epoch 0 ended after step 2, inside the window",),),
     ),
     Row(
         "early-stopping",

@@ -25,7 +25,7 @@ from torch.autograd.profiler import record_function  # noqa: E402
 
 from fitprof._warn import WarnOnce  # noqa: E402
 from fitprof.profilers import torch as _torch  # noqa: E402
-from fitprof.profilers.torch import TorchProfileWindow  # noqa: E402
+from fitprof.profilers.torch import TorchProfiler as TorchProfileWindow  # noqa: E402
 
 ODD_NAMES = (
     'load "train"',

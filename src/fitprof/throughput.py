@@ -249,9 +249,13 @@ class WorkLog:
         warn: called once per window with a message when ``count_items`` raises or returns no finite number.
     """
 
-    def __init__(self, count_items: CountItems | None, warn: Callable[[str], None]) -> None:
+    def __init__(self, count_items: CountItems | None, warn: Callable[[str], None], counter: Any = None) -> None:
         self.count_items = count_items
         self.warn = warn
+        self.counter = counter
+        """Counts one step's FLOPs (``start()``, ``stop() -> float``, ``running``, ``note``), e.g.
+        :class:`fitprof.profilers.flops_torch.TorchFlopCount`; None: FLOPs are not counted here."""
+        self._counted_batch: Any = None
         self.device_name = ""
         """The accelerator's name ("" on a CPU); set by the adapter once per fit."""
         self.dtype = ""
@@ -305,6 +309,34 @@ class WorkLog:
         self.flops_per_step = flops
         self.flops_samples = samples
         self.flops_note = note
+
+    # The engine's Work protocol (fitprof.fit.engine.Work): the engine says when, this log counts.
+    def epoch_start(self) -> None:
+        self.reset()
+
+    def window_opened(self) -> None:
+        pass
+
+    def window_step(self, batch: Any) -> None:
+        self.add_step(batch)
+
+    def window_closed(self) -> None:
+        pass
+
+    def count_flops(self, step: int, batch: Any) -> None:
+        """Start counting the FLOPs of the step that begins now (its ``batch``); :meth:`stop_count` ends it."""
+        if self.counter is not None:
+            self._counted_batch = batch
+            self.counter.start()
+
+    def stop_count(self) -> None:
+        """The counted step ended: record its FLOPs and samples (a no-op when nothing is being counted)."""
+        if self.counter is None or not self.counter.running:
+            return
+        flops = self.counter.stop()
+        n = batch_size(self._counted_batch)
+        self._counted_batch = None
+        self.set_flops(flops, math.nan if n is None else float(n), self.counter.note)
 
     def work(self) -> StepWork:
         """The window's :class:`StepWork`."""

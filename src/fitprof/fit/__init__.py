@@ -1,1 +1,9 @@
-"""The framework-neutral parts both callbacks drive (no framework import)."""
+"""The engine both callbacks drive (:class:`~fitprof.fit.engine.FitEngine`), its schedule, the epoch-end pipeline
+and the probe extension point. Framework-free."""
+
+from __future__ import annotations
+
+from fitprof.fit.engine import Busy, EpochResult, FitEngine, Triggered, Work
+from fitprof.fit.probes import Probe, Probes
+
+__all__ = ["Busy", "EpochResult", "FitEngine", "Probe", "Probes", "Triggered", "Work"]

@@ -1,4 +1,4 @@
-"""Keras: the samples of a window's steps and the FLOPs of one training step, per backend (issue 16 part 3).
+"""Keras: the samples of a window's steps and the FLOPs of one training step, per backend.
 
 Keras's batch hooks never see the batch, and on TensorFlow and JAX the batch is fetched inside the compiled step.
 What every backend has is Keras's own loss tracker: each ``train_step`` adds the batch's sample count (the leading
@@ -48,12 +48,15 @@ def _samples_seen(model: Any) -> float:
 
 
 class KerasWork:
-    """Collects one window's :class:`~fitprof.throughput.StepWork` for the Keras ``FitProfiler``."""
+    """Collects one window's :class:`~fitprof.throughput.StepWork` for the Keras ``FitProfiler``: the engine's
+    :class:`~fitprof.fit.engine.Work` (the engine says when, this counts), per backend through its
+    :class:`~fitprof.keras._backends.Backend` (``device_and_dtype``, ``count_flops``, ``count_items``)."""
 
-    def __init__(self, backend: str, count_items: CountItems | None, warn: Callable[[str], None]) -> None:
+    def __init__(self, backend: Any, count_items: CountItems | None, warn: Callable[[str], None], owner: Any) -> None:
         self.backend = backend
-        self.log = WorkLog(count_items if backend == "torch" else None, warn)
+        self.log = WorkLog(count_items if backend.count_items else None, warn)
         self.count_items = count_items
+        self._owner = owner  # the callback: its ``model`` property syncs the JAX state into the model
         self._at_open = math.nan
         self._items_per_sample = math.nan
         self._restore: Callable[[], None] | None = None
@@ -63,6 +66,10 @@ class KerasWork:
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle with the callback: a pending wrap of ``train_function`` belongs to the running fit."""
         return {**self.__dict__, "_restore": None, "_tf_counts": {}}
+
+    @property
+    def model(self) -> Any:
+        return getattr(self._owner, "model", None)
 
     def begin_fit(self, model: Any, world: int = 1) -> None:
         """Find the device and compute dtype the MFU is measured against.
@@ -76,53 +83,39 @@ class KerasWork:
         self._tf_counts = {}
         self._off = (
             "not counted under a multi-worker tf.distribute strategy (it would desynchronise the ranks' collectives)"
-            if self.backend == "tensorflow" and world > 1
+            if self.backend.retraces_collectives and world > 1
             else ""
         )
-        name, dtype = "", ""
         try:
-            if self.backend == "tensorflow":
-                from fitprof.profilers.flops_tf import device_and_dtype
-
-                name, dtype = device_and_dtype(model)
-            elif self.backend == "torch":
-                import torch
-
-                from fitprof.profilers.flops_torch import compute_dtype, device_name
-
-                device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-                name = device_name(device)
-                dtype = compute_dtype(str(model.dtype_policy.compute_dtype), device)
-            elif self.backend == "jax":
-                import jax
-
-                device = jax.devices()[0]
-                name = str(device.device_kind) if device.platform == "gpu" else ""
-                dtype = str(model.dtype_policy.compute_dtype)
+            name, dtype = self.backend.device_and_dtype(model)
         except Exception:
             name, dtype = "", ""
         self.log.device_name, self.log.dtype = name, dtype
 
-    def begin_epoch(self) -> None:
+    def epoch_start(self) -> None:
         self.log.reset()
         self._at_open = math.nan
         self._items_per_sample = math.nan
-        if self.backend == "jax":
-            self.log.flops_note = "FLOPs are not counted on the Keras JAX backend"
+        if self.backend.count_flops is None:
+            self.log.flops_note = f"FLOPs are not counted on the Keras {self.backend.label} backend"
         elif self._off:
             self.log.flops_note = f"FLOPs {self._off}"
 
-    def window_opened(self, model: Any) -> None:
-        self._at_open = _samples_seen(model)
+    def window_opened(self) -> None:
+        self._at_open = _samples_seen(self.model)
 
-    def window_closed(self, model: Any) -> None:
-        total = _samples_seen(model) - self._at_open
+    def window_step(self, batch: Any) -> None:
+        pass  # Keras's batch hooks never see the batch: the samples come from the loss tracker
+
+    def window_closed(self) -> None:
+        total = _samples_seen(self.model) - self._at_open
         if math.isfinite(total) and total > 0:
             self.log.set_window_samples(total)
 
-    def count_next_call(self, model: Any) -> None:
-        """Wrap ``model.train_function`` for its next call only, and count that step's FLOPs."""
-        if self.backend == "jax" or self._off or self._restore is not None:
+    def count_flops(self, step: int, batch: Any) -> None:
+        """Wrap ``model.train_function`` for its next call only (step ``step``), and count that step's FLOPs."""
+        model, count = self.model, self.backend.count_flops
+        if count is None or self._off or self._restore is not None or model is None:
             return
         original = getattr(model, "train_function", None)
         if original is None:
@@ -135,15 +128,7 @@ class KerasWork:
 
         def counting(*args: Any, **kwargs: Any) -> Any:
             restore()
-            before = _samples_seen(model)
-            if self.backend == "torch":
-                return self._count_torch(model, original, before, *args, **kwargs)
-            out = original(*args, **kwargs)
-            try:
-                self._count_tf(model, args[0] if args else None, _samples_seen(model) - before)
-            except Exception as err:  # a profiling problem never breaks the training step: NaN, with the reason
-                self.log.set_flops(math.nan, math.nan, f"FLOPs not counted ({err!r})")
-            return out
+            return count(self, model, original, _samples_seen(model), *args, **kwargs)
 
         model.train_function = counting
         self._restore = restore
@@ -200,3 +185,40 @@ class KerasWork:
 
     def work(self) -> Any:
         return self.log.work()
+
+
+def count_tf(work: KerasWork, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
+    """TensorFlow: run the step, then count its FLOPs from the shapes of the traced ``train_step``."""
+    out = original(*args, **kwargs)
+    try:
+        work._count_tf(model, args[0] if args else None, _samples_seen(model) - before)
+    except Exception as err:  # a profiling problem never breaks the training step: NaN, with the reason
+        work.log.set_flops(math.nan, math.nan, f"FLOPs not counted ({err!r})")
+    return out
+
+
+def count_torch(work: KerasWork, model: Any, original: Any, before: float, *args: Any, **kwargs: Any) -> Any:
+    """torch: run the step inside ``FlopCounterMode``."""
+    return work._count_torch(model, original, before, *args, **kwargs)
+
+
+def tf_device_and_dtype(model: Any) -> tuple[str, str]:
+    from fitprof.profilers.flops_tf import device_and_dtype
+
+    return device_and_dtype(model)
+
+
+def torch_device_and_dtype(model: Any) -> tuple[str, str]:
+    import torch
+
+    from fitprof.profilers.flops_torch import compute_dtype, device_name
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return device_name(device), compute_dtype(str(model.dtype_policy.compute_dtype), device)
+
+
+def jax_device_and_dtype(model: Any) -> tuple[str, str]:
+    import jax
+
+    device = jax.devices()[0]
+    return (str(device.device_kind) if device.platform == "gpu" else ""), str(model.dtype_policy.compute_dtype)

@@ -1,6 +1,6 @@
-"""The Keras torch-backend window: :class:`~fitprof.profilers.torch.TorchProfileWindow` behind the interface of
-:class:`~fitprof.profilers.tensorflow.TFProfileWindow` (``start`` / ``begin_step`` / ``end_step`` / ``stop`` /
-``cleanup`` / ``abort``, ``session_dir``).
+"""The Keras torch backend: its window (:func:`torch_window`, the one
+:class:`~fitprof.profilers.torch.TorchProfileWindow` with Keras's batch fetch annotated as input) and the
+:class:`FetchTimer` of the always-on step timing.
 
 On the torch backend Keras fetches each batch in Python before ``on_train_batch_begin``, so a step span
 ``[begin(n), begin(n+1))`` holds step ``n``'s compute and step ``n+1``'s fetch: every span still holds one
@@ -8,26 +8,22 @@ fetch and one step, so step time and input share keep their meaning.
 
 The fetch is Keras's ``TorchEpochIterator.__next__`` (``keras/src/trainers/epoch_iterator.py``): it resumes
 Keras's step generator and calls ``next()`` on a torch ``DataLoader`` wrapped around the data adapter's
-iterator. torch annotates only that inner ``DataLoader.__next__``. While a window is open, :class:`TorchKerasWindow` wraps the whole fetch in
+iterator. torch annotates only that inner ``DataLoader.__next__``. While a window is open, :func:`torch_window` wraps the whole fetch in
 :data:`INPUT_ANNOTATION`, a ``DataLoader``-style name that the Kineto reader files as input (nested spans are
 united, never counted twice). Outside the window nothing is wrapped. The ``.xplane.pb`` is written at the
-epoch's end by :class:`fitprof.window.WindowPipeline`, as for Lightning.
+epoch's end by :class:`fitprof.fit.pipeline.WindowPipeline`, as for Lightning.
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import time
-from pathlib import Path
 from typing import Any
 
 from torch.autograd.profiler import record_function
 
 from fitprof._batch import batch_size
-from fitprof._session import new_session_dir
 from fitprof._warn import WarnOnce
-from fitprof.profilers.torch import TorchProfileWindow, profiler_running
+from fitprof.profilers.torch import TorchProfileWindow
 
 INPUT_ANNOTATION = "enumerate(DataLoader)#keras.TorchEpochIterator.__next__"
 """The span around each batch fetch of Keras's torch fit loop while a window is open: the Kineto reader files
@@ -159,80 +155,12 @@ def _buffer_samples(out: Any) -> int | None:
     return total
 
 
-class TorchKerasWindow:
-    """One profiled window of a Keras model on the torch backend."""
-
-    def __init__(
-        self,
-        log_dir: str,
-        *,
-        epoch: int,
-        rank: int = 0,
-        warn: WarnOnce,
-        options: dict[str, bool] | None = None,
-        suffix: str = "",
-    ) -> None:
-        """``options``: the ``torch.profiler.profile`` flags (``record_shapes``, ``profile_memory``,
-        ``with_stack``, ``with_flops``), passed to :class:`~fitprof.profilers.torch.TorchProfileWindow`;
-        ``suffix``: appended to the session name (a triggered window's ``_trigger_step<S>``)."""
-        self._log_dir = log_dir
-        self._suffix = suffix
-        self._epoch = epoch
-        self._rank = rank
-        self._window = TorchProfileWindow(warn=warn, **(options or {}))
-        self._fetch = _FetchAnnotation()
-        self.session_dir: Path | None = None
-        self._trace: Path | None = None
-
-    def start(self) -> None:
-        """Raises:
-        RuntimeError: if another torch profiler runs or the profiler did not start."""
-        if profiler_running():
-            raise RuntimeError("another torch profiler is already running; fitprof does not start a second one")
-        session = new_session_dir(self._log_dir, self._epoch, self._suffix)
-        if not self._window.start(self._log_dir, session.name, rank=self._rank):
-            session.rmdir()
-            raise RuntimeError("the torch profiler did not start")
-        self.session_dir = session
-        self._fetch.install()
-
-    def begin_step(self, step: int) -> None:
-        self._window.begin_step(step)
-
-    def end_step(self) -> None:
-        self._window.end_step()
-
-    def begin_overhead(self) -> None:
-        self._window.begin_overhead()
-
-    def end_overhead(self) -> None:
-        self._window.end_overhead()
-
-    def stop(self, *, drop_open_step: bool = False) -> Path:
-        """Stop and export the Kineto trace; return it (a temporary copy, with ``session_dir`` None, when
-        ``log_dir`` cannot be written).
-
-        Raises:
-            RuntimeError: if the profiler could not stop or export.
-        """
-        self._fetch.uninstall()
-        path = self._window.stop(drop_open_step=drop_open_step)
-        if path is None:
-            raise RuntimeError("the torch profiler exported no trace")
-        if self._window.temporary:
-            self.session_dir, self._trace = None, path
-        return path
-
-    def cleanup(self) -> None:
-        """Delete the temporary copy kept when the trace could not be written to ``log_dir``."""
-        if self._trace is not None:
-            shutil.rmtree(self._trace.parent, ignore_errors=True)
-            self._trace = None
-
-    def abort(self) -> None:
-        self._fetch.uninstall()
-        self._window.stop(export=False)
-        if self.session_dir is not None:  # nothing was written into it: leave no empty session folder
-            with contextlib.suppress(OSError):
-                self.session_dir.rmdir()
-            self.session_dir = None
+def torch_window(
+    run_dir: str, *, epoch: int, rank: int, world: int, suffix: str, warn: WarnOnce, options: dict[str, bool]
+) -> TorchProfileWindow:
+    """The Keras torch-backend window: the one :class:`~fitprof.profilers.torch.TorchProfileWindow`, with Keras's
+    batch fetch annotated as input while it runs (``world`` is in the trace already: torch writes
+    ``distributedInfo``)."""
+    return TorchProfileWindow(
+        run_dir, epoch=epoch, rank=rank, suffix=suffix, warn=warn, options=options, hooks=(_FetchAnnotation(),)
+    )

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
-import math
 import os
-import shutil
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +16,19 @@ from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
 from fitprof import _config, _fs, metrics
-from fitprof._batch import batch_size
-from fitprof._coverage import FitCoverage
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
-from fitprof._session import session_name, session_taken, trigger_suffix
+from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
+from fitprof.fit import FitEngine, Probe
+from fitprof.fit.pipeline import EpochLog
+from fitprof.fit.probes import finite
+from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
-from fitprof.profilers.torch import TorchProfileWindow, profiler_running
-from fitprof.steps import AFTER_PAUSE_STEPS, EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
+from fitprof.profilers.torch import TorchProfileWindow
+from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
-from fitprof.window import EpochLog, WindowPipeline, compare_windows, epoch_scalars, trigger_line, trigger_scalars
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +156,11 @@ class FitProfiler(Callback):
             None (default): no triggered windows. Step timing runs either way.
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
+        probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
 
     Attributes:
-        reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch (0-based epoch -> report; a
-            later ``fit`` with the same callback overwrites the epochs it profiles again).
+        reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch of the last ``fit`` (0-based epoch
+            -> report; each ``fit`` starts afresh, as in the Keras callback).
         trace_paths: the Kineto trace of each profiled epoch.
         xplane_paths: the ``.xplane.pb`` of each profiled epoch.
         analysis_seconds: wall time of the end-of-epoch analysis + XSpace conversion, per epoch (s).
@@ -187,7 +184,7 @@ class FitProfiler(Callback):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] | None = None,
-        profile_batch: int | tuple[int, int] | str = (6, 10),
+        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -202,6 +199,7 @@ class FitProfiler(Callback):
         trigger: str | None = None,
         trigger_max_windows: int = 3,
         trigger_min_spacing: int = 200,
+        probes: Iterable[Probe] = (),
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
@@ -216,95 +214,73 @@ class FitProfiler(Callback):
         self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
         self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         self._warn_rank = WarnOnce()
-        self._pipeline = WindowPipeline(
-            top_k=self.config.top_k,
+        self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
+        slowdown = None
+        if self.trigger is not None:
+            slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
+        self._engine = FitEngine(
+            self.config,
+            new_window=self._new_window,
+            warn=self._warn_rank,
+            boundary="step_end",
             max_trace_mb=self.max_trace_mb,
             keep_last_windows=self.keep_last_windows,
-            warn=self._warn_rank,
+            ranks=self.ranks,
+            trigger=slowdown,
+            work=self._work,
+            probes=probes,
         )
-        # The pipeline's results, under the names this callback documents.
-        self.reports: dict[int, BottleneckReport] = self._pipeline.reports
-        self.trace_paths: dict[int, Path] = self._pipeline.trace_paths
-        self.xplane_paths: dict[int, Path] = self._pipeline.xplane_paths
-        self.analysis_seconds: dict[int, float] = self._pipeline.analysis_seconds
-        self.cross_rank: dict[int, dict[str, float]] = self._pipeline.cross_rank
-        self._window = TorchProfileWindow(warn=self._warn_rank, **self.torch_options)
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
-        # hot-path state: plain ints and bools
-        self._first = self.config.first_step
-        self._last = self.config.last_step
-        self._epoch_profiled = False  # the current epoch is one to profile (the same on every rank)
-        self._epoch_on = False  # the current epoch has a window that has not finished
-        self._open = False  # the window is open now
-        self._val_annotated = False
-        self._session: str | None = None
-        self._pending: Path | None = None  # trace of this epoch's window, analysed at epoch end
-        self._epoch = -1
+        self._session: str | None = None  # this epoch's session, rank 0's on every rank
         self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
-        self._rank = 0
-        self._world_size = 1
-        self._coverage = FitCoverage(self.config)
-        self._steps_seen = 0  # the last training step seen in this profiled epoch, before its window
-        # Throughput: the profiled steps' batches, and the FLOPs of one step outside the window (the step before
-        # its warm-up step, or the one after it when the epoch has no such step): counting slows the step it
-        # counts, so it is neither an analysed step nor the warm-up step the profiler records. Set per epoch.
-        self._work = WorkLog(self.count_items, self._warn_count_items)
-        self._flops = TorchFlopCount()
-        self._count_step = self._last + 1
-        self._count_pending = False  # this epoch's FLOPs are still to be counted
-        self._flops_batch: Any = None
-        # always-on step timing (issue 15): perf_counter_ns stamps, ints only on the hot path
-        self.steps = StepRecorder()
-        self.epoch_steps: dict[int, EpochSteps] = {}
-        self._prev_end_ns: int | None = None  # the last step boundary (on_train_batch_end, or the epoch start)
-        self._fetched_ns: int | None = None  # on_train_batch_start of the step in progress
-        self._fetch_ns = 0  # time inside Lightning's batch fetch since the last step boundary
-        self._fetch_t0 = 0
-        self._hooked: Any = None  # the trainer profiler whose start/stop we wrap (see _hook_fetch)
-        self._hooked_fns: tuple[Any, Any] = (None, None)  # our wrappers, removed only while still in place
-        self._samples: int | None = None
-        self._cuda_events: list[Any] | None = None  # on a CUDA device: one timing event per step boundary
-        self._epoch_first_step = 1
-        self._trigger: SlowdownTrigger | None = None
-        if self.trigger is not None:
-            self._trigger = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
-        self._trigger_pipeline = WindowPipeline(
-            top_k=self.config.top_k,
-            max_trace_mb=self.max_trace_mb,
-            keep_last_windows=self.keep_last_windows,
-            warn=self._warn_rank,
-        )
-        self.triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = []
-        self._trig_event: TriggerEvent | None = None  # the triggered window open now
-        self._trig_session: str | None = None
-        self._trig_last = 0  # its last step
-        self._trig_pending: list[tuple[Path, str, TriggerEvent]] = []  # closed, analysed at epoch end
-        self._trig_steps_total = 0  # clean steps seen by the trigger over the run (its step numbering)
+        self._last_ended = 0  # the last step whose on_train_batch_end ran
+        self._timing = StepTiming()  # each step's input wait and device time, for the always-on step timing
 
     @property
     def profile_batch(self) -> tuple[int, int]:
         """The checked ``(first, last)`` steps (1-based, inclusive)."""
-        return self._first, self._last
+        return self.config.first_step, self.config.last_step
+
+    # The engine's results, under the names this callback documents.
+    reports = property(lambda self: self._engine.pipeline.reports)
+    trace_paths = property(lambda self: self._engine.pipeline.trace_paths)
+    xplane_paths = property(lambda self: self._engine.pipeline.xplane_paths)
+    analysis_seconds = property(lambda self: self._engine.pipeline.analysis_seconds)
+    cross_rank = property(lambda self: self._engine.pipeline.cross_rank)
+    steps: StepRecorder = property(lambda self: self._engine.steps)  # type: ignore[assignment]
+    epoch_steps: dict[int, EpochSteps] = property(lambda self: self._engine.epoch_steps)  # type: ignore[assignment]
+    triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = property(  # type: ignore[assignment]
+        lambda self: self._engine.triggered
+    )
+    _window = property(lambda self: self._engine)  # ``started_here``: a window of this callback is open
+
+    def _warn_count_items(self, message: str) -> None:
+        self._warn_rank("count-items", message)
+
+    def _new_window(self, epoch: int, suffix: str) -> TorchProfileWindow:
+        assert self._dir is not None
+        return TorchProfileWindow(
+            self._dir,
+            epoch=epoch,
+            rank=self._engine.rank,
+            session=None if suffix else self._session,
+            suffix=suffix,
+            warn=self._warn_rank,
+            options=self.torch_options,
+        )
 
     # ------------------------------------------------------------------------------------------- lifecycle
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self._warn_rank.reset()  # a new fit warns again when a cause repeats
-        self._warn_rank.rank = self._rank = int(trainer.global_rank)  # only rank 0 issues Python warnings
-        self._coverage.begin_fit()
-        self.triggered.clear()
-        self._trig_pending = []  # a window stopped by an exception in an earlier fit is not this fit's
-        self.epoch_steps = {}
-        self._trig_steps_total = 0
-        if self._trigger is not None:
-            self._trigger.reset()
-        self._coverage.limit = _epoch_limit(trainer, self._first)
+        rank, engine = int(trainer.global_rank), self._engine
+        self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
-            self._coverage.said = True  # the warning below says nothing is profiled, and why
+            engine.fit_start(log_dir=None, rank=rank)
+            engine.coverage.said = True  # the warning below says nothing is profiled, and why
             self._warn_rank(
                 "lightning-profiler",
                 "fitprof: FitProfiler is off for this run because Trainer(profiler='pytorch') (Lightning's "
@@ -316,19 +292,20 @@ class FitProfiler(Callback):
         if log_dir is None:
             log_dir = trainer.log_dir or trainer.default_root_dir  # trainer.log_dir: call on every rank
         log_dir = os.fspath(log_dir)
-        self._close_mirror()
         if _fs.is_remote(log_dir):  # record locally, copy to the URL at each profiled epoch's end
             self._mirror = _fs.Mirror(log_dir, self._warn_rank)
             self._dir = self._mirror.local
         else:
             self._dir = Path(_fs.local_path(log_dir))
-        self._world_size = int(trainer.world_size)
-        self._hook_fetch(trainer)
-        self._cuda_events = [] if _on_cuda(trainer) else None
-        unknown = _config.unknown_ranks_message(self.ranks, self._world_size)
-        if unknown and self._rank == 0:
+        world = int(trainer.world_size)
+        engine.fit_start(
+            log_dir=str(self._dir), rank=rank, world=world, ends_after=lambda step: self._ends_after(trainer, step)
+        )
+        engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
+        self._timing.fit_start(trainer)
+        unknown = _config.unknown_ranks_message(self.ranks, world)
+        if unknown and rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
-        self._coverage.left_out = not _config.profiles_rank(self.ranks, self._rank)
         try:
             device = trainer.strategy.root_device
             self._work.device_name = device_name(device)
@@ -344,238 +321,115 @@ class FitProfiler(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._begin_epoch(trainer, next_step=1)
 
+    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int) -> None:
+        """An epoch whose next step is ``next_step`` (1 unless resumed mid-epoch) begins."""
+        self._epoch_started = True
+        epoch = int(trainer.current_epoch)
+        self._last_ended = next_step - 1
+        self._timing.epoch_start(next_step)
+        cfg = self.config
+        profiled = self._dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
+        self._session = self._shared_session(trainer, epoch) if profiled else None
+        self._engine.epoch_start(epoch, next_step=next_step)
+
     @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._fetched_ns = time.perf_counter_ns()  # the batch is here: the time since the last step end was input
+        self._timing.step_start()  # the batch is here: the time since the last step end was input
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
             self._begin_epoch(trainer, next_step=batch_idx + 1)
-        if self._open:  # the step's batch work runs at its end, inside fitprof/overhead (on_train_batch_end)
-            return
-        self._samples = batch_size(batch)
-        if self._count_pending and batch_idx + 1 == self._count_step:
-            self._count_pending = False
-            self._flops_batch = batch
-            self.steps.exclude_next(1)  # counting slows this step: out of the always-on figures and the baseline
-            self._flops.start()
-
-    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int) -> None:
-        """Mark the start of an epoch whose next step is ``next_step`` (1 unless resumed mid-epoch); open the window
-        now when it starts at that step."""
-        self._epoch_started = True
-        self._epoch = int(trainer.current_epoch)
-        self._fetch_ns = 0
-        self._epoch_first_step = next_step
-        if self._cuda_events is not None:
-            self._cuda_events = [_cuda_event()] if next_step == 1 else [None]
-        if next_step == 1:
-            self._prev_end_ns = time.perf_counter_ns()
-            self.steps.begin_epoch(self._prev_end_ns)
-        else:  # resumed mid-epoch: this step's start is unknown, the first boundary only sets the origin
-            self._prev_end_ns = None
-            self.steps.begin_epoch(None)
-        if self._trigger is not None:
-            self._trigger.reset_run()  # a new epoch (new iterator, maybe a new learning rate): a fresh baseline
-        self._epoch_profiled = self._dir is not None and self.config.enabled and self.config.profiles_epoch(self._epoch)
-        if self._dir is not None:
-            self._coverage.epoch(self._epoch)
-        self._steps_seen = 0
-        # Every rank marks the epoch (all take part in the all-gather); only the chosen ranks open a window.
-        self._epoch_on = self._epoch_profiled and _config.profiles_rank(self.ranks, self._rank)
-        self._session = self._shared_session(trainer) if self._epoch_profiled else None
-        self._work.reset()
-        if self._epoch_on and next_step > self._first:
-            self._epoch_on = False  # the window's first step ran before the resume
-            self._warn_rank(
-                "resumed-past",
-                f"fitprof: epoch {self._epoch} was resumed at step {next_step}, after the window's first step "
-                f"(profile_batch={self._first},{self._last}); that epoch is not profiled.",
-            )
-        elif self._epoch_on and next_step >= self._first - 1:
-            # The next step is the window's warm-up step (first - 1) or, with no step before it, its first step.
-            self._start(next_step)
-        # The FLOPs: on the step before the warm-up step when this epoch runs it, else on the step after the window.
-        self._count_step = self._first - 2 if self._first - 2 >= next_step else self._last + 1
-        self._count_pending = self._epoch_on
+        self._engine.step_start(batch_idx + 1, batch)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
-        if self._open:
-            # This hook's own time is fitprof's, never the step's: one span holds all of it, the step's batch work
-            # included (its size and count_items, moved here from on_train_batch_start, which gets the same batch:
-            # a second span there would cost more than the work it holds).
-            window = self._window
-            window.begin_overhead()
-            try:
-                self._samples = batch_size(batch)
-                # the scheduled window's analysed steps (not its warm-up step; a triggered window has no FLOPs)
-                if self._trig_event is None and window.step_num is not None:
-                    self._work.add_step(batch)
-                self._batch_end(trainer, batch_idx)
-            finally:
-                window.end_overhead()  # a no-op once the window stopped (stopping closes the span first)
-        else:
-            self._batch_end(trainer, batch_idx)
-
-    def _batch_end(self, trainer: pl.Trainer, batch_idx: int) -> None:
-        """Step ``batch_idx + 1`` ended: time it, feed the trigger, mark or close the window, or start it."""
-        if self._flops.running:
-            self._stop_flops()
-        now = time.perf_counter_ns()
-        n = batch_idx + 1
-        fetched, self._fetched_ns = self._fetched_ns, None
-        prev, self._prev_end_ns = self._prev_end_ns, now
-        if self._hooked is not None:  # the exact time inside the fetch
-            wait: int | None = self._fetch_ns
-        else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
-            wait = None if fetched is None or prev is None else fetched - prev
-        self._fetch_ns = 0
-        if self._cuda_events is not None:
-            if len(self._cuda_events) <= _MAX_CUDA_EVENTS:
-                self._cuda_events.append(_cuda_event())
-            else:  # bounded: a longer epoch keeps the host clock's figures (_device_step_ms gives None)
-                self._cuda_events = [None]
-        dt = self.steps.step(now, n, input_ns=wait, samples=self._samples)
-        if self._trig_event is not None:
-            if self._epoch_on:
-                self._steps_seen = n
-            self._advance_triggered(trainer, n)
-            return
-        if dt is not None and self._trigger is not None:
-            self._trig_steps_total += 1
-            slow = dt > self._trigger.threshold_ms * 1e6  # the checks below only for a step that may fire
-            event = self._trigger.observe(dt, self._trig_steps_total, allowed=slow and self._may_trigger(trainer, n))
-            if event is not None:
-                self._open_triggered(n, event)
-                return
-        if not self._epoch_on:
-            return
-        self._steps_seen = n
-        if self._open:
-            window = self._window
-            if window.step_num is None:  # the warm-up step (first - 1) ended: the analysed steps begin
-                if self._epoch_ends_after_this(trainer, n):
-                    self._open = self._epoch_on = False
-                    window.stop(export=False)
-                else:
-                    self._begin_first_step(self._first)
-            elif n >= self._last:
-                self._stop()
-            elif self._epoch_ends_after_this(trainer, n):
-                self._warn_short(n)
-                self._stop()
-            else:
-                window.begin_step(n + 1)  # closes ProfilerStep#n
-        elif n == self._first - 2:
-            if self._epoch_ends_after_this(trainer, n + 1):
-                self._epoch_on = False
-            else:
-                self._start(n + 1)
+        self._work.stop_count()  # the FLOP-count step ended (a no-op otherwise)
+        wait = self._timing.step_end()
+        self._last_ended = batch_idx + 1
+        self._engine.step_end(batch_idx + 1, batch, input_ns=wait)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # validation runs inside the next step's interval
-        if self._open and not trainer.sanity_checking:
-            self._window.begin_annotation()
-            self._val_annotated = True
+            self._engine.validation_start()
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._val_annotated:
-            self._val_annotated = False
-            self._window.end_annotation()
+        if not trainer.sanity_checking:
+            self._engine.validation_end()
 
     @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # the save lands in this step or the next
+        self._engine.checkpoint_start()  # Lightning tells one point: the save lands in this step or the next
+        self._engine.checkpoint_end()
 
     @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
-        epoch_steps = self.epoch_steps[self._epoch] = self.steps.summary(self._device_step_ms())
-        self._log_epoch_steps(pl_module, epoch_steps)
-        if self._open and self._trig_event is not None:
-            self._stop_triggered(drop_open_step=True)
-        if self._open:  # the epoch ended inside the window without our noticing: flush what there is
-            self._stop(drop_open_step=True)
-        if self._epoch_profiled:
-            self._coverage.steps(self._steps_seen)  # counted here: iterable datasets report no length
-        self._epoch_on = False
-        path, self._pending = self._pending, None
-        report = None if path is None else self._analyze(self._epoch, path)
-        if self._epoch_profiled:  # every rank, whatever its window gave: the all-gather must complete
-            self._epoch_profiled = False
-            self._publish(trainer, report, gather=_distributed(), pl_module=pl_module, epoch_steps=epoch_steps)
-        # Triggered windows after the gather, with no collective of their own: each rank triggers on its own signal.
-        triggered = self._publish_triggered(trainer, pl_module)
-        if (path is not None or triggered) and self._mirror is not None:
+        engine = self._engine
+        result = engine.epoch_end(
+            engine.epoch,
+            device_ms=self._timing.device_step_ms(self._engine.steps.step_index),
+            gather=(lambda vector: _all_gather(trainer, vector)) if _distributed() else None,
+            log=lambda entry: self._log(trainer, pl_module, entry),
+        )
+        # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
+        self._log_scalars(pl_module, finite(result.epoch))
+        self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
+        for triggered in result.triggered:
+            self._log_trigger(trainer, pl_module, triggered.line, triggered.text)
+        if result.triggered:
+            self._log_scalars(pl_module, result.trigger)
+        if (result.profiled or result.triggered) and self._mirror is not None:
             self._mirror.sync()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._abort()
-        never = self._coverage.message("fitprof: ")
-        if never:
-            self._warn_rank("never", never)
+        self._engine.fit_end()
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # Flush and analyse the partial window (the failing step left out); Lightning re-raises the exception.
+        # No all-gather: the other ranks may be anywhere (or gone); rank 0 logs its own figures to the loggers.
         try:
-            if self._trig_event is not None:
-                self._stop_triggered(drop_open_step=True)
-            if self._open or self._window.started_here:
-                self._stop(drop_open_step=True)
-            self._epoch_profiled = False
-            path, self._pending = self._pending, None
-            if path is not None and self._epoch not in self.reports:
-                report = self._analyze(self._epoch, path)
-                # No all-gather here: the other ranks may be anywhere (or gone); rank 0 logs its own figures.
-                self._publish(trainer, report, gather=False, pl_module=None)
-        except Exception as err:  # the user's exception matters more
-            log.warning("fitprof: could not flush the window after an exception: %s", err)
+            self._engine.exception(exception, log=lambda entry: self._log(trainer, None, entry))
         finally:
-            self._abort(export=False)
             self._close_mirror()
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._unhook_fetch()
-        self._abort()
+        self._timing.fit_end()
+        self._engine.abort()
         self._close_mirror()
 
     # -------------------------------------------------------------------------------------------- internal
-    def _epoch_ends_after_this(self, trainer: pl.Trainer, n: int) -> bool:
-        """Whether step ``n`` is the epoch's last (so no ``ProfilerStep#n+1`` may be opened)."""
+    def _ends_after(self, trainer: pl.Trainer, step: int) -> bool:
+        """Whether step ``step`` (the one that just ended, or the next) is the epoch's last."""
         try:
-            if n >= trainer.num_training_batches:
+            if step >= trainer.num_training_batches:
                 return True
-            if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
+            ahead = step - self._last_ended
+            if ahead <= 0 and trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
                 return True
             max_steps = trainer.max_steps
-            return bool(max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps)
+            return bool(max_steps is not None and max_steps >= 0 and trainer.global_step + ahead >= max_steps)
         except Exception:  # private loop state moved: the epoch-end flush handles it
             return False
 
-    def _new_session(self) -> str:
-        assert self._dir is not None
-        return session_name(self._dir, self._epoch)
-
-    def _shared_session(self, trainer: pl.Trainer) -> str:
+    def _shared_session(self, trainer: pl.Trainer, epoch: int) -> str:
         """This epoch's session name, rank 0's on every rank, so that all ranks write into one session folder.
 
-        Called in ``on_train_epoch_start`` of every profiled epoch, on every rank (a broadcast: each rank
-        choosing its own timestamp would split the ranks over two folders whenever they straddle a second).
+        Called at the start of every profiled epoch, on every rank (a broadcast: each rank choosing its own
+        timestamp would split the ranks over two folders whenever they straddle a second).
         """
-        name = self._new_session()
+        assert self._dir is not None
+        name = session_name(self._dir, epoch)
         if _distributed():
             try:
                 name = str(trainer.strategy.broadcast(name, src=0))
@@ -583,338 +437,62 @@ class FitProfiler(Callback):
                 self._warn_rank("broadcast", f"fitprof: could not share the session name across ranks ({err!r}).")
         return name
 
-    def _warn_count_items(self, message: str) -> None:
-        self._warn_rank("count-items", message)
-
-    def _stop_flops(self) -> None:
-        flops = self._flops.stop()
-        n = batch_size(self._flops_batch)
-        self._flops_batch = None
-        self._work.set_flops(flops, math.nan if n is None else float(n), self._flops.note)
-
-    def _start(self, step: int, session: str | None = None) -> bool:
-        """Start the profiler before step ``step``: this epoch's scheduled window, or (``session`` given) a
-        triggered one. Returns whether it started.
-
-        ``step`` is the window's warm-up step, recorded but not marked, which takes the profiler's start-up: for
-        the scheduled window ``first - 1``, for a triggered one the step after the slowdown was seen (its analysed
-        steps are the next ``_trigger_length()``). A scheduled window with no step before its first (``first ==
-        1``, or an epoch resumed at ``first``) has no warm-up step: ``step == first`` opens at once, after one span
-        of fitprof's own that makes the first recorded event fall before it. The exclusion from the always-on
-        step timing starts at ``step``: the warm-up step carries the profiler's start-up too."""
-        assert self._dir is not None
-        if session is None and self._session is None:
-            self._session = self._new_session()
-        name = session or self._session
-        assert name is not None
-        if self._window.start(self._dir, name, rank=self._rank):
-            self._open = True
-            # the window's steps carry the profiler's cost: out of the always-on figures and the trigger's baseline
-            self.steps.exclude_next(self._last - step + 1 if session is None else self._trigger_length() + 1)
-            if session is None and step >= self._first:  # no warm-up step
-                self._window.begin_overhead()
-                self._begin_first_step(step)
-                self._window.end_overhead()
-            return True
-        if session is None:
-            self._epoch_on = False
-            if self._coverage.blocked is None:
-                self._coverage.blocked = (
-                    "another torch profiler was running" if profiler_running() else "the torch profiler did not start"
-                )
-        return False
-
-    def _begin_first_step(self, step: int) -> None:
-        """Open ``ProfilerStep#step``, the window's first analysed step: from here on it counts as profiled."""
-        self._window.begin_step(step)
-        self._coverage.windows += 1
-
-    def _stop(self, *, drop_open_step: bool = False) -> None:
-        self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)  # the stop and export land in the next step
-        self._open = False
-        self._epoch_on = False
-        self._val_annotated = False
-        if self._window.step_num is None:  # only the warm-up step ran: nothing to analyse
-            self._window.stop(export=False)
-            return
-        if drop_open_step:
-            self._warn_short(self._window.step_num - 1)
-        self._pending = self._window.stop(drop_open_step=drop_open_step)
-
-    def _warn_short(self, steps_done: int) -> None:
-        self._warn_rank(
-            "short",
-            f"fitprof: epoch {self._epoch} ended after step {steps_done}, before the last profiled step "
-            f"{self._last} (profile_batch={self._first},{self._last}); that window holds fewer steps.",
-        )
-
-    def _abort(self, *, export: bool = True) -> None:
-        if self._flops.running:
-            self._flops.stop()
-        self._trig_event = None
-        if self._open or self._window.started_here:
-            self._open = False
-            self._epoch_on = False
-            self._val_annotated = False
-            path = self._window.stop(export=export, drop_open_step=True)
-            if path is not None:
-                self.trace_paths[self._epoch] = path
-
     def _close_mirror(self) -> None:
         """Copy what is left to a URL log dir and delete the local staging folder."""
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
 
-    def _analyze(self, epoch: int, path: Path) -> BottleneckReport | None:
-        """Analyse this rank's trace and write its report file and ``.xplane.pb`` (the shared pipeline)."""
-        assert self._dir is not None and self._session is not None
-        temporary = self._window.temporary  # log_dir cannot be written: the figures are logged, nothing is kept
-        return self._pipeline.analyze(
-            epoch,
-            path,
-            log_dir=self._dir,
-            session=None if temporary else self._session,
-            rank=self._rank,
-            world_size=self._world_size,
-            discard=lambda: shutil.rmtree(path.parent, ignore_errors=True),
-            work=self._work.work(),
-        )
-
-    def _publish(
+    def _log_scalars(
         self,
-        trainer: pl.Trainer,
-        report: BottleneckReport | None,
-        *,
-        gather: bool,
         pl_module: pl.LightningModule | None,
-        epoch_steps: EpochSteps | None = None,
+        scalars: dict[str, float],
+        progress_bar: frozenset[str] = frozenset(),
     ) -> None:
-        """Hand this epoch's report to the shared pipeline (cross-rank gather when ``gather``), then log.
-
-        From ``on_train_epoch_end`` (``pl_module`` given) every rank logs the scalars through
-        ``pl_module.log`` with the same, already gathered values (``sync_dist=False``): they reach
-        ``trainer.callback_metrics`` / ``logged_metrics`` on every rank (so ``EarlyStopping`` and
-        ``ModelCheckpoint(monitor=...)`` work under DDP) and every logger on rank 0, each row with its epoch. After
-        an exception (``pl_module`` None, where ``log`` is not allowed) rank 0 writes them to the loggers directly.
-        """
-        scalars = self._pipeline.publish(
-            self._epoch,
-            report,
-            rank=self._rank,
-            world_size=self._world_size,
-            gather=(lambda vector: _all_gather(trainer, vector)) if gather else None,
-            log=lambda entry: self._log(trainer, pl_module, entry),
-            epoch_steps=epoch_steps,
-        )
-        if pl_module is None or not scalars:
+        """Log through ``pl_module.log`` on every rank with the values given (``sync_dist=False``: gathered
+        already, or this rank's own), so they reach ``trainer.callback_metrics`` (``EarlyStopping``,
+        ``ModelCheckpoint(monitor=...)``) and every logger on rank 0, each row with its epoch."""
+        if pl_module is None:
             return
         try:
             for key, value in scalars.items():
                 pl_module.log(
                     key,
-                    value,
-                    prog_bar=key in _PROGRESS_BAR_KEYS,
+                    float(value),
+                    prog_bar=key in progress_bar,
                     on_step=False,
                     on_epoch=True,
-                    sync_dist=False,  # gathered already: the same value on every rank
+                    sync_dist=False,
                     batch_size=1,
                 )
         except Exception as err:
             self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
 
-    # ------------------------------------------------------------------------ step timing and triggered windows
-    def _log_epoch_steps(self, pl_module: pl.LightningModule, figures: EpochSteps) -> None:
-        """Log the epoch's always-on figures (``fitprof/epoch/*``, finite ones) through ``pl_module.log``, this
-        rank's own (``sync_dist=False``: no collective), so they reach ``callback_metrics`` and every logger."""
-        values = epoch_scalars(figures)
-        self._log_scalars(pl_module, {k: v for k, v in values.items() if v == v})  # NaN != NaN
-
-    def _log_scalars(self, pl_module: pl.LightningModule | None, scalars: dict[str, float]) -> None:
-        if pl_module is None:
-            return
-        try:
-            for key, value in scalars.items():
-                pl_module.log(key, float(value), on_step=False, on_epoch=True, sync_dist=False, batch_size=1)
-        except Exception as err:
-            self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
-
-    def _device_step_ms(self) -> list[float] | None:
-        """On a CUDA device: each clean step's device time (ms) between the CUDA events recorded at its two
-        boundaries (non-blocking ``record()`` at every ``on_train_batch_end``), read now, at the epoch's end, after
-        waiting for the last event only. None elsewhere, or when any event is missing (one debug log)."""
-        events = self._cuda_events
-        if not events or events[-1] is None:
-            return None
-        self._cuda_events = []
-        try:
-            events[-1].synchronize()
-            # events[0]: the start of the epoch's first step (None when resumed mid-epoch); events[k]: the end of
-            # step first + k - 1
-            first = self._epoch_first_step
-            return [float(events[n - first].elapsed_time(events[n - first + 1])) for n in self.steps.step_index]
-        except Exception as err:  # an event missing or not recorded: the host clock's figures stand
-            log.debug("fitprof: CUDA step timing unavailable this epoch (%r)", err)
-            return None
-
-    def _hook_fetch(self, trainer: pl.Trainer) -> None:
-        """Time Lightning's batch fetch exactly: the training loop brackets ``next(data_fetcher)`` with
-        ``trainer.profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")`` (whatever the profiler, the
-        default one doing nothing); wrap the two methods on this trainer's profiler instance, delegate every call,
-        and add up the time between the two for that action. Undone at ``teardown``. Where this fails, the input
-        wait is the gap from the previous step's end to this step's start (fetch, copy and other hooks)."""
-        self._unhook_fetch()
-        profiler = getattr(trainer, "profiler", None)
-        if profiler is None or isinstance(profiler, PyTorchProfiler):
-            return
-        try:
-            start, stop = profiler.start, profiler.stop
-
-            def timed_start(action_name: str) -> None:
-                if action_name == _FETCH_ACTION:
-                    self._fetch_t0 = time.perf_counter_ns()
-                start(action_name)
-
-            def timed_stop(action_name: str) -> None:
-                stop(action_name)
-                if action_name == _FETCH_ACTION and self._fetch_t0:
-                    self._fetch_ns += time.perf_counter_ns() - self._fetch_t0
-                    self._fetch_t0 = 0
-
-            profiler.start, profiler.stop = timed_start, timed_stop
-            self._hooked = profiler
-            self._hooked_fns = (timed_start, timed_stop)
-        except Exception as err:  # a profiler that refuses attributes: fall back to the gap
-            log.debug("fitprof: cannot time the batch fetch through the trainer's profiler (%r)", err)
-
-    def _unhook_fetch(self) -> None:
-        profiler, self._hooked = self._hooked, None
-        if profiler is not None:
-            for name, ours in zip(("start", "stop"), self._hooked_fns, strict=True):
-                if vars(profiler).get(name) is ours:  # not one wrapped again since by someone else
-                    with contextlib.suppress(Exception):
-                        delattr(profiler, name)  # the class's own methods again
-        self._hooked_fns = (None, None)
-
-    def _may_trigger(self, trainer: pl.Trainer, n: int) -> bool:
-        """Whether a triggered window may open after step ``n``: no window open, a writable log dir, this rank
-        profiles, the epoch goes on past the window's warm-up step, and the window (warm-up ``n+1``, analysed
-        ``n+2`` .. ``n+1+L``) ends before the scheduled one starts (its profiler starts at the end of step
-        ``first - 2``)."""
-        if (
-            self._open
-            or self._window.started_here
-            or self._dir is None
-            or not _config.profiles_rank(self.ranks, self._rank)
-        ):
-            return False
-        if self._epoch_on and n + 1 + self._trigger_length() >= self._first - 2:
-            return False
-        if self._epoch_ends_after_this(trainer, n):
-            return False
-        try:  # nor may its warm-up step (n + 1) be the epoch's last: the window would analyse nothing
-            if n + 1 >= trainer.num_training_batches:
-                return False
-            max_steps = trainer.max_steps
-            return not (max_steps is not None and max_steps >= 0 and trainer.global_step + 1 >= max_steps)
-        except Exception:  # private loop state moved: an epoch ending on the warm-up step drops the window
-            return True
-
-    def _trigger_length(self) -> int:
-        """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
-        return self.config.num_steps if self.config.enabled else 5
-
-    def _open_triggered(self, n: int, event: TriggerEvent) -> None:
-        """Start the triggered window at the next step boundary through :meth:`_start`: step ``n + 1`` is its
-        warm-up step, ``n + 2`` .. ``n + 1 + L`` its analysed steps."""
-        assert self._dir is not None
-        suffix = trigger_suffix(n)
-        session = session_name(self._dir, self._epoch, suffix)
-        if session_taken(self._dir, session):  # pragma: no cover - session_name already avoids it
-            return
-        event = TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)  # numbered in the epoch
-        if self._start(n + 1, session=session):
-            self._trig_event, self._trig_session = event, session
-            self._trig_last = n + 1 + self._trigger_length()
-
-    def _advance_triggered(self, trainer: pl.Trainer, n: int) -> None:
-        """Step ``n`` of an open triggered window ended: mark the next step, or close the window."""
-        if self._window.step_num is None:  # its warm-up step ended: the analysed steps begin
-            if self._epoch_ends_after_this(trainer, n):
-                self._stop_triggered()  # nothing analysed: dropped
-            else:
-                self._begin_first_step(n + 1)
-        elif n >= self._trig_last:
-            self._stop_triggered()
-        elif self._epoch_ends_after_this(trainer, n):
-            self._stop_triggered(drop_open_step=True)
+    def _print(self, pl_module: pl.LightningModule | None, line: str) -> None:
+        if pl_module is not None:
+            pl_module.print(line)
         else:
-            self._window.begin_step(n + 1)
+            print(line, flush=True)
 
-    def _stop_triggered(self, *, drop_open_step: bool = False) -> None:
-        event, session = self._trig_event, self._trig_session
-        self._trig_event = self._trig_session = None
-        self.steps.exclude_next(1 + AFTER_PAUSE_STEPS)
-        self._open = False
-        self._val_annotated = False
-        if self._window.step_num is None:  # only the warm-up step ran: nothing to analyse
-            self._window.stop(export=False)
+    def _log_trigger(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, line: str, text: str) -> None:
+        """Rank 0: a triggered window's line (``verbose``) and, for TensorBoard loggers, its summary."""
+        if self._engine.rank != 0:
             return
-        path = self._window.stop(drop_open_step=drop_open_step)
-        if path is not None and event is not None and session is not None:
-            self._trig_pending.append((path, session, event))
-
-    def _publish_triggered(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None) -> bool:
-        """Analyse this epoch's triggered windows (this rank's own, no collective), log ``fitprof/trigger/*``
-        (the last one of the epoch) and, on rank 0, the summary comparing each with the last normal window."""
-        pending, self._trig_pending = self._trig_pending, []
-        if not pending or self._dir is None:
-            return False
-        normal_epoch = max(self.reports) if self.reports else None
-        normal = None if normal_epoch is None else self.reports[normal_epoch]
-        for path, session, event in pending:
-            temporary = self._window.temporary
-            report = self._trigger_pipeline.analyze(
-                self._epoch,
-                path,
-                log_dir=self._dir,
-                session=None if temporary else session,
-                rank=self._rank,
-                world_size=self._world_size,
-                discard=functools.partial(shutil.rmtree, path.parent, ignore_errors=True),
-            )
-            self.triggered.append((self._epoch, event, report))
-            line = trigger_line(
-                self._epoch, event, report, compare_windows(report, normal, normal_epoch) if report else ""
-            )
-            if self._rank == 0:
-                if self.verbose:
-                    if pl_module is not None:
-                        pl_module.print(line)
-                    else:
-                        print(line, flush=True)
-                text = line if report is None else f"{line}\n\n{report.summary_markdown()}"
-                for logger in trainer.loggers:
-                    if isinstance(logger, TensorBoardLogger):
-                        try:
-                            logger.experiment.add_text(
-                                metrics.TRIGGER_SUMMARY_TAG, text, global_step=_epoch_end_step(trainer)
-                            )
-                        except Exception as err:
-                            self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
-        _, last, _ = self.triggered[-1]
-        self._log_scalars(pl_module, trigger_scalars(last))
-        return True
+        if self.verbose:
+            self._print(pl_module, line)
+        for logger in trainer.loggers:
+            if isinstance(logger, TensorBoardLogger):
+                try:
+                    logger.experiment.add_text(metrics.TRIGGER_SUMMARY_TAG, text, global_step=_epoch_end_step(trainer))
+                except Exception as err:
+                    self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, entry: EpochLog) -> None:
         """Rank 0: the one-line summary (``verbose``), and for TensorBoard loggers the operators by name and the
         Markdown summary (Text tab). Without ``pl_module`` (after an exception) also the scalars, to every
         logger."""
         if self.verbose:
-            if pl_module is not None:
-                pl_module.print(entry.line)
-            else:
-                print(entry.line, flush=True)
+            self._print(pl_module, entry.line)
         for logger in trainer.loggers:
             try:
                 if pl_module is None:
@@ -929,10 +507,6 @@ class FitProfiler(Callback):
                     f"log-{type(logger).__name__}",
                     f"fitprof: logging to {type(logger).__name__} failed ({err!r}).",
                 )
-
-
-_FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
-"""The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
 
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
@@ -951,33 +525,6 @@ def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
     if max_steps is not None and 0 <= max_steps < first_step:
         return f"Trainer(max_steps={max_steps})"
     return None
-
-
-def _on_cuda(trainer: pl.Trainer) -> bool:
-    """Whether this rank trains on a CUDA device (step times then also come from CUDA events)."""
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available() and trainer.strategy.root_device.type == "cuda")
-    except Exception:
-        return False
-
-
-_MAX_CUDA_EVENTS = 10_000
-"""The most CUDA timing events one epoch keeps (one per step boundary, read at the epoch's end): an epoch with
-more steps times them with the host clock only, so that the events held stay bounded."""
-
-
-def _cuda_event() -> Any:
-    """A CUDA timing event recorded on the current stream, without waiting (None when that fails)."""
-    try:
-        import torch
-
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-    except Exception:
-        return None
 
 
 def _epoch_end_step(trainer: pl.Trainer) -> int:

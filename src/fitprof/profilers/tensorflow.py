@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
+from fitprof.profilers.base import StepSpans
 from fitprof.traces._table import OVERHEAD_ANNOTATION
 
 log = logging.getLogger(__name__)
 
 
-class TFProfileWindow:
-    """One profiled window of ``tf.profiler``.
+class TFProfileWindow(StepSpans):
+    """One profiled window of ``tf.profiler`` (a :class:`~fitprof.profilers.base.ProfileWindow`).
 
     ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
     ``tf.profiler.experimental.Trace("train", step_num=n, _r=1)``, the marker xprof needs to find steps;
@@ -79,19 +80,11 @@ class TFProfileWindow:
     def begin_step(self, step: int) -> None:
         """Close the open step marker, if any, and open step ``step``'s. An open overhead span is closed before
         and reopened after, so spans nest."""
-        overhead = self._close_overhead()
-        self._end_step()
+        self._switch_step(lambda: self._open_step(step))
+
+    def _open_step(self, step: int) -> None:
         self._step = self._step_marker(step)
         self._step.__enter__()
-        if overhead:
-            self.begin_overhead()
-
-    def end_step(self) -> None:
-        """Close the open step marker, if any (an open overhead span is closed first and reopened after)."""
-        overhead = self._close_overhead()
-        self._end_step()
-        if overhead:
-            self.begin_overhead()
 
     def _end_step(self) -> None:
         if self._step is not None:
@@ -108,16 +101,26 @@ class TFProfileWindow:
         trace.__enter__()
         self._overhead = trace
 
-    def end_overhead(self) -> None:
-        """Close the span opened by :meth:`begin_overhead`, if any."""
-        self._close_overhead()
-
     def _close_overhead(self) -> bool:
         trace, self._overhead = self._overhead, None
         if trace is None:
             return False
         trace.__exit__(None, None, None)
         return True
+
+    def begin_annotation(self, name: str) -> None:
+        """Open a ``Trace(name)`` span inside the window (no-op when the profiler is not running here)."""
+        if self._tmp is None:
+            return
+        trace = self._annotation(name)
+        trace.__enter__()
+        self._annotations = [*getattr(self, "_annotations", []), trace]
+
+    def end_annotation(self) -> None:
+        """Close the innermost span :meth:`begin_annotation` opened, if any."""
+        annotations = getattr(self, "_annotations", [])
+        if annotations:
+            annotations.pop().__exit__(None, None, None)
 
     def stop(self, *, drop_open_step: bool = False) -> Path:
         """Stop the profiler and return the moved ``.xplane.pb``.
@@ -128,7 +131,9 @@ class TFProfileWindow:
         Raises:
             RuntimeError: if stopping fails or no ``.xplane.pb`` was written.
         """
-        self._close_overhead()  # innermost first: the caller's own span, then the step
+        self._close_overhead()  # innermost first: the caller's own span, the annotations, then the step
+        while getattr(self, "_annotations", []):
+            self.end_annotation()
         unfinished = None
         if drop_open_step:
             # Keep the open marker alive, unclosed, until the profiler has stopped: it is then never recorded.
@@ -170,6 +175,7 @@ class TFProfileWindow:
     def abort(self) -> None:
         """Stop a running profiler without keeping anything (used after a failure)."""
         self._step = self._overhead = None
+        self._annotations = []
         try:
             self._stop_profiler(save=False)
         except Exception:

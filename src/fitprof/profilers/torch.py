@@ -1,8 +1,8 @@
 """torch.profiler windows, shared by the Lightning callback and the Keras callback on the torch backend.
 
-:class:`TorchProfileWindow` opens one profiling window at a time, marks training steps with
+:class:`TorchProfileWindow` (the :class:`~fitprof.profilers.base.ProfileWindow` of both callbacks, over :class:`TorchProfiler`) opens one profiling window at a time, marks training steps with
 ``ProfilerStep#N`` spans, wraps validation in :data:`~fitprof.traces._table.VALIDATION_ANNOTATION` and the
-caller's own work in :data:`~fitprof.traces._table.OVERHEAD_ANNOTATION` (:meth:`TorchProfileWindow.begin_overhead`),
+caller's own work in :data:`~fitprof.traces._table.OVERHEAD_ANNOTATION` (:meth:`TorchProfiler.begin_overhead`),
 and exports a gzipped Kineto trace on stop. Every profiler call is guarded: a failure gives one warning, drops the window
 and never reaches the training loop.
 
@@ -35,8 +35,9 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
-from fitprof._session import KINETO_SUFFIX, kineto_trace_name
+from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, session_name
 from fitprof._warn import WarnOnce
+from fitprof.profilers.base import StepSpans, WindowBusy
 from fitprof.traces._repair import name_list, repair_names
 from fitprof.traces._table import OVERHEAD_ANNOTATION, VALIDATION_ANNOTATION
 
@@ -68,8 +69,8 @@ def profiler_running() -> bool:
         return False
 
 
-class TorchProfileWindow:
-    """Start, mark and stop one torch.profiler window at a time.
+class TorchProfiler(StepSpans):
+    """Start, mark and stop one torch.profiler session at a time (the mechanics under :class:`TorchProfileWindow`).
 
     The window records CPU activity, plus CUDA when a CUDA device is available. Nothing else is recorded by
     default (no stacks, shapes, memory or FLOPs): a 5-step window of a small model is tens of KB gzipped. The
@@ -171,10 +172,10 @@ class TorchProfileWindow:
         An open overhead span (:meth:`begin_overhead`) is closed before the old step closes and reopened inside
         the new one, so spans nest and the whole transition is either fitprof's own time or between steps.
         """
-        if self._prof is None:
-            return
-        overhead = self._close_overhead()
-        self._end_step()
+        if self._prof is not None:
+            self._switch_step(lambda: self._open_step(n))
+
+    def _open_step(self, n: int) -> None:
         try:
             rf = record_function(f"{STEP_PREFIX}{n}")
             rf.__enter__()
@@ -183,15 +184,6 @@ class TorchProfileWindow:
         else:
             self._step = rf
             self.step_num = n
-        if overhead:
-            self.begin_overhead()
-
-    def end_step(self) -> None:
-        """Close the open step span, if any (an open overhead span is closed first and reopened after)."""
-        overhead = self._close_overhead()
-        self._end_step()
-        if overhead:
-            self.begin_overhead()
 
     def _end_step(self) -> None:
         rf, self._step = self._step, None
@@ -214,10 +206,6 @@ class TorchProfileWindow:
             self.warn_once("mark", f"fitprof: could not annotate {OVERHEAD_ANNOTATION!r} ({err!r}).")
             return
         self._overhead = rf
-
-    def end_overhead(self) -> None:
-        """Close the span opened by :meth:`begin_overhead`, if any."""
-        self._close_overhead()
 
     def _close_overhead(self) -> bool:
         rf, self._overhead = self._overhead, None
@@ -324,6 +312,119 @@ class TorchProfileWindow:
         return path
 
 
+BUSY_MESSAGE = (
+    "another torch profiler was running: one is already running on this thread (Trainer(profiler='pytorch') or your "
+    "own torch.profiler.profile) and fitprof does not start a second one"
+)
+"""Why a window cannot start while another torch profiler runs (two at once raise and can segfault at exit)."""
+
+
+class TorchProfileWindow:
+    """One torch.profiler window, as both callbacks open it (:class:`~fitprof.profilers.base.ProfileWindow`).
+
+    The Kineto trace is ``<log_dir>/<host>_rank<rank>.<session>.pt.trace.json.gz``; ``session_dir`` is
+    ``<log_dir>/plugins/profile/<session>/``, where the epoch-end pipeline writes its ``.xplane.pb``.
+
+    Args:
+        log_dir: the run directory.
+        epoch: the window's epoch (its session name).
+        rank: this process's global rank (None: :func:`global_rank`).
+        session: the session name (Lightning: rank 0's, shared by every rank); None picks a new one
+            (:func:`fitprof._session.session_name`) with ``suffix`` at :meth:`start`.
+        suffix: appended to a picked session name (a triggered window's ``_trigger_step<S>``).
+        warn: the caller's :class:`~fitprof._warn.WarnOnce`.
+        options: ``torch.profiler.profile`` flags (``record_shapes``, ``profile_memory``, ``with_stack``,
+            ``with_flops``).
+        hooks: objects with ``install()`` / ``uninstall()``, installed while the window runs (Keras on torch: the
+            batch fetch annotated as input).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        epoch: int,
+        rank: int | None = None,
+        session: str | None = None,
+        suffix: str = "",
+        warn: WarnOnce | None = None,
+        options: dict[str, bool] | None = None,
+        hooks: tuple[Any, ...] = (),
+    ) -> None:
+        self._log_dir = Path(log_dir)
+        self._epoch, self._rank, self._session, self._suffix = epoch, rank, session, suffix
+        self._profiler = TorchProfiler(warn=warn, **(options or {}))
+        self._hooks = hooks
+        self._tmp: Path | None = None
+        self.session_dir: Path | None = None
+
+    @property
+    def started_here(self) -> bool:
+        return self._profiler.started_here
+
+    def start(self) -> None:
+        """Raises:
+        RuntimeError: when the profiler did not start; :class:`~fitprof.profilers.base.WindowBusy` when another
+            torch profiler runs (:data:`BUSY_MESSAGE`)."""
+        if profiler_running():
+            raise WindowBusy(BUSY_MESSAGE, "another torch profiler was running")
+        session = self._session or session_name(self._log_dir, self._epoch, self._suffix)
+        if not self._profiler.start(self._log_dir, session, rank=self._rank):
+            raise RuntimeError("the torch profiler did not start")
+        self.session_dir = profile_root(self._log_dir) / session
+        for hook in self._hooks:
+            hook.install()
+
+    def begin_step(self, step: int) -> None:
+        self._profiler.begin_step(step)
+
+    def end_step(self) -> None:
+        self._profiler.end_step()
+
+    def begin_overhead(self) -> None:
+        self._profiler.begin_overhead()
+
+    def end_overhead(self) -> None:
+        self._profiler.end_overhead()
+
+    def begin_annotation(self, name: str = VALIDATION_ANNOTATION) -> None:
+        self._profiler.begin_annotation(name)
+
+    def end_annotation(self) -> None:
+        self._profiler.end_annotation()
+
+    def stop(self, *, drop_open_step: bool = False) -> Path:
+        """Stop and export the gzipped Kineto trace; return it (a temporary copy, with ``session_dir`` None, when
+        ``log_dir`` cannot be written).
+
+        Raises:
+            RuntimeError: when the profiler could not stop or export (warned once already).
+        """
+        self._uninstall()
+        path = self._profiler.stop(drop_open_step=drop_open_step)
+        if path is None:
+            raise RuntimeError("the torch profiler exported no trace")
+        if self._profiler.temporary:
+            self.session_dir, self._tmp = None, path
+        return path
+
+    def cleanup(self) -> None:
+        """Delete the temporary copy kept when the trace could not be written to ``log_dir``."""
+        tmp, self._tmp = self._tmp, None
+        if tmp is not None:
+            shutil.rmtree(tmp.parent, ignore_errors=True)
+
+    def abort(self) -> None:
+        self._uninstall()
+        with contextlib.suppress(Exception):
+            self._profiler.stop(export=False)
+
+    def _uninstall(self) -> None:
+        for hook in self._hooks:
+            with contextlib.suppress(Exception):
+                hook.uninstall()
+
+
 _PLAIN_NAME = re.compile(r"[ !#-\[\]-~]*")
 """A name torch's C++ trace writer keeps as it is: printable ASCII without ``"`` and ``\\``."""
 
@@ -414,8 +515,10 @@ def _drop_events(path: Path, name: str) -> None:
 
 
 __all__ = [
+    "BUSY_MESSAGE",
     "STEP_PREFIX",
     "TorchProfileWindow",
+    "TorchProfiler",
     "global_rank",
     "profiler_running",
 ]

@@ -604,8 +604,7 @@ def event_frame(events: Sequence[Mapping[str, Any]], path: str | os.PathLike[str
 
     Each batch of ``_BATCH`` events is encoded to one JSON array in one call: the same bytes as its events'
     encodings joined by ``,`` in brackets, as the reader's batches are. Every batch is encoded before the first is
-    decoded, so an event that cannot be encoded is reported before any invalid value, as when each event was
-    encoded on its own.
+    decoded, so an event that cannot be encoded is reported before any invalid value, whichever batch each is in.
 
     Raises:
         TraceError: if an event has a missing or non-numeric ``ts`` / ``dur`` or a list or object as a name,

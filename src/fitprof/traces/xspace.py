@@ -384,9 +384,8 @@ def _spread(
 ) -> dict[str, np.ndarray]:
     """The rows: each event gets its distinct event's class, its own times, its plane and line names.
 
-    A column that the reader's row dicts set only on some rows (``op`` on device rows, ``copy_kind`` on copies)
-    holds NaN on the others, as :class:`pandas.DataFrame` built from those dicts did (the tables stay as they
-    were).
+    A column that applies only to some rows (``op`` on device rows, ``copy_kind`` on copies) holds NaN on the
+    others, as :class:`pandas.DataFrame` gives for a key missing from a row's dict.
     """
     line = events.line
     base_ns = np.array([float(space.planes[li.plane].lines[li.index].timestamp_ns) for li in info], dtype=np.float64)

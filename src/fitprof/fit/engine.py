@@ -1,0 +1,762 @@
+"""The window engine both callbacks drive: framework-free, driven by plain events, tested with a fake window and a
+fake clock (``tests/test_engine*.py``).
+
+An adapter translates its framework's hooks into the events of :class:`FitEngine` (``fit_start``,
+``epoch_start``, ``step_start``, ``step_end``, ``validation_start`` / ``_end``, ``checkpoint_start`` / ``_end``,
+``epoch_end``, ``fit_end``, ``exception``) and hands over what only it can do: a new window of its profiler
+(:class:`~fitprof.profilers.base.ProfileWindow`), whether a step is the epoch's last, the FLOP count, the
+cross-rank gather and the logging. The engine owns the rest:
+
+- the window schedule (:mod:`fitprof.fit.schedule`): the ``profile_batch`` window of every ``every_n_epochs``-th
+  epoch, its warm-up step (the step before its first, recorded but not marked, which takes the profiler's
+  start-up), its FLOP-count step (outside the window: counting slows the step it counts), yielding to another
+  profiler that holds some of its steps, and the slowdown-triggered windows;
+- marking steps, the ``fitprof/overhead`` span around its own work inside a window, validation annotations,
+  closing and dropping windows, and the warnings each of these may give;
+- always-on step timing (:class:`fitprof.steps.StepRecorder`) and the slowdown trigger
+  (:class:`fitprof.steps.SlowdownTrigger`);
+- coverage (:class:`fitprof._coverage.FitCoverage`) and the "nothing was profiled" warning;
+- epoch-end publishing through :class:`fitprof.fit.pipeline.WindowPipeline`, with the figures of the registered
+  probes (:mod:`fitprof.fit.probes`).
+
+Steps are 1-based within the epoch, as the adapter numbers them. Where a step begins and ends depends on the
+framework's hooks, named once by ``boundary``:
+
+- ``"step_start"`` (Keras): step ``k`` runs from ``step_start(k)`` to the next ``step_start``, ``validation_start``
+  or ``epoch_end``; windows are marked at ``step_start``. With ``steps_per_execution`` = ``spe`` > 1 step numbers
+  go up by ``spe`` (one call runs ``spe`` batches).
+- ``"step_end"`` (Lightning): step ``n`` runs from the previous ``step_end`` (or ``epoch_start``) to
+  ``step_end(n)``, so a step holds its batch fetch; windows are marked at ``step_end`` for the next step, which the
+  adapter's ``ends_after`` says exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from fitprof import metrics
+from fitprof._batch import batch_size
+from fitprof._config import ProfileConfig, profiles_rank
+from fitprof._coverage import FitCoverage
+from fitprof._session import trigger_suffix
+from fitprof._warn import WarnOnce
+from fitprof.analysis import BottleneckReport
+from fitprof.fit import schedule
+from fitprof.fit.pipeline import (
+    EpochLog,
+    Gather,
+    WindowPipeline,
+    compare_windows,
+    epoch_scalars,
+    trigger_line,
+    trigger_scalars,
+)
+from fitprof.fit.probes import Probe, Probes
+from fitprof.profilers.base import ProfileWindow, WindowBusy
+from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
+from fitprof.throughput import StepWork
+from fitprof.traces._table import VALIDATION_ANNOTATION
+
+_log = logging.getLogger(__name__)
+
+Boundary = Literal["step_start", "step_end"]
+WindowFactory = Callable[[int, str], ProfileWindow]
+"""``(epoch, session suffix) -> a new, unstarted window`` (suffix ``""`` for the scheduled window, a triggered
+window's :func:`fitprof._session.trigger_suffix`)."""
+
+
+class Work(Protocol):
+    """What the adapter counts for a scheduled window's throughput (:mod:`fitprof.throughput`); every method is
+    called by the engine at the moment named."""
+
+    def epoch_start(self) -> None:
+        """A new epoch: forget the last window's counts."""
+
+    def count_flops(self, step: int, batch: Any) -> None:
+        """Count the FLOPs of step ``step``, which begins now (its batch, None where the hook has none); the
+        adapter stops counting when the step ends."""
+
+    def window_opened(self) -> None:
+        """The scheduled window's first analysed step begins."""
+
+    def window_step(self, batch: Any) -> None:
+        """An analysed step of the scheduled window ended (``boundary="step_end"`` only: its batch)."""
+
+    def window_closed(self) -> None:
+        """The scheduled window stops (its last analysed step ended)."""
+
+    def work(self) -> StepWork | None:
+        """The window's samples, items and FLOPs, for its report."""
+        ...
+
+
+@dataclass
+class Busy:
+    """Steps of this epoch during which another profiler runs (1-based, inclusive): ``who`` it is, as the user
+    wrote it, and its short ``name``."""
+
+    first: int
+    last: int
+    who: str
+    name: str
+
+
+@dataclass
+class Triggered:
+    """A triggered window published at its epoch's end: its firing, report (None when its analysis failed), the
+    one line and the Markdown text the adapter logs (``fitprof/trigger/summary``)."""
+
+    epoch: int
+    event: TriggerEvent
+    report: BottleneckReport | None
+    line: str
+    text: str
+
+
+@dataclass
+class EpochResult:
+    """What :meth:`FitEngine.epoch_end` published: the adapter logs it its own way.
+
+    Attributes:
+        window: the window's scalars (empty when the epoch had none; the same on every rank that gathered).
+        epoch: the ``fitprof/epoch/*`` figures (NaN where none) and every probe's epoch figures.
+        trigger: the ``fitprof/trigger/*`` figures of the epoch's last triggered window (NaN when none).
+        triggered: the triggered windows of this epoch.
+        figures: the always-on step timing of the epoch.
+        profiled: the epoch had a window (this rank's or, for the gather, any rank's).
+        session_dir: the session folder of this rank's scheduled window (None: none, or not written).
+    """
+
+    window: dict[str, float] = field(default_factory=dict)
+    epoch: dict[str, float] = field(default_factory=dict)
+    trigger: dict[str, float] = field(default_factory=dict)
+    triggered: list[Triggered] = field(default_factory=list)
+    figures: EpochSteps | None = None
+    profiled: bool = False
+    session_dir: Path | None = None
+
+
+class FitEngine:
+    """The window state machine, step timing, coverage and epoch-end publishing of one callback.
+
+    Args:
+        config: the checked ``profile_batch`` / ``every_n_epochs`` / ``top_k``.
+        new_window: makes a window (:data:`WindowFactory`).
+        warn: the adapter's warn-once channel.
+        boundary: where the framework's steps begin and end (module docstring).
+        max_trace_mb, keep_last_windows: the pipeline's limits (:class:`~fitprof.fit.pipeline.WindowPipeline`).
+        ranks: the global ranks that profile (None: all).
+        trigger: the slowdown trigger (None: no triggered windows).
+        work: the throughput counts of the scheduled window (None: none).
+        probes: extra per-epoch and per-window figures (:mod:`fitprof.fit.probes`); one line adds one.
+        clock: the engine's clock in ns (``time.perf_counter_ns``; tests pass a fake).
+
+    Attributes:
+        pipeline: the scheduled windows' results (``reports``, ``trace_paths``, ...), forgotten at each
+            ``fit_start``; ``trigger_pipeline`` the triggered windows'.
+        steps: the always-on step recorder of the current or last epoch.
+        epoch_steps: each epoch's always-on figures (0-based epoch -> figures).
+        triggered: one ``(epoch, event, report or None)`` per triggered window of this fit, in order.
+        coverage: what this fit covered.
+        window: the open window, None between windows.
+    """
+
+    def __init__(
+        self,
+        config: ProfileConfig,
+        *,
+        new_window: WindowFactory,
+        warn: WarnOnce,
+        boundary: Boundary,
+        max_trace_mb: float | None = None,
+        keep_last_windows: int | None = None,
+        ranks: frozenset[int] | None = None,
+        trigger: SlowdownTrigger | None = None,
+        work: Work | None = None,
+        probes: Iterable[Probe] = (),
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.config = config
+        self.new_window = new_window
+        self.warn = warn
+        self.boundary = boundary
+        self.ranks = ranks
+        self.trigger = trigger
+        self.work = work
+        self.clock = clock
+        # The figures written once for both callbacks: one line per built-in probe, then the user's.
+        builtin: tuple[Probe, ...] = ()
+        self.probes = Probes((*builtin, *probes), warn)
+        self.pipeline, self.trigger_pipeline = (
+            WindowPipeline(
+                top_k=config.top_k, max_trace_mb=max_trace_mb, keep_last_windows=keep_last_windows, warn=warn
+            )
+            for _ in range(2)
+        )
+        self.coverage = FitCoverage(config)
+        self.steps = StepRecorder()
+        self.epoch_steps: dict[int, EpochSteps] = {}
+        self.triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = []
+        self.window: ProfileWindow | None = None
+        self.log_dir: str | None = None
+        self.rank, self.world = 0, 1
+        self.spe = 1
+        self.ends_after: Callable[[int], bool] = _never
+        self.epoch = -1
+        self._reset_epoch()
+        self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
+        self._trig_pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []
+        self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
+
+    def _reset_epoch(self) -> None:
+        self.profiled = False  # this epoch has a window somewhere (every rank takes part in its gather)
+        self.armed = False  # this rank's scheduled window is still to come or open
+        self.plan = schedule.Plan.off()
+        self.busy: list[Busy] = []
+        self._marked = 0  # the last step marked in the open window (0: none yet, its warm-up step runs)
+        self._event: TriggerEvent | None = None  # the firing whose window is open
+        self._trig_last = 0  # the last analysed step of the open triggered window
+        self._count_pending = False
+        self._seen = 0  # the last step seen in this epoch
+        self._validating = False
+
+    # ------------------------------------------------------------------------------------------------ fit
+    def fit_start(
+        self,
+        *,
+        log_dir: str | None,
+        rank: int = 0,
+        world: int = 1,
+        steps_per_execution: int = 1,
+        ends_after: Callable[[int], bool] | None = None,
+    ) -> None:
+        """A ``fit`` begins: forget the last fit's results, warnings and firings.
+
+        Args:
+            log_dir: where windows write (None: profiling is off for this fit, e.g. another profiler owns it).
+            rank, world: this process's global rank and the number of ranks.
+            steps_per_execution: batches per call (``boundary="step_start"``).
+            ends_after: ``ends_after(step)``, whether step ``step`` (the one ending now, or the next) is the
+                epoch's last, where the framework can tell; default: never known.
+        """
+        if self.window is not None:  # a previous fit ended inside a window (an exception): flush it now
+            self._close(drop_open_step=False)
+        self.warn.reset()
+        self.warn.rank = self.rank = rank
+        self.world = world
+        self.log_dir = log_dir
+        self.spe = max(int(steps_per_execution), 1)
+        self.ends_after = ends_after or _never
+        self.pipeline.clear()
+        self.trigger_pipeline.clear()
+        self.coverage.begin_fit()
+        self.coverage.left_out = not self.profiles_rank
+        self.epoch_steps = {}
+        self.triggered = []
+        self.steps = StepRecorder()
+        self._closed = None
+        self._trig_pending = []
+        self._trig_steps_total = 0
+        if self.trigger is not None:
+            self.trigger.reset()
+        self.probes.call("fit_start", now_ns=self.clock())
+
+    @property
+    def profiles_rank(self) -> bool:
+        return profiles_rank(self.ranks, self.rank)
+
+    @property
+    def started_here(self) -> bool:
+        """A window of this engine is open now."""
+        return self.window is not None
+
+    def fit_end(self) -> None:
+        """The ``fit`` ended normally: stop what is still open (nothing is kept of it) and give the "nothing was
+        profiled" warning when that is so."""
+        if self.window is not None:
+            self._close(drop_open_step=self.boundary == "step_end")
+        never = self.coverage.message("fitprof: ")
+        if never:
+            self.warn("never", never)
+        self.probes.call("fit_end", now_ns=self.clock())
+
+    # ---------------------------------------------------------------------------------------------- epoch
+    def epoch_start(self, epoch: int, *, next_step: int = 1, busy: Sequence[Busy] = ()) -> None:
+        """Epoch ``epoch`` (0-based) begins, its next step ``next_step`` (1 unless resumed mid-epoch); ``busy``:
+        the steps of this epoch another profiler holds."""
+        now = self.clock()
+        self.epoch = epoch
+        self._reset_epoch()
+        cfg = self.config
+        if self.boundary == "step_end" and next_step == 1:
+            self.steps.begin_epoch(now)
+        else:  # the first boundary only sets the origin
+            self.steps.begin_epoch(None)
+        if self.trigger is not None:
+            self.trigger.reset_run()  # a new epoch (new iterator, maybe a new learning rate): a fresh baseline
+        if self.work is not None:
+            self.work.epoch_start()
+        if self.log_dir is not None:
+            self.coverage.epoch(epoch)
+        self.profiled = self.log_dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
+        self.armed = self.profiled and self.profiles_rank
+        self.busy = list(busy)
+        self.probes.call("epoch_start", epoch, now_ns=now)
+        if not self.armed:
+            return
+        if next_step > cfg.first_step:
+            self.armed = False  # the window's first step ran before the resume
+            self.warn(
+                "resumed-past",
+                f"fitprof: epoch {epoch} was resumed at step {next_step}, after the window's first step "
+                f"(profile_batch={cfg.first_step},{cfg.last_step}); that epoch is not profiled.",
+            )
+            return
+        self.plan = schedule.plan(cfg, next_step=next_step, spe=self.spe)
+        blocked = self._yield_to_others()
+        if blocked:
+            return
+        self._count_pending = True
+        if self.boundary == "step_end" and next_step >= self.plan.warm_up:
+            self._open_scheduled(next_step)
+
+    def _yield_to_others(self) -> bool:
+        """Leave this epoch's window to another profiler that holds any of its steps (one warning); a profile that
+        ends on the warm-up step only costs the window its warm-up step. True when the window is given up."""
+        cfg, plan = self.config, self.plan
+        for other in self.busy:
+            if plan.warm_up <= other.last < cfg.first_step:
+                self.plan = plan = schedule.Plan(cfg.first_step, plan.count_step)
+                continue
+            if schedule.overlaps(other.first, other.last, cfg.first_step, cfg.last_step):
+                self.armed = False
+                if self.coverage.blocked is None:
+                    self.coverage.blocked = f"{other.who} profiles the same steps"
+                self.warn(
+                    "busy",
+                    f"fitprof: {other.who} profiles the same steps as the window of epoch {self.epoch} "
+                    f"(profile_batch={cfg.first_step},{cfg.last_step}); two profilers cannot run at once, so fitprof "
+                    f"leaves those steps to {other.name} and profiles no window in that epoch. Give the two callbacks "
+                    "different steps to get both profiles.",
+                )
+                return True
+        return False
+
+    def epoch_end(
+        self,
+        epoch: int,
+        *,
+        steps: int = 0,
+        device_ms: list[float] | None = None,
+        gather: Gather | None = None,
+        log: Callable[[EpochLog], None] = lambda entry: None,
+    ) -> EpochResult:
+        """Epoch ``epoch`` ended: close what is open, analyse this epoch's windows and publish.
+
+        Args:
+            steps: the training steps the framework says the epoch ran (0: unknown; the engine counts them).
+            device_ms: each clean step's device time (:meth:`fitprof.steps.StepRecorder.summary`).
+            gather: the cross-rank all-gather (None: this rank's own figures); called on every rank of a profiled
+                epoch, with or without a report, so the collective always completes.
+            log: rank 0's logger of the window's :class:`~fitprof.fit.pipeline.EpochLog`.
+        """
+        now = self.clock()
+        figures = self.epoch_steps[epoch] = self.steps.summary(device_ms)
+        drop = self.boundary == "step_end"  # a step marked there for a next step that never ran
+        if self.window is not None and self._event is not None:
+            self._close(drop_open_step=drop)
+        ran = steps or (self._seen + self.spe - 1 if self._seen else 0)
+        if self.profiled:
+            self.coverage.steps(ran)
+        if self.window is not None:
+            if self._marked and drop:
+                self._warn_short(self._marked - 1)
+            elif self._marked and self._marked + self.spe - 1 < self.config.last_step:
+                self._warn_short(min(ran, self._seen + self.spe - 1) if ran else self._seen + self.spe - 1)
+            self._close(drop_open_step=drop)
+        self.armed = False
+        self.probes.call("epoch_end", epoch, now_ns=now)
+        result = EpochResult(figures=figures, profiled=self.profiled)
+        if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
+            if self._closed is not None:
+                result.session_dir = self._closed[0].session_dir
+            result.window = self._publish(epoch, gather, log)
+        result.epoch = {**epoch_scalars(figures), **self.probes.figures("epoch")}
+        result.trigger = {m.key: math.nan for m in metrics.TRIGGER_METRICS}
+        result.triggered = self._publish_triggered(epoch)
+        if result.triggered:
+            result.trigger.update(trigger_scalars(result.triggered[-1].event))
+        self.profiled = False
+        return result
+
+    def exception(
+        self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
+    ) -> EpochResult | None:
+        """Training raised: stop the window (``drop_open_step``: the failing step never finished, left out),
+        analyse and log what it holds (this rank's own: the other ranks may be anywhere), and stop every profiler.
+        Never raises."""
+        self.probes.call("exception", exc, now_ns=self.clock())
+        try:
+            if self.window is not None:
+                self._close(drop_open_step=drop_open_step)
+            self.armed = False
+            return None if self.epoch < 0 else self.epoch_end(self.epoch, log=log)
+        except Exception as err:  # the user's exception matters more
+            _log.warning("fitprof: could not flush the window after an exception: %s", err)
+            return None
+        finally:
+            self.abort()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copy and pickle between fits: an open window and this fit's pending traces are not copied."""
+        return {**self.__dict__, "window": None, "_closed": None, "_trig_pending": [], "ends_after": _never}
+
+    def abort(self) -> None:
+        """Stop an open window without keeping it (teardown, a callback being deleted); never raises."""
+        window, self.window = self.window, None
+        self._event = None
+        if window is not None:
+            with contextlib.suppress(Exception):
+                window.abort()
+
+    # ----------------------------------------------------------------------------------------------- steps
+    def step_start(
+        self, step: int, batch: Any = None, *, input_ns: int | None = None, samples: int | None = None
+    ) -> None:
+        """Step ``step`` begins (its batch, when the hook has it). With ``boundary="step_start"`` the previous step
+        ended here: ``input_ns`` / ``samples`` are that step's input wait and batch size."""
+        now = self.clock()
+        self.probes.call("step_start", step, batch, now_ns=now)
+        if self.boundary == "step_start":
+            self._boundary(step, now, input_ns, samples, batch)
+        elif self.window is None:
+            self._seen = max(self._seen, step)
+            self._maybe_count(step, batch)
+
+    def step_end(
+        self, step: int, batch: Any = None, *, input_ns: int | None = None, samples: int | None = None
+    ) -> None:
+        """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size, by default
+        :func:`fitprof._batch.batch_size` of ``batch``)."""
+        now = self.clock()
+        self.probes.call("step_end", step, batch, now_ns=now)
+        if self.boundary == "step_end":
+            window = self.window
+            if window is None:
+                self._boundary(step + 1, now, input_ns, batch_size(batch) if samples is None else samples, batch)
+                return
+            window.begin_overhead()  # the hook's own time is fitprof's, never the step's
+            try:
+                if samples is None:
+                    samples = batch_size(batch)
+                if self._event is None and self._marked and self.work is not None:
+                    self.work.window_step(batch)
+                self._boundary(step + 1, now, input_ns, samples, batch)
+            finally:
+                window.end_overhead()  # a no-op once the window stopped
+
+    def _boundary(self, k: int, now: int, input_ns: int | None, samples: int | None, batch: Any) -> None:
+        """Step ``k - 1`` ended at ``now`` and step ``k`` is next: time it, feed the trigger, mark, close or open."""
+        window = self.window
+        if window is not None and self.boundary == "step_start":
+            window.begin_overhead()  # all of this hook's work is fitprof's own
+            try:
+                self._boundary_body(k, now, input_ns, samples, batch)
+            finally:
+                window.end_overhead()
+        else:
+            self._boundary_body(k, now, input_ns, samples, batch)
+
+    def _boundary_body(self, k: int, now: int, input_ns: int | None, samples: int | None, batch: Any) -> None:
+        n = k - 1
+        self._seen = max(self._seen, k if self.boundary == "step_start" else n)
+        dt = self.steps.step(now, n, input_ns=input_ns, samples=samples)
+        fired = self._feed_trigger(dt, n) if self.window is None else None
+        if self.window is not None:
+            if self._event is not None:
+                self._advance_triggered(k)
+            else:
+                self._advance_scheduled(k)
+            self.steps.exclude_next()  # a window's steps and the one after: the profiler's own cost
+        elif fired is not None:
+            self._open_triggered(k, fired)
+        elif self.armed and self.plan.warm_up <= k <= self.config.last_step:
+            self._open_scheduled(k)
+        if self.window is None and self.boundary == "step_start":
+            self._maybe_count(k, batch)
+
+    def _maybe_count(self, step: int, batch: Any) -> None:
+        """Count the FLOPs of step ``step`` when it is this epoch's count step (>=: steps_per_execution skips
+        numbers); the counted step is left out of the step timing (counting slows it)."""
+        if self._count_pending and step >= self.plan.count_step and self.window is None:
+            self._count_pending = False
+            self.steps.exclude_next(1)
+            if self.work is not None:
+                self.work.count_flops(step, batch)
+
+    # ----------------------------------------------------------------------------------------- scheduled
+    def _open_scheduled(self, k: int) -> None:
+        """Start the scheduled window before step ``k``: its warm-up step, or its first step when it takes none
+        (then marking it is fitprof's own time)."""
+        if self.boundary == "step_end" and k < self.config.first_step and self.ends_after(k):
+            self.armed = False  # the warm-up step is the epoch's last: the window would analyse nothing
+            return
+        if not self._start(""):
+            self.armed = self._count_pending = False
+            return
+        self.steps.exclude_next()
+        if k >= self.config.first_step:
+            window = self.window
+            assert window is not None
+            window.begin_overhead()
+            try:
+                self._mark_first(k)
+            finally:
+                window.end_overhead()
+
+    def _advance_scheduled(self, k: int) -> None:
+        window = self.window
+        assert window is not None
+        n, last = k - 1, self.config.last_step
+        if not self._marked:  # the warm-up step ended
+            if self.boundary == "step_end" and self.ends_after(n):
+                self._close(drop_open_step=False)  # nothing analysed: dropped
+                self.armed = False
+            else:
+                self._mark_first(k)
+        elif k > last:
+            self._close(drop_open_step=False)
+            self.armed = False
+        elif self.boundary == "step_end" and self.ends_after(n):
+            self._warn_short(n)
+            self._close(drop_open_step=False)
+            self.armed = False
+        else:
+            self._mark(k)
+
+    def _mark_first(self, k: int) -> None:
+        """The window's first analysed step begins: from here on something is profiled."""
+        self._mark(k)
+        if self.window is None:
+            return
+        self.coverage.windows += 1
+        if self._event is None:
+            if self.work is not None:
+                self.work.window_opened()
+            self.probes.call("window_start", now_ns=self.clock())
+
+    def _mark(self, k: int) -> None:
+        window = self.window
+        assert window is not None
+        try:
+            window.begin_step(k)
+        except Exception as err:  # a step marker failed: drop the window, training goes on
+            self._drop(f"could not mark step {k} ({err!r})")
+            return
+        self._marked = k
+
+    def _warn_short(self, steps_done: int) -> None:
+        cfg = self.config
+        self.warn(
+            "short",
+            f"fitprof: epoch {self.epoch} ended after step {steps_done}, inside the window (profile_batch="
+            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed.",
+        )
+
+    # ------------------------------------------------------------------------------------------- triggered
+    def _feed_trigger(self, dt: int | None, n: int) -> TriggerEvent | None:
+        """Feed a clean step to the slowdown trigger; the firing, numbered as step ``n`` of the epoch."""
+        if dt is None or self.trigger is None:
+            return None
+        self._trig_steps_total += 1
+        # Only a slow step can fire it: the longer check whether a window may open now is made for those only.
+        allowed = dt <= self.trigger.threshold_ms * 1e6 or self._may_trigger(n)
+        event = self.trigger.observe(dt, self._trig_steps_total, allowed=allowed)
+        if event is None:
+            return None
+        return TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)
+
+    def trigger_length(self) -> int:
+        """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
+        return self.config.num_steps if self.config.enabled else 5
+
+    def _may_trigger(self, n: int) -> bool:
+        """Whether a triggered window may open after step ``n`` (:func:`fitprof.fit.schedule.may_trigger`)."""
+        if self.window is not None or self.log_dir is None or not self.profiles_rank:
+            return False
+        if self.ends_after(n) or self.ends_after(n + 1):
+            return False  # the epoch ends before the window's warm-up step, or on it
+        return schedule.may_trigger(
+            n,
+            length=self.trigger_length(),
+            spe=self.spe,
+            scheduled=self.plan.start(self._count_pending) if self.armed else None,
+            busy=[(b.first, b.last) for b in self.busy],
+        )
+
+    def _open_triggered(self, k: int, event: TriggerEvent) -> None:
+        """Open the window the trigger asked for before step ``k``: ``k`` is its warm-up step, the next
+        ``trigger_length()`` steps (calls) are analysed, in a session ``<time>_epoch<N>_trigger_step<S>``."""
+        if not self._start(trigger_suffix(event.step)):
+            return
+        self._event = event
+        self._trig_last = k + self.spe * self.trigger_length()
+        self.steps.exclude_next()
+
+    def _advance_triggered(self, k: int) -> None:
+        n = k - 1
+        if not self._marked:
+            if self.boundary == "step_end" and self.ends_after(n):
+                self._close(drop_open_step=False)
+            else:
+                self._mark_first(k)
+        elif k > self._trig_last or (self.boundary == "step_end" and self.ends_after(n)):
+            self._close(drop_open_step=False)
+        else:
+            self._mark(k)
+
+    # ------------------------------------------------------------------------------------------- windows
+    def _start(self, suffix: str) -> bool:
+        """Make and start a window (``suffix`` "" for the scheduled one); one warning when it cannot start."""
+        try:
+            window = self.new_window(self.epoch, suffix)
+            window.start()
+        except Exception as err:
+            self.warn("start", f"fitprof: profiling skipped for epoch {self.epoch}: {err}")
+            if not suffix and self.coverage.blocked is None:  # the scheduled window's (a triggered one is extra)
+                self.coverage.blocked = err.reason if isinstance(err, WindowBusy) else str(err)
+            return False
+        self.window = window
+        self._marked = 0
+        return True
+
+    def _close(self, *, drop_open_step: bool) -> None:
+        """Stop the open window and keep its trace for this epoch's analysis (only the warm-up step ran: dropped;
+        a failure: one warning, dropped)."""
+        window, self.window = self.window, None
+        event, self._event = self._event, None
+        if window is None:
+            return
+        self.steps.exclude_next()  # the stop and export land in the next step
+        if not self._marked:  # only the warm-up step ran (the epoch ended before the first analysed step)
+            window.abort()
+            return
+        if event is None:
+            if self.work is not None:
+                self.work.window_closed()
+            self.probes.call("window_end", now_ns=self.clock())
+        try:
+            trace = window.stop(drop_open_step=drop_open_step)
+        except Exception as err:
+            self.warn("stop", f"fitprof: the window of epoch {self.epoch} was dropped: {err}")
+            window.abort()
+            return
+        if event is None:
+            self._closed = (window, trace)
+        else:
+            self._trig_pending.append((window, trace, event))
+
+    def _drop(self, reason: str) -> None:
+        """Stop the open window without keeping it (one warning naming ``reason``)."""
+        if self._event is None:
+            self.armed = False  # the scheduled window: this epoch opens no other
+        window, self.window = self.window, None
+        self._event = None
+        self.warn("mark", f"fitprof: {reason}; the window of epoch {self.epoch} was dropped.")
+        if window is not None:
+            with contextlib.suppress(Exception):
+                window.abort()
+            if window.session_dir is not None:
+                with contextlib.suppress(OSError):
+                    window.session_dir.rmdir()  # no empty session in the Profile tab
+
+    # ------------------------------------------------------------------------------------ validation etc.
+    def validation_start(self) -> None:
+        """Validation begins. Keras (``boundary="step_start"``) validates after the epoch's last training step:
+        the window closes. Inside a Lightning window it is wrapped in ``fitprof/validation`` and left out of step
+        time. Either way the steps around it are left out of the step timing."""
+        self.probes.call("validation_start", now_ns=self.clock())
+        self._validating = True
+        if self.boundary == "step_start":
+            if self.window is not None:
+                self._close(drop_open_step=False)
+                self.armed = False
+            return
+        self.steps.exclude_next()  # validation runs inside the next step's interval
+        if self.window is not None:
+            self.window.begin_annotation(VALIDATION_ANNOTATION)
+
+    def validation_end(self) -> None:
+        self.probes.call("validation_end", now_ns=self.clock())
+        if self._validating and self.window is not None and self.boundary == "step_end":
+            self.window.end_annotation()
+        self._validating = False
+
+    def checkpoint_start(self) -> None:
+        """A checkpoint save begins: the step it lands in and the next are left out of the step timing."""
+        self.probes.call("checkpoint_start", now_ns=self.clock())
+        self.steps.exclude_next()
+
+    def checkpoint_end(self) -> None:
+        self.probes.call("checkpoint_end", now_ns=self.clock())
+
+    # ------------------------------------------------------------------------------------------ publishing
+    def _publish(self, epoch: int, gather: Gather | None, log: Callable[[EpochLog], None]) -> dict[str, float]:
+        closed, self._closed = self._closed, None
+        report = None
+        if closed is not None:
+            report = self._analyze(self.pipeline, epoch, *closed, None if self.work is None else self.work.work())
+        extra = self.probes.figures("window") if closed is not None else {}
+        return self.pipeline.publish(
+            epoch,
+            report,
+            rank=self.rank,
+            world_size=self.world,
+            gather=gather,
+            log=log,
+            epoch_steps=self.epoch_steps.get(epoch),
+            extra=extra,
+        )
+
+    def _analyze(
+        self, pipeline: WindowPipeline, epoch: int, window: ProfileWindow, trace: Path, work: StepWork | None = None
+    ) -> BottleneckReport | None:
+        """Analyse one stopped window's trace and write what goes beside it (a temporary copy, ``session_dir``
+        None: only analysed, then deleted)."""
+        return pipeline.analyze(
+            epoch,
+            trace,
+            log_dir=self.log_dir or ".",
+            session=window.session_dir.name if window.session_dir is not None else None,
+            rank=self.rank,
+            world_size=self.world,
+            discard=window.cleanup,
+            work=work,
+        )
+
+    def _publish_triggered(self, epoch: int) -> list[Triggered]:
+        """Analyse this epoch's triggered windows (this rank's own, no collective: each rank triggers on its own
+        signal) and compare each with the last scheduled window."""
+        pending, self._trig_pending = self._trig_pending, []
+        reports = self.pipeline.reports
+        normal_epoch = max(reports) if reports else None
+        normal = None if normal_epoch is None else reports[normal_epoch]
+        out = []
+        for window, trace, event in pending:
+            report = self._analyze(self.trigger_pipeline, epoch, window, trace)
+            self.triggered.append((epoch, event, report))
+            line = trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
+            text = line if report is None else f"{line}\n\n{report.summary_markdown()}"
+            out.append(Triggered(epoch, event, report, line, text))
+        return out
+
+
+def _never(step: int) -> bool:
+    return False

@@ -1,0 +1,374 @@
+"""The framework-neutral epoch-end work of both callbacks: one pipeline, called by the Keras and the Lightning
+adapter alike. Framework-free: the adapter hands in what needs its framework (the cross-rank gather and the
+logger) as callables.
+
+For each profiled window, at the end of its epoch:
+
+1. :meth:`WindowPipeline.analyze`: read and analyse the trace with :func:`fitprof.analyze` (the very function
+   ``fitprof analyze`` runs, so a trace gives the same figures there) into a complete
+   :class:`~fitprof.analysis.BottleneckReport` (framework from the trace format; host, rank and world size
+   passed in), warn once when the trace is over ``max_trace_mb``, write the report file
+   (:mod:`fitprof.report_files`), write the ``.xplane.pb`` of a Kineto trace
+   (``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``, so TensorBoard's Profile tab lists it) and
+   delete the trace files of windows beyond ``keep_last_windows``;
+2. :meth:`WindowPipeline.publish`, on every rank that marked the epoch (with or without a report, so the
+   collective always completes): gather every rank's figures (:func:`fitprof.cross_rank.pack`) with the
+   adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 hand an
+   :class:`EpochLog` (the scalars, the named operator scalars for TensorBoard, the Markdown summary and the
+   one-line summary) to the adapter's ``log``. Non-finite figures (a window without steps) are never logged.
+
+The logged keys are the same in every epoch (:func:`logged_keys`): the operators go by rank
+(``fitprof/top_op_<i>_ms``), so ``History``, ``CSVLogger`` columns and ``monitor=`` keys never come and go; only
+TensorBoard also gets them by name (``fitprof/top_ops/<op name>``), where a key that comes and goes costs nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fitprof
+from fitprof import cross_rank, metrics, steps
+from fitprof._retention import WindowFiles, oversize_message
+from fitprof._session import hostname, profile_root, rank_host
+from fitprof._warn import WarnOnce
+from fitprof.analysis import BottleneckReport
+from fitprof.report_files import write_report_file
+from fitprof.throughput import StepWork, with_throughput
+from fitprof.traces import trace_format
+
+Gather = Callable[[list[float]], list[list[float]]]
+"""All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    """What rank 0 logs at the end of one profiled epoch.
+
+    Attributes:
+        epoch: the 0-based epoch.
+        scalars: the figures under the stable keys of :func:`logged_keys` (finite values only).
+        op_scalars: the top operators under their names, ``fitprof/top_ops/<op name>`` (ms per step), for
+            TensorBoard only.
+        text: the Markdown summary (verdict, advice, operator table) for TensorBoard's Text tab.
+        line: the one-line summary printed on rank 0 (:func:`summary_line`).
+    """
+
+    epoch: int
+    scalars: dict[str, float]
+    op_scalars: dict[str, float] = field(default_factory=dict)
+    text: str = ""
+    line: str = ""
+
+
+Log = Callable[[EpochLog], None]
+"""Log one epoch's :class:`EpochLog` (rank 0 only)."""
+
+
+def logged_keys(top_k: int, world_size: int = 1) -> tuple[str, ...]:
+    """Every scalar key a callback logs for an epoch, in order: the same set in every epoch of a fit.
+
+    Args:
+        top_k: how many operators are ranked (``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms``).
+        world_size: with more than one rank, the cross-rank keys (``fitprof/step_time_ms_max``, ...) follow.
+    """
+    keys = metrics.BASE_KEYS + tuple(metrics.top_op_rank_key(i) for i in range(1, top_k + 1))
+    return keys + (cross_rank.EXTRA_KEYS if world_size > 1 else ())
+
+
+def every_key(scalars: dict[str, float], top_k: int, world_size: int = 1) -> dict[str, float]:
+    """``scalars`` with every key of :func:`logged_keys`, NaN where this epoch has no figure (not profiled, no
+    step analysed, fewer operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
+    out = {key: math.nan for key in logged_keys(top_k, world_size)}
+    out.update(scalars)
+    return out
+
+
+def summary_line(epoch: int, scalars: dict[str, float], report: BottleneckReport | None) -> str:
+    """The one line printed per profiled epoch on rank 0, e.g.
+    ``fitprof epoch 3: 12.40 ms/step, input 71.8%, HtoD 0.0%, top op aten::mm 2.10 ms -> input-bound``.
+
+    The figures are those logged (cross-rank means with several ranks); the top operator and the verdict are
+    rank 0's own report's (left out when rank 0 has none).
+    """
+    parts = [f"fitprof epoch {epoch}: {scalars.get(metrics.STEP_TIME_MS.key, math.nan):.2f} ms/step"]
+    parts.append(f"input {scalars.get(metrics.INPUT_PERCENT.key, math.nan):.1f}%")
+    parts.append(f"HtoD {scalars.get(metrics.HTOD_PERCENT.key, math.nan):.1f}%")
+    ranks = scalars.get(cross_rank.RANKS_REPORTED)
+    if ranks is not None:
+        parts.append(f"means over {int(ranks)} ranks")
+    line = ", ".join(parts)
+    if report is not None:
+        if report.top_ops:
+            top = report.top_ops[0]
+            line += f", top op {top.name} {top.self_ms_per_step:.2f} ms"
+        line += f" -> {report.verdict}"
+    return line
+
+
+def representativeness(scalars: dict[str, float], epoch_steps: steps.EpochSteps | None) -> str | None:
+    """The "window is not representative of its epoch (...)" sentence for a window's logged ``scalars`` (mean step
+    time and input share) against its epoch's always-on figures (:func:`fitprof.steps.not_representative`);
+    None when they agree, or without figures to compare."""
+    if epoch_steps is None:
+        return None
+    return steps.not_representative(
+        scalars.get(metrics.STEP_TIME_MS.key, math.nan), scalars.get(metrics.INPUT_PERCENT.key, math.nan), epoch_steps
+    )
+
+
+OP_GROWTH_FLOOR = 0.05
+"""An operator is named as the one that grew only when its self time per step grew by at least 5% of the triggered
+window's step time (a 0.06 ms wobble in ``aten::copy_`` is not the cause of a 400 ms step)."""
+
+
+def compare_windows(triggered: BottleneckReport, normal: BottleneckReport | None, normal_epoch: int | None) -> str:
+    """What changed from the last normal window to a triggered one, in one sentence: step time, input share,
+    host-to-device copy time per step, and the operator whose self time per step grew most, when that growth is at
+    least :data:`OP_GROWTH_FLOOR` of the triggered step time (an operator absent from the normal window's top list
+    counts as 0 there, so its growth is an upper bound).
+
+    Returns:
+        E.g. ``"vs the normal window of epoch 0: step 3.1 -> 41.0 ms, input 4.0% -> 88.2%, HtoD 0.00 -> 0.00
+        ms/step, grew most: aten::bmm 0.00 -> 12.30 ms/step"``; ``"no normal window to compare with"`` without one.
+    """
+    if normal is None:
+        return "no normal window to compare with"
+    where = f"epoch {normal_epoch}" if normal_epoch is not None else "this run"
+    parts = [
+        f"step {normal.step_time_ms:.1f} -> {triggered.step_time_ms:.1f} ms",
+        f"input {normal.input_percent:.1f}% -> {triggered.input_percent:.1f}%",
+        f"HtoD {normal.htod_ms_per_step:.2f} -> {triggered.htod_ms_per_step:.2f} ms/step",
+    ]
+    before = {op.name: op.self_ms_per_step for op in normal.top_ops}
+    growth = [(op.self_ms_per_step - before.get(op.name, 0.0), op) for op in triggered.top_ops]
+    floor = OP_GROWTH_FLOOR * triggered.step_time_ms
+    growth = [(g, op) for g, op in growth if math.isfinite(g) and g >= floor]
+    if growth:
+        _, op = max(growth, key=lambda item: item[0])
+        parts.append(f"grew most: {op.name} {before.get(op.name, 0.0):.2f} -> {op.self_ms_per_step:.2f} ms/step")
+    else:
+        parts.append(f"no operator grew by {100 * OP_GROWTH_FLOOR:.0f}% of the step or more")
+    return f"vs the normal window of {where}: " + ", ".join(parts)
+
+
+def epoch_scalars(figures: steps.EpochSteps) -> dict[str, float]:
+    """The ``fitprof/epoch/*`` scalars of one epoch's always-on step timing (NaN where there is no figure), the
+    same keys in both callbacks."""
+    return {
+        metrics.EPOCH_STEP_TIME_MS_P50.key: figures.step_time_ms_p50,
+        metrics.EPOCH_STEP_TIME_MS_P90.key: figures.step_time_ms_p90,
+        metrics.EPOCH_STEP_TIME_MS_MAX.key: figures.step_time_ms_max,
+        metrics.EPOCH_INPUT_PERCENT.key: figures.input_percent,
+        metrics.EPOCH_SAMPLES_PER_S.key: figures.samples_per_s,
+        metrics.EPOCH_STEPS_TIMED.key: float(figures.steps_timed),
+    }
+
+
+def trigger_scalars(event: steps.TriggerEvent) -> dict[str, float]:
+    """The ``fitprof/trigger/*`` scalars of one triggered window: the step after which it fired, that step's time
+    and the baseline (ms)."""
+    return {
+        metrics.TRIGGER_STEP.key: float(event.step),
+        metrics.TRIGGER_STEP_TIME_MS.key: event.step_time_ms,
+        metrics.TRIGGER_BASELINE_MS.key: event.baseline_ms,
+    }
+
+
+def trigger_line(epoch: int, event: steps.TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
+    """One line for a triggered window, the same in both callbacks: ``fitprof epoch 0: slowdown after step 41
+    (40.1 ms/step vs baseline 3.2 ms), triggered window: ...`` followed by ``compared``
+    (:func:`compare_windows`)."""
+    head = (
+        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
+        f"{event.baseline_ms:.1f} ms)"
+    )
+    if report is None:
+        return f"{head}, the triggered window could not be analysed"
+    return (
+        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
+        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
+    )
+
+
+class WindowPipeline:
+    """The epoch-end work of one callback (see the module docstring).
+
+    Args:
+        top_k: how many operators to rank.
+        max_trace_mb: warn once when a trace is larger than this many MB (None: never).
+        keep_last_windows: keep the trace files of only the last N windows (None: all).
+        warn: the adapter's :class:`~fitprof._warn.WarnOnce`.
+
+    Attributes:
+        reports: the report of each analysed epoch (0-based epoch -> report).
+        trace_paths: the trace each report was computed from.
+        xplane_paths: the ``.xplane.pb`` written for each Kineto trace.
+        analysis_seconds: wall time of the analysis, report file and ``.xplane.pb`` of each epoch (s).
+        cross_rank: the combined cross-rank scalars of each epoch that was gathered (empty when no rank reported).
+    """
+
+    def __init__(
+        self, *, top_k: int, max_trace_mb: float | None, keep_last_windows: int | None, warn: WarnOnce
+    ) -> None:
+        self.top_k = top_k
+        self.max_trace_mb = max_trace_mb
+        self.warn = warn
+        self._files = WindowFiles(keep_last_windows)
+        self.reports: dict[int, BottleneckReport] = {}
+        self.trace_paths: dict[int, Path] = {}
+        self.xplane_paths: dict[int, Path] = {}
+        self.analysis_seconds: dict[int, float] = {}
+        self.cross_rank: dict[int, dict[str, float]] = {}
+
+    def clear(self) -> None:
+        """Forget the results of earlier windows (a new ``fit``); trace retention goes on."""
+        for results in (self.reports, self.trace_paths, self.xplane_paths, self.analysis_seconds, self.cross_rank):
+            results.clear()
+
+    def analyze(
+        self,
+        epoch: int,
+        trace: Path,
+        *,
+        log_dir: str | os.PathLike[str],
+        session: str | None,
+        rank: int,
+        world_size: int,
+        discard: Callable[[], None] | None = None,
+        work: StepWork | None = None,
+    ) -> BottleneckReport | None:
+        """Analyse one window's trace and write what goes beside it; None (after one warning) when the analysis
+        fails.
+
+        Args:
+            epoch: the window's 0-based epoch.
+            trace: the trace file (``.xplane.pb`` or Kineto ``.pt.trace.json.gz``).
+            log_dir: the run directory.
+            session: the window's session folder name; None when the trace is a temporary copy because
+                ``log_dir`` could not be written (then nothing is written and ``discard`` deletes the copy).
+            rank: this process's global rank.
+            world_size: how many ranks the run has.
+            discard: deletes the temporary copy (only when ``session`` is None).
+            work: the window's samples, items and FLOPs (:class:`~fitprof.throughput.WorkLog`), turned into the
+                report's throughput fields (:func:`~fitprof.throughput.with_throughput`); None leaves them NaN.
+        """
+        t0 = time.perf_counter()
+        self.trace_paths[epoch] = trace
+        message = oversize_message(trace, self.max_trace_mb)
+        if message:
+            self.warn("size", message)
+        host = hostname()
+        try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
+            report: BottleneckReport | None = fitprof.analyze(
+                trace,
+                top_k=self.top_k,
+                host=host,
+                rank=rank,
+                world_size=world_size,
+                # The window's own trace, just written: not untrusted input, so the reader's bounds are lifted.
+                max_trace_mb=1e9,
+                max_events=2**62,
+            )
+        except Exception as err:
+            self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
+            report = None
+        if report is not None and work is not None:
+            report = with_throughput(report, work)
+        if report is not None:
+            self.reports[epoch] = report
+        if session is None:
+            if discard is not None:
+                discard()
+            self.analysis_seconds[epoch] = time.perf_counter() - t0
+            return report
+        if report is not None:
+            try:
+                write_report_file(log_dir, session=session, epoch=epoch, report=report, trace=trace, rank=rank)
+            except OSError as err:
+                self.warn("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
+        files = [trace]
+        if trace_format(trace) == "kineto":
+            try:  # the trace, its report and figures are kept whatever happens to its XSpace copy
+                from fitprof.traces.xspace_write import write_xspace
+
+                xplane = write_xspace(trace, log_dir, session, host=rank_host(host, rank, world_size))
+                self.xplane_paths[epoch] = xplane
+                files.append(xplane)
+            except Exception as err:
+                self.warn(
+                    "xspace",
+                    f"fitprof: could not write the .xplane.pb for {trace} ({err!r}); the trace and its figures are "
+                    "kept (`fitprof analyze` reads it).",
+                )
+                with contextlib.suppress(OSError):  # no empty session in TensorBoard's Profile tab
+                    (profile_root(log_dir) / session).rmdir()
+        session_dir = files[-1].parent if files[-1].name.endswith(".xplane.pb") else None
+        self._files.add(session_dir, files)
+        self.analysis_seconds[epoch] = time.perf_counter() - t0
+        return report
+
+    def publish(
+        self,
+        epoch: int,
+        report: BottleneckReport | None,
+        *,
+        rank: int,
+        world_size: int,
+        gather: Gather | None,
+        log: Log,
+        epoch_steps: steps.EpochSteps | None = None,
+        extra: dict[str, float] | None = None,
+    ) -> dict[str, float]:
+        """Gather and combine the ranks' figures, and log them on rank 0 (one :class:`EpochLog` to ``log``).
+
+        Call it on every rank at the end of every profiled epoch (``gather`` None: no cross-rank figures, e.g. a
+        single process, or a flush after an exception, when the other ranks may be anywhere). With
+        ``epoch_steps`` (rank 0's always-on figures of the epoch, :class:`fitprof.steps.EpochSteps`), the one-line
+        and the Markdown summary say when the window is not representative of its epoch
+        (:func:`representativeness`). ``extra``: this rank's own further figures of the window (the probes'
+        :meth:`~fitprof.fit.probes.Probe.window_figures`), logged beside the report's when there is something to log.
+
+        Returns:
+            The scalars of this epoch, the same on every rank that gathered: the report's own
+            (:meth:`~fitprof.analysis.BottleneckReport.scalars`), with the cross-rank means, maxima and
+            ``fitprof/ranks_reported`` over them when gathered; empty when there is nothing to log (no rank
+            reported). Non-finite values are left out.
+        """
+        scalars = {} if report is None else report.scalars()
+        vectors = None
+        if gather is not None:
+            try:
+                vectors = gather(cross_rank.pack(report))
+            except Exception as err:
+                self.warn(
+                    "gather", f"fitprof: could not gather the ranks' figures ({err!r}); rank 0 logs its own only."
+                )
+        combined: dict[str, float] = {}
+        if vectors is not None:
+            combined = self.cross_rank[epoch] = cross_rank.combine(vectors)
+            if not combined:
+                return {}
+        scalars.update(combined)  # the usual figures become the means over the ranks, plus max and rank
+        scalars = {k: v for k, v in scalars.items() if math.isfinite(v)}
+        if scalars and extra:
+            scalars.update({k: v for k, v in extra.items() if math.isfinite(v)})
+        if not scalars or rank != 0:
+            return scalars
+        text = "" if report is None else report.summary_markdown()
+        if combined and vectors is not None:
+            own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
+            text = f"{cross_rank.summary_line(vectors, combined, world_size)}\n\n{own}\n\n{text}".rstrip()
+        ops = {} if report is None else {k: v for k, v in report.op_scalars().items() if math.isfinite(v)}
+        line = summary_line(epoch, scalars, report)
+        note = representativeness(scalars, epoch_steps)
+        if note:
+            line += f"; {note}"
+            text = f"Note: {note}.\n\n{text}".rstrip()
+        log(EpochLog(epoch, scalars, ops, text, line))
+        return scalars
