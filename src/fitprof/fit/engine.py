@@ -42,13 +42,15 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from fitprof import metrics
+from fitprof import steps as _steps
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
 from fitprof._coverage import FitCoverage
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
-from fitprof.analysis import BottleneckReport
+from fitprof.analysis import BottleneckReport, cpu_contended
 from fitprof.fit import schedule
+from fitprof.fit.epoch_parts import EpochParts, contention
 from fitprof.fit.pipeline import (
     EpochLog,
     Gather,
@@ -60,9 +62,10 @@ from fitprof.fit.pipeline import (
 )
 from fitprof.fit.probes import Probe, Probes
 from fitprof.profilers.base import ProfileWindow, WindowBusy
+from fitprof.report_files import append_epoch_record
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import StepWork
-from fitprof.traces._table import VALIDATION_ANNOTATION
+from fitprof.traces._table import CHECKPOINT_ANNOTATION, VALIDATION_ANNOTATION
 
 _log = logging.getLogger(__name__)
 
@@ -132,6 +135,7 @@ class EpochResult:
         figures: the always-on step timing of the epoch.
         profiled: the epoch had a window (this rank's or, for the gather, any rank's).
         session_dir: the session folder of this rank's scheduled window (None: none, or not written).
+        verdicts: the epoch's verdict lines (where its wall time went, CPU contention): the adapter prints them.
     """
 
     window: dict[str, float] = field(default_factory=dict)
@@ -141,6 +145,7 @@ class EpochResult:
     figures: EpochSteps | None = None
     profiled: bool = False
     session_dir: Path | None = None
+    verdicts: list[str] = field(default_factory=list)
 
 
 class FitEngine:
@@ -192,7 +197,9 @@ class FitEngine:
         self.work = work
         self.clock = clock
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
-        builtin: tuple[Probe, ...] = ()
+        # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
+        self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
+        builtin: tuple[Probe, ...] = (self.parts,)
         self.probes = Probes((*builtin, *probes), warn)
         self.pipeline, self.trigger_pipeline = (
             WindowPipeline(
@@ -214,6 +221,8 @@ class FitEngine:
         self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
         self._trig_pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []
         self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
+        self._contention: tuple[str, str] | None = None  # this epoch's CPU-contention evidence and fix
+        self._save_annotated = False  # a save's fitprof/checkpoint annotation is open in the window
 
     def _reset_epoch(self) -> None:
         self.profiled = False  # this epoch has a window somewhere (every rank takes part in its gather)
@@ -383,6 +392,8 @@ class FitEngine:
             self._close(drop_open_step=drop)
         self.armed = False
         self.probes.call("epoch_end", epoch, now_ns=now)
+        parts = self.parts.results.get(epoch)
+        self._contention = None if parts is None else contention(parts, self.parts.framework)
         result = EpochResult(figures=figures, profiled=self.profiled)
         if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
             if self._closed is not None:
@@ -394,7 +405,29 @@ class FitEngine:
         if result.triggered:
             result.trigger.update(trigger_scalars(result.triggered[-1].event))
         self.profiled = False
+        self._epoch_record(epoch, result)
         return result
+
+    def _epoch_record(self, epoch: int, result: EpochResult) -> None:
+        """The epoch's verdicts (:meth:`fitprof.fit.epoch_parts.EpochParts.verdicts`) into ``result``, its line in
+        this rank's per-epoch file, and once per fit why an epoch timed too few steps."""
+        result.verdicts = self.parts.verdicts(epoch) if epoch in self.parts.results else []
+        few = self.steps.too_few(epoch)
+        if few:
+            self.warn("too-few", f"fitprof: {few}; the fitprof/epoch/* step figures stand on those steps only.")
+        if self.log_dir is None:
+            return
+        try:
+            append_epoch_record(
+                self.log_dir,
+                epoch=epoch,
+                rank=self.rank,
+                framework=self.parts.framework,
+                figures=result.epoch,
+                verdicts=result.verdicts,
+            )
+        except OSError as err:
+            self.warn("epoch-file", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
 
     def exception(
         self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
@@ -484,7 +517,7 @@ class FitEngine:
                 self._advance_triggered(k)
             else:
                 self._advance_scheduled(k)
-            self.steps.exclude_next()  # a window's steps and the one after: the profiler's own cost
+            self.steps.exclude_next(reason=_steps.WINDOW)  # a window's steps and the one after: the profiler's cost
         elif fired is not None:
             self._open_triggered(k, fired)
         elif self.armed and self.plan.warm_up <= k <= self.config.last_step:
@@ -497,7 +530,7 @@ class FitEngine:
         numbers); the counted step is left out of the step timing (counting slows it)."""
         if self._count_pending and step >= self.plan.count_step and self.window is None:
             self._count_pending = False
-            self.steps.exclude_next(1)
+            self.steps.exclude_next(1, reason=_steps.FLOPS)
             if self.work is not None:
                 self.work.count_flops(step, batch)
 
@@ -511,7 +544,7 @@ class FitEngine:
         if not self._start(""):
             self.armed = self._count_pending = False
             return
-        self.steps.exclude_next()
+        self.steps.exclude_next(reason=_steps.WINDOW)
         if k >= self.config.first_step:
             window = self.window
             assert window is not None
@@ -608,7 +641,7 @@ class FitEngine:
             return
         self._event = event
         self._trig_last = k + self.spe * self.trigger_length()
-        self.steps.exclude_next()
+        self.steps.exclude_next(reason=_steps.WINDOW)
 
     def _advance_triggered(self, k: int) -> None:
         n = k - 1
@@ -644,7 +677,7 @@ class FitEngine:
         event, self._event = self._event, None
         if window is None:
             return
-        self.steps.exclude_next()  # the stop and export land in the next step
+        self.steps.exclude_next(reason=_steps.WINDOW)  # the stop and export land in the next step
         if not self._marked:  # only the warm-up step ran (the epoch ended before the first analysed step)
             window.abort()
             return
@@ -689,7 +722,7 @@ class FitEngine:
                 self._close(drop_open_step=False)
                 self.armed = False
             return
-        self.steps.exclude_next()  # validation runs inside the next step's interval
+        self.steps.exclude_next(reason=_steps.VALIDATION)  # validation runs inside the next step's interval
         if self.window is not None:
             self.window.begin_annotation(VALIDATION_ANNOTATION)
 
@@ -700,12 +733,32 @@ class FitEngine:
         self._validating = False
 
     def checkpoint_start(self) -> None:
-        """A checkpoint save begins: the step it lands in and the next are left out of the step timing."""
+        """A checkpoint save was seen (Lightning's ``on_save_checkpoint``): its time is measured by the adapter's
+        hook timers (:meth:`save_begin`, :meth:`save_end`), which take it out of the step it ran in."""
         self.probes.call("checkpoint_start", now_ns=self.clock())
-        self.steps.exclude_next()
 
     def checkpoint_end(self) -> None:
         self.probes.call("checkpoint_end", now_ns=self.clock())
+
+    def save_begin(self) -> None:
+        """A checkpoint save starts (the adapter's :class:`fitprof.fit.hooks.Saves`): inside a window it is
+        annotated ``fitprof/checkpoint``, out of the window's step time. Never raises."""
+        self._save_annotated = False
+        if self.window is not None:
+            try:
+                self.window.begin_annotation(CHECKPOINT_ANNOTATION)
+                self._save_annotated = True
+            except Exception as err:  # the save goes on; the window keeps it in its step time
+                _log.debug("fitprof: could not annotate a save (%r)", err)
+
+    def save_end(self, ns: int) -> None:
+        """The save that :meth:`save_begin` announced took ``ns``: out of the step it ran in (the step stays timed,
+        :meth:`fitprof.steps.StepRecorder.take_out`); its annotation closes. Never raises."""
+        if self._save_annotated and self.window is not None:
+            with contextlib.suppress(Exception):
+                self.window.end_annotation()
+        self._save_annotated = False
+        self.steps.take_out(ns)
 
     # ------------------------------------------------------------------------------------------ publishing
     def _publish(self, epoch: int, gather: Gather | None, log: Callable[[EpochLog], None]) -> dict[str, float]:
@@ -739,7 +792,12 @@ class FitEngine:
             world_size=self.world,
             discard=window.cleanup,
             work=work,
+            revise=self._revise,
         )
+
+    def _revise(self, report: BottleneckReport) -> BottleneckReport:
+        """A window of a CPU-contended epoch: its verdict says so (:func:`fitprof.analysis.cpu_contended`)."""
+        return report if self._contention is None else cpu_contended(report, *self._contention)
 
     def _publish_triggered(self, epoch: int) -> list[Triggered]:
         """Analyse this epoch's triggered windows (this rank's own, no collective: each rank triggers on its own

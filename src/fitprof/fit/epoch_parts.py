@@ -564,6 +564,10 @@ class EpochParts:
             return {m.key: math.nan for m in metrics.EPOCH_PARTS_METRICS}
         return self._last.scalars()
 
+    def window_figures(self) -> dict[str, float]:
+        """No per-window figures: the parts are the epoch's (a window's own cost is in ``profiling_s``)."""
+        return {}
+
     def verdicts(self, epoch: int | None = None) -> list[str]:
         """The epoch's findings (:func:`part_verdicts` and :func:`contention_verdict`), the last epoch's when
         ``epoch`` is None; empty when there is nothing to say or no such epoch."""

@@ -242,6 +242,7 @@ class WindowPipeline:
         world_size: int,
         discard: Callable[[], None] | None = None,
         work: StepWork | None = None,
+        revise: Callable[[BottleneckReport], BottleneckReport] | None = None,
     ) -> BottleneckReport | None:
         """Analyse one window's trace and write what goes beside it; None (after one warning) when the analysis
         fails.
@@ -257,6 +258,8 @@ class WindowPipeline:
             discard: deletes the temporary copy (only when ``session`` is None).
             work: the window's samples, items and FLOPs (:class:`~fitprof.throughput.WorkLog`), turned into the
                 report's throughput fields (:func:`~fitprof.throughput.with_throughput`); None leaves them NaN.
+            revise: what the callback knows beyond the trace, applied to the report before anything is written
+                (a CPU-contended epoch: :func:`fitprof.analysis.cpu_contended`).
         """
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
@@ -280,6 +283,8 @@ class WindowPipeline:
             report = None
         if report is not None and work is not None:
             report = with_throughput(report, work)
+        if report is not None and revise is not None:
+            report = revise(report)
         if report is not None:
             self.reports[epoch] = report
         if session is None:
