@@ -357,6 +357,7 @@ def test_lightning_hook_names() -> None:
         CALLBACKS,
         "EarlyStopping",
     )
+    assert lightning_hook_part("[Callback]run.<locals>.Sleepy.on_train_batch_end") == (CALLBACKS, "Sleepy")
     assert lightning_hook_part("[LightningModule]Model.on_train_batch_end") is None
     assert lightning_hook_part("[_TrainingEpochLoop].train_dataloader_next") is None
 

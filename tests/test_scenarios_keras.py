@@ -111,7 +111,12 @@ ROWS = [
         reports={0: 5},
         warns=(("profiling skipped",), (NOTHING, "another profiler held")),
     ),
-    Row("epoch-ends-inside-window", batches=8, reports={0: 3}, warns=(("epoch 0 ended after step 8, inside the window",),)),
+    Row(
+        "epoch-ends-inside-window",
+        batches=8,
+        reports={0: 3},
+        warns=(("epoch 0 ended after step 8, inside the window",),),
+    ),
     # which stages profile: fit only
     Row(
         "evaluate-and-predict-after-fit",

@@ -692,7 +692,7 @@ def lightning_hook_part(action: str, own: str = "FitProfiler") -> tuple[int, str
     if action.startswith(_LIGHTNING_CHECKPOINTS):
         return CHECKPOINT, "ModelCheckpoint"
     key = action[len(_LIGHTNING_CALLBACK) :].rpartition(".")[0]
-    name = key.split("{", 1)[0]
+    name = key.split("{", 1)[0].rpartition(".")[2]  # the class's own name, not its qualified one
     if name == own:
         return PROFILING, name
     return CALLBACKS, name
