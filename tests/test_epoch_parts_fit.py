@@ -90,13 +90,17 @@ def test_parts_match_truths_and_add_up(framework: str, scenario: str, tmp_path: 
         key = PLANTED.get(scenario)
         if key is not None:
             measured, expected = figures[metrics.EPOCH_PREFIX + key], truth[scenario][str(epoch)]
+            print(f"{framework} {scenario} epoch {epoch}: {key} {measured:.3f} s, truth {expected:.3f} s")
             assert _close(measured, expected), (epoch, key, measured, expected)
     # The first epoch's span is the epoch itself (later ones start at the previous epoch's end).
-    assert _close(logged[0][metrics.EPOCH_WALL_S.key], truth["wall"]["0"])
+    wall = logged[0][metrics.EPOCH_WALL_S.key]
+    print(f"{framework} {scenario} epoch 0: wall {wall:.3f} s, truth {truth['wall']['0']:.3f} s; {logged[0]}")
+    assert _close(wall, truth["wall"]["0"])
     records = read_epoch_file(epoch_file_path(tmp_path, 0))
     assert [r.epoch for r in records] == [0, 1]
     assert records[0].figures[metrics.EPOCH_WALL_S.key] == pytest.approx(logged[0][metrics.EPOCH_WALL_S.key], rel=1e-3)
     said = " ".join(records[0].verdicts)
+    print(f"{framework} {scenario} epoch 0 verdicts: {records[0].verdicts}")
     assert VERDICT[scenario] in said, records[0].verdicts
     if scenario == "callback":
         assert "the slowest is Sleepy" in said
