@@ -392,7 +392,7 @@ class FitProfiler(keras.callbacks.Callback):
                     print(triggered.line, flush=True)
             if self._verbose():
                 for line in result.verdicts:
-                    print(f"fitprof epoch {epoch}: {line}", flush=True)
+                    print(f"fitprof: {line}", flush=True)
             texts = [t.text for t in result.triggered]
             self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts)
         if result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync()):

@@ -388,7 +388,7 @@ class FitProfiler(Callback):
         )
         if self.verbose and engine.rank == 0:
             for line in result.verdicts:
-                self._print(pl_module, f"fitprof epoch {engine.epoch}: {line}")
+                self._print(pl_module, f"fitprof: {line}")
         # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
         self._log_scalars(pl_module, finite(result.epoch))
         self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
