@@ -163,8 +163,9 @@ SUMMARY_TAG = PREFIX + "summary"
 EPOCH_PREFIX = PREFIX + "epoch/"
 _CLEAN = (
     " Over the epoch's clean steps: every training step timed by wall clock at its step boundary "
-    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the steps holding "
-    "validation or a checkpoint save and the step after, the steps of a profiling window and the step after it)."
+    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the step holding "
+    "validation and the step after, the steps of a profiling window and the step after it); a checkpoint save is "
+    "taken out of the step it ran in, which stays timed."
 )
 EPOCH_STEP_TIME_MS_P50 = Metric(
     EPOCH_PREFIX + "step_time_ms_p50",

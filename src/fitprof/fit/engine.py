@@ -427,7 +427,8 @@ class FitEngine:
                 verdicts=result.verdicts,
             )
         except OSError as err:
-            self.warn("epoch-file", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
+            # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first
+            self.warn("write", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
 
     def exception(
         self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
