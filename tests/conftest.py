@@ -33,6 +33,22 @@ def kineto_fixtures() -> Path:
     return shared_kineto()
 
 
+@pytest.fixture(scope="session")
+def keras_digits_fast(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, Any]]:
+    """The Keras digits example with its defaults for two epochs, run once for the session (it trains: only slow
+    tests use it): its run folder ``<root>/fast`` and its reports by epoch. A test that wants it in a log folder of
+    its own links to it (``fitprof report`` and TensorBoard's walk follow folder links); nothing writes into it."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    keras = pytest.importorskip("keras")
+    pytest.importorskip("tensorflow")
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("needs KERAS_BACKEND=tensorflow")
+    import keras_digits
+
+    run = tmp_path_factory.mktemp("keras_digits") / "fast"
+    return run, keras_digits.main(["--logdir", str(run), "--epochs", "2"])
+
+
 def _cuda_reason() -> str | None:
     """Why the ``gpu`` tests cannot run here, or None when they can."""
     try:

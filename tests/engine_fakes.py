@@ -171,10 +171,12 @@ class Rig:
             **kwargs,
         )
 
-    def fit(self, epochs: int = 1, steps: int = 8, *, step_ms: Any = 10.0, every_step: Any = None) -> list[Any]:
+    def fit(
+        self, epochs: int = 1, steps: int = 8, *, step_ms: Any = 10.0, every_step: Any = None, log: Any = None
+    ) -> list[Any]:
         """Drive one fit of ``epochs`` epochs of ``steps`` steps, each ``step_ms`` long (a number, or a function
-        of the step's global index); ``every_step(engine, epoch, step)`` runs at each step's start. Returns each
-        epoch's result."""
+        of the step's global index); ``every_step(engine, epoch, step)`` runs at each step's start; ``log`` gets
+        each profiled epoch's :class:`~fitprof.fit.pipeline.EpochLog`. Returns each epoch's result."""
         engine, results, index = self.engine, [], 0
         ends = self.boundary == "step_end"
         engine.fit_start(log_dir=self.log_dir, ends_after=(lambda s: s >= steps) if ends else None)
@@ -188,7 +190,8 @@ class Rig:
                 index += 1
                 if ends:
                     engine.step_end(step, {"step": step})
-            results.append(engine.epoch_end(epoch, steps=0 if ends else steps))
+            kwargs = {} if log is None else {"log": log}
+            results.append(engine.epoch_end(epoch, steps=0 if ends else steps, **kwargs))
         engine.fit_end()
         return results
 

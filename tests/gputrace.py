@@ -267,9 +267,9 @@ def write_kineto(path: Path, doc: dict[str, Any]) -> Path:
 # ------------------------------------------------------------------------------------- XSpace, by hand
 
 
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # int64 as protobuf writes it: two's complement, ten bytes
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf varint: its low 64 bits (a negative int64 in two's complement, ten bytes), 7 at a time."""
+    n &= (1 << 64) - 1
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
@@ -279,11 +279,11 @@ def _varint(n: int) -> bytes:
 
 
 def _int(num: int, value: int) -> bytes:
-    return _varint(num << 3) + _varint(value)
+    return varint(num << 3) + varint(value)
 
 
 def field_bytes(num: int, payload: bytes) -> bytes:
-    return _varint(num << 3 | 2) + _varint(len(payload)) + payload
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
 
 
 def _str(num: int, text: str) -> bytes:

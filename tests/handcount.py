@@ -190,6 +190,97 @@ def host_self_times(events: list[dict[str, Any]], rows: list[int]) -> dict[int, 
     return {i: max(v, 0.0) for i, v in out.items()}
 
 
+class _Window:
+    """A Kineto trace's complete events, classified, and its analysed window (see the module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.meta, ev = load_events(path)
+        self.ev = ev
+        self.on_device = on_device = [e.get("cat") in DEVICE_CATS for e in ev]
+        self.kinds = kinds = [
+            device_kind(e) if d else host_kind(e.get("cat", ""), e["name"]) for e, d in zip(ev, on_device, strict=True)
+        ]
+        self.step_rows = [i for i, k in enumerate(kinds) if k == "step"]
+        if self.step_rows:
+            self.steps = union((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i in self.step_rows)
+        else:
+            host = [i for i, d in enumerate(on_device) if not d]
+            self.steps = [(min(ev[i]["ts"] for i in host), max(ev[i]["ts"] + ev[i].get("dur", 0) for i in host))]
+        excluded = union((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i, k in enumerate(kinds) if k == "not_training")
+        self.analysed = subtract(self.steps, excluded)
+        launch: dict[Any, int] = {}
+        for i, e in enumerate(ev):
+            corr = e.get("args", {}).get("correlation")
+            if e.get("cat") in RUNTIME_CATS and corr is not None and corr not in launch:
+                launch[corr] = i
+        self.launcher = {
+            i: launch.get(ev[i].get("args", {}).get("correlation"), -1) for i, d in enumerate(on_device) if d
+        }
+        self.anchor = {i: ev[j]["ts"] if j >= 0 else ev[i]["ts"] for i, j in self.launcher.items()}
+        self.in_steps = [i for i, t in self.anchor.items() if inside(t, self.analysed)]
+
+    def spans(self, rows: Iterable[int]) -> list[Interval]:
+        return union((self.ev[i]["ts"], self.ev[i]["ts"] + self.ev[i].get("dur", 0)) for i in rows)
+
+
+def overlap(a: list[Interval], b: list[Interval]) -> float:
+    """Length of the intersection of two disjoint, sorted interval lists (a two-pointer walk)."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def exposed(path: str | Path) -> dict[str, float]:
+    """Exposed time (us, summed over the steps) of the input wait, the HtoD copies and the collectives, by the
+    rules of ``fitprof.analysis``'s docstring, counted here event by event:
+
+    * HtoD: the union of HtoD copies in the steps less the time a kernel or collective kernel in the steps ran;
+    * collectives: the union of collective kernels in the steps less the time a compute kernel in the steps ran;
+      without any, the host collective spans clipped to the steps less the time a host operator ran on another
+      thread, or on the span's own thread outside its spans (``pin_memory`` operators hide nothing);
+    * input: with device work in the steps, the input spans clipped to the steps less the device work and the
+      host operators as for host collectives; without device work, all of it.
+    """
+    w = _Window(path)
+    ev, kinds = w.ev, w.kinds
+    rows = lambda *ks: [i for i in w.in_steps if kinds[i] in ks]  # noqa: E731
+    copies = w.spans(i for i in rows("memcpy") if copy_kind(ev[i]).startswith("htod"))
+    out = {"htod": length(copies) - overlap(copies, w.spans(rows("kernel", "collective")))}
+    coll = w.spans(rows("collective"))
+    if coll:
+        out["collectives"] = length(coll) - overlap(coll, w.spans(rows("kernel")))
+    else:
+        out["collectives"] = _host_exposed(w, "collective", [])
+    device_work = rows("kernel", "memcpy", "collective")
+    if device_work:
+        out["input"] = _host_exposed(w, "input", w.spans(device_work))
+    else:
+        out["input"] = length(clip(w.spans(i for i, k in enumerate(kinds) if k == "input"), w.analysed))
+    return out
+
+
+def _host_exposed(w: _Window, kind: str, device_cover: list[Interval]) -> float:
+    ev = w.ev
+    host = [i for i, d in enumerate(w.on_device) if not d]
+    thread = {i: (str(ev[i].get("pid")), str(ev[i].get("tid"))) for i in host}
+    span_rows = [i for i in host if w.kinds[i] == kind]
+    spans = clip(w.spans(span_rows), w.analysed)
+    compute = [i for i in host if w.kinds[i] == "op" and "pin_memory" not in ev[i]["name"]]
+    span_threads = {thread[i] for i in span_rows}
+    cover = device_cover + w.spans(i for i in compute if thread[i] not in span_threads)
+    for t in span_threads:
+        own = w.spans(i for i in compute if thread[i] == t)
+        cover += subtract(own, w.spans(i for i in span_rows if thread[i] == t))
+    return length(spans) - overlap(spans, union(cover))
+
+
 def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     """Every figure of a Kineto trace, in the trace's microseconds (see the module docstring).
 
@@ -199,35 +290,11 @@ def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     (``"device"`` / ``"host"``), ``ops`` (``[(name, us)]``, largest first), ``kinds`` (events per kind, as the
     README's table of categories names them), ``rank`` and ``world_size`` (``distributedInfo``), and over the whole
     trace, steps or not: ``all_copies`` (by copy kind, as above) and ``all_collective_kernels``."""
-    meta, ev = load_events(path)
-    on_device = [e.get("cat") in DEVICE_CATS for e in ev]
-    kinds = [
-        device_kind(e) if d else host_kind(e.get("cat", ""), e["name"]) for e, d in zip(ev, on_device, strict=True)
-    ]
-
-    step_rows = [i for i, k in enumerate(kinds) if k == "step"]
-    if step_rows:
-        steps = union((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i in step_rows)
-    else:
-        host = [i for i, d in enumerate(on_device) if not d]
-        steps = [(min(ev[i]["ts"] for i in host), max(ev[i]["ts"] + ev[i].get("dur", 0) for i in host))]
-    excluded = union((ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i, k in enumerate(kinds) if k == "not_training")
-    analysed = subtract(steps, excluded)
+    w = _Window(path)
+    meta, ev, on_device, kinds, spans = w.meta, w.ev, w.on_device, w.kinds, w.spans
+    steps, analysed, launcher, anchor, in_steps = w.steps, w.analysed, w.launcher, w.anchor, w.in_steps
     window_us = length(analysed)
-
-    def spans(rows: Iterable[int]) -> list[Interval]:
-        return union((ev[i]["ts"], ev[i]["ts"] + ev[i].get("dur", 0)) for i in rows)
-
     input_us = length(clip(spans(i for i, k in enumerate(kinds) if k == "input"), analysed))
-
-    launch: dict[Any, int] = {}
-    for i, e in enumerate(ev):
-        corr = e.get("args", {}).get("correlation")
-        if e.get("cat") in RUNTIME_CATS and corr is not None and corr not in launch:
-            launch[corr] = i
-    launcher = {i: launch.get(ev[i].get("args", {}).get("correlation"), -1) for i, d in enumerate(on_device) if d}
-    anchor = {i: ev[j]["ts"] if j >= 0 else ev[i]["ts"] for i, j in launcher.items()}
-    in_steps = [i for i, t in anchor.items() if inside(t, analysed)]
 
     def copies(kind: str, among: Iterable[int] = in_steps) -> dict[str, Any]:
         rows = [i for i in among if kinds[i] == "memcpy" and copy_kind(ev[i]) == kind]
@@ -264,7 +331,7 @@ def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
 
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     return {
-        "steps": sorted(int(STEP.fullmatch(ev[i]["name"]).group(1)) for i in step_rows),  # type: ignore[union-attr]
+        "steps": sorted(int(STEP.fullmatch(ev[i]["name"]).group(1)) for i in w.step_rows),  # type: ignore[union-attr]
         "window_us": window_us,
         "input_us": input_us,
         "htod_pinned": copies("htod_pinned"),

@@ -39,6 +39,31 @@ DDP_RANKS = (DATA / "ddp_gloo_rank0.pt.trace.json.gz", DATA / "ddp_gloo_rank1.pt
 SHIPPED_KINETO = (LIGHTNING_CPU, *DDP_RANKS)
 
 
+def optional_shared_kineto() -> list[Path]:
+    """Every shared Kineto fixture, for a test to which they are an extra layer (it stands on the shipped and
+    generated traces without them): [] when they are missing, except under CI, where that fails the test."""
+    if missing_shared():
+        _fail_in_ci()
+        return []
+    return [KINETO_DIR / name for name in SHARED_KINETO]
+
+
+def _fail_in_ci() -> None:
+    missing = missing_shared()
+    if missing and in_ci():
+        names = ", ".join(p.name for p in missing)
+        pytest.fail(f"CI=true and shared fixtures are missing from {KINETO_DIR}: {names}")
+
+
+def kineto_trace(name: str) -> Path:
+    """The path of a Kineto trace by file name: a shipped one of :data:`SHIPPED_KINETO`, else a shared one through
+    :func:`shared_kineto` (which skips, or fails under CI, when the shared fixtures are missing)."""
+    for path in SHIPPED_KINETO:
+        if path.name == name:
+            return path
+    return shared_kineto(name)
+
+
 def in_ci() -> bool:
     """Whether the run is a CI run (``CI`` set to a true value, as GitHub Actions, GitLab and most CIs do)."""
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
@@ -55,11 +80,8 @@ def shared_kineto(name: str | None = None) -> Path:
     Skips the calling test with :data:`SKIP_REASON` when any of them is missing (one reason, one place, so that
     ``pytest -ra`` folds every such skip into one line); fails it, naming the missing files, under CI.
     """
-    missing = missing_shared()
-    if missing:
-        if in_ci():
-            names = ", ".join(p.name for p in missing)
-            pytest.fail(f"CI=true and shared fixtures are missing from {KINETO_DIR}: {names}")
+    if missing_shared():
+        _fail_in_ci()
         pytest.skip(SKIP_REASON)
     if name is not None and name not in SHARED_KINETO:
         raise ValueError(f"{name!r} is not one of the shared Kineto fixtures {SHARED_KINETO}")

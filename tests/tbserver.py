@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +88,13 @@ def tensorboard(logdir: str | os.PathLike[str], timeout_s: float = 180.0) -> Ite
         log.close()
 
 
-def wait_for(fn: Any, timeout_s: float = 60.0, interval_s: float = 1.0) -> Any:
-    """Call ``fn`` until it returns something truthy (TensorBoard loads runs in the background)."""
+def wait_for(fn: Any, timeout_s: float = 60.0, interval_s: float = 1.0, until: Callable[[Any], bool] = bool) -> Any:
+    """Call ``fn`` until ``until`` holds for its answer (default: the answer is truthy) or ``timeout_s`` passes;
+    returns the last answer. TensorBoard loads runs in the background, one by one: a test that expects several
+    passes an ``until`` for the whole set, so it never judges a partial listing."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = fn()
-        if value or time.monotonic() > deadline:
+        if until(value) or time.monotonic() > deadline:
             return value
         time.sleep(interval_s)

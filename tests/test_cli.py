@@ -395,17 +395,10 @@ def test_report_plot_one_panel_per_run(built_logdir: Path, tmp_path: Path, capsy
 
 
 @pytest.fixture(scope="module")
-def keras_logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The Keras digits example, run once for two epochs, in ``<root>/keras``."""
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    keras = pytest.importorskip("keras")
-    pytest.importorskip("tensorflow")
-    if keras.backend.backend() != "tensorflow":
-        pytest.skip("needs KERAS_BACKEND=tensorflow")
-    import keras_digits
-
+def keras_logdir(tmp_path_factory: pytest.TempPathFactory, keras_digits_fast: tuple[Path, Any]) -> Path:
+    """The Keras digits example, two epochs (the session's run), as run ``keras`` of a log folder of its own."""
     root = tmp_path_factory.mktemp("cli_logs")
-    keras_digits.main(["--logdir", str(root / "keras"), "--epochs", "2"])
+    (root / "keras").symlink_to(keras_digits_fast[0], target_is_directory=True)
     return root
 
 
@@ -622,6 +615,7 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 # ------------------------------------------------------------------------------------- the console script
 
 
+@pytest.mark.slow
 def test_console_script(tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("fitprof")
     if not script.exists():

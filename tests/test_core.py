@@ -17,6 +17,7 @@ from fitprof.traces import make_table
 from shared_fixtures import DDP_RANKS
 
 
+@pytest.mark.slow
 def test_core_imports_no_framework() -> None:
     code = (
         "import sys, fitprof, fitprof.analysis, fitprof.traces, fitprof.traces.kineto, fitprof.traces.xspace, "

@@ -64,6 +64,7 @@ def _traces(tmp_path: Path) -> list[str]:
     return [*names, "gpuhost.xplane.pb", "bad.pt.trace.json", "missing.pt.trace.json", *urls]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["json", "table"])
 def test_scheduler_output_is_identical_to_jobs_1(
     cluster: distributed.LocalCluster,
@@ -92,6 +93,7 @@ def test_scheduler_output_is_identical_to_jobs_1(
     assert _tasks_done(cluster) - before == 10  # every file but the missing one, read by the workers
 
 
+@pytest.mark.slow
 def test_scheduler_errors(scheduler: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     trace = str(LIGHTNING_CPU)
     status, out, err = _run(["analyze", trace, "--scheduler", scheduler, "--jobs", "2"], capsys)
@@ -121,6 +123,7 @@ def test_scheduler_errors(scheduler: str, monkeypatch: pytest.MonkeyPatch, capsy
     assert (status, err) == (0, []) and out.count("\n") == 2 and str(LIGHTNING_CPU) in out
 
 
+@pytest.mark.slow
 def test_scheduler_workers_read_the_files_themselves(
     scheduler: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -48,10 +48,12 @@ def _train(argv: list[str]) -> None:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.loggers import TensorBoardLogger
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     import fitprof
     from fitprof.lightning import FitProfiler
+    from lightning_tiny import Mlp as Model
+    from lightning_tiny import RegressionData
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--logdir", required=True)
@@ -72,15 +74,8 @@ def _train(argv: list[str]) -> None:
 
     fitprof.analyze = analyze  # the callback imports it at call time
 
-    class Data(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-        def __init__(self, n: int) -> None:
-            g = torch.Generator().manual_seed(0)
-            self.x, self.y = torch.randn(n, 32, generator=g), torch.randn(n, 1, generator=g)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    class Data(RegressionData):
+        def wait(self, i: int) -> None:
             if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
                 if not args.trigger:
                     time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
@@ -90,19 +85,6 @@ def _train(argv: list[str]) -> None:
                     # holds. Choosing them by index made it a varying share of each batch (steps of 42-120 ms for a
                     # 158 ms sleep, under load), and one step under the threshold breaks the trigger's run of 5.
                     time.sleep(TRIGGER_SLEEP_S[0] / BATCH_SIZE)
-            return self.x[i], self.y[i]
-
-    class Model(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     class SizeTheSlowdown(pl.Callback):
         """Rank 1's slowdown, sized from its own step times before it: 3x median + 8 robust sigmas, >= 100 ms."""
@@ -263,8 +245,11 @@ def test_one_session_folder_per_window_lists_both_ranks(run_dir: Path) -> None:
     # Rank 1's epoch-1 analysis failed; its trace still reaches the Profile tab (nothing recorded is dropped).
     assert names == [[f"{host}_rank0.xplane.pb", f"{host}_rank1.xplane.pb"]] * EPOCHS
     with tensorboard(run_dir.parent.parent) as base:
-        runs = wait_for(lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90)
-        assert sorted(runs) == sorted(f"{RUN}/{f.name}" for f in folders)
+        expected = sorted(f"{RUN}/{f.name}" for f in folders)
+        runs = wait_for(
+            lambda: get(base, "/data/plugin/profile/runs"), timeout_s=90, until=lambda r: sorted(r) == expected
+        )
+        assert sorted(runs) == expected
         hosts = get(base, "/data/plugin/profile/hosts", run=f"{RUN}/{folders[0].name}", tag="trace_viewer")
         names = {h["hostname"] if isinstance(h, dict) else h for h in hosts}
         assert {f"{host}_rank0", f"{host}_rank1"} <= names, hosts

@@ -365,3 +365,34 @@ def test_the_engine_imports_no_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_baseline_is_compared_with_each_window_once_in_the_engine(tmp_path: Path) -> None:
+    """``baseline=``: a first fit at 10 ms a step writes the report files the second fit is compared with. At 13 ms
+    a step the window logs +30% under ``fitprof/vs_baseline/step_time_percent``, its summary starts with the
+    comparison and names the operator that grew most, and the regression warns once in the fit; at 10 ms it logs
+    0% and warns nothing."""
+    for run in ("base", "slower", "same"):
+        (tmp_path / run).mkdir()
+    Rig(tmp_path / "base", (3, 5)).fit(epochs=2, steps=6)  # two windows, 10 ms a step
+    logged: list[Any] = []
+    slower = Rig(tmp_path / "slower", (3, 5), baseline=tmp_path / "base")
+    slower.fit(epochs=2, steps=6, step_ms=13.0, log=logged.append)
+    key = metrics.VS_BASELINE_STEP_TIME_PERCENT.key
+    assert [entry.scalars[key] for entry in logged] == [pytest.approx(30.0), pytest.approx(30.0)]
+    assert logged[0].text.startswith(f"Against the baseline {tmp_path / 'base'} (regression): step time +30.0%")
+    assert "the operator that grew most: aten::mm" in logged[0].text
+    assert len(slower.messages) == 1 and slower.messages[0].startswith("fitprof: epoch 0 regressed. Against the")
+    logged.clear()
+    same = Rig(tmp_path / "same", (3, 5), baseline=tmp_path / "base")
+    same.fit(epochs=1, steps=6, log=logged.append)
+    assert logged[0].scalars[key] == pytest.approx(0.0)
+    assert "(no regression)" in logged[0].text
+    assert same.messages == []
+
+
+def test_a_baseline_that_cannot_be_read_is_refused_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="no such file or folder"):
+        Rig(tmp_path, (3, 5), baseline=tmp_path / "missing")
+    with pytest.raises(TypeError, match="baseline must be a path"):
+        Rig(tmp_path, (3, 5), baseline=3)

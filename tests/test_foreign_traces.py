@@ -122,6 +122,7 @@ def two_fits(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_report_tells_two_fits_apart(two_fits: Path, capsys: pytest.CaptureFixture[str]) -> None:
     files = sorted((two_fits / "run" / "plugins" / "fitprof").glob("*.json"))
     sessions = {json.loads(p.read_text())["session"]: json.loads(p.read_text())["epoch"] for p in files}
@@ -157,6 +158,7 @@ def test_report_tells_two_fits_apart(two_fits: Path, capsys: pytest.CaptureFixtu
         assert f"| {r['session']} |" in out
 
 
+@pytest.mark.slow
 def test_report_of_one_fit_keeps_its_columns(
     two_fits: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

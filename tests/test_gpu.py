@@ -83,6 +83,7 @@ def test_pinned_and_pageable_copies_and_device_time(tmp_path: Path) -> None:
     assert mm.self_ms_per_step == pytest.approx(torch_mm_us / n / 1e3, rel=0.01)
 
 
+@pytest.mark.slow
 def test_lightning_pin_memory_gives_pinned_copies(tmp_path: Path) -> None:
     """A Lightning run on the GPU with ``DataLoader(pin_memory=True)``: fitprof's window holds the batch's copies
     from pinned memory, at least the batch's bytes each step, and its figures equal the trace's hand count."""

@@ -36,6 +36,7 @@ def _ranks(tmp_path: Path, n: int) -> list[Path]:
     return paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["table", "json"])
 def test_analyze_jobs_output_is_identical(tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     files = [str(p) for p in _ranks(tmp_path, 4)]
@@ -50,6 +51,7 @@ def test_analyze_jobs_output_is_identical(tmp_path: Path, fmt: str, capsys: pyte
         assert _run([*argv, "--jobs", jobs], capsys) == one
 
 
+@pytest.mark.slow
 def test_report_jobs_output_is_identical(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     logdir = tmp_path / "logs"
     for run in ("a", "b"):

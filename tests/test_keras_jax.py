@@ -24,6 +24,7 @@ pytest.importorskip("keras")
 
 from fitprof.report_files import find_report_files
 from fitprof.traces import Kind, read_trace
+from keras_child import child_env, run_result
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,17 +122,8 @@ SLEEP_MS = 15
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     logdir = tmp_path_factory.mktemp("keras_jax")
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(sleep_ms=SLEEP_MS), str(logdir)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return {"logdir": logdir, **json.loads(line[len("RESULT") :])}
+    result, _ = run_result(["-c", SCRIPT.format(sleep_ms=SLEEP_MS), str(logdir)], env=child_env(KERAS_BACKEND="jax"))
+    return {"logdir": logdir, **result}
 
 
 @pytest.fixture(scope="module")

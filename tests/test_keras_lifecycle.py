@@ -16,6 +16,7 @@ tf = pytest.importorskip("tensorflow")
 
 from fitprof import FitProfilerWarning  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
+from warned import fitprof_messages  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
 
@@ -44,6 +45,7 @@ class Boom(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_exception_in_user_step_flushes_window_and_reaches_user(tmp_path: Path) -> None:
     calls = {"n": 0}
 
@@ -64,6 +66,7 @@ def test_exception_in_user_step_flushes_window_and_reaches_user(tmp_path: Path) 
     assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 1
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_inside_window(tmp_path: Path) -> None:
     class Interrupt(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -81,6 +84,7 @@ def test_keyboard_interrupt_inside_window(tmp_path: Path) -> None:
     assert "fitprof/step_time_ms" in hist.history
 
 
+@pytest.mark.slow
 def test_unwritable_log_dir_warns_and_logs_still_get_scalars(tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # root ignores permission bits: use a path under a regular file instead, which nobody can create
@@ -103,6 +107,7 @@ def test_unwritable_log_dir_warns_and_logs_still_get_scalars(tmp_path: Path) -> 
     assert not log_dir.exists()
 
 
+@pytest.mark.slow
 def test_fit_twice_and_evaluate_predict(tmp_path: Path) -> None:
     model = _model()
     profiler = FitProfiler(tmp_path / "run dir é", profile_batch=(2, 3))  # spaces and non-ASCII
@@ -116,12 +121,14 @@ def test_fit_twice_and_evaluate_predict(tmp_path: Path) -> None:
     assert not _profiler_running()
 
 
+@pytest.mark.slow
 def test_windows_separators_in_log_dir(tmp_path: Path) -> None:
     profiler = FitProfiler(str(tmp_path) + "\\runs\\first run", profile_batch=(2, 3))
     _model().fit(_data(4), epochs=1, verbose=0, callbacks=[profiler])
     assert len(list((tmp_path / "runs" / "first run").glob("plugins/profile/*/*.xplane.pb"))) == 1
 
 
+@pytest.mark.slow
 def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(3, 50))
     with pytest.warns(FitProfilerWarning, match="ended after step 6, inside the window"):
@@ -129,13 +136,10 @@ def test_epoch_shorter_than_window_profiles_what_there_is(tmp_path: Path) -> Non
     assert hist.history["fitprof/steps_analyzed"] == [4.0]  # steps 3-6
 
 
-def _caught(fn) -> list[str]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn()
-    return [str(w.message) for w in caught if "fitprof" in str(w.message).lower()]
+_caught = fitprof_messages
 
 
+@pytest.mark.slow
 def test_keras_tensorboard_profiling_the_same_steps(tmp_path: Path) -> None:
     tb = keras.callbacks.TensorBoard(str(tmp_path / "tb"), profile_batch=(3, 5), write_graph=False)
     profiler = FitProfiler(tmp_path / "fp", profile_batch=(3, 5))
@@ -149,6 +153,7 @@ def test_keras_tensorboard_profiling_the_same_steps(tmp_path: Path) -> None:
     assert not _profiler_running()
 
 
+@pytest.mark.slow
 def test_profiler_that_fails_to_start_or_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_stop = tf.profiler.experimental.stop
 
@@ -177,6 +182,7 @@ def test_profiler_that_fails_to_start_or_stop(tmp_path: Path, monkeypatch: pytes
     assert profiler.reports == {}
 
 
+@pytest.mark.slow
 def test_stop_training_inside_the_window_flushes_it(tmp_path: Path) -> None:
     class StopAt4(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -190,6 +196,7 @@ def test_stop_training_inside_the_window_flushes_it(tmp_path: Path) -> None:
     assert not _profiler_running()
 
 
+@pytest.mark.slow
 def test_steps_per_execution_is_said(tmp_path: Path) -> None:
     model = _model()
     model.compile("sgd", "mse", steps_per_execution=2)
@@ -201,6 +208,7 @@ def test_steps_per_execution_is_said(tmp_path: Path) -> None:
     assert profiler.reports[0].steps_analyzed == 2
 
 
+@pytest.mark.slow
 def test_trace_size_warning_names_the_file(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(2, 3), max_trace_mb=0.001)
     msgs = _caught(lambda: _model().fit(_data(), epochs=2, verbose=0, callbacks=[profiler]))
@@ -208,6 +216,7 @@ def test_trace_size_warning_names_the_file(tmp_path: Path) -> None:
     assert len(sized) == 1 and str(profiler.trace_paths[0]) in sized[0]
 
 
+@pytest.mark.slow
 def test_keep_last_windows_keeps_scalars_and_reports(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(2, 3), keep_last_windows=2)
     hist = _model().fit(_data(6), epochs=4, verbose=0, callbacks=[profiler]).history
@@ -236,6 +245,7 @@ def test_bad_limits(kwargs: dict, error: type[Exception]) -> None:
         FitProfiler(**kwargs)
 
 
+@pytest.mark.slow
 def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
     """One process is rank 0 of 1: ranks=[1] profiles nothing, and rank 0 says that rank 1 does not exist."""
     left_out = FitProfiler(tmp_path / "out", profile_batch=(2, 3), ranks=[1])
@@ -248,6 +258,7 @@ def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
     assert chosen.reports[0].steps_analyzed == 2
 
 
+@pytest.mark.slow
 def test_a_fit_after_an_exception_joins_the_gather_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Rank 0 of 2 (the other rank's vector empty): a window flushed after an exception is not gathered (the other
     ranks may be anywhere), but every profiled epoch of the next fit is, as on a rank that never profiled."""
@@ -284,6 +295,7 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
 def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     """RSS after epoch 4 and after epoch 14 of a tiny model profiled every epoch: growth under 40 MB, i.e. under
@@ -315,6 +327,7 @@ class _RaiseIn(keras.callbacks.Callback):
             raise Boom(f"raised at {index}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("hook", "at", "profile_batch", "steps"),
     [
@@ -337,6 +350,7 @@ def test_an_exception_outside_train_function_stops_the_profiler(
     assert len(list(tmp_path.glob("plugins/profile/*/*.xplane.pb"))) == 1
 
 
+@pytest.mark.slow
 def test_an_exception_in_on_epoch_begin_leaves_no_profiler(tmp_path: Path) -> None:
     profiler = FitProfiler(tmp_path, profile_batch=(2, 3))
     with pytest.raises(Boom):
@@ -345,6 +359,7 @@ def test_an_exception_in_on_epoch_begin_leaves_no_profiler(tmp_path: Path) -> No
     assert sorted(profiler.reports) == [0]
 
 
+@pytest.mark.slow
 def test_a_step_marker_that_fails_drops_the_window_and_training_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -371,6 +386,7 @@ def test_a_step_marker_that_fails_drops_the_window_and_training_goes_on(
     assert not list(tmp_path.glob("plugins/profile/*"))
 
 
+@pytest.mark.slow
 def test_warnings_one_channel_one_category_pointing_at_user_code_again_each_fit(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -388,6 +404,7 @@ def test_warnings_one_channel_one_category_pointing_at_user_code_again_each_fit(
         caplog.clear()
 
 
+@pytest.mark.slow
 def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """python -W error (here for fitprof's category only: Keras warns of its own in this fit): the warning goes to
     logging instead of raising out of a hook."""
@@ -400,6 +417,7 @@ def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.
     assert len(logged) == 1 and "ended after step 6, inside the window" in logged[0]
 
 
+@pytest.mark.slow
 def test_keras_without_tensorflow_names_tensorflow() -> None:
     """An import error names the package really missing: Keras is installed, its TensorFlow backend is not."""
     import subprocess
@@ -417,6 +435,7 @@ def test_keras_without_tensorflow_names_tensorflow() -> None:
     assert "keras is not installed" not in line and "pip install 'fitprof[keras]' tensorflow" in line
 
 
+@pytest.mark.slow
 def test_initial_epoch_numbers_epochs_as_keras_does(tmp_path: Path) -> None:
     """A resume with initial_epoch: Keras numbers epochs from initial_epoch and steps from 1 in each epoch;
     every_n_epochs and the event-file steps follow Keras's epoch numbers."""

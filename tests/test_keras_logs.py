@@ -16,13 +16,17 @@ keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 pd = pytest.importorskip("pandas")
 
+from expected_keys import EPOCH_KEYS, TRIGGER_KEYS, WINDOW_KEYS  # noqa: E402
+from fitprof import metrics  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
 from fitprof.metrics import top_op_key  # noqa: E402
-from fitprof.window import logged_keys  # noqa: E402
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
+pytestmark = [
+    pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow"),
+    pytest.mark.slow,  # each test trains (a tiny model, but a real fit)
+]
 
-TOP_K = 3
+TOP_K = 3  # the expected keys hold top_op_1_ms ... top_op_3_ms
 
 
 def _fit(logdir: Path, *, validation: bool, fit_verbose: int = 0, **kwargs: Any) -> tuple[Any, FitProfiler, Path]:
@@ -65,10 +69,12 @@ def no_validation(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, FitPro
 def test_history_has_every_key_every_epoch_nan_where_not_profiled(no_validation: tuple[Any, Any, Path]) -> None:
     history, fp, _ = no_validation
     assert sorted(fp.reports) == [2]  # every_n_epochs=2 from initial_epoch=1: epochs 1, 2, 3 ran, 2 profiled
-    frame = pd.DataFrame(history.history, index=history.epoch)  # equal lengths, one row per epoch
-    assert list(frame.index) == [1, 2, 3]
-    keys = logged_keys(TOP_K)
-    assert set(keys) <= set(frame.columns)
+    assert history.epoch == [1, 2, 3]
+    assert sorted(history.history) == sorted(["loss", *WINDOW_KEYS, *EPOCH_KEYS, *TRIGGER_KEYS])
+    # one value per epoch under every key (a DataFrame would silently spread a one-entry list over every epoch)
+    assert {k: len(v) for k, v in history.history.items()} == {k: 3 for k in history.history}
+    frame = pd.DataFrame(history.history, index=history.epoch)
+    keys = WINDOW_KEYS
     assert not [c for c in frame.columns if c.startswith("fitprof/top_ops/")]  # names go to TensorBoard only
     report = fp.reports[2]
     assert frame.loc[2, "fitprof/step_time_ms"] == pytest.approx(report.step_time_ms, rel=1e-6)
@@ -78,12 +84,16 @@ def test_history_has_every_key_every_epoch_nan_where_not_profiled(no_validation:
         assert frame.loc[2, f"fitprof/top_op_{i}_ms"] == pytest.approx(op.self_ms_per_step, rel=1e-6)
     for epoch in (1, 3):
         assert all(math.isnan(frame.loc[epoch, k]) for k in keys), epoch
+    # The memory probe's window keys come every epoch too, NaN where no window closed.
+    memory = [m.key for m in metrics.MEMORY_METRICS]
+    assert all(math.isnan(frame.loc[epoch, k]) for epoch in (1, 3) for k in memory)
+    assert frame.loc[2, metrics.MEMORY_PEAK_MB.key] > 0
 
 
 def test_csvlogger_keeps_every_fitprof_column_and_no_val_fitprof(no_validation: tuple[Any, Any, Path]) -> None:
     _, fp, csv_path = no_validation
     columns, rows = _csv(csv_path)
-    assert set(logged_keys(TOP_K)) <= set(columns)
+    assert columns == ["epoch", *sorted(["loss", "val_loss", *WINDOW_KEYS, *EPOCH_KEYS, *TRIGGER_KEYS])]
     assert not [c for c in columns if c.startswith("val_fitprof/")], columns
     assert "val_loss" in columns  # CSVLogger's own rule for Keras's keys is kept
     assert float(rows[2]["fitprof/step_time_ms"]) == pytest.approx(fp.reports[2].step_time_ms, rel=1e-6)

@@ -6,10 +6,6 @@ outputs back (event files with tensorboard's reader, the Kineto traces and the c
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,6 +16,7 @@ pytest.importorskip("keras")
 
 import fitprof
 from fitprof.keras._torch_backend import INPUT_ANNOTATION
+from keras_child import child_env, run_result
 
 SCRIPT = textwrap.dedent(
     """
@@ -54,19 +51,12 @@ DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter"
 def torch_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     logdir = tmp_path_factory.mktemp("keras_torch")
     examples = Path(__file__).resolve().parents[1] / "examples"
-    env = dict(os.environ, KERAS_BACKEND="torch")
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(examples=str(examples), logdir=str(logdir))],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return {"logdir": logdir, **json.loads(line[len("RESULT") :])}
+    code = SCRIPT.format(examples=str(examples), logdir=str(logdir))
+    result, _ = run_result(["-c", code], env=child_env(KERAS_BACKEND="torch"))
+    return {"logdir": logdir, **result}
 
 
+@pytest.mark.slow
 def test_same_scalars_as_tensorflow_backend(torch_run: dict) -> None:
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.util import tensor_util
@@ -86,6 +76,7 @@ def test_same_scalars_as_tensorflow_backend(torch_run: dict) -> None:
     assert "fitprof/input_percent" in torch_run["history_keys"]
 
 
+@pytest.mark.slow
 def test_traces_and_xspace_per_window(torch_run: dict) -> None:
     logdir: Path = torch_run["logdir"]
     xplanes = sorted(logdir.glob("plugins/profile/*/*.xplane.pb"))
@@ -107,6 +98,7 @@ def test_traces_and_xspace_per_window(torch_run: dict) -> None:
         )
 
 
+@pytest.mark.slow
 def test_each_window_reads_the_same_from_its_trace_and_its_xplane(torch_run: dict) -> None:
     """The ``.xplane.pb`` TensorBoard's Profile tab reads gives the report of the Kineto trace it was converted from."""
     from agreement import assert_same_report
@@ -206,20 +198,12 @@ HOSTILE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_path: Path) -> None:
     """Keras on torch without tensorboard, with a failing .xplane.pb conversion: the figures reach History, the
     Kineto traces stay readable, one warning each; an error in the user's data stops the torch profiler; with
     fitprof's warnings turned into errors training still ends and the warnings go to logging."""
-    env = dict(os.environ, KERAS_BACKEND="torch")
-    proc = subprocess.run(
-        [sys.executable, "-c", HOSTILE.format(logdir=str(tmp_path))],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))[len("RESULT") :])
+    out, _ = run_result(["-c", HOSTILE.format(logdir=str(tmp_path))], env=child_env(KERAS_BACKEND="torch"))
     assert out["history"] == [3.0, 3.0]
     categories = {c for c, _ in out["warnings"]}
     messages = [m for _, m in out["warnings"]]
@@ -244,6 +228,7 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
     assert sum("ended inside the window" in m for m in out["logged"]) == 1
 
 
+@pytest.mark.slow
 def test_flops_and_samples_on_the_torch_backend_match_hand_counts(torch_run: dict) -> None:
     """Issue 16 part 3: ``FlopCounterMode`` around the step before the window, on the example's CNN (batch 32)."""
     b = 32

@@ -9,12 +9,7 @@ time per step must account for that wait.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -22,6 +17,7 @@ pytest.importorskip("torch")
 pytest.importorskip("keras")
 
 from fitprof.traces import read_trace
+from keras_child import child_env, run_result
 
 FIRST, LAST = 6, 25
 
@@ -76,15 +72,11 @@ SCRIPT = textwrap.dedent(
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     logdir = tmp_path_factory.mktemp("keras_torch_input")
     code = SCRIPT.format(logdir=str(logdir), first=FIRST, last=LAST, batches=LAST + 4)
-    env = dict(os.environ, KERAS_BACKEND="torch")
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("RESULT")]
-    return json.loads(line[len("RESULT") :])
+    result, _ = run_result(["-c", code], env=child_env(KERAS_BACKEND="torch"))
+    return result
 
 
+@pytest.mark.slow
 def test_every_step_holds_one_annotated_fetch_and_the_wrapper_is_removed(run: dict) -> None:
     from fitprof.keras._torch_backend import INPUT_ANNOTATION
 
@@ -99,6 +91,7 @@ def test_every_step_holds_one_annotated_fetch_and_the_wrapper_is_removed(run: di
     assert run["restored"]  # outside the window Keras's own __next__ runs, unwrapped
 
 
+@pytest.mark.slow
 def test_input_time_matches_the_wait_timed_in_the_loop(run: dict) -> None:
     waits = run["waits_ms"]
     truth = sum(waits) / len(waits)  # ms the loop waited per step, timed by the callbacks around the fetch

@@ -19,15 +19,12 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
 from test_lightning import _fit, _loader, _Tiny  # noqa: E402
+from warned import fitprof_messages  # noqa: E402
+
+_messages = fitprof_messages
 
 
-def _messages(fn: Any) -> list[str]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fn()
-    return [str(w.message) for w in caught if "fitprof" in str(w.message).lower()]
-
-
+@pytest.mark.slow
 def test_keep_last_windows_and_trace_size_warning(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(2, 3), keep_last_windows=2, max_trace_mb=0.001)
     msgs = _messages(lambda: _fit(tmp_path, cb, max_epochs=4, limit_train_batches=5))
@@ -40,6 +37,7 @@ def test_keep_last_windows_and_trace_size_warning(tmp_path: Path) -> None:
     assert len(sized) == 1 and str(cb.trace_paths[0]) in sized[0]
 
 
+@pytest.mark.slow
 def test_a_rank_left_out_opens_no_window(tmp_path: Path) -> None:
     left_out = FitProfiler(profile_batch=(2, 3), ranks=[1])  # one process: rank 0 of 1
     msgs = _messages(lambda: _fit(tmp_path / "out", left_out, max_epochs=1, limit_train_batches=5))
@@ -57,6 +55,7 @@ def test_bad_ranks(ranks: Any, error: type[Exception]) -> None:
         FitProfiler(ranks=ranks)
 
 
+@pytest.mark.slow
 def test_unwritable_log_dir_still_logs_the_figures(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("a file, so nothing can be created under it, even by root")
@@ -72,6 +71,7 @@ def test_unwritable_log_dir_still_logs_the_figures(tmp_path: Path) -> None:
     assert leftovers == []  # the temporary copies were deleted after their analysis
 
 
+@pytest.mark.slow
 def test_max_steps_inside_the_window_flushes_it(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(3, 8))
     _messages(lambda: _fit(tmp_path, cb, max_steps=5))
@@ -79,6 +79,7 @@ def test_max_steps_inside_the_window_flushes_it(tmp_path: Path) -> None:
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_should_stop_inside_the_window_flushes_it(tmp_path: Path) -> None:
     class StopAt4(pl.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -100,6 +101,7 @@ def test_should_stop_inside_the_window_flushes_it(tmp_path: Path) -> None:
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_inside_the_window(tmp_path: Path) -> None:
     class Interrupt(_Tiny):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -116,12 +118,14 @@ def test_keyboard_interrupt_inside_the_window(tmp_path: Path) -> None:
     assert cb.reports[0].steps_analyzed == 2  # steps 3 and 4 finished; step 5 was interrupted
 
 
+@pytest.mark.slow
 def test_advanced_profiler_alongside(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(2, 4))
     trainer = _fit(tmp_path, cb, max_epochs=1, profiler="advanced")
     assert trainer.state.finished and cb.reports[0].steps_analyzed == 3
 
 
+@pytest.mark.slow
 def test_fit_twice_then_validate_and_predict(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(2, 3))
     module = _Tiny()
@@ -141,6 +145,7 @@ def test_fit_twice_then_validate_and_predict(tmp_path: Path) -> None:
     assert not torch.autograd._profiler_enabled()
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_and_manual_optimization(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(2, 5))
     _fit(tmp_path / "acc", cb, accumulate_grad_batches=2)
@@ -168,6 +173,7 @@ def test_gradient_accumulation_and_manual_optimization(tmp_path: Path) -> None:
     assert cb2.reports[0].steps_analyzed == 4
 
 
+@pytest.mark.slow
 def test_windows_separators_spaces_and_non_ascii(tmp_path: Path) -> None:
     cb = FitProfiler(log_dir=str(tmp_path) + "\\runs\\première exécution", profile_batch=(2, 3))
     _fit(tmp_path, cb)
@@ -181,6 +187,7 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
 def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     """RSS after epoch 4 and after epoch 14, a window every epoch: growth under 40 MB (measured far less)."""
@@ -234,6 +241,7 @@ def _resume(root: Path, cb: FitProfiler, ckpt: str, **kwargs: Any) -> list[str]:
     return _messages(lambda: trainer.fit(_Tiny(), _loader(), ckpt_path=ckpt))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after_steps", [3, 5])
 def test_resume_mid_epoch_profiles_the_resumed_epoch(tmp_path: Path, after_steps: int) -> None:
     """Lightning calls no on_train_epoch_start for an epoch resumed mid-way; its window (steps 6-9, numbered as
@@ -253,6 +261,7 @@ def test_resume_mid_epoch_profiles_the_resumed_epoch(tmp_path: Path, after_steps
     assert [float(r["fitprof/steps_analyzed"]) for r in rows] == [4.0, 4.0]
 
 
+@pytest.mark.slow
 def test_resume_past_the_window_start_says_so(tmp_path: Path) -> None:
     ckpt = _mid_epoch_checkpoint(tmp_path, 7)
     cb = FitProfiler(tmp_path / "prof", profile_batch=(6, 9))
@@ -264,6 +273,7 @@ def test_resume_past_the_window_start_says_so(tmp_path: Path) -> None:
     assert sorted(cb.reports) == [1] and cb.reports[1].steps_analyzed == 4
 
 
+@pytest.mark.slow
 def test_warnings_one_category_at_user_code_again_each_fit(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from fitprof import FitProfilerWarning
 
@@ -281,6 +291,7 @@ def test_warnings_one_category_at_user_code_again_each_fit(tmp_path: Path, caplo
         caplog.clear()
 
 
+@pytest.mark.slow
 def test_warnings_as_errors_never_break_training(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """python -W error (for fitprof's category: Lightning warns of its own here): the warning goes to logging."""
     from fitprof import FitProfilerWarning

@@ -18,39 +18,17 @@ pl = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
+import lightning_tiny  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
-
-
-class _Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+from lightning_tiny import Tiny as _Tiny  # noqa: E402
 
 
 def _loader(batches: int = 12) -> Any:
-    g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,)))
-    return torch.utils.data.DataLoader(ds, batch_size=4)
+    return lightning_tiny.loader(batches)
 
 
 def _fit(tmp_path: Path, callbacks: list[Any], **kwargs: Any) -> Any:
-    opts: dict[str, Any] = dict(
-        max_epochs=1,
-        default_root_dir=tmp_path,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
-    opts.update(kwargs)
-    trainer = pl.Trainer(callbacks=callbacks, **opts)
+    trainer = lightning_tiny.trainer(tmp_path, callbacks, **kwargs)
     trainer.fit(_Tiny(), _loader())
     return trainer
 
@@ -65,6 +43,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any, FitProfile
     return tmp, trainer, fp, ckpt
 
 
+@pytest.mark.slow
 def test_figures_reach_callback_metrics_progress_bar_and_a_monitor(run: tuple[Path, Any, Any, Any]) -> None:
     _, trainer, fp, ckpt = run
     assert sorted(fp.reports) == [0, 2]
@@ -79,6 +58,7 @@ def test_figures_reach_callback_metrics_progress_bar_and_a_monitor(run: tuple[Pa
     assert float(ckpt.best_model_score) == pytest.approx(best, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> None:
     tmp, _, fp, _ = run
     (path,) = tmp.glob("csv/version_*/metrics.csv")
@@ -92,6 +72,7 @@ def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> 
             assert float(row[f"fitprof/top_op_{i}_ms"]) == pytest.approx(op.self_ms_per_step, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, Any]) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -114,6 +95,7 @@ def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, A
     )
 
 
+@pytest.mark.slow
 def test_one_line_summary_on_rank_zero_unless_turned_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     fp = FitProfiler(profile_batch=(3, 5))
@@ -134,6 +116,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
     return json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
 
+@pytest.mark.slow
 def test_torch_profiler_options_reach_the_trace(tmp_path: Path) -> None:
     plain = FitProfiler(profile_batch=(3, 5), verbose=False)
     _fit(tmp_path / "plain", [plain])
@@ -193,6 +176,7 @@ class _Logs(_Tiny):
             raise RuntimeError("planted")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["training raises", "validation raises", "manual optimization"])
 def test_what_fitprof_writes_itself_sits_at_the_last_batchs_step(tmp_path: Path, case: str) -> None:
     """The operators by name, the summary and (after an exception, where fitprof writes its scalars itself) the

@@ -156,6 +156,7 @@ def _scalars(root: Path) -> dict[str, list[float]]:
     return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
+@pytest.mark.slow
 def test_input_slowdown_fires_and_the_triggered_window_is_input_bound(
     input_run: tuple[Path, Any, FitProfiler, _Ends, _Batches], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -181,6 +182,7 @@ def test_input_slowdown_fires_and_the_triggered_window_is_input_bound(
     assert float(trainer.callback_metrics[metrics.TRIGGER_STEP.key]) == event.step
 
 
+@pytest.mark.slow
 def test_epoch_figures_reach_tensorboard_and_match_a_truth_timed_in_the_dataset(
     input_run: tuple[Path, Any, FitProfiler, _Ends, _Batches],
 ) -> None:
@@ -220,6 +222,7 @@ def test_epoch_figures_reach_tensorboard_and_match_a_truth_timed_in_the_dataset(
     assert figures.step_time_ms_max >= figures.step_time_ms_p90 >= figures.step_time_ms_p50 > 0
 
 
+@pytest.mark.slow
 def test_operator_slowdown_names_the_operator_that_grew(
     op_run: tuple[Path, Any, FitProfiler], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -232,6 +235,7 @@ def test_operator_slowdown_names_the_operator_that_grew(
     assert not [op for op in fp.reports[0].top_ops if op.name == "fitprof_test::slow_op"]
 
 
+@pytest.mark.slow
 def test_summary_lines(
     input_run: tuple[Path, Any, FitProfiler, _Ends, _Batches], op_run: tuple[Path, Any, FitProfiler]
 ) -> None:

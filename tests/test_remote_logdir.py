@@ -13,8 +13,6 @@ import csv
 import io
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import textwrap
 import uuid
@@ -27,17 +25,11 @@ import pytest
 import fitprof
 from fitprof import _fs
 from fitprof.cli import main as cli_main
+from keras_child import child_env, run_result
 
 fsspec = pytest.importorskip("fsspec")
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SRC = Path(__file__).resolve().parents[1] / "src"
-
-
-def _child_env(backend: str) -> dict[str, str]:
-    """The child runs in another working directory: this checkout's ``src`` first, as an absolute path."""
-    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=path)
 
 
 def _files(root: Path) -> list[str]:
@@ -65,42 +57,17 @@ pl = pytest.importorskip("lightning.pytorch")
 from fsspec.implementations.memory import MemoryFileSystem  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
+import lightning_tiny  # noqa: E402
 from fitprof.lightning import FitProfiler as LightningProfiler  # noqa: E402
 
 
-class _Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-def _loader(batches: int = 12) -> Any:
-    g = torch.Generator().manual_seed(0)
-    ds = torch.utils.data.TensorDataset(torch.randn(batches * 4, 8, generator=g), torch.randint(0, 2, (batches * 4,)))
-    return torch.utils.data.DataLoader(ds, batch_size=4)
-
-
 def _fit_lightning(callback: LightningProfiler, logger: Any, root: Path, epochs: int = 1) -> Any:
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        logger=logger,
-        callbacks=[callback],
-        default_root_dir=root,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-    )
-    trainer.fit(_Tiny(), _loader())
+    trainer = lightning_tiny.trainer(root, [callback], max_epochs=epochs, logger=logger)
+    trainer.fit(lightning_tiny.Tiny(), lightning_tiny.loader(12))
     return trainer
 
 
+@pytest.mark.slow
 def test_lightning_writes_through_fsspec_to_the_loggers_url(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
@@ -155,6 +122,7 @@ def test_lightning_writes_through_fsspec_to_the_loggers_url(
     assert _files(work) == []
 
 
+@pytest.mark.slow
 def test_lightning_file_url_is_a_local_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work, logs = tmp_path / "work", tmp_path / "logs dir"
     work.mkdir()
@@ -180,6 +148,7 @@ def _lightning_warnings(url: str, work: Path) -> tuple[LightningProfiler, list[s
     return profiler, [str(w.message) for w in caught if str(w.message).startswith("fitprof")], csv_dir
 
 
+@pytest.mark.slow
 def test_lightning_unknown_scheme_warns_once_and_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -196,6 +165,7 @@ def test_lightning_unknown_scheme_warns_once_and_logs(tmp_path: Path, monkeypatc
     assert logged == pytest.approx([profiler.reports[0].step_time_ms])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(__import__("importlib.util").util.find_spec("s3fs") is not None, reason="s3fs is installed")
 def test_lightning_missing_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     work = tmp_path / "work"
@@ -216,6 +186,7 @@ class _ReadOnlyFS(MemoryFileSystem):
         raise PermissionError(13, "Permission denied", rpath)
 
 
+@pytest.mark.slow
 def test_lightning_failing_remote_write_warns_once_naming_the_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,61 +215,62 @@ KERAS_SCRIPT = textwrap.dedent(
     from sklearn.datasets import load_digits
 
     assert keras.backend.backend() == "torch"
-    keras.utils.set_random_seed(0)
     digits = load_digits()
     x = (digits.images / 16.0).astype("float32")[..., None][:320]
     y = digits.target[:320]
-    profiler = FitProfiler({url!r}, profile_batch=(2, 4))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        keras_digits.build_model().fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
-    copied = []
-    if {copy!r}:
-        fs, root = fsspec.core.url_to_fs({url!r})
-        for path in fs.find(root):
-            rel = path[len(root) + 1 :]
-            local = os.path.join({out!r}, *rel.split("/"))
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            fs.get_file(path, local)
-            copied.append(rel)
-    print("RESULT" + json.dumps({{
-        "reports": {{str(e): r.step_time_ms for e, r in profiler.reports.items()}},
-        "copied": sorted(copied),
-        "warnings": [str(w.message) for w in caught if str(w.message).startswith("fitprof")],
-    }}))
+    results = {{}}
+    for url, out in {cases!r}:
+        keras.utils.set_random_seed(0)
+        profiler = FitProfiler(url, profile_batch=(2, 4))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            keras_digits.build_model().fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
+        copied = []
+        if out:
+            fs, root = fsspec.core.url_to_fs(url)
+            for path in fs.find(root):
+                rel = path[len(root) + 1 :]
+                local = os.path.join(out, *rel.split("/"))
+                os.makedirs(os.path.dirname(local), exist_ok=True)
+                fs.get_file(path, local)
+                copied.append(rel)
+        results[url] = {{
+            "reports": {{str(e): r.step_time_ms for e, r in profiler.reports.items()}},
+            "copied": sorted(copied),
+            "warnings": [str(w.message) for w in caught if str(w.message).startswith("fitprof")],
+        }}
+    print("RESULT" + json.dumps(results))
     """
 )
+TORCH_URL = "memory://keras-torch/run"
+UNKNOWN_URL = "nosuchfs://bucket/run"
 
 
-def _keras_torch(tmp_path: Path, url: str, *, copy: bool) -> tuple[dict[str, Any], Path, Path]:
+@pytest.fixture(scope="module")
+def keras_torch(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, Path]:
+    """One Keras-on-torch child for both URLs, fitting in turn: the memory filesystem (copied back to ``out``) and
+    an unknown scheme. Returns each URL's result, the child's working folder and ``out``."""
     pytest.importorskip("keras")
     pytest.importorskip("sklearn")
-    work, out = tmp_path / "work", tmp_path / "out"
+    tmp = tmp_path_factory.mktemp("keras_torch_remote")
+    work, out = tmp / "work", tmp / "out"
     work.mkdir()
     out.mkdir()
-    code = KERAS_SCRIPT.format(examples=str(EXAMPLES), url=url, copy=copy, out=str(out))
+    code = KERAS_SCRIPT.format(examples=str(EXAMPLES), cases=[(TORCH_URL, str(out)), (UNKNOWN_URL, "")])
     before = _staging()
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=_child_env("torch"),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    result, _ = run_result(["-c", code], cwd=work, env=child_env(KERAS_BACKEND="torch"))
     assert _staging() == before
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :]), work, out
+    assert _files(work) == []
+    return result, work, out
 
 
 @pytest.mark.slow
-def test_keras_torch_writes_through_fsspec(tmp_path: Path) -> None:
+def test_keras_torch_writes_through_fsspec(keras_torch: tuple[dict[str, Any], Path, Path]) -> None:
     from tensorboard.backend.event_processing import event_accumulator
     from tensorboard.util import tensor_util
 
-    result, work, out = _keras_torch(tmp_path, "memory://keras-torch/run", copy=True)
-    assert _files(work) == []
+    results, _, out = keras_torch
+    result = results[TORCH_URL]
     assert result["warnings"] == []
     copied = result["copied"]
     assert len([n for n in copied if n.endswith(".pt.trace.json.gz")]) == 2
@@ -315,10 +287,9 @@ def test_keras_torch_writes_through_fsspec(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_keras_torch_unknown_scheme_warns_once(tmp_path: Path) -> None:
-    result, work, _ = _keras_torch(tmp_path, "nosuchfs://bucket/run", copy=False)
-    assert _files(work) == []
-    assert len(result["warnings"]) == 1 and "nosuchfs://bucket/run" in result["warnings"][0]
+def test_keras_torch_unknown_scheme_warns_once(keras_torch: tuple[dict[str, Any], Path, Path]) -> None:
+    result = keras_torch[0][UNKNOWN_URL]
+    assert len(result["warnings"]) == 1 and UNKNOWN_URL in result["warnings"][0]
     assert set(result["reports"]) == {"0", "1"}
 
 
@@ -335,62 +306,62 @@ TF_SCRIPT = textwrap.dedent(
     from tensorboard.util import tensor_util
 
     assert keras.backend.backend() == "tensorflow"
-    keras.utils.set_random_seed(0)
     digits = load_digits()
     x = (digits.images / 16.0).astype("float32")[..., None][:320]
     y = digits.target[:320]
-    url = {url!r}
-    profiler = FitProfiler(url, profile_batch=(2, 4))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        keras_digits.build_model().fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
-    files, logged = [], []
-    if url.startswith("ram://"):
-        for folder, _, names in tf.io.gfile.walk(url):
-            for name in names:
-                rel = (folder + "/" + name)[len(url) + 1 :]
-                files.append(rel)
-                if rel.endswith(".xplane.pb"):
-                    local = os.path.join({out!r}, rel.replace("/", "__"))
-                    tf.io.gfile.copy(url + "/" + rel, local)
-        acc = event_accumulator.EventAccumulator(url, size_guidance={{event_accumulator.TENSORS: 0}})
-        acc.Reload()
-        logged = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors("fitprof/step_time_ms")]
-    print("RESULT" + json.dumps({{
-        "reports": {{str(e): r.step_time_ms for e, r in profiler.reports.items()}},
-        "files": sorted(files),
-        "logged": logged,
-        "warnings": [str(w.message) for w in caught if str(w.message).startswith("fitprof")],
-    }}))
+    results = {{}}
+    for url in {urls!r}:
+        keras.utils.set_random_seed(0)
+        profiler = FitProfiler(url, profile_batch=(2, 4))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            keras_digits.build_model().fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
+        files, logged = [], []
+        if url.startswith("ram://"):
+            for folder, _, names in tf.io.gfile.walk(url):
+                for name in names:
+                    rel = (folder + "/" + name)[len(url) + 1 :]
+                    files.append(rel)
+                    if rel.endswith(".xplane.pb"):
+                        local = os.path.join({out!r}, rel.replace("/", "__"))
+                        tf.io.gfile.copy(url + "/" + rel, local)
+            acc = event_accumulator.EventAccumulator(url, size_guidance={{event_accumulator.TENSORS: 0}})
+            acc.Reload()
+            logged = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors("fitprof/step_time_ms")]
+        results[url] = {{
+            "reports": {{str(e): r.step_time_ms for e, r in profiler.reports.items()}},
+            "files": sorted(files),
+            "logged": logged,
+            "warnings": [str(w.message) for w in caught if str(w.message).startswith("fitprof")],
+        }}
+    print("RESULT" + json.dumps(results))
     """
 )
+RAM_URL = "ram://fitprof-keras/run"
 
 
-def _keras_tf(tmp_path: Path, url: str) -> tuple[dict[str, Any], Path, Path, str]:
+@pytest.fixture(scope="module")
+def keras_tf(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, str]:
+    """One Keras-on-TensorFlow child for both URLs, fitting in turn: TensorFlow's ``ram://`` filesystem (each
+    ``.xplane.pb`` copied to ``out``) and an unknown scheme. Returns each URL's result, ``out`` and the stderr."""
     pytest.importorskip("tensorflow")
     pytest.importorskip("sklearn")
-    work, out = tmp_path / "work", tmp_path / "out"
+    tmp = tmp_path_factory.mktemp("keras_tf_remote")
+    work, out = tmp / "work", tmp / "out"
     work.mkdir()
     out.mkdir()
     before = _staging()
-    proc = subprocess.run(
-        [sys.executable, "-c", TF_SCRIPT.format(examples=str(EXAMPLES), url=url, out=str(out))],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        env=_child_env("tensorflow"),
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code = TF_SCRIPT.format(examples=str(EXAMPLES), urls=[RAM_URL, UNKNOWN_URL], out=str(out))
+    result, proc = run_result(["-c", code], cwd=work, env=child_env(KERAS_BACKEND="tensorflow"))
     assert _staging() == before
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :]), work, out, proc.stderr
+    assert _files(work) == []
+    return result, out, proc.stderr
 
 
 @pytest.mark.slow
-def test_keras_tensorflow_writes_through_gfile(tmp_path: Path) -> None:
-    result, work, out, stderr = _keras_tf(tmp_path, "ram://fitprof-keras/run")
-    assert _files(work) == []
+def test_keras_tensorflow_writes_through_gfile(keras_tf: tuple[dict[str, Any], Path, str]) -> None:
+    results, out, stderr = keras_tf
+    result = results[RAM_URL]
     assert result["warnings"] == []
     files = result["files"]
     xplanes = [n for n in files if n.endswith(".xplane.pb")]
@@ -403,14 +374,13 @@ def test_keras_tensorflow_writes_through_gfile(tmp_path: Path) -> None:
     assert result["logged"] == pytest.approx([result["reports"]["0"], result["reports"]["1"]])
     # After TensorFlow's "Collecting XSpace to repository: <temp folder>", a line naming the real place.
     for name in xplanes:
-        assert f"fitprof: the profile of epoch {name.split('_epoch')[1][0]} is in ram://fitprof-keras/run/" in stderr
+        assert f"fitprof: the profile of epoch {name.split('_epoch')[1][0]} is in {RAM_URL}/" in stderr
 
 
 @pytest.mark.slow
-def test_keras_tensorflow_unknown_scheme_warns_once(tmp_path: Path) -> None:
-    result, work, _, _ = _keras_tf(tmp_path, "nosuchfs://bucket/run")
-    assert _files(work) == []
-    assert len(result["warnings"]) == 1 and "nosuchfs://bucket/run" in result["warnings"][0]
+def test_keras_tensorflow_unknown_scheme_warns_once(keras_tf: tuple[dict[str, Any], Path, str]) -> None:
+    result = keras_tf[0][UNKNOWN_URL]
+    assert len(result["warnings"]) == 1 and UNKNOWN_URL in result["warnings"][0]
     assert set(result["reports"]) == {"0", "1"}
 
 
@@ -438,14 +408,11 @@ def test_report_follows_folder_links_as_tensorboard_does(tmp_path: Path, capsys:
     """A run reached through a symbolic link is a run for TensorBoard (its walk follows links), so for fitprof."""
     from tensorboard.backend.event_processing import io_wrapper
 
-    kineto = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto"
-    traces = sorted(kineto.glob("*.json*")) if kineto.is_dir() else []
-    if not traces:
-        pytest.skip("no shared Kineto fixture")
     from fitprof.report_files import write_report_file
+    from shared_fixtures import LIGHTNING_CPU
 
     real = tmp_path / "elsewhere" / "run"
-    write_report_file(real, session="s", epoch=0, report=fitprof.analyze(traces[0]), trace=traces[0])
+    write_report_file(real, session="s", epoch=0, report=fitprof.analyze(LIGHTNING_CPU), trace=LIGHTNING_CPU)
     (real / "events.out.tfevents.1.host").write_bytes(b"")
     logs = tmp_path / "logs"
     logs.mkdir()

@@ -15,7 +15,7 @@ as a script with ``KERAS_BACKEND`` set): two processes in all, each importing Ke
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from keras_child import run_backend_child
+from keras_child import run_backend_child, write_results
 
 BATCH = 16
 BACKENDS = ("tensorflow", "torch")
@@ -81,6 +81,16 @@ class Row:
 
 
 NOTHING = "nothing was profiled"
+
+
+def _tensorboard(id: str, order: str, *, tb: Any, window: tuple[int, int] = (2, 3), **kw: Any) -> Row:
+    """A TensorFlow-only row with Keras's TensorBoard callback profiling ``tb`` too, listed ``order`` ("after" or
+    "before") FitProfiler; its profile must exist."""
+    return Row(
+        id, cb={"profile_batch": window}, other=f"tensorboard-{order}", tb=tb, backends=TF_ONLY, tb_profile=True, **kw
+    )
+
+
 ROWS = [
     # argument forms
     Row("int", cb={"profile_batch": 2}, reports={0: 1}),
@@ -162,63 +172,30 @@ ROWS = [
         reports={1: 2, 2: 2},
     ),
     # another profiling callback on the same steps, both orders: its profile is kept and fitprof says so once
-    Row(
+    _tensorboard(
         "tensorboard-after",
-        cb={"profile_batch": (2, 3)},
-        other="tensorboard-after",
+        "after",
         tb=(2, 3),
-        backends=TF_ONLY,
-        tb_profile=True,
         warns=(("leaves those steps to TensorBoard",), (NOTHING, "TensorBoard")),
     ),
-    Row(
+    _tensorboard(
         "tensorboard-before",
-        cb={"profile_batch": (2, 3)},
-        other="tensorboard-before",
+        "before",
         tb=(2, 3),
-        backends=TF_ONLY,
-        tb_profile=True,
         warns=(("leaves those steps to TensorBoard",), (NOTHING, "TensorBoard")),
     ),
-    Row(
+    _tensorboard(
         "tensorboard-next-epoch",
-        cb={"profile_batch": (2, 3)},
-        fit={"epochs": 2},
-        other="tensorboard-after",
+        "after",
         tb=(12, 13),
-        backends=TF_ONLY,
-        tb_profile=True,
+        fit={"epochs": 2},
         reports={0: 2},
         warns=(("leaves those steps to TensorBoard", "epoch 1"),),
     ),
-    Row(
-        "tensorboard-other-steps",
-        cb={"profile_batch": (6, 8)},
-        other="tensorboard-after",
-        tb=(2, 3),
-        backends=TF_ONLY,
-        tb_profile=True,
-        reports={0: 3},
-    ),
+    _tensorboard("tensorboard-other-steps", "after", tb=(2, 3), window=(6, 8), reports={0: 3}),
     # TensorBoard's profile ends on the window's warm-up step (issue 19): fitprof takes no warm-up step there
-    Row(
-        "tensorboard-after-ends-on-warm-up-step",
-        cb={"profile_batch": (6, 8)},
-        other="tensorboard-after",
-        tb=(2, 5),
-        backends=TF_ONLY,
-        tb_profile=True,
-        reports={0: 3},
-    ),
-    Row(
-        "tensorboard-before-ends-on-warm-up-step",
-        cb={"profile_batch": (6, 8)},
-        other="tensorboard-before",
-        tb=(2, 5),
-        backends=TF_ONLY,
-        tb_profile=True,
-        reports={0: 3},
-    ),
+    _tensorboard("tensorboard-after-ends-on-warm-up-step", "after", tb=(2, 5), window=(6, 8), reports={0: 3}),
+    _tensorboard("tensorboard-before-ends-on-warm-up-step", "before", tb=(2, 5), window=(6, 8), reports={0: 3}),
     Row(
         "second-fitprof-before",
         cb={"profile_batch": (2, 3)},
@@ -397,15 +374,7 @@ def _child(out: Path) -> None:
     import keras
 
     backend = keras.backend.backend()
-    results: dict[str, Any] = {}
-    for row in ROWS:
-        if backend not in row.backends:
-            continue
-        try:
-            results[row.id] = _run_row(row, out / row.id)
-        except BaseException as err:  # one broken row must not hide the others
-            results[row.id] = {"error": f"{type(err).__name__}: {err}"}
-    (out / "results.json").write_text(json.dumps(results))
+    write_results(out, {row.id: functools.partial(_run_row, row) for row in ROWS if backend in row.backends})
 
 
 # ----------------------------------------------------------------------------------------------------- the tests
@@ -416,6 +385,7 @@ def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     return backend, run_backend_child(__file__, backend, tmp_path_factory.mktemp(f"keras_{backend}"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_scenario(row: Row, backend_run: tuple[str, dict]) -> None:
     backend, results = backend_run

@@ -31,31 +31,9 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.report_files import read_report_file  # noqa: E402
+from lightning_tiny import Tiny as _Tiny  # noqa: E402
 
 BATCH = 4
-
-
-class _Tiny(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 2)
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        x, y = batch
-        return torch.nn.functional.cross_entropy(self.layer(x), y)
-
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", torch.nn.functional.cross_entropy(self.layer(x), y))
-
-    def test_step(self, batch: Any, batch_idx: int) -> None:
-        self.validation_step(batch, batch_idx)
-
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        return self.layer(batch[0])
-
-    def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 class _Manual(_Tiny):
@@ -349,6 +327,7 @@ def _check_warnings(msgs: list[str], expected: tuple[tuple[str, ...], ...]) -> N
         assert sum(all(p in m for p in parts) for m in msgs) == 1, (parts, msgs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
 def test_scenario(row: Row, tmp_path: Path) -> None:
     cb, msgs = _run(row, tmp_path)
@@ -363,6 +342,7 @@ def test_scenario(row: Row, tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- LightningCLI
+@pytest.mark.slow
 def test_lightning_cli_appends_the_callback_by_its_import_path(tmp_path: Path) -> None:
     """``--trainer.callbacks+=fitprof.lightning.FitProfiler`` and its arguments as ``--trainer.callbacks.<arg>``."""
     pytest.importorskip("jsonargparse")

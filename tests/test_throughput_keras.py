@@ -15,6 +15,7 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
 from fitprof.keras import FitProfiler  # noqa: E402
+from flops_counts import assert_rates, mlp_train_flops  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
 
@@ -48,6 +49,7 @@ def _fit(tmp: Path, model: Any, x: Any, y: Any, *, dataset: bool) -> FitProfiler
     return fp
 
 
+@pytest.mark.slow
 def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path) -> None:
     rng = __import__("numpy").random.default_rng(0)
     x = rng.standard_normal((BATCHES * B, 12)).astype("float32")
@@ -55,22 +57,14 @@ def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path
     model = keras.Sequential([keras.Input((12,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(4)])
     fp = _fit(tmp_path, model, x, y, dataset=True)
     report = fp.reports[0]
-    forward = 2 * B * 12 * 16 + 2 * B * 16 * 4
-    # backward: grad-weight of both layers; grad-input of the second only (the first layer's input needs none)
-    backward = 2 * B * 12 * 16 + (2 * B * 16 * 4 + 2 * B * 16 * 4)
-    assert report.flops_per_step == forward + backward
-
+    assert report.flops_per_step == mlp_train_flops(B)
     logged = _scalars(tmp_path)
-    steps = report.steps_analyzed
-    assert steps == PROFILE[1] - PROFILE[0] + 1
-    summed_s = report.step_time_ms * steps / 1000.0
-    assert logged["fitprof/samples_per_s"] == pytest.approx(B * steps / summed_s, rel=1e-5)
-    assert logged["fitprof/flops_per_step"] == forward + backward
-    assert logged["fitprof/flops_per_s"] == pytest.approx((forward + backward) * steps / summed_s, rel=1e-5)
+    assert_rates(logged, report, batch=B, flops=mlp_train_flops(B), window=PROFILE, rel=1e-5)
     assert "fitprof/mfu" not in logged and "fitprof/items_per_s" not in logged  # CPU; no count_items
     assert math.isnan(report.mfu)
 
 
+@pytest.mark.slow
 def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     rng = __import__("numpy").random.default_rng(0)
     x = rng.standard_normal((BATCHES * B, 10, 10, 3)).astype("float32")
@@ -95,6 +89,7 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     assert fp.reports[0].samples_per_step == B
 
 
+@pytest.mark.slow
 def test_the_counted_call_is_the_one_before_the_warm_up_step(tmp_path: Path) -> None:
     """Issue 19 with issue 16: counting slows the step it counts, so the counted call is the one before the window's
     warm-up step (recorded by the profiler), never the warm-up step itself: what ``fit`` calls at each batch, seen

@@ -15,7 +15,9 @@ pl = pytest.importorskip("lightning.pytorch")
 
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
+import lightning_tiny  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
+from flops_counts import assert_rates, mlp_train_flops  # noqa: E402
 
 B = 8  # samples per batch
 BATCHES = 5
@@ -60,16 +62,7 @@ def _fit(
     )
     fp = FitProfiler(profile_batch=PROFILE, verbose=False, count_items=count_items)
     logger = CSVLogger(tmp, name="csv")
-    trainer = pl.Trainer(
-        max_epochs=1,
-        callbacks=[fp],
-        logger=logger,
-        default_root_dir=tmp,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        **trainer_args,
-    )
+    trainer = lightning_tiny.trainer(tmp, [fp], logger=logger, **trainer_args)
     trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=B))
     return fp, Path(logger.log_dir) / "metrics.csv"
 
@@ -82,26 +75,20 @@ def _logged(csv_path: Path) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 def test_mlp_flops_match_the_hand_count_and_throughput_reads_back(tmp_path: Path) -> None:
     fp, csv_path = _fit(tmp_path, _MLP(), (12,), count_items=lambda batch: float(batch[0].numel()))
     report = fp.reports[0]
-    forward = 2 * B * 12 * 16 + 2 * B * 16 * 4
-    # backward: grad-weight of both layers; grad-input of the second only (the first layer's input needs none)
-    backward = 2 * B * 12 * 16 + (2 * B * 16 * 4 + 2 * B * 16 * 4)
-    assert report.flops_per_step == forward + backward
-
+    assert report.flops_per_step == mlp_train_flops(B)
     logged = _logged(csv_path)
-    steps = report.steps_analyzed
-    assert steps == PROFILE[1] - PROFILE[0] + 1
-    summed_s = report.step_time_ms * steps / 1000.0
-    assert logged["fitprof/samples_per_s"] == pytest.approx(B * steps / summed_s, rel=1e-6)
-    assert logged["fitprof/items_per_s"] == pytest.approx(B * 12 * steps / summed_s, rel=1e-6)
-    assert logged["fitprof/flops_per_step"] == forward + backward
-    assert logged["fitprof/flops_per_s"] == pytest.approx((forward + backward) * steps / summed_s, rel=1e-6)
+    assert_rates(logged, report, batch=B, flops=mlp_train_flops(B), window=PROFILE, rel=1e-6)
+    summed_s = report.step_time_ms * report.steps_analyzed / 1000.0
+    assert logged["fitprof/items_per_s"] == pytest.approx(B * 12 * report.steps_analyzed / summed_s, rel=1e-6)
     assert "fitprof/mfu" not in logged  # CPU: FLOP/s only, MFU NaN (never logged)
     assert math.isnan(report.mfu) and "CPU" in report.mfu_note
 
 
+@pytest.mark.slow
 def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     fp, _ = _fit(tmp_path, _CNN(), (3, 10, 10))
     conv1 = 2 * B * 6 * 8 * 8 * 3 * 3 * 3  # 2 * B * Cout * Hout * Wout * Cin * kh * kw, 10x10 -> 8x8
@@ -113,6 +100,7 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
     assert fp.reports[0].flops_per_step == forward + backward
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_on_a_gpu_the_count_is_the_same_and_mfu_uses_the_dense_peak(tmp_path: Path) -> None:
     from fitprof.throughput import peak_flops_per_s

@@ -137,11 +137,13 @@ def test_legacy_writer_with_a_quote_is_read(tmp_path: Path) -> None:
     assert "aten::matmul" in {o.name for o in fitprof.analyze(path, top_k=50).top_ops}
 
 
+@pytest.mark.slow
 def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
     pl = pytest.importorskip("lightning.pytorch")
     from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
 
+    import lightning_tiny
     from fitprof.lightning import FitProfiler
 
     class Model(pl.LightningModule):
@@ -159,15 +161,9 @@ def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
     profiler = FitProfiler(log_dir=tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pl.Trainer(
-            default_root_dir=tmp_path,
-            max_epochs=1,
-            callbacks=[profiler],
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        ).fit(Model(), DataLoader(TensorDataset(torch.randn(160, 4)), batch_size=8))
+        lightning_tiny.trainer(tmp_path, [profiler]).fit(
+            Model(), DataLoader(TensorDataset(torch.randn(160, 4)), batch_size=8)
+        )
     assert profiler.reports[0].steps_analyzed == 5
     # the 5 analysed steps and the warm-up step before them (issue 19): the profiler records that step too
     assert _annotation_names(profiler.trace_paths[0]).count('load "train"\t\\ étape') == 5 + 1

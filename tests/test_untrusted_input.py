@@ -31,10 +31,9 @@ from fitprof.traces import TraceError, _limits, read_trace
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 from fitprof.traces.xspace_write import xplane_classes
 from fuzz_traces import PEAK_RSS_SOURCE, bomb, byte_mutation, json_mutation, kineto_seed, xspace_seed
-from shared_fixtures import LIGHTNING_CPU
+from shared_fixtures import KINETO_DIR, LIGHTNING_CPU, optional_shared_kineto
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_KINETO = ROOT.parent / "shared" / "fixtures" / "kineto"
 FUZZ_INPUTS = 250
 FUZZ_SEED = 20
 FUZZ_BOUNDS = {"max_trace_mb": 4.0, "max_events": 200_000}
@@ -48,7 +47,7 @@ sys.path.insert(0, sys.argv[1])
 import fuzz_traces
 bounds = json.loads(sys.argv[6])
 print(json.dumps(fuzz_traces.run(int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5]).parent,
-                                 Path(sys.argv[5]).parent.parent / "shared" / "fixtures" / "kineto", **bounds)))
+                                 Path(sys.argv[7]), **bounds)))
 """
 
 
@@ -56,6 +55,7 @@ def _child_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
 
 
+@pytest.mark.slow
 def test_fuzzed_traces_give_a_report_or_trace_error(tmp_path: Path) -> None:
     """Every mutant gives a report or a TraceError naming the file; the process's peak RSS barely grows."""
     args = [
@@ -65,6 +65,7 @@ def test_fuzzed_traces_give_a_report_or_trace_error(tmp_path: Path) -> None:
         str(tmp_path),
         str(ROOT / "tests"),
         json.dumps(FUZZ_BOUNDS),
+        str(KINETO_DIR if optional_shared_kineto() else tmp_path / "no-shared-fixtures"),
     ]
     proc = subprocess.run(
         [sys.executable, "-c", _FUZZ_CHILD, *args],
@@ -140,6 +141,7 @@ def _read_in_child(seed: Path, path: Path, max_trace_mb: float, max_events: int)
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "plain_mb", "what"),
     [

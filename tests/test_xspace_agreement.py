@@ -104,6 +104,7 @@ def gpu_run(lightning_run: dict[str, Any]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------- one window, two files
+@pytest.mark.slow
 def test_lightning_window_read_two_ways_gives_one_report(lightning_run: dict[str, Any]) -> None:
     kineto = fitprof.analyze(lightning_run["trace"])
     xspace = fitprof.analyze(lightning_run["xplane"])
@@ -117,6 +118,7 @@ def test_lightning_window_read_two_ways_gives_one_report(lightning_run: dict[str
     assert sorted(a["name"]) == sorted(b["name"])
 
 
+@pytest.mark.slow
 def test_gpu_shaped_window_read_two_ways_gives_one_report(gpu_run: dict[str, Any]) -> None:
     kineto = fitprof.analyze(gpu_run["trace"], top_k=10)
     xspace = fitprof.analyze(gpu_run["xplane"], top_k=10)
@@ -191,6 +193,7 @@ def test_xprof_steps_on_real_gpu_traces_are_the_profiler_steps(
         assert float(row["stepTimeMs"]) == pytest.approx(steps_ms[int(row["stepnum"])], rel=0.01), row["stepnum"]
 
 
+@pytest.mark.slow
 def test_device_events_sit_on_gpu_planes_with_their_launching_op(gpu_run: dict[str, Any]) -> None:
     space = kineto_to_xspace(gpu_run["trace"])
     planes = {p.name: p for p in space.planes}
@@ -229,6 +232,7 @@ def test_device_events_sit_on_gpu_planes_with_their_launching_op(gpu_run: dict[s
     }
 
 
+@pytest.mark.slow
 def test_an_xspace_not_converted_by_fitprof_is_read_as_tensorflow(gpu_run: dict[str, Any], tmp_path: Path) -> None:
     """The Kineto reading is switched on by the converter's ``fitprof_source`` stat only; without it the file is
     classified by TensorFlow's line names, as any TensorFlow profile is."""
@@ -284,6 +288,7 @@ def pages(lightning_run: dict[str, Any], gpu_run: dict[str, Any]) -> dict[str, d
     return out
 
 
+@pytest.mark.slow
 def test_xprof_pages_show_fitprofs_figures_for_the_lightning_run(
     lightning_run: dict[str, Any], pages: dict[str, dict[str, Any]]
 ) -> None:
@@ -312,6 +317,7 @@ def test_xprof_pages_show_fitprofs_figures_for_the_lightning_run(
         assert op.self_ms_per_step * report.steps_analyzed * 1e3 < capture[op.name], op.name
 
 
+@pytest.mark.slow
 def test_xprof_pages_show_device_compute_htod_and_ops_of_the_gpu_shaped_run(
     gpu_run: dict[str, Any], pages: dict[str, dict[str, Any]]
 ) -> None:
@@ -335,6 +341,7 @@ def test_xprof_pages_show_device_compute_htod_and_ops_of_the_gpu_shaped_run(
         assert ops[("Device", op.name)] == pytest.approx(op.self_ms_per_step * report.steps_analyzed * 1e3, rel=0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("run", ["lightning", "gpu"])
 def test_trace_viewer_shows_the_true_event_names(
     run: str, lightning_run: dict[str, Any], gpu_run: dict[str, Any], pages: dict[str, dict[str, Any]]

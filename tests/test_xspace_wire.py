@@ -30,23 +30,13 @@ from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
 SEEDS = range(12)
 
 
-def _varint(n: int) -> bytes:
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b, n = n & 0x7F, n >> 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
 def _field(number: int, wire: int, payload: bytes | int) -> bytes:
-    tag = _varint(number << 3 | wire)
+    tag = gputrace.varint(number << 3 | wire)
     if wire == 0:
         assert isinstance(payload, int)
-        return tag + _varint(payload)
+        return tag + gputrace.varint(payload)
     assert isinstance(payload, bytes)
-    return tag + (_varint(len(payload)) + payload if wire == 2 else payload)
+    return tag + (gputrace.varint(len(payload)) + payload if wire == 2 else payload)
 
 
 def _random_int(rng: random.Random) -> int:
@@ -281,13 +271,13 @@ def test_varints_of_every_size() -> None:
     values = [0, 1, 127, 128, 2**56 - 1, 2**56, 2**63, 2**64 - 1]
     values += [rng.randrange(2 ** (7 * k), 2 ** min(64, 7 * (k + 1))) for k in range(10) for _ in range(50)]
     rng.shuffle(values)
-    blob = b"".join(_varint(v) for v in values)
-    pos = np.cumsum([0] + [len(_varint(v)) for v in values[:-1]])
+    blob = b"".join(gputrace.varint(v) for v in values)
+    pos = np.cumsum([0] + [len(gputrace.varint(v)) for v in values[:-1]])
     buf = np.frombuffer(blob + bytes(xs.WIRE_PAD), np.uint8)
     got = xs._varints(buf, pos)
     assert got is not None
     assert got[0].tolist() == values
-    assert got[1].tolist() == [len(_varint(v)) for v in values]
+    assert got[1].tolist() == [len(gputrace.varint(v)) for v in values]
     slow = xs._long_varints(buf, pos)
     assert slow is not None and slow[0].tolist() == values
 

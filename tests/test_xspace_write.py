@@ -16,7 +16,7 @@ import pytest
 from fitprof import _session
 from fitprof._session import session_name
 from fitprof.traces.xspace_write import kineto_to_xspace, write_xspace
-from shared_fixtures import KINETO_DIR
+from shared_fixtures import optional_shared_kineto
 
 BASE_NS = 1_790_000_000_000_000_000
 TRACE = {
@@ -65,6 +65,7 @@ def test_bytes_parse_with_tensorflows_own_classes() -> None:
     assert len(theirs.planes[0].lines[0].events) == 3
 
 
+@pytest.mark.slow
 def test_works_without_tensorflow_and_xprof_finds_the_steps(tmp_path: Path) -> None:
     """In a fresh interpreter where ``import tensorflow`` fails."""
     (tmp_path / "trace.json").write_text(json.dumps(TRACE))
@@ -119,7 +120,7 @@ def _trace_files(tmp_path: Path) -> list[Path]:
         doc, _ = kineto_trace(seed=seed)
         write_kineto(tmp_path / f"gen{seed}.pt.trace.json.gz", doc)
         files.append(tmp_path / f"gen{seed}.pt.trace.json.gz")
-    files += sorted(KINETO_DIR.glob("*.json.gz"))  # an extra layer: the suite stands without it
+    files += optional_shared_kineto()  # an extra layer: the test stands without it
     return files
 
 

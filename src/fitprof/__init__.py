@@ -11,7 +11,9 @@ import os
 from fitprof._session import split_rank
 from fitprof._warn import FitProfilerWarning
 from fitprof.analysis import BottleneckReport, OpStat, analyze_table
+from fitprof.analysis.memory import memory_churn, with_churn
 from fitprof.traces import TraceError, read_trace
+from fitprof.traces.kineto_memory import read_memory_events
 
 __version__ = "0.1.0"
 
@@ -42,7 +44,8 @@ def analyze(
         from one, else ``"tensorflow"``; ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (Kineto, and
         the ``.xplane.pb`` converted from it); ``host`` from the file name (an XSpace's ``_rank<N>`` suffix gives the
         rank) or, for a converted ``.xplane.pb``, the host its Kineto trace names: both files of one window give the
-        same report.
+        same report. A Kineto trace recorded with torch's ``profile_memory`` also gives the window's allocation
+        churn (``allocs_per_step``, ``alloc_mb_per_step``, ``top_alloc_ops``: :mod:`fitprof.analysis.memory`).
 
     Raises:
         TraceError: if the file is not a readable trace, or passes a bound.
@@ -54,7 +57,7 @@ def analyze(
         rank = table.attrs.get("rank", named_rank)
     if world_size is None:
         world_size = table.attrs.get("world_size")
-    return analyze_table(
+    report = analyze_table(
         table,
         top_k=top_k,
         source=os.fspath(path),
@@ -62,6 +65,10 @@ def analyze(
         rank=None if rank is None else int(rank),
         world_size=None if world_size is None else int(world_size),
     )
+    if table.attrs.get("profile_memory"):  # the file is read again for its [memory] events, only when it has them
+        memory = read_memory_events(path, max_trace_mb=max_trace_mb, max_events=max_events)
+        report = with_churn(report, memory_churn(table, memory, top_k=top_k))
+    return report
 
 
 __all__ = [

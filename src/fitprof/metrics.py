@@ -150,6 +150,13 @@ CHECKPOINT_MS_PER_STEP = Metric(
     "annotations (a `ModelCheckpoint` save run inside a window), divided by the number of steps. This time is "
     "already left out of `step_time_ms` and every share of it; 0 when no save ran in the window.",
 )
+VS_BASELINE_STEP_TIME_PERCENT = Metric(
+    PREFIX + "vs_baseline/step_time_percent",
+    "% (signed: + slower, - faster)",
+    "With `baseline=PATH`: the window's `step_time_ms` over the baseline's (the mean over the baseline run's "
+    "windows, `fitprof.compare`), less 1, times 100. Not logged when the two are not comparable (another framework, "
+    "world size, device, batch size or mostly different operators).",
+)
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
     TOP_OPS_PREFIX + "<op name>",
@@ -300,6 +307,85 @@ TRIGGER_BASELINE_MS = Metric(
     "The baseline the slow steps were compared with: the median of the last clean steps' wall times "
     "(`fitprof.steps.SlowdownTrigger`, `baseline_steps`).",
 )
+_MB = " 1 MB = 1e6 bytes."
+_MEMORY_WHERE = (
+    " Where it comes from, by training device (`fitprof.profilers.memory.BACKENDS`): CUDA "
+    "`torch.cuda.max_memory_allocated`; TensorFlow GPU `tf.config.experimental.get_memory_info()['peak']`; JAX "
+    "`memory_stats()['peak_bytes_in_use']` (JAX cannot reset it: the process's peak so far); a CPU-only run the "
+    "process's peak resident memory (Linux `VmHWM` in `/proc/self/status`, reset through `/proc/self/clear_refs`; "
+    "elsewhere `getrusage` `ru_maxrss`, the process's peak so far)."
+)
+MEMORY_PEAK_MB = Metric(
+    PREFIX + "memory_peak_mb",
+    "MB",
+    "The most memory the framework held on the training device during the profiled window (the peak is reset "
+    "when the window opens and read when it stops)." + _MEMORY_WHERE + _MB,
+)
+MEMORY_RESERVED_PEAK_MB = Metric(
+    PREFIX + "memory_reserved_peak_mb",
+    "MB",
+    "The allocator's reserved peak during the window, its cache included: CUDA `torch.cuda.max_memory_reserved`, "
+    "JAX `peak_bytes_reserved`; NaN where the framework does not say (TensorFlow, the host)." + _MB,
+)
+MEMORY_HEADROOM_PERCENT = Metric(
+    PREFIX + "memory_headroom_percent",
+    "% of capacity (0-100)",
+    "`100 * (capacity - held) / capacity` at the window's peak, `held` the larger of `memory_peak_mb` and "
+    "`memory_reserved_peak_mb`. Capacity: CUDA `get_device_properties().total_memory`, JAX `bytes_limit`, the host "
+    "(Linux) the process's resident memory plus `MemAvailable` from `/proc/meminfo` at the read (what it could "
+    "hold, other processes' memory left out), elsewhere the physical RAM; NaN on TensorFlow (no capacity given). "
+    "Under 10% fitprof warns once.",
+)
+EPOCH_MEMORY_PEAK_MB = Metric(
+    EPOCH_PREFIX + "memory_peak_mb",
+    "MB",
+    "`memory_peak_mb` over the whole epoch, profiled or not: the peak is reset at the epoch's start and read at "
+    "its end (and around a window; the epoch's peak is the largest read). Read a few times an epoch, never per "
+    "step." + _MB,
+)
+EPOCH_MEMORY_IN_USE_MB = Metric(
+    EPOCH_PREFIX + "memory_in_use_mb",
+    "MB",
+    "Memory held at the epoch's end: CUDA `torch.cuda.memory_allocated`, TensorFlow `get_memory_info()['current']`, "
+    "JAX `bytes_in_use`, the host (Linux) `VmRSS`; NaN where the host gives no current figure (not Linux)." + _MB,
+)
+EPOCH_MEMORY_GROWTH_MB = Metric(
+    EPOCH_PREFIX + "memory_growth_mb",
+    "MB",
+    "`memory_in_use_mb` at this epoch's end minus the previous epoch's (NaN for the first epoch of a fit). "
+    "When it is at least 10 MB in each of 3 epochs in a row, fitprof warns once that something keeps tensors "
+    "alive." + _MB,
+)
+EPOCH_MEMORY_HEADROOM_PERCENT = Metric(
+    EPOCH_PREFIX + "memory_headroom_percent",
+    "% of capacity (0-100)",
+    "`memory_headroom_percent` at the epoch's peak (`fitprof/epoch/memory_peak_mb`). Under 10% fitprof warns once.",
+)
+MEMORY_METRICS: tuple[Metric, ...] = (MEMORY_PEAK_MB, MEMORY_RESERVED_PEAK_MB, MEMORY_HEADROOM_PERCENT)
+"""The memory figures of a profiled window (`fitprof.fit.memory.MemoryProbe.window_figures`)."""
+EPOCH_MEMORY_METRICS: tuple[Metric, ...] = (
+    EPOCH_MEMORY_PEAK_MB,
+    EPOCH_MEMORY_IN_USE_MB,
+    EPOCH_MEMORY_GROWTH_MB,
+    EPOCH_MEMORY_HEADROOM_PERCENT,
+)
+"""The memory figures of every epoch (`fitprof.fit.memory.MemoryProbe.epoch_figures`)."""
+ALLOCS_PER_STEP = Metric(
+    PREFIX + "allocs_per_step",
+    "allocations per step",
+    "Memory allocations on the training device inside the analysed steps, divided by their number: the trace's "
+    "`[memory]` events with `Bytes > 0` (torch `profile_memory=True`; CUDA events where the trace has any, CPU "
+    "events otherwise), less those inside validation and fitprof's own spans. NaN without memory events.",
+)
+ALLOC_MB_PER_STEP = Metric(
+    PREFIX + "alloc_mb_per_step",
+    "MB per step",
+    "The bytes those allocations asked for, summed, divided by the number of steps: the allocator's churn. NaN "
+    "without memory events." + _MB,
+)
+CHURN_METRICS: tuple[Metric, ...] = (ALLOCS_PER_STEP, ALLOC_MB_PER_STEP)
+"""The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
+
 EPOCH_METRICS: tuple[Metric, ...] = (
     EPOCH_STEP_TIME_MS_P50,
     EPOCH_STEP_TIME_MS_P90,
@@ -348,10 +434,14 @@ ALL: tuple[Metric, ...] = (
     MFU,
     SELF_MS_PER_STEP,
     CHECKPOINT_MS_PER_STEP,
+    VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
     *EPOCH_PARTS_METRICS,
     *TRIGGER_METRICS,
+    *MEMORY_METRICS,
+    *EPOCH_MEMORY_METRICS,
+    *CHURN_METRICS,
 )
 
 BASE_KEYS: tuple[str, ...] = (

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof._session import REPORTS_DIR, check_session, report_file_name
-from fitprof.analysis import FRAMEWORKS, BottleneckReport, OpStat
+from fitprof.analysis import FRAMEWORKS, AllocStat, BottleneckReport, OpStat
 
 SCHEMA = 1
 MAX_REPORT_BYTES = 4_000_000
@@ -272,6 +272,18 @@ def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> Bott
             _float(o.get("percent"), "percent", path),
         )
         for o in ops
+    ]
+    allocs = kwargs.get("top_alloc_ops", [])
+    if not isinstance(allocs, list) or not all(isinstance(o, dict) and "name" in o for o in allocs):
+        raise ReportFileError(f"{path}: not a fitprof report ('top_alloc_ops' is not a list of operators)")
+    kwargs["top_alloc_ops"] = [
+        AllocStat(
+            str(o["name"]),
+            _float(o.get("allocs_per_step"), "allocs_per_step", path),
+            _float(o.get("mb_per_step"), "mb_per_step", path),
+            _float(o.get("percent"), "percent", path),
+        )
+        for o in allocs
     ]
     if not isinstance(kwargs.get("advice"), list) or not isinstance(kwargs.get("steps_analyzed"), int):
         raise ReportFileError(f"{path}: not a fitprof report ('advice' or 'steps_analyzed' has the wrong type)")

@@ -32,7 +32,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path[:0] = [str(ROOT / "examples"), str(HERE.parent)]  # the examples; tests/ for the shared Lightning model
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 WINDOW = (6, 8)
@@ -90,36 +90,18 @@ def record_ddp(rank_dir: Path) -> list[Path]:
     """Runs as both ranks (Lightning re-launches ``sys.argv``); rank 0 copies both traces when done."""
     import lightning.pytorch as pl
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     from fitprof.lightning import FitProfiler
+    from lightning_tiny import Mlp as Model
+    from lightning_tiny import RegressionData
 
     torch.set_num_threads(1)
 
-    class Data(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-        def __init__(self, n: int) -> None:
-            g = torch.Generator().manual_seed(0)
-            self.x, self.y = torch.randn(n, 32, generator=g), torch.randn(n, 1, generator=g)
-
-        def __len__(self) -> int:
-            return len(self.x)
-
-        def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    class Data(RegressionData):
+        def wait(self, i: int) -> None:
             if torch.distributed.get_rank() == DDP_SLOW_RANK:
                 time.sleep(DDP_SLEEP_PER_BATCH_S / 8)
-            return self.x[i], self.y[i]
-
-    class Model(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-
-        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
 
     profiler = FitProfiler(log_dir=rank_dir, profile_batch=WINDOW)
     trainer = pl.Trainer(devices=2, strategy="ddp", callbacks=[profiler], **_trainer_kwargs())

@@ -8,7 +8,8 @@ One module a job:
 * :mod:`fitprof.analysis.verdict`: the verdict thresholds (named, in one place), :func:`verdict_for`, the advice;
 * :mod:`fitprof.analysis.speedups`: exposed times and :func:`potential_speedups`;
 * :mod:`fitprof.analysis.intervals`: interval maths on disjoint, sorted spans;
-* :mod:`fitprof.analysis.columns`: masks over one column, each distinct value tested once.
+* :mod:`fitprof.analysis.columns`: masks over one column, each distinct value tested once;
+* :mod:`fitprof.analysis.memory`: allocation churn from a trace's memory events (torch ``profile_memory``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from fitprof.analysis.report import (
     FRAMEWORK_OF_FORMAT,
     FRAMEWORKS,
+    AllocStat,
     BottleneckReport,
     Framework,
     OpStat,
@@ -49,6 +51,7 @@ __all__ = [
     "PAGEABLE_ADVICE_SHARE",
     "SPEEDUP_CLAUSE_MIN",
     "SPEEDUP_FIXES",
+    "AllocStat",
     "BottleneckReport",
     "Framework",
     "OpStat",

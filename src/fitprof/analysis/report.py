@@ -53,6 +53,23 @@ class OpStat:
 
 
 @dataclass(frozen=True)
+class AllocStat:
+    """One operator of the top allocators (:mod:`fitprof.analysis.memory`).
+
+    Attributes:
+        name: the innermost host operator around the allocations (or ``(outside operators)``).
+        allocs_per_step: its allocations in the analysed steps, divided by their number.
+        mb_per_step: the bytes those asked for, divided by the number of steps (MB, 1e6 bytes).
+        percent: its share of the bytes allocated in the steps (0-100).
+    """
+
+    name: str
+    allocs_per_step: float
+    mb_per_step: float
+    percent: float
+
+
+@dataclass(frozen=True)
 class BottleneckReport:
     """Bottleneck figures for one profiled window (one epoch, one rank).
 
@@ -142,6 +159,20 @@ class BottleneckReport:
     checkpoint_ms_per_step: float = math.nan
     """Checkpoint saves inside the analysed steps (the ``fitprof/checkpoint`` spans), ms per step; already left out
     of ``step_time_ms``. NaN in report files written before it existed."""
+    memory_device: str = ""
+    """Where the allocations of the churn figures were made (``cuda``, ``cpu``); "" when the trace holds no memory
+    events (recorded without torch's ``profile_memory``) and the churn figures are NaN."""
+    allocs_per_step: float = math.nan
+    """Allocations inside the analysed steps per step (:mod:`fitprof.analysis.memory`)."""
+    alloc_mb_per_step: float = math.nan
+    """MB (1e6 bytes) those allocations asked for, per step."""
+    allocated_peak_mb: float = math.nan
+    """The most the steps' allocations held at once (MB): the largest rise of the running sum of the ``Bytes`` of
+    the allocations and frees in the analysed steps on ``memory_device``."""
+    heavy_churn: bool = False
+    """The steps allocate at least :data:`fitprof.analysis.memory.HEAVY_CHURN_RATIO` times ``allocated_peak_mb``."""
+    top_alloc_ops: list[AllocStat] = field(default_factory=list)
+    """The operators that allocated most bytes in the steps, largest first."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -169,6 +200,9 @@ class BottleneckReport:
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
+        if self.memory_device:  # a trace with memory events (profile_memory): every window of the fit has them
+            out[metrics.ALLOCS_PER_STEP.key] = self.allocs_per_step
+            out[metrics.ALLOC_MB_PER_STEP.key] = self.alloc_mb_per_step
         return out
 
     def op_scalars(self) -> dict[str, float]:
@@ -303,6 +337,19 @@ class BottleneckReport:
             parts.append(f"no MFU ({self.mfu_note})")
         return "Throughput: " + "; ".join(parts) + "." if parts else ""
 
+    def churn_line(self) -> str:
+        """``Memory churn (cpu): 11.0 allocations, 20.3 MB allocated per step (at most 2.0 MB held at once); top allocator
+        aten::empty 98.7%.`` (and `` Heavy churn.``); "" without memory events."""
+        if not self.memory_device:
+            return ""
+        top = self.top_alloc_ops[0] if self.top_alloc_ops else None
+        top_text = f"; top allocator {one_line(top.name)} {top.percent:.1f}%" if top else ""
+        return (
+            f"Memory churn ({self.memory_device}): {self.allocs_per_step:.1f} allocations, "
+            f"{self.alloc_mb_per_step:.1f} MB allocated per step (at most {self.allocated_peak_mb:.1f} MB held at once)"
+            f"{top_text}.{' Heavy churn.' if self.heavy_churn else ''}"
+        )
+
     def summary_markdown(self) -> str:
         """Verdict, advice and the top-operator table, as Markdown (TensorBoard's Text tab renders it)."""
         lines = [
@@ -322,6 +369,8 @@ class BottleneckReport:
             lines += [self.speedup_line(), ""]
         if self.throughput_line():
             lines += [self.throughput_line(), ""]
+        if self.churn_line():
+            lines += [self.churn_line(), ""]
         lines += [f"- {a}" for a in self.advice]
         if self.top_ops:
             lines += [
@@ -332,6 +381,14 @@ class BottleneckReport:
             lines += [  # '#' is the i of the logged key fitprof/top_op_<i>_ms
                 f"| {i} | {one_line(o.name).replace('|', chr(92) + '|')} | {o.self_ms_per_step:.3f} | {o.percent:.1f} |"
                 for i, o in enumerate(self.top_ops, start=1)
+            ]
+        if self.top_alloc_ops:
+            lines += ["", f"| operator (allocations on {self.memory_device}) | allocs/step | MB/step | % of bytes |"]
+            lines += ["|---|---:|---:|---:|"]
+            lines += [
+                f"| {one_line(o.name).replace('|', chr(92) + '|')} | {o.allocs_per_step:.1f} | {o.mb_per_step:.3f} | "
+                f"{o.percent:.1f} |"
+                for o in self.top_alloc_ops
             ]
         lines += [f"\n_{w}_" for w in self.warnings]
         return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The ``fitprof`` command: bottleneck tables from fitprof runs (``report``) or from any trace file (``analyze``).
+"""The ``fitprof`` command: bottleneck tables from fitprof runs (``report``) or from any trace file (``analyze``),
+and a regression gate between two runs (``compare``).
 
 ``fitprof report LOGDIR``
     Finds every fitprof run below ``LOGDIR`` (a folder holding ``plugins/fitprof/<session>.rank<r>.json``,
@@ -13,6 +14,10 @@
     ``--scheduler ADDRESS`` analyses each file as one task on a Dask distributed cluster (:mod:`fitprof.cli._dask`):
     the workers read the files (absolute paths, or URLs through fsspec) and only the reports come back
     (:mod:`fitprof.cli.analyze`).
+
+``fitprof compare BASELINE CANDIDATE``
+    Compares two runs (run directories, report files or trace files), aware of their noise; exit status 1 on a
+    regression (:mod:`fitprof.cli.compare`, :mod:`fitprof.compare`).
 
 Output formats (``--format``): ``table`` (default, aligned text, then each row's verdict line and the advice),
 ``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
@@ -30,7 +35,7 @@ missing is one error line naming the package.
 
 The modules: :mod:`~fitprof.cli.command` (``main``, the parser, the list of subcommands),
 :mod:`~fitprof.cli.arguments` (shared options), one module per subcommand (:mod:`~fitprof.cli.report`,
-:mod:`~fitprof.cli.analyze`), :mod:`~fitprof.cli.records` (the records they print), :mod:`~fitprof.cli.output`
+:mod:`~fitprof.cli.analyze`, :mod:`~fitprof.cli.compare`), :mod:`~fitprof.cli.records` (the records they print), :mod:`~fitprof.cli.output`
 (error lines, writing, URLs), :mod:`~fitprof.cli.render` and :mod:`~fitprof.cli.plot`.
 """
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fitprof import _fs
-from fitprof.cli import analyze, report
+from fitprof.cli import analyze, compare, report
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.report_files import is_epoch_file, is_report_file
 
@@ -25,6 +25,7 @@ Subparsers = argparse._SubParsersAction  # the type ``add_subparsers`` returns
 COMMANDS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
     report.register,
     analyze.register,
+    compare.register,
 )
 """The subcommands' ``register`` functions, in the order ``fitprof --help`` lists them. A new subcommand is a
 module with a ``register`` and one line here."""

@@ -31,6 +31,7 @@ def make_record(
     out.update({k: fields[k] for k in LEADING_KEYS if k in fields})
     out.update(fields)
     out["headline"] = report.headline()
+    out["churn"] = report.churn_line()
     return out
 
 

@@ -37,6 +37,12 @@ EPOCH_PARTS = (
 )
 """The parts of an epoch row, in table order (``input_s`` lies inside ``train_steps_s``)."""
 _EPOCH_CPU = ("cpu_percent", "involuntary_switches_per_s", "run_wait_percent")
+RECORD_COMPARE = "compare"
+"""``record`` of ``fitprof compare``'s summary (the two sides, the thresholds, the status and the headline)."""
+RECORD_FIGURE = "figure"
+"""``record`` of one figure ``fitprof compare`` compared (step time, input wait, ...)."""
+RECORD_OPERATOR = "operator"
+"""``record`` of one operator ``fitprof compare`` compared (self time per step)."""
 _NAME_WIDTH = 40
 
 
@@ -65,10 +71,12 @@ def render(records: Sequence[dict[str, Any]], fmt: str) -> str:
     """
     if fmt == "json":
         return json.dumps([_public(r) for r in records], indent=2, allow_nan=False) + "\n"
-    if fmt == "csv":
+    compared = bool(records) and records[0]["record"] == RECORD_COMPARE
+    if fmt == "csv" and not compared:
         return _csv(records)
     if fmt in ("table", "markdown"):
-        return _text(records, markdown=fmt == "markdown")
+        text = _compare_text if compared else _text
+        return text(records, markdown=fmt == "markdown")
     raise ValueError(f"unknown format {fmt!r}; allowed: {', '.join(FORMATS)}")
 
 
@@ -101,6 +109,10 @@ _CSV_COLUMNS = (
     "top_op",
     "top_op_ms_per_step",
     "top_op_percent",
+    "allocs_per_step",
+    "alloc_mb_per_step",
+    "top_allocator",
+    "top_allocator_mb_per_step",
     "verdict",
     "headline",
     "advice",
@@ -153,6 +165,9 @@ def _csv(records: Sequence[dict[str, Any]]) -> str:
             row["top_op"] = ops[0]["name"] if ops else ""
             row["top_op_ms_per_step"] = ops[0]["self_ms_per_step"] if ops else math.nan
             row["top_op_percent"] = ops[0]["percent"] if ops else math.nan
+            allocs = rec.get("top_alloc_ops") or []
+            row["top_allocator"] = allocs[0]["name"] if allocs else ""
+            row["top_allocator_mb_per_step"] = allocs[0]["mb_per_step"] if allocs else math.nan
             row["advice"] = " ".join(rec.get("advice") or [])
         if "ranks" in row:
             row["ranks"] = " ".join(str(r) for r in row["ranks"])
@@ -256,6 +271,8 @@ def _window_text(rows: list[dict[str, Any]], spreads: list[dict[str, Any]], *, m
                 where.append(f"rank {r['rank']}")
             prefix = f"{', '.join(where)}: " if where else ""
             lines.append(f"{bullet}{prefix}{r['headline']}")
+            if r.get("churn"):  # a window recorded with profile_memory
+                lines.append(f"{bullet}{prefix}{r['churn']}")
         notes = _unique(w for r in group for w in r.get("warnings") or [])
         lines += [f"{bullet}note: {w}" for w in notes]
         latest = {r["verdict"]: r for r in group}  # per verdict, the advice of its last row (it names that op)
@@ -372,3 +389,87 @@ def several_fits(rows: Iterable[dict[str, Any]]) -> bool:
 
 def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+def _compare_text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
+    """``fitprof compare``'s output: the status, the two sides and the headline, then a table of the figures and
+    one of the operators (each side's mean, its spread across windows, the change and what it means)."""
+    head = records[0]
+    figures = [r for r in records if r["record"] == RECORD_FIGURE]
+    operators = [r for r in records if r["record"] == RECORD_OPERATOR]
+    status = "REGRESSION" if head["status"] == "regression" else "no regression"
+    sides = [
+        f"{which}: {head[which]} ({head[which + '_kind']}, {head[which + '_windows']} window"
+        f"{'s' if head[which + '_windows'] != 1 else ''})"
+        for which in ("baseline", "candidate")
+    ]
+    gate = (
+        f"gate: step time or an operator grown by more than {head['fail_over_percent']:g}% (operators also by more "
+        f"than {head['min_ms']:g} ms/step), beyond {head['noise_factor']:g} x the larger side's spread across windows"
+    )
+    bullet = "- " if markdown else "  "
+    if markdown:
+        lines = [f"### fitprof compare: {status}", "", f"**{_md_escape(head['headline'])}**", ""]
+        lines += [f"{bullet}{_md_escape(x)}" for x in (*sides, gate)]
+    else:
+        lines = [f"fitprof compare: {status}", head["headline"], *(f"{bullet}{x}" for x in (*sides, gate))]
+    lines += [f"{bullet}note: {n}" for n in head.get("notes") or []]
+    lines.append("")
+    header = ["figure", "unit", "baseline", "+-", "candidate", "+-", "change", "change %", "noise", "verdict"]
+    body = [[r["label"], r["unit"], *_compare_cells(r)] for r in figures]
+    left = {"figure", "unit", "operator", "verdict"}
+    table = _markdown_table if markdown else _plain_table
+    if body:
+        lines += table(header, body, left)
+        lines.append("")
+    if operators:
+        header = ["operator", "baseline ms/step", "+-", "candidate ms/step", "+-", *header[6:]]
+        lines += table(header, [[_short(r["name"]), *_compare_cells(r)] for r in operators], left)
+        lines.append("")
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _compare_cells(r: dict[str, Any]) -> list[str]:
+    """Baseline, its spread, candidate, its spread, change, change %, noise and the verdict of one compared row;
+    a side that does not rank an operator shows the most it can have had there (``<= 0.12``)."""
+    spec = ".4g"
+    base = _fmt(r["baseline"], spec)
+    cand = _fmt(r["candidate"], spec)
+    if r["status"] == "new":
+        base = f"<= {base}"
+    elif r["status"] == "gone":
+        cand = f"<= {cand}"
+    change = "-" if r["status"] == "gone" or not finite(r["change"]) else format(r["change"], "+.4g")
+    pct = "-" if r["status"] == "gone" or not finite(r["change_percent"]) else format(r["change_percent"], "+.1f")
+    return [
+        base,
+        _fmt(r["baseline_spread"], spec),
+        cand,
+        _fmt(r["candidate_spread"], spec),
+        change,
+        pct,
+        _fmt(r["noise"], spec),
+        _compare_verdict(r),
+    ]
+
+
+def _compare_verdict(r: dict[str, Any]) -> str:
+    """What a compared row's change means, in a few words (``REGRESSION`` for what fails the gate)."""
+    new = " (new)" if r["status"] == "new" else ""
+    if r["regression"]:
+        return "REGRESSION" + new
+    if r["status"] == "gone":
+        return "no longer ranked"
+    if r.get("sporadic"):
+        return f"worse in {r['candidate_windows']} window{'s' if r['candidate_windows'] != 1 else ''} only{new}"
+    if r["status"] == "new":
+        return "new"
+    if not finite(r["change"]) or r["change"] == 0:
+        return "same"
+    if r["significant"] is False:
+        return "within noise"
+    if r.get("share_held"):
+        return "slower, same share"
+    return "worse" if r["worse"] else "better"

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,8 +50,10 @@ from fitprof._coverage import FitCoverage
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport, cpu_contended
+from fitprof.compare import Side, against_baseline, load_baseline
 from fitprof.fit import schedule
 from fitprof.fit.epoch_parts import EpochParts, contention
+from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
     Gather,
@@ -161,7 +164,15 @@ class FitEngine:
         trigger: the slowdown trigger (None: no triggered windows).
         work: the throughput counts of the scheduled window (None: none).
         probes: extra per-epoch and per-window figures (:mod:`fitprof.fit.probes`); one line adds one.
+        baseline: a run directory or report file of an earlier run (:func:`fitprof.compare.load_baseline`): each
+            scheduled window is compared with it (:func:`fitprof.compare.against_baseline`, ``fitprof compare``'s
+            rules), ``fitprof/vs_baseline/step_time_percent`` is logged beside the window's figures, the Markdown
+            summary gets a line naming the operator that grew most, and a regression gives one warning a fit.
         clock: the engine's clock in ns (``time.perf_counter_ns``; tests pass a fake).
+
+    Raises:
+        TypeError: ``baseline`` is not a path.
+        ValueError: ``baseline`` is missing or holds no readable report file (the message names it and says why).
 
     Attributes:
         pipeline: the scheduled windows' results (``reports``, ``trace_paths``, ...), forgotten at each
@@ -186,6 +197,7 @@ class FitEngine:
         trigger: SlowdownTrigger | None = None,
         work: Work | None = None,
         probes: Iterable[Probe] = (),
+        baseline: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self.config = config
@@ -199,7 +211,8 @@ class FitEngine:
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
         self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
-        builtin: tuple[Probe, ...] = (self.parts,)
+        self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
+        builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
         self.pipeline, self.trigger_pipeline = (
             WindowPipeline(
@@ -207,6 +220,9 @@ class FitEngine:
             )
             for _ in range(2)
         )
+        if baseline is not None and not isinstance(baseline, (str, os.PathLike)):
+            raise TypeError(f"baseline must be a path (a run directory or a report file), got {baseline!r}")
+        self.baseline: Side | None = None if baseline is None else load_baseline(baseline)
         self.coverage = FitCoverage(config)
         self.steps = StepRecorder()
         self.epoch_steps: dict[int, EpochSteps] = {}
@@ -245,6 +261,7 @@ class FitEngine:
         world: int = 1,
         steps_per_execution: int = 1,
         ends_after: Callable[[int], bool] | None = None,
+        memory_device: tuple[str, int] = ("host", 0),
     ) -> None:
         """A ``fit`` begins: forget the last fit's results, warnings and firings.
 
@@ -254,11 +271,18 @@ class FitEngine:
             steps_per_execution: batches per call (``boundary="step_start"``).
             ends_after: ``ends_after(step)``, whether step ``step`` (the one ending now, or the next) is the
                 epoch's last, where the framework can tell; default: never known.
+            memory_device: the training device whose memory the memory probe reads, ``(kind, index)``
+                (:data:`fitprof.profilers.memory.KINDS`; default the host's, a CPU-only run).
         """
         if self.window is not None:  # a previous fit ended inside a window (an exception): flush it now
             self._close(drop_open_step=False)
         self.warn.reset()
         self.warn.rank = self.rank = rank
+        try:
+            self.memory.use(*memory_device)
+        except ValueError as err:
+            self.warn("memory-device", f"fitprof: {err}; memory figures are read from the host.")
+            self.memory.use("host")
         self.world = world
         self.log_dir = log_dir
         self.spe = max(int(steps_per_execution), 1)
@@ -768,6 +792,9 @@ class FitEngine:
         if closed is not None:
             report = self._analyze(self.pipeline, epoch, *closed, None if self.work is None else self.work.work())
         extra = self.probes.figures("window") if closed is not None else {}
+        baseline_line = ""
+        if self.baseline is not None and report is not None:
+            extra[metrics.VS_BASELINE_STEP_TIME_PERCENT.key], baseline_line = self._against_baseline(epoch, report)
         return self.pipeline.publish(
             epoch,
             report,
@@ -777,7 +804,19 @@ class FitEngine:
             log=log,
             epoch_steps=self.epoch_steps.get(epoch),
             extra=extra,
+            baseline_line=baseline_line,
         )
+
+    def _against_baseline(self, epoch: int, report: BottleneckReport) -> tuple[float, str]:
+        """The window against ``baseline``: its step time in percent of the baseline's and the summary's line; one
+        warning a fit for a regression, one for a baseline that is not comparable."""
+        assert self.baseline is not None
+        vs = against_baseline(self.baseline, report, epoch=epoch)
+        if vs.comparison is None:
+            self.warn("baseline-not-comparable", f"fitprof: {vs.line()}")
+        elif vs.regressed:
+            self.warn("baseline-regression", f"fitprof: epoch {epoch} regressed. {vs.line()}")
+        return vs.step_time_percent, vs.line()
 
     def _analyze(
         self, pipeline: WindowPipeline, epoch: int, window: ProfileWindow, trace: Path, work: StepWork | None = None

@@ -28,7 +28,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,10 +81,13 @@ def logged_keys(top_k: int, world_size: int = 1) -> tuple[str, ...]:
     return keys + (cross_rank.EXTRA_KEYS if world_size > 1 else ())
 
 
-def every_key(scalars: dict[str, float], top_k: int, world_size: int = 1) -> dict[str, float]:
-    """``scalars`` with every key of :func:`logged_keys`, NaN where this epoch has no figure (not profiled, no
-    step analysed, fewer operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
-    out = {key: math.nan for key in logged_keys(top_k, world_size)}
+def every_key(
+    scalars: dict[str, float], top_k: int, world_size: int = 1, extra: Iterable[str] = ()
+) -> dict[str, float]:
+    """``scalars`` with every key of :func:`logged_keys` and of ``extra`` (the probes' window keys, the churn keys
+    of a ``profile_memory`` window), NaN where this epoch has no figure (not profiled, no step analysed, fewer
+    operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
+    out = {key: math.nan for key in (*logged_keys(top_k, world_size), *extra)}
     out.update(scalars)
     return out
 
@@ -329,6 +332,7 @@ class WindowPipeline:
         log: Log,
         epoch_steps: steps.EpochSteps | None = None,
         extra: dict[str, float] | None = None,
+        baseline_line: str = "",
     ) -> dict[str, float]:
         """Gather and combine the ranks' figures, and log them on rank 0 (one :class:`EpochLog` to ``log``).
 
@@ -338,6 +342,8 @@ class WindowPipeline:
         and the Markdown summary say when the window is not representative of its epoch
         (:func:`representativeness`). ``extra``: this rank's own further figures of the window (the probes'
         :meth:`~fitprof.fit.probes.Probe.window_figures`), logged beside the report's when there is something to log.
+        ``baseline_line``: the comparison with a baseline (:meth:`fitprof.compare.VsBaseline.line`), put first in the
+        Markdown summary.
 
         Returns:
             The scalars of this epoch, the same on every rank that gathered: the report's own
@@ -375,5 +381,7 @@ class WindowPipeline:
         if note:
             line += f"; {note}"
             text = f"Note: {note}.\n\n{text}".rstrip()
+        if baseline_line:
+            text = f"{baseline_line}\n\n{text}".rstrip()
         log(EpochLog(epoch, scalars, ops, text, line))
         return scalars

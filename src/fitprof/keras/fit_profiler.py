@@ -27,6 +27,7 @@ from fitprof.keras._guards import Guards, fit_frame_locals
 from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
+from fitprof.profilers.memory import keras_device
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,13 @@ class FitProfiler(keras.callbacks.Callback):
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
         probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
+        baseline: a run directory or a report file of an earlier run (``plugins/fitprof/<session>.rank<r>.json``),
+            compared with each profiled window by ``fitprof compare``'s rules
+            (:func:`fitprof.compare.against_baseline`). ``fitprof/vs_baseline/step_time_percent`` (the window's
+            step time over the baseline's, less 1, in %) is logged with the window's figures, the text summary
+            starts with a line naming the operator that grew most, and a regression (past 10% and the baseline's
+            spread) gives one warning a fit. A baseline that cannot be read raises ``ValueError`` here; one that
+            is not comparable (another batch size, device...) gives one warning and logs nothing for it.
 
     Throughput (:mod:`fitprof.throughput`, :mod:`fitprof.keras._throughput`): ``fitprof/samples_per_s`` is the
     growth of Keras's own sample count (``model._loss_tracker.count``) over the window, per second of the
@@ -151,6 +159,7 @@ class FitProfiler(keras.callbacks.Callback):
         trigger_max_windows: int = 3,
         trigger_min_spacing: int = 200,
         probes: Iterable[Probe] = (),
+        baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
@@ -193,6 +202,7 @@ class FitProfiler(keras.callbacks.Callback):
             trigger=slowdown,
             work=self._work,
             probes=probes,
+            baseline=baseline,
         )
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         self._run_dir = self.log_dir  # where the windows and the event file write (the staging folder for a URL)
@@ -289,7 +299,12 @@ class FitProfiler(keras.callbacks.Callback):
         self._spe = spe
         engine = self._engine
         engine.fit_start(
-            log_dir=self._run_dir, rank=rank, world=world, steps_per_execution=spe, ends_after=self._ends_after
+            log_dir=self._run_dir,
+            rank=rank,
+            world=world,
+            steps_per_execution=spe,
+            ends_after=self._ends_after,
+            memory_device=self._memory_device(),
         )
         self._work.begin_fit(self.model, world)
         if self._fns.non_chief_abort and rank > 0 and engine.profiles_rank:
@@ -378,7 +393,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._sync_guards()
         self._publish_epoch(epoch, result)
         if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
-            logs.update(every_key(result.window, self.config.top_k, self._engine.world))
+            logs.update(every_key(result.window, self.config.top_k, self._engine.world, self._window_keys()))
             logs.update(result.epoch)
             logs.update(result.trigger)
             _no_val_columns(self._csv_loggers, logs)
@@ -547,6 +562,25 @@ class FitProfiler(keras.callbacks.Callback):
         mirror, self._mirror = self._mirror, None
         if mirror is not None:
             mirror.close()
+
+    def _window_keys(self) -> tuple[str, ...]:
+        """The window keys beyond the report's base keys, logged every epoch: the probes' (NaN where no window
+        closed), and the allocation churn when torch records memory events."""
+        keys = tuple(self._engine.probes.figures("window"))
+        if self._fns.torch_options and self.torch_options.get("profile_memory"):
+            keys += tuple(m.key for m in metrics.CHURN_METRICS)
+        return keys
+
+    def _memory_device(self) -> tuple[str, int]:
+        """The device the memory figures come from: the backend's first accelerator, else the host."""
+        try:
+            return keras_device(self.backend)
+        except Exception as err:  # the backend could not say: the host's memory, with one warning
+            self._warn_once(
+                "memory-device",
+                f"fitprof: could not find the training device ({err!r}); memory figures are read from the host.",
+            )
+            return "host", 0
 
     def _fit_callbacks(self) -> list[Any]:
         """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the

@@ -28,6 +28,7 @@ from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
@@ -159,6 +160,13 @@ class FitProfiler(Callback):
         trigger_max_windows: the most triggered windows per ``fit`` (>= 1).
         trigger_min_spacing: the fewest clean steps between two triggered windows (>= 0).
         probes: extra figures per epoch and per window (:class:`fitprof.fit.Probe`), logged with the others.
+        baseline: a run directory or a report file of an earlier run (``plugins/fitprof/<session>.rank<r>.json``),
+            compared with each profiled window by ``fitprof compare``'s rules
+            (:func:`fitprof.compare.against_baseline`). ``fitprof/vs_baseline/step_time_percent`` (the window's
+            step time over the baseline's, less 1, in %) is logged with the window's figures, the text summary
+            starts with a line naming the operator that grew most, and a regression (past 10% and the baseline's
+            spread) gives one warning a fit. A baseline that cannot be read raises ``ValueError`` here; one that
+            is not comparable (another batch size, device...) gives one warning and logs nothing for it.
 
     Attributes:
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch of the last ``fit`` (0-based epoch
@@ -202,6 +210,7 @@ class FitProfiler(Callback):
         trigger_max_windows: int = 3,
         trigger_min_spacing: int = 200,
         probes: Iterable[Probe] = (),
+        baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
         self.count_items = _config.check_count_items(count_items)
@@ -231,6 +240,7 @@ class FitProfiler(Callback):
             trigger=slowdown,
             work=self._work,
             probes=probes,
+            baseline=baseline,
         )
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
@@ -283,7 +293,9 @@ class FitProfiler(Callback):
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
             self._dir = None
-            engine.fit_start(log_dir=None, rank=rank)
+            engine.fit_start(
+                log_dir=None, rank=rank, memory_device=torch_device(getattr(trainer.strategy, "root_device", None))
+            )
             engine.coverage.said = True  # the warning below says nothing is profiled, and why
             self._warn_rank(
                 "lightning-profiler",
@@ -303,7 +315,11 @@ class FitProfiler(Callback):
             self._dir = Path(_fs.local_path(log_dir))
         world = int(trainer.world_size)
         engine.fit_start(
-            log_dir=str(self._dir), rank=rank, world=world, ends_after=lambda step: self._ends_after(trainer, step)
+            log_dir=str(self._dir),
+            rank=rank,
+            world=world,
+            ends_after=lambda step: self._ends_after(trainer, step),
+            memory_device=torch_device(getattr(trainer.strategy, "root_device", None)),
         )
         engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
         self._timing.fit_start(trainer)

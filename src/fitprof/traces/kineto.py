@@ -48,7 +48,9 @@ def read_kineto(
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
         ``format`` (``"kineto"``), ``framework`` (``"pytorch"``), ``path``, ``host`` (:func:`trace_host`) and
-        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (``None`` when the trace does not say);
+        ``rank`` / ``world_size`` from the trace's ``distributedInfo`` (``None`` when the trace does not say),
+        ``profile_memory`` (the trace says it was recorded with torch's ``profile_memory``: it holds ``[memory]``
+        events, :mod:`fitprof.traces.kineto_memory`);
         ``warnings`` (a list of str, which the analysis copies into the report) when names that torch's writer left
         unescaped had to be repaired to read the file.
 
@@ -76,6 +78,7 @@ def read_kineto(
         "host": trace_host(path),
         "rank": _int_or_none(dist.get("rank")),
         "world_size": _int_or_none(dist.get("world_size")),
+        "profile_memory": bool(meta.get("profile_memory")),
     }
     if repaired:
         table.attrs["warnings"] = [repaired_names_warning(repaired)]
@@ -123,6 +126,7 @@ class _Event(msgspec.Struct, gc=False):
 class _Trace(msgspec.Struct, gc=False):
     traceEvents: list[msgspec.Raw]
     distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+    profile_memory: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class _Probe(msgspec.Struct, gc=False):
@@ -217,6 +221,7 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     else:
         raws = doc.traceEvents
         _read_distributed_info(doc.distributedInfo, meta)
+        meta["profile_memory"] = _flag(doc.profile_memory)
     del doc
     return meta, _columns(raws, path)
 
@@ -240,6 +245,7 @@ class _Frame(msgspec.Struct, gc=False):
 
     traceEvents: msgspec.Raw
     distributedInfo: msgspec.Raw = msgspec.Raw(b"null")
+    profile_memory: msgspec.Raw = msgspec.Raw(b"null")
 
 
 _FRAME_DECODER = msgspec.json.Decoder(_Frame | list[msgspec.Raw])
@@ -278,6 +284,7 @@ def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str
     meta: dict[str, Any] = {}
     if isinstance(doc, _Frame):
         _read_distributed_info(doc.distributedInfo, meta)
+        meta["profile_memory"] = _flag(doc.profile_memory)
     builder = _ColumnBuilder(path, objects)  # every event is one of the JSON objects counted
     view = memoryview(data)
     pos = start + 1
@@ -320,6 +327,11 @@ def _decode_between(data: bytearray, view: memoryview, pos: int, end: int) -> li
         return _BATCH_DECODER.decode(view[pos - 1 : end + 1])
     finally:
         data[pos - 1], data[end] = opener, closer
+
+
+def _flag(raw: msgspec.Raw) -> bool:
+    """A top-level flag of the trace (``"profile_memory": 1``): true for a true number or ``true``."""
+    return bytes(raw).strip() not in (b"null", b"0", b"false", b"0.0", b"")
 
 
 def _read_distributed_info(raw: msgspec.Raw, meta: dict[str, Any]) -> None:

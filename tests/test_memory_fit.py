@@ -1,0 +1,222 @@
+"""The memory figures of real CPU runs of both callbacks, read back from what they logged (Lightning's TensorBoard
+event file, Keras's History), against what the runs did: a 200 MB temporary made and freed in every step, a 30 MB
+leak every epoch, and neither. On a CPU the figures are the process's resident memory (Linux ``VmHWM``/``VmRSS``).
+
+The ``gpu`` tests check the CUDA path with exact figures: sizes in whole 2 MiB blocks, which the caching allocator
+hands out without rounding.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fitprof import metrics
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU figures are Linux's VmHWM and VmRSS"),
+]
+
+EPOCHS = 5
+STEPS = 10
+TEMP_BYTES = 200_000_000
+LEAK_BYTES = 30_000_000
+PEAK = metrics.MEMORY_PEAK_MB.key
+EPOCH_PEAK = metrics.EPOCH_MEMORY_PEAK_MB.key
+IN_USE = metrics.EPOCH_MEMORY_IN_USE_MB.key
+GROWTH = metrics.EPOCH_MEMORY_GROWTH_MB.key
+
+
+def _memory_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "memory" in str(w.message) and str(w.message).startswith("fitprof:")]
+
+
+def _check(runs: dict[str, tuple[dict[str, list[float]], list[str]]]) -> None:
+    """The three runs' figures (key -> one value per epoch) and memory warnings, against what they did."""
+    plain, temp, leak = runs["plain"], runs["temp"], runs["leak"]
+    for figures, _ in runs.values():
+        assert len(figures[EPOCH_PEAK]) == len(figures[PEAK]) == EPOCHS
+    # The temporary moves both peaks by its size: each peak above the memory held at the epoch's end, against the
+    # same in the run without it (the runs start from different baselines in one process).
+    for key in (PEAK, EPOCH_PEAK):
+        above = np.array(temp[0][key]) - np.array(temp[0][IN_USE])
+        base = np.array(plain[0][key]) - np.array(plain[0][IN_USE])
+        moved = above - base
+        assert np.all(np.abs(moved - TEMP_BYTES / 1e6) <= 0.25 * TEMP_BYTES / 1e6), (key, moved)
+    # The leak reads 20-40 MB an epoch and warns once; without it, growth stays within 10 MB and nothing warns. The
+    # first epoch has no growth (NaN in Keras logs; Lightning logs no NaN).
+    growth = {mode: [g for g in figures[GROWTH] if not np.isnan(g)] for mode, (figures, _) in runs.items()}
+    assert all(len(g) == EPOCHS - 1 for g in growth.values()), growth
+    assert all(20 <= g <= 40 for g in growth["leak"]), growth
+    (message,) = leak[1]
+    assert message.startswith("fitprof: memory grows about ") and "per epoch since epoch 1" in message
+    assert all(abs(g) <= 10 for g in growth["plain"] + growth["temp"]), growth
+    assert plain[1] == [] and temp[1] == []
+
+
+# ------------------------------------------------------------------------------------------------- Lightning
+def _lightning_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[str]]:
+    torch = pytest.importorskip("torch")
+    pl = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fitprof.lightning import FitProfiler
+
+    torch.set_num_threads(1)
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(16, 4)
+            self.kept: list[Any] = []
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if mode == "temp":  # written, so every page is resident; freed at once
+                t = torch.ones(TEMP_BYTES, dtype=torch.uint8)
+                del t
+            if mode == "leak" and batch_idx == 0:
+                self.kept.append(torch.ones(LEAK_BYTES, dtype=torch.uint8))
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 16), torch.randn(STEPS * 8, 4))
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS,
+        default_root_dir=root,
+        logger=TensorBoardLogger(root, name="tb"),
+        callbacks=[FitProfiler(profile_batch=(3, 5), verbose=False)],
+        accelerator="cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+    (run,) = {p.parent for p in (root / "tb").rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    figures = {k: [e.value for e in acc.Scalars(k)] for k in (PEAK, EPOCH_PEAK, IN_USE, GROWTH)}
+    return figures, _memory_warnings(caught)
+
+
+def test_lightning_memory_figures_against_what_the_run_did(tmp_path: Path) -> None:
+    runs = {mode: _lightning_run(tmp_path / mode, mode) for mode in ("plain", "temp", "leak")}
+    _check(runs)
+
+
+# ----------------------------------------------------------------------------------------------------- Keras
+def _keras_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[str]]:
+    keras = pytest.importorskip("keras")
+    from fitprof.keras import FitProfiler
+
+    kept: list[np.ndarray] = []
+
+    class Plant(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if mode == "leak":
+                kept.append(np.ones(LEAK_BYTES, dtype=np.uint8))
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if mode == "temp":  # made and freed inside every step, as the model's own temporaries would be
+                t = np.ones(TEMP_BYTES, dtype=np.uint8)
+                del t
+
+    keras.utils.set_random_seed(0)
+    x = np.random.default_rng(0).normal(size=(STEPS * 8, 16)).astype("float32")
+    y = x[:, :4].copy()
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
+    model.compile("sgd", "mse")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(
+            x,
+            y,
+            batch_size=8,
+            epochs=EPOCHS,
+            verbose=0,
+            callbacks=[Plant(), FitProfiler(log_dir=root, profile_batch=(3, 5), verbose=False)],
+        )
+    figures = {k: [float(v) for v in history.history[k]] for k in (PEAK, EPOCH_PEAK, IN_USE, GROWTH)}
+    return figures, _memory_warnings(caught)
+
+
+def test_keras_memory_figures_against_what_the_run_did(tmp_path: Path) -> None:
+    runs = {mode: _keras_run(tmp_path / mode, mode) for mode in ("plain", "temp", "leak")}
+    _check(runs)
+
+
+# ------------------------------------------------------------------------------------------------------ CUDA
+@pytest.mark.gpu
+def test_lightning_on_cuda_exact_figures(tmp_path: Path) -> None:
+    """200 MiB made and freed in every step, 30 MiB kept every epoch: whole 2 MiB blocks, so the allocator's
+    counts are exact; the step records what it held before the temporary."""
+    torch = pytest.importorskip("torch")
+    pl = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from fitprof.lightning import FitProfiler
+
+    temp, leak = 200 * 2**20, 30 * 2**20
+    held: dict[int, int] = {}
+    at_end: dict[int, int] = {}
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(16, 4)
+            self.kept: list[Any] = []
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            if batch_idx == 0:
+                self.kept.append(torch.empty(leak, dtype=torch.uint8, device=self.device))
+            before = torch.cuda.memory_allocated()
+            held[self.current_epoch] = max(held.get(self.current_epoch, 0), before)
+            t = torch.empty(temp, dtype=torch.uint8, device=self.device)
+            del t
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.layer(x), y)
+
+        def on_train_epoch_end(self) -> None:
+            at_end[self.current_epoch] = torch.cuda.memory_allocated()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 16), torch.randn(STEPS * 8, 4))
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS,
+        default_root_dir=tmp_path,
+        logger=TensorBoardLogger(tmp_path, name="tb"),
+        callbacks=[FitProfiler(profile_batch=(3, 5), verbose=False)],
+        accelerator="gpu",
+        devices=1,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    with pytest.warns(UserWarning, match="memory grows about 31 MB per epoch since epoch 1"):
+        trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+    (run,) = {p.parent for p in (tmp_path / "tb").rglob("events.out.tfevents.*")}
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    got = {k: [e.value for e in acc.Scalars(k)] for k in (EPOCH_PEAK, IN_USE, GROWTH)}
+    # TensorBoard keeps float32: compare at its precision.
+    assert got[EPOCH_PEAK] == pytest.approx([(held[e] + temp) / 1e6 for e in range(EPOCHS)], rel=1e-6)
+    assert got[IN_USE] == pytest.approx([at_end[e] / 1e6 for e in range(EPOCHS)], rel=1e-6)
+    assert got[GROWTH] == pytest.approx([leak / 1e6] * (EPOCHS - 1), rel=1e-6)  # no NaN logged for epoch 0
