@@ -10,6 +10,8 @@ WINDOW_KEYS = [
     "fitprof/htod_ms_per_step",
     "fitprof/htod_percent",
     "fitprof/collective_percent",
+    "fitprof/htod_exposed_percent",
+    "fitprof/collective_exposed_percent",
     "fitprof/steps_analyzed",
     "fitprof/speedup_if_no_input",
     "fitprof/speedup_if_no_htod",

@@ -87,10 +87,12 @@ def test_a_damaged_epoch_file_is_named_and_the_rest_reported(
     bad = epoch_file_path(tmp_path / "bad", 3)
     bad.parent.mkdir(parents=True)
     bad.write_text('{"epoch": 0, "rank": 3, "figures": {"fitprof/epoch/wall_s": "x"}}\n', encoding="utf-8")
-    assert main(["report", str(tmp_path)]) == 2
+    assert main(["report", str(tmp_path)]) == 0  # skipped with a warning: the good files are reported
     captured = capsys.readouterr()
-    assert f"{bad}, line 1: not a fitprof report ('fitprof/epoch/wall_s' is 'x', not a number)" in captured.err
+    said = f"{bad}, line 1: not a fitprof report ('fitprof/epoch/wall_s' is 'x', not a number) (skipped)"
+    assert f"fitprof: warning: {said}" in captured.err
     assert "good" in captured.out
+    assert main(["report", str(tmp_path), "--strict"]) == 2
 
 
 def test_no_fitprof_file_at_all_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

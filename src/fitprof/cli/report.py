@@ -11,6 +11,8 @@ import argparse
 import math
 import os
 import re
+import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,18 +64,23 @@ def run(args: argparse.Namespace, out: Output) -> int:
     files = find_report_files(logdir)
     epoch_files = find_epoch_files(logdir)
     if not files and not epoch_files:
+        folders = _trace_folders(logdir)
+        where = " ".join(shlex.quote(os.fspath(f)) for f in folders[:3]) + (" ..." if len(folders) > 3 else "")
         out.error(
             f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json nor epochs.rank<r>.jsonl "
-            "below it; for other profiles use 'fitprof analyze')"
+            "below it); "
+            + (
+                f"its traces are read by: fitprof analyze {where}"
+                if folders
+                else "for other profiles use 'fitprof analyze'"
+            )
         )
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
-    bad = False
     jobs = args.jobs or (auto_jobs(files) if files else 1)
     for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
         if record is None:
-            out.error(error or "")
-            bad = True
+            out.skip(error or "")
         else:
             records.append(record)
     _number_fits(records)
@@ -93,12 +100,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
         try:
             records += _epoch_records(path, logdir)
         except ReportFileError as err:
-            out.error(str(err))
-            bad = True
+            out.skip(str(err))
         except OSError as err:
-            out.error(describe(path, err))
-            bad = True
-    status = out.finish(args, records, bad)
+            out.skip(describe(path, err))
+    status = out.finish(args, records)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
             here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
@@ -107,7 +112,22 @@ def run(args: argparse.Namespace, out: Output) -> int:
         except (OSError, ValueError, ImportError) as err:
             out.error(describe(args.plot, err))
             return EXIT_BAD_INPUT
+        # on stderr, as the other notes: stdout stays the records (csv, json) a script parses
+        print(f"fitprof: plot saved to {os.path.abspath(args.plot)}", file=sys.stderr)
     return status
+
+
+_TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def _trace_folders(logdir: Path) -> list[Path]:
+    """The folders below ``logdir`` (any depth) that hold trace files ``fitprof analyze`` reads: a
+    ``tensorboard_trace_handler`` folder, a ``plugins/profile/<session>`` folder; sorted."""
+    found = set()
+    for folder, _, names in os.walk(logdir):
+        if any(n.endswith(_TRACE_SUFFIXES) for n in names):
+            found.add(Path(folder))
+    return sorted(found)
 
 
 def _report_task(task: tuple[Path, Path]) -> tuple[dict[str, Any] | None, str | None]:

@@ -35,6 +35,7 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
+from fitprof._atomic import writing
 from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, session_name
 from fitprof._warn import WarnOnce
 from fitprof.profilers.base import StepSpans, WindowBusy
@@ -487,7 +488,8 @@ def _export_gzipped(prof: Any, path: Path) -> list[str]:
             prof.export_chrome_trace(tmp)
             if odd:
                 _repair_file(Path(tmp))
-        with open(tmp, "rb") as fin, gzip.open(path, "wb", compresslevel=6) as fout:
+        # Compressed under a temporary name and renamed: a run killed mid-write leaves no half trace.
+        with open(tmp, "rb") as fin, writing(path) as part, gzip.open(part, "wb", compresslevel=6) as fout:
             shutil.copyfileobj(fin, fout, 1 << 20)
     finally:
         with contextlib.suppress(OSError):
@@ -508,10 +510,8 @@ def _drop_events(path: Path, name: str) -> None:
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         data = json.load(fh)
     data["traceEvents"] = [e for e in data.get("traceEvents", []) if not (e.get("ph") == "X" and e.get("name") == name)]
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+    with writing(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8") as fh:
         json.dump(data, fh)
-    os.replace(tmp, path)
 
 
 __all__ = [
