@@ -260,6 +260,7 @@ class WindowPipeline:
         world_size: int,
         discard: Callable[[], None] | None = None,
         work: StepWork | None = None,
+        revise: Callable[[BottleneckReport], BottleneckReport] | None = None,
     ) -> BottleneckReport | None:
         """Analyse one window's trace and write what goes beside it; None (after one warning) when the analysis
         fails.
@@ -275,6 +276,8 @@ class WindowPipeline:
             discard: deletes the temporary copy (only when ``session`` is None).
             work: the window's samples, items and FLOPs (:class:`~fitprof.throughput.WorkLog`), turned into the
                 report's throughput fields (:func:`~fitprof.throughput.with_throughput`); None leaves them NaN.
+            revise: what the callback knows beyond the trace, applied to the report before anything is written
+                (a CPU-contended epoch: :func:`fitprof.analysis.cpu_contended`).
         """
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
@@ -299,6 +302,8 @@ class WindowPipeline:
         if report is not None and work is not None:
             # the note reaches the report, its file and the tables: the reason, never a framework's traceback
             report = with_throughput(report, dataclasses.replace(work, flops_note=no_traceback(work.flops_note)))
+        if report is not None and revise is not None:
+            report = revise(report)
         if report is not None:
             self.reports[epoch] = report
         if session is None:
