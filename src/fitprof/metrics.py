@@ -219,6 +219,59 @@ EPOCH_STEPS_TIMED = Metric(
     "steps",
     "The clean steps the `fitprof/epoch/*` figures come from." + _CLEAN,
 )
+_LOADER = (
+    " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
+    "`DataLoader`'s fetch of each batch, its samples and its collate, timed inside each worker into shared memory); "
+    "NaN where the callback has no such loader or the epoch had no steady steps."
+)
+LOADER_WORKERS = Metric(
+    EPOCH_PREFIX + "loader_workers",
+    "workers",
+    "The training loader's worker processes (`num_workers`); 0 when the main process loads the batches." + _LOADER,
+)
+LOADER_BUSY_PERCENT = Metric(
+    EPOCH_PREFIX + "loader_busy_percent",
+    "% of the workers' time (0-100)",
+    "Time the workers spent producing batches (fetch and collate, wall clock in the worker) over the workers' count "
+    "times the epoch's wall time (epoch start to epoch end); the rest they idled (a full prefetch queue, or start-up). "
+    "With 0 workers: the main process's input wait over the epoch's wall time." + _LOADER,
+)
+LOADER_BATCH_MS = Metric(
+    EPOCH_PREFIX + "loader_batch_ms",
+    "ms per batch",
+    "W: the workers' wall time per batch produced this epoch (their summed busy time over the batches they "
+    "produced). With 0 workers: the mean input wait of the steady steps." + _LOADER,
+)
+LOADER_WORKERS_NEEDED = Metric(
+    EPOCH_PREFIX + "loader_workers_needed",
+    "workers",
+    "The smallest worker count N (from 0 to the usable cores, `len(os.sched_getaffinity(0))`, when the loading is "
+    "CPU-bound: the worker ran or waited for a core at least half its wall time; else to 4 times the cores) whose "
+    "predicted input wait is under 5% of the predicted step time, the step time with N workers predicted as "
+    "max(S + M, W/N, W_cpu/min(N, F), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
+    "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
+    "the current N, at least the main thread's CPU time while the loop waited), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
+    "(`fitprof.fit.loader.predict_step_ns`), F the cores CPU-bound workers could have had (their CPU time plus the "
+    "usable cores' idle time from `/proc/stat`, over the epoch's wall time; other processes hold the rest; F = cores "
+    "for loading that is not CPU-bound). The count is chosen as if "
+    "batches took 10% longer (a count whose workers only just keep pace makes the loop wait at every late batch); "
+    "when no count up to the bound reaches the target, the smallest within 1% of the best." + _LOADER,
+)
+LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
+    EPOCH_PREFIX + "step_time_if_enough_workers_ms",
+    "ms",
+    "The predicted step time with `loader_workers_needed` workers (the model above). A prediction, checked by "
+    "re-measuring with that many workers in `tests/test_loader_torch.py` and `benchmarks/loader_prediction.py`."
+    + _LOADER,
+)
+LOADER_METRICS: tuple[Metric, ...] = (
+    LOADER_WORKERS,
+    LOADER_BUSY_PERCENT,
+    LOADER_BATCH_MS,
+    LOADER_WORKERS_NEEDED,
+    LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS,
+)
+"""The training loader's figures, logged at every epoch end by the loader probe."""
 TRIGGER_PREFIX = PREFIX + "trigger/"
 TRIGGER_SUMMARY_TAG = TRIGGER_PREFIX + "summary"
 """TensorBoard text tag of each triggered window's summary (the Text tab), in both callbacks."""
@@ -354,6 +407,7 @@ ALL: tuple[Metric, ...] = (
     VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
+    *LOADER_METRICS,
     *TRIGGER_METRICS,
     *MEMORY_METRICS,
     *EPOCH_MEMORY_METRICS,

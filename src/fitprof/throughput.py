@@ -191,6 +191,8 @@ class StepWork:
         items_per_step: mean ``count_items(batch)`` per profiled step (NaN: no function, or it failed).
         flops_per_step: FLOPs of one training step (NaN: not counted), convolutions included.
         conv_flops_per_step: the convolutions' part of ``flops_per_step`` (forward and backward; 0: none).
+        recompute_flops_per_step: FLOPs that activation checkpointing ran a second time in the backward (0:
+            none); not in ``flops_per_step``, which are model FLOPs as MFU defines them (PaLM, appendix B).
         flops_samples: samples of the batch whose step was counted (NaN: unknown).
         device_name: the accelerator's name ("" on a CPU).
         dtype: the compute dtype of matrix products, one of :data:`DTYPES` (or another name, which has no peak).
@@ -209,6 +211,7 @@ class StepWork:
     device_name: str = ""
     dtype: str = ""
     conv_flops_per_step: float = 0.0
+    recompute_flops_per_step: float = 0.0
     conv_dtype: str = ""
     flops_note: str = ""
     samples_total: float = math.nan
@@ -247,6 +250,8 @@ def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckRepor
     peak, mfu, dtype, note = _mfu(work, flops, conv, flops_per_s, report.step_time_ms)
     if not math.isfinite(flops_per_s):
         note = work.flops_note or "no FLOP count or step time"
+    elif work.recompute_flops_per_step > 0:
+        note = "; ".join(filter(None, [note, _recompute_note(work, flops, flops_per_s, mfu)]))
     return dataclasses.replace(
         report,
         samples_per_step=samples,
@@ -260,6 +265,20 @@ def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckRepor
         device_name=work.device_name,
         compute_dtype=dtype,
         mfu_note=note,
+    )
+
+
+def _recompute_note(work: StepWork, flops: float, flops_per_s: float, mfu: float) -> str:
+    """What activation checkpointing recomputed, and the hardware FLOPs and HFU that include it: the report's
+    ``flops_per_step`` and ``mfu`` are model FLOPs and MFU, without the recomputation."""
+    scale = flops / work.flops_per_step if work.flops_per_step > 0 else 1.0
+    again = work.recompute_flops_per_step * scale
+    hardware = flops + again
+    hfu = f", HFU {mfu * hardware / flops:.3f}" if math.isfinite(mfu) and flops > 0 else ""
+    return (
+        f"model FLOPs: flops_per_step and mfu leave out the {again:.4g} FLOP a step that activation checkpointing "
+        f"recomputes in the backward; hardware FLOPs {hardware:.4g} a step ({flops_per_s * hardware / flops:.4g} "
+        f"FLOP/s{hfu})"
     )
 
 
@@ -331,6 +350,7 @@ class WorkLog:
         self.flops_per_step = math.nan
         self.flops_samples = math.nan
         self.conv_flops_per_step = 0.0
+        self.recompute_flops_per_step = 0.0
         self.flops_note = "FLOPs not counted: no step of this epoch ran just before or just after the window"
 
     def add_step(self, batch: Any) -> None:
@@ -364,12 +384,16 @@ class WorkLog:
         """Record the samples of all the window's steps together (where they are known only as a total)."""
         self._samples_total = total
 
-    def set_flops(self, flops: float, samples: float, note: str = "", *, conv_flops: float = 0.0) -> None:
+    def set_flops(
+        self, flops: float, samples: float, note: str = "", *, conv_flops: float = 0.0, recompute_flops: float = 0.0
+    ) -> None:
         """The FLOPs of one training step whose batch held ``samples`` (NaN flops: ``note`` says why), of which
-        ``conv_flops`` were convolutions."""
+        ``conv_flops`` were convolutions; ``recompute_flops`` more ran again in the backward (activation
+        checkpointing), not part of ``flops`` (model FLOPs)."""
         self.flops_per_step = flops
         self.flops_samples = samples
         self.conv_flops_per_step = conv_flops
+        self.recompute_flops_per_step = recompute_flops
         self.flops_note = note
 
     # The engine's Work protocol (fitprof.fit.events.Work): the engine says when, this log counts.
@@ -403,6 +427,7 @@ class WorkLog:
             math.nan if n is None else float(n),
             self.counter.note,
             conv_flops=getattr(self.counter, "conv_flops", 0.0),
+            recompute_flops=getattr(self.counter, "recompute_flops", 0.0),
         )
 
     def work(self) -> StepWork:
@@ -417,6 +442,7 @@ class WorkLog:
             device_name=self.device_name,
             dtype=self.dtype,
             conv_flops_per_step=self.conv_flops_per_step,
+            recompute_flops_per_step=self.recompute_flops_per_step,
             conv_dtype=self.conv_dtype,
             flops_note=self.flops_note,
             samples_total=self._samples_total,

@@ -246,7 +246,9 @@ class KerasWork:
             samples = float(n) * (len(data) if isinstance(data, (list, tuple)) else 1)
         else:
             samples = _samples_grown(model, before)
-        self.log.set_flops(flops, samples, counter.note, conv_flops=counter.conv_flops)
+        self.log.set_flops(
+            flops, samples, counter.note, conv_flops=counter.conv_flops, recompute_flops=counter.recompute_flops
+        )
         if self.count_items is not None and n:
             self.log.add_items(first, per_sample_of=float(n))
         return out

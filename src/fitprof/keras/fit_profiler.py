@@ -19,6 +19,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import Busy, FitEngine, Probe
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog, every_key
 from fitprof.fit.probes import finite
 from fitprof.keras import _distributed
@@ -190,6 +191,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on {fns.label}.")
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
         self._work = KerasWork(fns, self.count_items, self._warn_count_items, self, self._warn_samples)
+        # torch backend fed a DataLoader: its workers (fitprof/epoch/loader_*); the wait is the fetch timer's
+        self._loader = LoaderProbe(fetch_wait=self._fetch_wait)
+        self._loader_timing: Any = None
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -203,7 +207,7 @@ class FitProfiler(keras.callbacks.Callback):
             ranks=self.ranks,
             trigger=slowdown,
             work=self._work,
-            probes=probes,
+            probes=(self._loader, *probes),
             baseline=baseline,
         )
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
@@ -233,6 +237,7 @@ class FitProfiler(keras.callbacks.Callback):
             _fetch_timer=None,
             _checkpoints=[],
             _progbars=[],
+            _loader_timing=None,
         )
         return state
 
@@ -327,6 +332,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._tb_profilers = [cb for cb in fit_callbacks if _tensorboard_profiles(cb)]
         self._checkpoints = [cb for cb in fit_callbacks if _saves_every_n_batches(cb)]
         self._start_step_timing()
+        self._time_loader()
         if spe > 1:
             calls = engine.config
             window = (
@@ -397,6 +403,9 @@ class FitProfiler(keras.callbacks.Callback):
             for triggered in result.triggered:
                 if self._verbose():
                     print(triggered.line, flush=True)
+            advice = self._loader.advice(waiting_only=True)
+            if advice is not None and self._verbose():
+                print(f"fitprof: epoch {epoch}: {advice}", flush=True)
             texts = [t.text for t in result.triggered]
             self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts)
         if result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync()):
@@ -493,6 +502,33 @@ class FitProfiler(keras.callbacks.Callback):
         timer, self._fetch_timer = self._fetch_timer, None
         if timer is not None:
             timer.uninstall()
+        timing, self._loader_timing = self._loader_timing, None
+        if timing is not None:
+            timing.detach()
+        self._loader.attach(None)
+
+    def _fetch_wait(self) -> int | None:
+        timer = self._fetch_timer
+        return None if timer is None else timer.wait_ns
+
+    def _time_loader(self) -> None:
+        """On torch, fed a ``DataLoader``: time its workers (:mod:`fitprof.profilers.loader`). Keras starts them at
+        each epoch's first batch (after ``on_epoch_begin``), so every epoch's workers are timed."""
+        if self._fns.fetch_timer is None:
+            return
+        adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
+        get = getattr(adapter, "get_torch_dataloader", None)
+        if get is None:
+            return
+        try:
+            from fitprof.profilers.loader import DataLoaderTiming, loaders_in
+
+            found = loaders_in(get())
+            if found:
+                self._loader_timing = DataLoaderTiming.attach(found[0])
+                self._loader.attach(self._loader_timing)
+        except Exception as err:  # never in the way of training: the loader figures stay NaN
+            self._warn_once("loader", f"fitprof: the DataLoader's workers are not timed ({err!r}).")
 
     def _gather(self, vector: list[float]) -> list[list[float]]:
         return _distributed.all_gather_vectors(self.model, self.backend, vector, self._engine.world)

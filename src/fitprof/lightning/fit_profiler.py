@@ -21,6 +21,7 @@ from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
@@ -32,6 +33,7 @@ from fitprof.profilers.flops_torch import (
     device_name,
     lightning_dtype,
 )
+from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, loaders_in
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
@@ -234,6 +236,9 @@ class FitProfiler(Callback):
         self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         self._warn_rank = WarnOnce()
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
+        self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
+        self._loader_hook: AttachOnIter | None = None
+        self._loader_timing: DataLoaderTiming | None = None
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -247,7 +252,7 @@ class FitProfiler(Callback):
             ranks=self.ranks,
             trigger=slowdown,
             work=self._work,
-            probes=probes,
+            probes=(self._loader, *probes),
             baseline=baseline,
         )
         self._dir: Path | None = None
@@ -295,6 +300,7 @@ class FitProfiler(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._time_loader(trainer)
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -343,6 +349,8 @@ class FitProfiler(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
+        if self._loader_hook is not None:  # the train loader's first iter() has been (or will not be) seen
+            self._loader_hook.uninstall()
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -415,6 +423,9 @@ class FitProfiler(Callback):
             self._log_scalars(pl_module, result.trigger)
         if (result.profiled or result.triggered) and self._mirror is not None:
             self._mirror.sync()
+        advice = self._loader.advice(waiting_only=True)
+        if advice is not None and self.verbose and self._engine.rank == 0:
+            self._print(pl_module, f"fitprof: epoch {trainer.current_epoch}: {advice}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -431,11 +442,32 @@ class FitProfiler(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._untime_loader()
         self._timing.fit_end()
         self._engine.abort()
         self._close_mirror()
 
     # -------------------------------------------------------------------------------------------- internal
+    def _time_loader(self, trainer: pl.Trainer) -> None:
+        """Time the workers of the train ``DataLoader`` Lightning iterates, from the first start of its workers
+        (``FitLoop.setup_data``, before ``on_train_start``); undone in :meth:`teardown`."""
+        self._untime_loader()
+
+        def found(timing: DataLoaderTiming) -> None:
+            self._loader_timing = timing
+            self._loader.attach(timing)
+
+        self._loader_hook = AttachOnIter(lambda loader: loader in loaders_in(trainer.train_dataloader), found)
+        self._loader_hook.install()
+
+    def _untime_loader(self) -> None:
+        hook, timing, self._loader_hook, self._loader_timing = self._loader_hook, self._loader_timing, None, None
+        if hook is not None:
+            hook.uninstall()
+        if timing is not None:
+            timing.detach()
+        self._loader.attach(None)
+
     def _ends_after(self, trainer: pl.Trainer, step: int) -> bool:
         """Whether step ``step`` (the one that just ended, or the next) is the epoch's last."""
         try:

@@ -26,13 +26,24 @@ from torch.utils.flop_counter import FlopCounterMode
 
 class TorchFlopCount:
     """Count the FLOPs between :meth:`start` and :meth:`stop` (one training step). Never raises: a failure gives
-    NaN and the reason in :attr:`note`."""
+    NaN and the reason in :attr:`note`.
+
+    Activation checkpointing (``torch.utils.checkpoint.checkpoint``) runs each checkpointed forward again in the
+    backward: ``FlopCounterMode`` counts both. MFU's model FLOPs leave the recomputation out (PaLM, appendix B), so
+    while counting, ``torch.utils.checkpoint.checkpoint`` is wrapped so that the FLOPs of each call of a
+    checkpointed function made inside the backward (its recomputation: all of it with ``use_reentrant=True``, up to
+    the last tensor the backward needs without) are counted apart (:attr:`recompute_flops`), and :meth:`stop`
+    returns the total without them (a function imported by name before the count, ``from torch.utils.checkpoint
+    import checkpoint``, is not seen: its recomputation stays in)."""
 
     def __init__(self) -> None:
         self._mode: Any = None
+        self._unwrap: Callable[[], None] | None = None
         self.note = ""
         self.conv_flops = 0.0
         """FLOPs of the convolutions (forward and backward) among those :meth:`stop` returned."""
+        self.recompute_flops = 0.0
+        """FLOPs activation checkpointing ran again in the backward; not in what :meth:`stop` returned."""
 
     @property
     def running(self) -> bool:
@@ -48,17 +59,54 @@ class TorchFlopCount:
             self.note = f"torch's FlopCounterMode did not start ({err!r})"
             return
         self._mode = mode
+        self.recompute_flops = 0.0
+        self._wrap_checkpoint()
+
+    def _wrap_checkpoint(self) -> None:
+        """Wrap ``torch.utils.checkpoint.checkpoint`` until :meth:`stop`: each checkpointed function is wrapped in
+        turn, and the FLOPs of its calls inside the backward (the autograd engine runs a graph task then: the
+        recomputation) are counted apart, also when torch stops the recomputation early by raising."""
+        import torch.utils.checkpoint as ckpt
+
+        original = ckpt.checkpoint
+        counter = self
+
+        def checkpoint(function: Any, *args: Any, **kwargs: Any) -> Any:
+            def counted(*a: Any, **k: Any) -> Any:
+                mode = counter._mode
+                if mode is None or torch._C._current_graph_task_id() == -1:
+                    return function(*a, **k)  # the forward pass: model FLOPs
+                before = mode.get_total_flops()
+                try:
+                    return function(*a, **k)
+                finally:
+                    counter.recompute_flops += float(mode.get_total_flops() - before)
+
+            return original(counted, *args, **kwargs)
+
+        ckpt.checkpoint = checkpoint
+
+        def unwrap() -> None:
+            if ckpt.checkpoint is checkpoint:
+                ckpt.checkpoint = original
+
+        self._unwrap = unwrap
 
     def stop(self) -> float:
         """Leave the counter; the FLOPs counted since :meth:`start` (NaN when it did not run)."""
         mode, self._mode = self._mode, None
+        unwrap, self._unwrap = self._unwrap, None
+        if unwrap is not None:
+            unwrap()
         if mode is None:
             return math.nan
         try:
             mode.__exit__(None, None, None)
             by_op = mode.get_flop_counts().get("Global", {})
             self.conv_flops = float(sum(n for op, n in by_op.items() if "convolution" in str(op)))
-            return float(mode.get_total_flops())
+            total = float(mode.get_total_flops())
+            self.recompute_flops = min(self.recompute_flops, total)
+            return total - self.recompute_flops
         except Exception as err:
             self.note = f"torch's FlopCounterMode failed ({err!r})"
             return math.nan
