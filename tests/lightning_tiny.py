@@ -70,6 +70,33 @@ class Mlp(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class Planted(pl.LightningModule):
+    """``Linear(16, 4)`` with mean squared error, SGD at 0.01, over batches of ``(x, y)`` from :func:`loader16`.
+    Each training step first calls :meth:`plant` with its batch index, where a subclass plants its work (memory
+    made, kept or freed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(16, 4)
+
+    def plant(self, batch_idx: int) -> None:
+        """Nothing: a plain step."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        self.plant(batch_idx)
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader16(batches: int) -> Any:
+    """``batches`` batches of 8 random samples (16 features, a target of 4) for :class:`Planted`."""
+    data = torch.utils.data.TensorDataset(torch.randn(batches * 8, 16), torch.randn(batches * 8, 4))
+    return torch.utils.data.DataLoader(data, batch_size=8)
+
+
 class RegressionData(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """``n`` samples of 32 features and one target (seed 0) for :class:`Mlp`; each ``__getitem__`` first calls
     :meth:`wait`, where a subclass plants its input delay."""

@@ -3,7 +3,8 @@ every figure the analysis gives is known by construction.
 
 * :func:`row`: one row of the neutral event table (:func:`fitprof.traces.make_table`), times in microseconds;
 * :func:`kx` and :func:`write_kineto`: a Kineto (PyTorch profiler) trace file, times written in milliseconds,
-  read back through fitprof's own reader, so the reader's classification is part of what is tested.
+  read back through fitprof's own reader, so the reader's classification is part of what is tested;
+* :func:`xus` and :func:`write_run_trace`: the same in microseconds, as one rank's plain JSON trace file.
 """
 
 from __future__ import annotations
@@ -68,4 +69,22 @@ def launched(
 def write_kineto(path: Path, events: list[dict[str, Any]]) -> Path:
     """``events`` as a gzipped Kineto trace at ``path`` (name it ``*.pt.trace.json.gz``); returns ``path``."""
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    return path
+
+
+def xus(cat: str, name: str, ts_us: float, dur_us: float) -> dict[str, Any]:
+    """One complete (``ph: X``) Kineto event on ``pid`` 1, ``tid`` 1, times in microseconds."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts_us, "dur": dur_us}
+
+
+def write_run_trace(
+    path: Path, events: list[dict[str, Any]], *, rank: int | None = None, world_size: int | None = None
+) -> Path:
+    """``events`` as a plain JSON Kineto trace at ``path`` (its folders made), with a gloo ``distributedInfo`` of
+    ``rank`` and ``world_size`` when ``rank`` is given; returns ``path``."""
+    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
+    if rank is not None:
+        doc["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world_size}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
     return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,19 +29,29 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(SRC.joinpath("fitprof").rglob("*.py"))}
 
 
-def _imports(name: str) -> set[str]:
-    """Every module ``name`` imports: ``from a import b`` counts as ``a.b`` when that is a fitprof module."""
+def _import_nodes(name: str) -> Iterator[tuple[ast.Import | ast.ImportFrom, str]]:
+    """Each import statement of module ``name``, with the absolute module it imports from (a relative
+    ``from . import`` resolved against the module's package; ``""`` for a plain ``import``)."""
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
+            yield node, ""
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
+            yield node, base
+
+
+def _imports(name: str) -> set[str]:
+    """Every module ``name`` imports: ``from a import b`` counts as ``a.b`` when that is a fitprof module."""
+    out: set[str] = set()
+    for node, base in _import_nodes(name):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        else:
             for alias in node.names:
                 out.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
     return out
@@ -80,15 +91,9 @@ def test_the_readers_import_only_the_table_and_file_names(name: str) -> None:
 
 def _private_names_imported(name: str) -> set[str]:
     """The ``_private`` names (not modules) that ``name`` imports from other fitprof modules."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node, base in _import_nodes(name):
         if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 private = alias.name.startswith("_") and not alias.name.startswith("__")

@@ -27,23 +27,15 @@ def test_a_missing_chromium_skips_each_browser_test_with_its_reason(tmp_path: Pa
         "KERAS_BACKEND": "tensorflow",
         "PYTHONPATH": os.pathsep.join(map(str, paths)),
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_browser.py"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+
+    def pytest_browser(option: str) -> subprocess.CompletedProcess[str]:
+        """``pytest -q <option>`` on the browser tests, in a child without Chromium."""
+        command = [sys.executable, "-m", "pytest", "-q", option, "-p", "no:cacheprovider", "tests/test_browser.py"]
+        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    proc = pytest_browser("-rs")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    collected = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "tests/test_browser.py"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    collected = pytest_browser("--collect-only")
     tests = [line for line in collected.stdout.splitlines() if "::test_" in line]
     assert len(tests) >= 5, collected.stdout
     skipped = re.search(r"(\d+) skipped", proc.stdout)

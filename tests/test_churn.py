@@ -180,44 +180,31 @@ def test_the_bounds_and_bad_files(traces: dict[str, Path], tmp_path: Path) -> No
 def test_lightning_with_profile_memory_logs_and_summarises_the_churn(tmp_path: Path) -> None:
     """A real Lightning fit with ``FitProfiler(profile_memory=True)``: ten 2 MB temporaries a step reach the logged
     scalars, the TensorBoard text summary and the report file that ``fitprof report`` reads."""
-    pl = pytest.importorskip("lightning.pytorch")
+    pytest.importorskip("lightning.pytorch")
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    import lightning_tiny
     from fitprof.lightning import FitProfiler
     from fitprof.report_files import find_report_files
 
     torch.set_num_threads(1)
 
-    class Net(pl.LightningModule):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layer = torch.nn.Linear(16, 4)
-
-        def training_step(self, batch: object, batch_idx: int) -> object:
+    class Net(lightning_tiny.Planted):
+        def plant(self, batch_idx: int) -> None:
             for _ in range(TEMPS_PER_STEP):
                 t = torch.ones(TEMP_BYTES, dtype=torch.uint8)
                 del t
-            x, y = batch  # type: ignore[misc]
-            return torch.nn.functional.mse_loss(self.layer(x), y)
 
-        def configure_optimizers(self) -> object:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    data = torch.utils.data.TensorDataset(torch.randn(80, 16), torch.randn(80, 4))
-    trainer = pl.Trainer(
-        max_epochs=1,
-        default_root_dir=tmp_path,
+    trainer = lightning_tiny.trainer(
+        tmp_path,
+        [FitProfiler(profile_batch=(3, 5), profile_memory=True, verbose=False)],
         logger=TensorBoardLogger(tmp_path, name="tb"),
-        callbacks=[FitProfiler(profile_batch=(3, 5), profile_memory=True, verbose=False)],
         accelerator="cpu",
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+    trainer.fit(Net(), lightning_tiny.loader16(10))
     (run,) = {p.parent for p in (tmp_path / "tb").rglob("events.out.tfevents.*")}
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()

@@ -28,6 +28,7 @@ from fitprof.cli import main
 from fitprof.metrics import top_op_key
 from fitprof.report_files import clean_json as _clean
 from fitprof.report_files import write_report_file
+from planted import write_run_trace, xus
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU, SHARED_KINETO, shared_kineto
 
 REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
@@ -80,22 +81,14 @@ def write_kineto(
     """A small Kineto trace: ``steps`` ``ProfilerStep#N`` of ``step_us``, each opening with a DataLoader wait of
     ``input_us`` and then one ``aten::addmm`` filling the rest; ``distributedInfo`` when ``rank`` is given."""
 
-    def event(cat: str, name: str, ts: float, dur: float) -> dict[str, Any]:
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-
     events: list[dict[str, Any]] = []
     t = 1000.0
     for n in range(1, steps + 1):
-        events.append(event("user_annotation", f"ProfilerStep#{n}", t, step_us))
-        events.append(event("user_annotation", DATALOADER_NEXT, t, input_us))
-        events.append(event("cpu_op", "aten::addmm", t + input_us, step_us - input_us))
+        events.append(xus("user_annotation", f"ProfilerStep#{n}", t, step_us))
+        events.append(xus("user_annotation", DATALOADER_NEXT, t, input_us))
+        events.append(xus("cpu_op", "aten::addmm", t + input_us, step_us - input_us))
         t += step_us
-    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
-    if rank is not None:
-        doc["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world_size}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc))
-    return path
+    return write_run_trace(path, events, rank=rank, world_size=world_size)
 
 
 @pytest.fixture()

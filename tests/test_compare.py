@@ -19,6 +19,7 @@ from fitprof.cli import main
 from fitprof.compare import NOISE_FACTOR, CompareInputError, against_baseline, compare, load_baseline, load_side
 from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50, VS_BASELINE_STEP_TIME_PERCENT
 from fitprof.report_files import find_report_files, write_report_file
+from planted import write_run_trace, xus
 from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
 
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -46,26 +47,18 @@ def kineto_window(
     durs = {name: round(ms * 1000 * scale) for name, ms in ops.items()}
     wait = round(input_ms * 1000 * scale)
 
-    def event(cat: str, name: str, ts: int, dur: int) -> dict[str, Any]:
-        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
-
     events = []
     t = 1000
     for n in range(1, steps + 1):
         step = wait + sum(durs.values())
-        events.append(event("user_annotation", f"ProfilerStep#{n}", t, step))
-        events.append(event("user_annotation", DATALOADER_NEXT, t, wait))
+        events.append(xus("user_annotation", f"ProfilerStep#{n}", t, step))
+        events.append(xus("user_annotation", DATALOADER_NEXT, t, wait))
         at = t + wait
         for name, dur in durs.items():
-            events.append(event("cpu_op", name, at, dur))
+            events.append(xus("cpu_op", name, at, dur))
             at += dur
         t += step
-    doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": events}
-    if rank is not None:
-        doc["distributedInfo"] = {"backend": "gloo", "rank": rank, "world_size": world_size}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc))
-    return path
+    return write_run_trace(path, events, rank=rank, world_size=world_size)
 
 
 def run_dir(

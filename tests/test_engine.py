@@ -381,6 +381,7 @@ def test_probes_get_every_event_with_the_clock_and_their_figures_are_published(t
     assert rig.messages == ["fitprof: the probe Broken failed (ValueError('no')); its figures are left out."]
 
 
+@pytest.mark.slow  # spawns a fresh interpreter: only a new process shows which modules an import pulls in
 def test_the_engine_imports_no_framework() -> None:
     code = (
         "import sys, fitprof.fit, fitprof.fit.engine, fitprof.fit.schedule, fitprof.profilers.base\n"

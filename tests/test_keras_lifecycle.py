@@ -16,6 +16,7 @@ tf = pytest.importorskip("tensorflow")
 
 from fitprof import FitProfilerWarning  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
+from host_memory import needs_statm, rss_mb  # noqa: E402
 from warned import fitprof_messages  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
@@ -290,13 +291,8 @@ def test_a_fit_after_an_exception_joins_the_gather_again(tmp_path: Path, monkeyp
     assert len(gathers) == 2 and hist["fitprof/ranks_reported"] == [1.0, 1.0]
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+@needs_statm
 def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     """RSS after epoch 4 and after epoch 14 of a tiny model profiled every epoch: growth under 40 MB, i.e. under
     4 MB per window (a window's profile is ~20 KB; the bound leaves room for allocator noise)."""
@@ -304,7 +300,7 @@ def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
 
     class Rss(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
-            rss[epoch] = _rss_mb()
+            rss[epoch] = rss_mb()
 
     profiler = FitProfiler(tmp_path, profile_batch=(2, 3), keep_last_windows=1)
     _model().fit(_data(4), epochs=15, verbose=0, callbacks=[profiler, Rss()])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -18,6 +17,7 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
 from fitprof.lightning import FitProfiler  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
+from host_memory import needs_statm, rss_mb  # noqa: E402
 from test_lightning import _fit, _loader, _Tiny  # noqa: E402
 from warned import fitprof_messages  # noqa: E402
 
@@ -182,20 +182,15 @@ def test_windows_separators_spaces_and_non_ascii(tmp_path: Path) -> None:
     assert len(list(target.glob("*.pt.trace.json.gz"))) == 1
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs /proc")
+@needs_statm
 def test_host_memory_flat_with_a_window_every_epoch(tmp_path: Path) -> None:
     """RSS after epoch 4 and after epoch 14, a window every epoch: growth under 40 MB (measured far less)."""
     rss: dict[int, float] = {}
 
     class Rss(pl.Callback):
         def on_train_epoch_end(self, trainer, pl_module):
-            rss[trainer.current_epoch] = _rss_mb()
+            rss[trainer.current_epoch] = rss_mb()
 
     cb = FitProfiler(profile_batch=(2, 3), keep_last_windows=1)
     trainer = pl.Trainer(

@@ -61,48 +61,50 @@ def _check(runs: dict[str, tuple[dict[str, list[float]], list[str]]]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------- Lightning
-def _lightning_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[str]]:
-    torch = pytest.importorskip("torch")
-    pl = pytest.importorskip("lightning.pytorch")
+def _lightning_trainer(root: Path, **device: Any) -> Any:
+    """A Trainer of :data:`EPOCHS` epochs on ``device`` (Trainer arguments), profiled at steps 3-5, logging to
+    TensorBoard under ``root/tb``, with no validation."""
     from lightning.pytorch.loggers import TensorBoardLogger
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     import lightning_tiny
     from fitprof.lightning import FitProfiler
 
+    return lightning_tiny.trainer(
+        root,
+        [FitProfiler(profile_batch=(3, 5), verbose=False)],
+        max_epochs=EPOCHS,
+        logger=TensorBoardLogger(root, name="tb"),
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        **device,
+    )
+
+
+def _lightning_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[str]]:
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("lightning.pytorch")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import lightning_tiny
+
     torch.set_num_threads(1)
 
-    class Net(pl.LightningModule):
+    class Net(lightning_tiny.Planted):
         def __init__(self) -> None:
             super().__init__()
-            self.layer = torch.nn.Linear(16, 4)
             self.kept: list[Any] = []
 
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
+        def plant(self, batch_idx: int) -> None:
             if mode == "temp":  # written, so every page is resident; freed at once
                 t = torch.ones(TEMP_BYTES, dtype=torch.uint8)
                 del t
             if mode == "leak" and batch_idx == 0:
                 self.kept.append(torch.ones(LEAK_BYTES, dtype=torch.uint8))
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.layer(x), y)
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 16), torch.randn(STEPS * 8, 4))
-    trainer = lightning_tiny.trainer(
-        root,
-        [FitProfiler(profile_batch=(3, 5), verbose=False)],
-        max_epochs=EPOCHS,
-        logger=TensorBoardLogger(root, name="tb"),
-        accelerator="cpu",
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    trainer = _lightning_trainer(root, accelerator="cpu")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+        trainer.fit(Net(), lightning_tiny.loader16(STEPS))
     (run,) = {p.parent for p in (root / "tb").rglob("events.out.tfevents.*")}
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
     acc.Reload()
@@ -162,52 +164,34 @@ def test_lightning_on_cuda_exact_figures(tmp_path: Path) -> None:
     """200 MiB made and freed in every step, 30 MiB kept every epoch: whole 2 MiB blocks, so the allocator's
     counts are exact; the step records what it held before the temporary."""
     torch = pytest.importorskip("torch")
-    pl = pytest.importorskip("lightning.pytorch")
-    from lightning.pytorch.loggers import TensorBoardLogger
+    pytest.importorskip("lightning.pytorch")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     import lightning_tiny
-    from fitprof.lightning import FitProfiler
 
     temp, leak = 200 * 2**20, 30 * 2**20
     held: dict[int, int] = {}
     at_end: dict[int, int] = {}
 
-    class Net(pl.LightningModule):
+    class Net(lightning_tiny.Planted):
         def __init__(self) -> None:
             super().__init__()
-            self.layer = torch.nn.Linear(16, 4)
             self.kept: list[Any] = []
 
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
+        def plant(self, batch_idx: int) -> None:
             if batch_idx == 0:
                 self.kept.append(torch.empty(leak, dtype=torch.uint8, device=self.device))
             before = torch.cuda.memory_allocated()
             held[self.current_epoch] = max(held.get(self.current_epoch, 0), before)
             t = torch.empty(temp, dtype=torch.uint8, device=self.device)
             del t
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.layer(x), y)
 
         def on_train_epoch_end(self) -> None:
             at_end[self.current_epoch] = torch.cuda.memory_allocated()
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 16), torch.randn(STEPS * 8, 4))
-    trainer = lightning_tiny.trainer(
-        tmp_path,
-        [FitProfiler(profile_batch=(3, 5), verbose=False)],
-        max_epochs=EPOCHS,
-        logger=TensorBoardLogger(tmp_path, name="tb"),
-        accelerator="gpu",
-        devices=1,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    trainer = _lightning_trainer(tmp_path, accelerator="gpu", devices=1)
     with pytest.warns(UserWarning, match="memory grows about 31 MB per epoch since epoch 1"):
-        trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=8))
+        trainer.fit(Net(), lightning_tiny.loader16(STEPS))
     (run,) = {p.parent for p in (tmp_path / "tb").rglob("events.out.tfevents.*")}
     acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
     acc.Reload()

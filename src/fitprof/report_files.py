@@ -25,7 +25,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fitprof._atomic import write_text
 from fitprof._session import REPORTS_DIR, check_session, report_file_name
@@ -34,6 +34,7 @@ from fitprof.analysis import FRAMEWORKS, AllocStat, BottleneckReport, OpStat
 SCHEMA = 1
 MAX_REPORT_BYTES = 4_000_000
 """Bound on a report file's size when it is read: one window's figures take a few KB."""
+_Stat = TypeVar("_Stat", OpStat, AllocStat)
 _LEGACY_KEYS = {"htod_gbps": "htod_gb_per_s"}
 _LEGACY_FRAMEWORKS = {"torch": "pytorch", "lightning": "pytorch"}
 _FLOAT_FIELDS = frozenset(f.name for f in dataclasses.fields(BottleneckReport) if f.type == "float")
@@ -263,32 +264,20 @@ def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> Bott
     if framework not in FRAMEWORKS:
         raise ReportFileError(f"{path}: not a fitprof report ('framework' is {framework!r}; allowed: {FRAMEWORKS})")
     kwargs["framework"] = framework
-    ops = kwargs.get("top_ops")
-    if not isinstance(ops, list) or not all(isinstance(o, dict) and "name" in o for o in ops):
-        raise ReportFileError(f"{path}: not a fitprof report ('top_ops' is not a list of operators)")
-    kwargs["top_ops"] = [
-        OpStat(
-            str(o["name"]),
-            _float(o.get("self_ms_per_step"), "self_ms_per_step", path),
-            _float(o.get("percent"), "percent", path),
-        )
-        for o in ops
-    ]
-    allocs = kwargs.get("top_alloc_ops", [])
-    if not isinstance(allocs, list) or not all(isinstance(o, dict) and "name" in o for o in allocs):
-        raise ReportFileError(f"{path}: not a fitprof report ('top_alloc_ops' is not a list of operators)")
-    kwargs["top_alloc_ops"] = [
-        AllocStat(
-            str(o["name"]),
-            _float(o.get("allocs_per_step"), "allocs_per_step", path),
-            _float(o.get("mb_per_step"), "mb_per_step", path),
-            _float(o.get("percent"), "percent", path),
-        )
-        for o in allocs
-    ]
+    kwargs["top_ops"] = _operators(kwargs.get("top_ops"), "top_ops", OpStat, path)
+    kwargs["top_alloc_ops"] = _operators(kwargs.get("top_alloc_ops", []), "top_alloc_ops", AllocStat, path)
     if not isinstance(kwargs.get("advice"), list) or not isinstance(kwargs.get("steps_analyzed"), int):
         raise ReportFileError(f"{path}: not a fitprof report ('advice' or 'steps_analyzed' has the wrong type)")
     return BottleneckReport(**kwargs)
+
+
+def _operators(ops: Any, key: str, stat: type[_Stat], path: str | os.PathLike[str]) -> list[_Stat]:
+    """``ops``, the report's list ``key`` of operator dicts, as ``stat`` records: the name, then each of the
+    record's number fields in order, read with :func:`_float`; :class:`ReportFileError` for anything else."""
+    if not isinstance(ops, list) or not all(isinstance(o, dict) and "name" in o for o in ops):
+        raise ReportFileError(f"{path}: not a fitprof report ({key!r} is not a list of operators)")
+    numbers = [f.name for f in dataclasses.fields(stat)[1:]]
+    return [stat(str(o["name"]), *(_float(o.get(n), n, path) for n in numbers)) for o in ops]
 
 
 def _float(value: Any, name: str, path: str | os.PathLike[str]) -> float:

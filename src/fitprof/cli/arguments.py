@@ -32,10 +32,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_format_options(p: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:
+    """``--format`` (one of ``formats``, default ``table``) and ``--out`` on a subcommand's parser."""
+    p.add_argument("--format", choices=formats, default="table", help="output format (default: table)")
+    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+
+
 def add_output_options(p: argparse.ArgumentParser) -> None:
     """``--format``, ``--out``, ``--jobs`` and ``--strict`` on a subcommand's parser."""
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    add_format_options(p)
     p.add_argument(
         "--jobs",
         type=positive_int,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
+from fitprof.cli.arguments import add_format_options
 from fitprof.cli.output import EXIT_BAD_INPUT, EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
@@ -58,8 +59,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("baseline", metavar="BASELINE", help="run directory, report file or trace file")
     p.add_argument("candidate", metavar="CANDIDATE", help="run directory, report file or trace file")
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    add_format_options(p, FORMATS)
     p.add_argument(
         "--fail-over",
         type=_non_negative,

@@ -200,13 +200,17 @@ class TorchProfiler(StepSpans):
         outside a window or when one is already open."""
         if self._prof is None or self._overhead is not None:
             return
+        self._overhead = self._enter(OVERHEAD_ANNOTATION)
+
+    def _enter(self, name: str) -> record_function | None:
+        """``record_function(name)``, entered; None, after one warning, when torch refuses it."""
         try:
-            rf = record_function(OVERHEAD_ANNOTATION)
+            rf = record_function(name)
             rf.__enter__()
         except Exception as err:
-            self.warn_once("mark", f"fitprof: could not annotate {OVERHEAD_ANNOTATION!r} ({err!r}).")
-            return
-        self._overhead = rf
+            self.warn_once("mark", f"fitprof: could not annotate {name!r} ({err!r}).")
+            return None
+        return rf
 
     def _close_overhead(self) -> bool:
         rf, self._overhead = self._overhead, None
@@ -222,13 +226,9 @@ class TorchProfiler(StepSpans):
         """Open a ``record_function(name)`` span (default: the validation annotation) inside the window."""
         if self._prof is None:
             return
-        try:
-            rf = record_function(name)
-            rf.__enter__()
-        except Exception as err:
-            self.warn_once("mark", f"fitprof: could not annotate {name!r} ({err!r}).")
-            return
-        self._annotations.append(rf)
+        rf = self._enter(name)
+        if rf is not None:
+            self._annotations.append(rf)
 
     def end_annotation(self) -> None:
         """Close the innermost annotation opened by :meth:`begin_annotation`, if any."""

@@ -19,7 +19,7 @@ import operator
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,7 +196,7 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     fast = _load_in_chunks(data, path, objects)
     if fast is not None:
         return fast
-    try:
+    with _decode_errors(path):
         try:
             _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
         except msgspec.DecodeError:
@@ -208,12 +208,6 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
             if repaired is not None:
                 repaired += names
         doc = _DECODER.decode(data)
-    except msgspec.ValidationError as err:
-        raise TraceError(f"{path}: not a Chrome trace ({_where(err)})") from None
-    except msgspec.DecodeError as err:
-        raise TraceError(f"{path}: not valid JSON ({err})") from None
-    except RecursionError:
-        raise _too_deep(path) from None
     del data  # the raw events keep the text alive until the last batch is decoded
     meta: dict[str, Any] = {}
     if isinstance(doc, list):
@@ -406,14 +400,8 @@ def _decode_batches(payload: Callable[[int], bytes], n: int, path: Path) -> Colu
 def _decode_batch(payload: bytes, path: Path, start: int, stop: int) -> list[_Event]:
     """The events ``start`` to ``stop - 1`` of the trace, from their JSON array ``payload``, or :class:`TraceError`
     naming the event (an invalid value) or the batch (invalid JSON)."""
-    try:
+    with _decode_errors(path, start, f"in events {start}-{stop - 1}: "):
         return _BATCH_DECODER.decode(payload)
-    except msgspec.ValidationError as err:
-        raise TraceError(f"{path}: not a Chrome trace ({_where(err, start)})") from None
-    except msgspec.DecodeError as err:
-        raise TraceError(f"{path}: not valid JSON (in events {start}-{stop - 1}: {err})") from None
-    except RecursionError:
-        raise _too_deep(path) from None
 
 
 class _ColumnBuilder:
@@ -530,6 +518,21 @@ def _numeric(values: list[Any]) -> np.ndarray:
     if fast is not None and fast.dtype.kind in "iuf":
         return fast.astype(np.float64)
     return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+
+
+@contextlib.contextmanager
+def _decode_errors(path: Path, first: int = 0, where: str = "") -> Iterator[None]:
+    """Turn msgspec's errors inside the block into one :class:`TraceError` naming ``path``: an invalid value by its
+    event (``first``: the index of the block's first event in the trace), invalid JSON with ``where`` before
+    msgspec's message, too deep a nesting as such."""
+    try:
+        yield
+    except msgspec.ValidationError as err:
+        raise TraceError(f"{path}: not a Chrome trace ({_where(err, first)})") from None
+    except msgspec.DecodeError as err:
+        raise TraceError(f"{path}: not valid JSON ({where}{err})") from None
+    except RecursionError:
+        raise _too_deep(path) from None
 
 
 def _where(err: msgspec.ValidationError, first: int = 0) -> str:
