@@ -77,7 +77,9 @@ def test_background_file_is_byte_identical(tmp_path: Path) -> None:
     assert worker.finish(120.0) == []
     assert done == [tmp_path / "bg" / "plugins" / "profile" / "s1" / "h1_rank0.xplane.pb"]
     assert done[0] is not None and done[0].read_bytes() == sync.read_bytes()
-    assert fitprof.analyze(done[0]).steps_analyzed == fitprof.analyze(trace).steps_analyzed  # the figures read back agree
+    assert (
+        fitprof.analyze(done[0]).steps_analyzed == fitprof.analyze(trace).steps_analyzed
+    )  # the figures read back agree
     assert not list((tmp_path / "bg").rglob("*fitprof-tmp*"))
 
 
@@ -101,7 +103,10 @@ def test_killed_worker_loses_only_its_xplane(tmp_path: Path) -> None:
         assert pipe.xplane_paths == {}
         assert trace.read_bytes() == before  # the trace is whole
         reports = list((tmp_path / "plugins" / "fitprof").glob("*.json"))
-        assert len(reports) == 1 and json.loads(reports[0].read_text())["report"]["steps_analyzed"] == report.steps_analyzed
+        assert (
+            len(reports) == 1
+            and json.loads(reports[0].read_text())["report"]["steps_analyzed"] == report.steps_analyzed
+        )
         assert not (tmp_path / "plugins" / "profile" / "s1").exists()  # no empty session in the Profile tab
         # the next window gets a new process
         trace2 = copy_trace(tmp_path, "h_rank0.s2.pt.trace.json.gz")
@@ -131,27 +136,33 @@ def test_end_of_fit_waits_at_most_its_timeout(tmp_path: Path) -> None:
     assert trace.is_file()
 
 
-def test_queue_policy_newest_replaces_the_waiting(tmp_path: Path) -> None:
+def test_queue_policy_newest_push_out_the_oldest_waiting(tmp_path: Path) -> None:
     worker = slow_worker(WarnOnce(), delay_s=1.0)
     outcome: dict[int, str] = {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t0 = time.monotonic()
-        for epoch in range(4):
+        for epoch in range(5):
             trace = copy_trace(tmp_path, f"h.s{epoch}.pt.trace.json.gz")
             worker.submit(
-                Job(epoch, trace, str(tmp_path), f"s{epoch}", "h",
-                    on_done=lambda p, why, e=epoch: outcome.__setitem__(e, "written" if p else why))  # fmt: skip
+                Job(
+                    epoch,
+                    trace,
+                    str(tmp_path),
+                    f"s{epoch}",
+                    "h",
+                    on_done=lambda p, why, e=epoch: outcome.__setitem__(e, "written" if p else why),
+                )
             )
         submitted = time.monotonic() - t0
-        assert len(worker.pending()) == 2  # one runs, one waits: never more
+        assert len(worker.pending()) == 3  # one runs, two wait: never more
         assert worker.finish(60.0) == []
     assert submitted < 1.0  # handing over never waited for the 1 s conversions
-    assert outcome == {0: "written", 1: "skipped", 2: "skipped", 3: "written"}
+    assert outcome == {0: "written", 1: "skipped", 2: "skipped", 3: "written", 4: "written"}
     assert worker.skipped == [1, 2]
     said = [m for m in messages(caught) if "skipped" in m]
     assert len(said) == 1 and "epoch 1" in said[0]  # once a fit
-    for epoch in range(4):
+    for epoch in range(5):
         assert (tmp_path / f"h.s{epoch}.pt.trace.json.gz").is_file()  # every trace is kept
 
 

@@ -10,9 +10,10 @@ itself. Converting a 10^5-event window costs seconds of Python work, so the epoc
   user's ``__main__`` (``multiprocessing``'s ``spawn`` and ``forkserver`` do, and would run an unguarded training
   script a second time). It runs at low priority (``os.nice(10)``), is started at the first conversion and is kept
   until the end of the ``fit``.
-* **Bounded queue, never blocking:** one conversion runs and at most one waits. A window that ends while another
-  waits replaces it (the newest window is the one worth seeing); the replaced window keeps its trace, report and
-  figures, and one warning a fit names it. Handing a job over never waits for the process.
+* **Bounded queue, never blocking:** one conversion runs and at most :data:`MAX_WAITING` wait. A window that ends
+  while the queue is full pushes out the oldest waiting one (the newest windows are the ones worth seeing); the
+  pushed-out window keeps its trace, report and figures, and one warning a fit names it. A waiting conversion whose
+  window ``keep_last_windows`` deletes is dropped with it. Handing a job over never waits for the process.
 * **The end of the fit** waits for the running and the waiting conversion up to ``timeout_s``
   (:data:`FINISH_TIMEOUT_S` by default), then stops the process; one warning says which windows were left without
   an ``.xplane.pb``.
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,10 @@ from typing import IO, Any
 
 FINISH_TIMEOUT_S = 120.0
 """How long the end of a ``fit`` waits for the pending ``.xplane.pb`` conversions (s)."""
+
+MAX_WAITING = 2
+"""How many conversions may wait behind the running one (the last windows of a fit whose epochs are shorter than a
+conversion, e.g. ``keep_last_windows=2``)."""
 
 NICE = 10
 """The worker's ``os.nice`` increment: it yields the cores to training."""
@@ -101,7 +107,7 @@ class XplaneWorker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._running: Job | None = None
-        self._waiting: Job | None = None
+        self._waiting: deque[Job] = deque()
         self._results: list[tuple[Job, Path | None, str]] = []
         self._next_id = 0
 
@@ -114,7 +120,7 @@ class XplaneWorker:
     def pending(self) -> list[Job]:
         """The running and the waiting conversion."""
         with self._lock:
-            return [j for j in (self._running, self._waiting) if j is not None]
+            return ([self._running] if self._running is not None else []) + list(self._waiting)
 
     def reading(self, path: Path) -> bool:
         """Whether a pending conversion still reads ``path`` or writes beside it (retention must not delete it)."""
@@ -131,7 +137,9 @@ class XplaneWorker:
             if self._running is None:
                 self._running = job
             else:
-                replaced, self._waiting = self._waiting, job
+                if len(self._waiting) >= MAX_WAITING:
+                    replaced = self._waiting.popleft()
+                self._waiting.append(job)
         if replaced is not None:
             self._skip(replaced)
         self._dispatch()
@@ -140,9 +148,10 @@ class XplaneWorker:
     def cancel(self, trace: Path) -> bool:
         """Drop the waiting conversion of ``trace`` (its window is being deleted); True when one was dropped."""
         with self._lock:
-            if self._waiting is not None and self._waiting.trace == trace:
-                self._waiting = None
-                return True
+            for job in self._waiting:
+                if job.trace == trace:
+                    self._waiting.remove(job)
+                    return True
         return False
 
     def _skip(self, job: Job) -> None:
@@ -150,7 +159,7 @@ class XplaneWorker:
         self.warn(
             "xspace-skipped",
             f"fitprof: the .xplane.pb of epoch {job.epoch} was skipped: the conversion of an earlier window was still "
-            "running when a newer window ended, and only the newest waits. Its trace, report and figures are kept "
+            "running when newer windows ended, and only the newest wait. Its trace, report and figures are kept "
             "(`fitprof analyze` reads the trace).",
         )
         if job.on_done is not None:
@@ -215,7 +224,7 @@ class XplaneWorker:
                     continue
                 path = Path(msg["path"]) if msg.get("ok") else None
                 self._results.append((job, path, msg.get("error", "")))
-                self._running, self._waiting = self._waiting, None
+                self._running = self._waiting.popleft() if self._waiting else None
                 self._lock.notify_all()
             self._dispatch()
         code = proc.wait()
@@ -227,7 +236,7 @@ class XplaneWorker:
                 _remove_partial(job.target)
                 self.lost.append(job.epoch)
                 self._results.append((job, None, f"the converter process ended while writing it (exit code {code})"))
-                self._running, self._waiting = self._waiting, None
+                self._running = self._waiting.popleft() if self._waiting else None
             self._lock.notify_all()
 
     # ------------------------------------------------------------------------------------------------ poll
@@ -264,8 +273,9 @@ class XplaneWorker:
                 if left <= 0:
                     break
                 self._lock.wait(min(left, 0.5))
-            undone = [j for j in (self._running, self._waiting) if j is not None]
-            self._running = self._waiting = None
+            undone = ([self._running] if self._running is not None else []) + list(self._waiting)
+            self._running = None
+            self._waiting.clear()
             proc, self._proc = self._proc, None
         self.poll()
         if proc is not None:
