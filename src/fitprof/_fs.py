@@ -133,6 +133,8 @@ class FsspecStore:
 def _files(root: Path) -> Iterator[tuple[str, Path]]:
     for folder, _, names in os.walk(root):
         for name in names:
+            if ".fitprof-tmp-" in name:  # still being written (the background .xplane.pb writer): never copied
+                continue
             path = Path(folder, name)
             yield path.relative_to(root).as_posix(), path
 
