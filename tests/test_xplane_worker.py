@@ -184,3 +184,32 @@ def test_retention_never_deletes_what_the_worker_reads(tmp_path: Path) -> None:
     assert not traces[0].exists() and not (tmp_path / "plugins" / "profile" / "s0").exists()
     assert traces[2].is_file() and set(pipe.xplane_paths) == {0, 2}
     assert pipe.xplane_paths[2].is_file() and pipe.xplane_paths[2].parent.name == "s2"
+
+
+def test_mirror_never_copies_a_file_being_written(tmp_path: Path) -> None:
+    from fitprof import _fs
+
+    class Recorder:
+        url = "memory://run"
+
+        def __init__(self) -> None:
+            self.put_names: list[str] = []
+
+        def put(self, local: Path, rel: str) -> None:
+            self.put_names.append(rel)
+
+        def remove(self, rel: str) -> None:
+            pass
+
+    store = Recorder()
+    mirror = _fs.Mirror("memory://run", lambda key, message: None, store=lambda url: store)
+    session = mirror.local / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / ".h.xplane.pb.fitprof-tmp-123").write_bytes(b"half")
+    (mirror.local / "h.s1.pt.trace.json.gz").write_bytes(b"whole")
+    assert mirror.sync()
+    assert store.put_names == ["h.s1.pt.trace.json.gz"]
+    (session / ".h.xplane.pb.fitprof-tmp-123").rename(session / "h.xplane.pb")
+    assert mirror.sync()
+    assert store.put_names == ["h.s1.pt.trace.json.gz", "plugins/profile/s1/h.xplane.pb"]
+    mirror.close()
