@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 LOGDIR ?= demo_logs
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint clean gpu-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ lint: install
 
 test: lint
 	$(BIN)/python -m pytest -q --durations=20 tests
+
+# The device check (benchmarks/gpu_check.py): on a CUDA GPU, with torch, lightning, tensorboard and fitprof's core
+# dependencies already installed (no venv, no network). GPU_CHECK_ARGS="--dry" runs its logic on the CPU.
+gpu-check:
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) $(LOGDIR)

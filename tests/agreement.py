@@ -118,6 +118,8 @@ def assert_same_report(kineto: BottleneckReport, xspace: BottleneckReport) -> No
         "dtoh_ms_per_step",
         "collective_ms_per_step",
         "collective_percent",
+        "htod_exposed_percent",
+        "collective_exposed_percent",
     ):
         assert _close(getattr(xspace, key), getattr(kineto, key), rel=1e-6), key
     for key in ("htod_bytes_per_step", "htod_gb_per_s"):

@@ -4,10 +4,14 @@
   one reason when the folder is not beside the checkout; with ``CI=true`` the run fails instead, naming the
   missing files (:func:`pytest_sessionfinish`), so CI never goes green without them.
 * Tests marked ``gpu`` need CUDA: they skip with a reason on a machine without it; ``pytest -m gpu`` runs only them.
+  They need nothing beyond torch, lightning, tensorboard, pandas and fitprof's core dependencies; where one of those
+  core dependencies is missing (a GPU image without msgspec), every module that imports it and every ``gpu`` test
+  skips with the ``pip install`` line, so ``pytest -m gpu`` still collects.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -31,6 +35,39 @@ def kineto_fixtures() -> Path:
     """The folder of the real GPU traces of ``../shared/fixtures/kineto``: skips with the one shared reason when
     they are missing, fails under CI (:func:`shared_fixtures.shared_kineto`)."""
     return shared_kineto()
+
+
+CORE = ("msgspec", "numpy", "pandas", "google.protobuf", "fsspec")
+"""fitprof's core dependencies (pyproject's ``dependencies``), as imported."""
+
+
+def _missing_core() -> str | None:
+    """The install hint for fitprof's core dependencies missing here, or None."""
+    missing = []
+    for name in CORE:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a dotted name whose parent is missing
+            found = False
+        if not found:
+            missing.append(name)
+    if not missing:
+        return None
+    return f"needs fitprof's core dependencies ({', '.join(missing)} missing: pip install fitprof, or pip install -e .)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    """A test module that cannot be imported because a core dependency is missing is skipped with the install
+    hint (as ``pytest.importorskip`` at its top would), not a collection error that stops ``pytest -m gpu``."""
+    outcome = yield
+    report = outcome.get_result()
+    hint = _missing_core() if report.failed and isinstance(collector, pytest.Module) else None
+    if hint is not None:
+        text = str(report.longrepr)
+        if any(f"No module named '{name.split('.')[0]}'" in text for name in CORE):
+            report.outcome = "skipped"
+            report.longrepr = (str(collector.path), 0, f"Skipped: {hint}")
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +101,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
-    reason = _cuda_reason()
+    reason = _cuda_reason() or _missing_core()
     if reason:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))

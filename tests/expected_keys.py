@@ -10,6 +10,8 @@ WINDOW_KEYS = [
     "fitprof/htod_ms_per_step",
     "fitprof/htod_percent",
     "fitprof/collective_percent",
+    "fitprof/htod_exposed_percent",
+    "fitprof/collective_exposed_percent",
     "fitprof/steps_analyzed",
     "fitprof/speedup_if_no_input",
     "fitprof/speedup_if_no_htod",
@@ -26,6 +28,9 @@ WINDOW_KEYS = [
     "fitprof/top_op_1_ms",
     "fitprof/top_op_2_ms",
     "fitprof/top_op_3_ms",
+    "fitprof/memory_peak_mb",
+    "fitprof/memory_reserved_peak_mb",
+    "fitprof/memory_headroom_percent",
 ]
 """The profiled window's keys (docs/metrics.md), NaN in an epoch without a window."""
 EPOCH_KEYS = [
@@ -35,6 +40,10 @@ EPOCH_KEYS = [
     "fitprof/epoch/input_percent",
     "fitprof/epoch/samples_per_s",
     "fitprof/epoch/steps_timed",
+    "fitprof/epoch/memory_peak_mb",
+    "fitprof/epoch/memory_in_use_mb",
+    "fitprof/epoch/memory_growth_mb",
+    "fitprof/epoch/memory_headroom_percent",
 ]
 """The always-on step timing's keys: a figure every epoch."""
 TRIGGER_KEYS = ["fitprof/trigger/step", "fitprof/trigger/step_time_ms", "fitprof/trigger/baseline_ms"]

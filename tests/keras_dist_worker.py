@@ -99,8 +99,8 @@ print(
     "RESULT"
     + json.dumps(
         {
-            "rank": profiler._rank,
-            "world": profiler._world,
+            "rank": profiler._engine.rank,  # the rank and world size fitprof detected
+            "world": profiler._engine.world,
             "reports": {str(e): r.scalars() for e, r in profiler.reports.items()},
             "history": {k: v for k, v in hist.items() if k.startswith("fitprof/")},
             "traces": {str(e): str(p) for e, p in profiler.trace_paths.items()},

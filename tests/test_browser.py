@@ -4,7 +4,8 @@ rendered pages are: the Time Series cards of the ``fitprof/`` scalars with both 
 the Profile tab's session list and the Keras run's overview page, and each run's trace viewer finding its steps.
 
 Screenshots go to ``$FITPROF_SCREENSHOT_DIR`` when set (else a temporary folder); ``docs/`` holds copies.
-Skipped without Chromium or the ``playwright`` package (no ``playwright install``: it drives the system browser).
+Without Chromium or the ``playwright`` package (no ``playwright install``: it drives the system browser) each test
+is skipped with the reason (``pytest -rs`` lists them), so a run shows which checks it did not make.
 """
 
 from __future__ import annotations
@@ -22,22 +23,27 @@ import pytest
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 
-def _find_chromium() -> str | None:
-    for candidate in (os.environ.get("FITPROF_CHROMIUM"), "/usr/bin/chromium", "chromium", "chromium-browser"):
-        if candidate and (path := shutil.which(candidate)):
-            return path
-    return None
+def _find_chromium() -> tuple[str | None, str]:
+    """The Chromium binary, or None and why not. ``FITPROF_CHROMIUM``, when set, is the only place looked at: a
+    wrong setting is said, never covered by another browser found elsewhere."""
+    given = os.environ.get("FITPROF_CHROMIUM")
+    if given:
+        path = shutil.which(given)
+        return path, f"FITPROF_CHROMIUM={given} is not an executable Chromium"
+    for candidate in ("/usr/bin/chromium", "chromium", "chromium-browser"):
+        if path := shutil.which(candidate):
+            return path, ""
+    return None, "Chromium not found (/usr/bin/chromium; Debian: apt-get install chromium; or set FITPROF_CHROMIUM)"
 
 
-CHROMIUM = _find_chromium()
-if CHROMIUM is None:
-    pytest.skip(
-        "Chromium not found (/usr/bin/chromium; Debian: apt-get install chromium; or set FITPROF_CHROMIUM)",
-        allow_module_level=True,
-    )
-sync_api = pytest.importorskip(
-    "playwright.sync_api",
-    reason="playwright, the Python driver, is not installed (pip install playwright; no `playwright install`: it drives the system Chromium)",
+CHROMIUM, NO_CHROMIUM = _find_chromium()
+try:
+    from playwright import sync_api
+except ImportError:
+    sync_api = None
+NO_PLAYWRIGHT = (
+    "playwright, the Python driver, is not installed (pip install playwright; no `playwright install`: it drives "
+    "the system Chromium)"
 )
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
@@ -72,7 +78,8 @@ TOOL_TITLES = {
 INPUT_STATEMENT = re.compile(r"([\d.]+)\s*% of the total step time sampled is waiting for input")
 """xprof's input-pipeline verdict, e.g. "Your program is HIGHLY input-bound because 86.4% of the total step time
 sampled is waiting for input."."""
-sync_api.expect.set_options(timeout=TIMEOUT_MS)  # pages load slowly on 2 busy CPU cores
+if sync_api is not None:
+    sync_api.expect.set_options(timeout=TIMEOUT_MS)  # pages load slowly on 2 busy CPU cores
 
 
 # ---------------------------------------------------------------------------------------------------- fixtures
@@ -112,8 +119,19 @@ def tb(runs: dict[str, Any]) -> Iterator[str]:
         yield base
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _needs_a_browser() -> None:
+    """Each test is skipped with the reason when Chromium or playwright is missing; autouse and module-scoped, so
+    it runs before the module's fixtures train the runs."""
+    if CHROMIUM is None:
+        pytest.skip(NO_CHROMIUM)
+    if sync_api is None:
+        pytest.skip(NO_PLAYWRIGHT)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    assert sync_api is not None and CHROMIUM is not None
     with sync_api.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS, timeout=TIMEOUT_MS)
         yield b

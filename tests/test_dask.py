@@ -13,12 +13,14 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import distributed
 import pytest
 
 import gputrace
 from fitprof import cli
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU
+
+# An optional extra (fitprof[dask]); the device image, for one, has no dask.
+distributed = pytest.importorskip("distributed", reason="needs fitprof[dask] (pip install 'fitprof[dask]')")
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def test_scheduler_output_is_identical_to_jobs_1(
     argv = ["analyze", *_traces(tmp_path), str(LIGHTNING_CPU), str(KERAS_XSPACE), "--format", fmt]
     one = _run([*argv, "--jobs", "1"], capsys)
     status, out, err = one
-    assert status == 2 and len(err) == 2 and all(line.startswith("fitprof: error:") for line in err)
+    assert status == 0 and len(err) == 2 and all(line.startswith("fitprof: warning:") for line in err)
     assert "bad.pt.trace.json" in err[0] + err[1] and "missing.pt.trace.json" in err[0] + err[1]
     if fmt == "json":
         rows = json.loads(out)

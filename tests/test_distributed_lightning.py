@@ -59,10 +59,11 @@ def _train(argv: list[str]) -> None:
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
     parser.add_argument("--trigger", action="store_true", help="trigger='slowdown', rank 1 slowed down mid-epoch")
+    parser.add_argument("--devices", type=int, default=2, help="ranks (on gpu: at most one per GPU)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # two ranks on two cores
-    # gpu: NCCL, one rank per GPU (two at most; one GPU gives a world of one, whose gather still runs)
-    devices = 2 if args.accelerator == "cpu" else min(2, torch.cuda.device_count())
+    # gpu: NCCL, one rank per GPU (two at most; one GPU gives a world of one, which has no cross-rank figures)
+    devices = args.devices if args.accelerator == "cpu" else min(args.devices, torch.cuda.device_count())
 
     real_analyze = fitprof.analyze
 
@@ -135,13 +136,13 @@ def _train(argv: list[str]) -> None:
         "triggered": [[epoch, event.step] for epoch, event, _ in profiler.triggered],
     }
     if args.trigger:  # what the trigger saw, for the message when it did not fire
-        trig = profiler._trigger
+        trig = profiler._engine.trigger
         seen["trigger_state"] = {
             "step_ms": [round((b - a) / 1e6, 2) for a, b in zip(sizer.all_ends, sizer.all_ends[1:], strict=False)],
             "sleep_s": sizer.sleep_s,
             "threshold_ms": None if trig is None else trig.threshold_ms,
             "baseline_ms": None if trig is None else trig.baseline_ms,
-            "clean_steps": profiler._trig_steps_total,
+            "clean_steps": profiler._engine._trig_steps_total,
         }
     Path(args.logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
 
@@ -363,32 +364,56 @@ def test_fitprof_report_gives_a_row_per_rank_and_the_spread(
     assert spread["input_percent_spread"] > 30
 
 
+def _check_world(logdir: Path, backend: str) -> int:
+    """The checks of a run on any number of ranks; returns its world size. Two ranks or more: rank 0 holds the
+    cross-rank figures of every rank that reported (the planted failure's rank left out in its epoch). A world of
+    one has no other rank to compare: no cross-rank figures, as for a single process without a process group."""
+    import fitprof
+
+    seen = json.loads((logdir / "callback_rank0.json").read_text())
+    world = seen["world_size"]
+    assert seen["epochs_done"] == EPOCHS
+    if world == 1:
+        assert seen["cross_rank"] == {}
+    else:
+        failing_rank_exists = FAILING[0] < world
+        assert seen["cross_rank"]["0"]["fitprof/ranks_reported"] == world
+        assert seen["cross_rank"]["1"]["fitprof/ranks_reported"] == world - failing_rank_exists
+    traces = sorted((logdir / RUN).glob("*_epoch0.pt.trace.json.gz"))
+    assert len(traces) == world
+    for trace in traces:
+        doc = json.loads(gzip.decompress(trace.read_bytes()))
+        assert (doc["distributedInfo"]["backend"], doc["distributedInfo"]["world_size"]) == (backend, world)
+        report = fitprof.analyze(trace)
+        assert report.steps_analyzed == PROFILE_BATCH[1] - PROFILE_BATCH[0] + 1
+        if backend == "nccl":
+            assert report.op_time_source == "device"  # kernels ran on the GPU
+            if world > 1:
+                names = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+                assert any("nccl" in n.lower() for n in names)
+                assert report.collective_ms_per_step > 0
+    return int(world)
+
+
+@pytest.mark.slow
+def test_a_world_of_one_runs_without_cross_rank_figures(tmp_path: Path) -> None:
+    """DDP with one rank (what one GPU gives the NCCL run below), on the CPU: a process group of one."""
+    pytest.importorskip("lightning.pytorch")
+    run = _launch(tmp_path, "--devices", "1")
+    assert run["rc"] == 0, run["out"][-4000:]
+    assert _check_world(tmp_path, "gloo") == 1
+
+
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_nccl_gather_on_gpus(tmp_path: Path) -> None:
     """The same run on GPUs: NCCL for the training and for fitprof's all-gather (a float64 tensor on each rank's
-    device), one rank per GPU (two at most). Each rank's trace says NCCL; the gather completes and rank 0 holds
-    the cross-rank figures of every rank that reported; with two ranks, the gradient all-reduce shows as NCCL
-    kernels on the device and in ``collective_percent``."""
-    import fitprof
-
+    device), one rank per GPU (two at most). Each rank's trace says NCCL; with two ranks the gather completes and
+    rank 0 holds the cross-rank figures of every rank that reported, and the gradient all-reduce shows as NCCL
+    kernels on the device and in ``collective_percent``; one GPU gives a world of one (no cross-rank figures)."""
     run = _launch(tmp_path, "--accelerator", "gpu")
     assert run["rc"] == 0, run["out"][-4000:]
-    seen = json.loads((tmp_path / "callback_rank0.json").read_text())
-    world = seen["world_size"]
-    assert seen["epochs_done"] == EPOCHS
-    failing_rank_exists = FAILING[0] < world
-    assert seen["cross_rank"]["0"]["fitprof/ranks_reported"] == world
-    assert seen["cross_rank"]["1"]["fitprof/ranks_reported"] == world - failing_rank_exists
-    for trace in sorted((tmp_path / RUN).glob("*_epoch0.pt.trace.json.gz")):
-        doc = json.loads(gzip.decompress(trace.read_bytes()))
-        assert (doc["distributedInfo"]["backend"], doc["distributedInfo"]["world_size"]) == ("nccl", world)
-        report = fitprof.analyze(trace)
-        assert report.op_time_source == "device"  # kernels ran on the GPU
-        if world > 1:
-            names = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "kernel"]
-            assert any("nccl" in n.lower() for n in names)
-            assert report.collective_ms_per_step > 0
+    _check_world(tmp_path, "nccl")
 
 
 if __name__ == "__main__":

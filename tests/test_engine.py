@@ -46,8 +46,11 @@ def test_the_scheduled_window_warms_up_marks_its_steps_and_is_analysed(tmp_path:
     # The profiler starts one step early (the warm-up step 2 runs unmarked): at the boundary before step 2.
     start = rig.log.index(("start", 0, ""))
     assert rig.clock.ns > 0 and rig.windows[0].marks[0][1] - 10_000_000 >= 0
-    assert rig.log[start + 1 : start + 3] == [("overhead",), ("mark", 3)]  # step 2 ran between start and mark 3
+    marks = [e for e in rig.log[start + 1 :] if e[0] != "end_step"]  # Keras closes a step's marker at its end
+    assert marks[:2] == [("overhead",), ("mark", 3)]  # step 2 ran between start and mark 3
     assert _overheads_balanced(rig.log)
+    if boundary == "step_start":  # each step's marker closes at the next step's start, inside the hook's span
+        assert len(rig.events("end_step")) == 2 * 4  # at steps 3, 4, 5 and 6 (which closes the window)
     reports = rig.engine.pipeline.reports
     assert {e: r.steps_analyzed for e, r in reports.items()} == {0: 3, 1: 3}
     assert reports[0].step_time_ms == pytest.approx(10.0)
@@ -106,7 +109,7 @@ def test_an_epoch_that_ends_inside_the_window_analyses_what_it_has(tmp_path: Pat
     rig.fit(steps=5)
     assert rig.messages == [
         "fitprof: epoch 0 ended after step 5, inside the window (profile_batch=3,8); the steps profiled so far are "
-        "analysed."
+        "analysed. For epochs of 5 steps, profile_batch=(3, 5) fits."
     ]
     assert rig.engine.pipeline.reports[0].steps_analyzed == 3  # steps 3-5, every one complete
 
@@ -240,6 +243,26 @@ def test_a_slowdown_opens_a_triggered_window_compared_with_the_scheduled_one(tmp
     assert "slowdown after step 45" in triggered.line and "step 10.0 -> 60.0 ms" in triggered.line
     assert results[0].trigger[metrics.TRIGGER_STEP.key] == 45.0
     assert rig.engine.pipeline.reports[0].steps_analyzed == 2  # the scheduled window stays the epoch's report
+
+
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_false_alarm_uses_up_neither_the_budget_nor_the_spacing(tmp_path: Path, boundary: str) -> None:
+    """A transient stall (5 steps of 60 ms among 10 ms steps, as when another process takes the cores) fires the
+    trigger after step 45; its window's steps (47-48) are back at 10 ms: a false alarm, taken back. The real
+    slowdown from step 121 then still fires, though the default 200-step spacing would have hidden it, and with
+    ``max_windows=1`` the budget is still there for it."""
+    stall = set(range(40, 45))
+    rig = Rig(tmp_path, (3, 4), boundary=boundary, trigger=SlowdownTrigger(max_windows=1))
+    results = rig.fit(steps=160, step_ms=lambda i: 60.0 if i in stall or i >= 120 else 10.0)
+    fired = [(event.step, report.step_time_ms) for _, event, report in rig.engine.triggered]
+    assert len(fired) == 2 and fired[0][0] == 45, fired
+    assert fired[0][1] == pytest.approx(10.0) and fired[1][1] == pytest.approx(60.0) and fired[1][0] > 120
+    assert list(rig.engine.false_alarms) == [(0, 45)]
+    assert rig.engine.trigger is not None and len(rig.engine.trigger.events) == 1  # the real one only
+    first, second = results[0].triggered
+    assert "slowdown after step 45 (60.0 ms/step vs baseline 10.0 ms) was a false alarm" in first.line
+    assert "does not count against trigger_max_windows or trigger_min_spacing" in first.line
+    assert "false alarm" not in second.line
 
 
 def test_a_triggered_window_never_overlaps_the_scheduled_block() -> None:
@@ -384,3 +407,31 @@ def test_a_baseline_that_cannot_be_read_is_refused_at_construction(tmp_path: Pat
         Rig(tmp_path, (3, 5), baseline=tmp_path / "missing")
     with pytest.raises(TypeError, match="baseline must be a path"):
         Rig(tmp_path, (3, 5), baseline=3)
+
+
+def _fit_in_calls(rig: Rig, spe: int, calls: int) -> None:
+    """One epoch of ``calls`` Keras calls of ``spe`` batches each, 10 ms a call (steps numbered by batch)."""
+    engine = rig.engine
+    engine.fit_start(log_dir=rig.log_dir, steps_per_execution=spe)
+    engine.epoch_start(0)
+    for call in range(calls):
+        engine.step_start(call * spe + 1)
+        rig.clock.tick(10.0)
+    engine.epoch_end(0, steps=calls * spe)
+    engine.fit_end()
+
+
+def test_under_steps_per_execution_the_default_window_analyses_five_calls(tmp_path: Path) -> None:
+    from fitprof._config import DEFAULT_PROFILE_BATCH
+
+    (tmp_path / "default").mkdir()
+    (tmp_path / "given").mkdir()
+    rig = Rig(tmp_path / "default", DEFAULT_PROFILE_BATCH, boundary="step_start")
+    _fit_in_calls(rig, spe=5, calls=12)
+    assert [e[1] for e in rig.events("mark")] == [26, 31, 36, 41, 46]  # calls 6-10
+    assert rig.engine.pipeline.reports[0].steps_analyzed == 5
+    assert rig.messages == []
+
+    given = Rig(tmp_path / "given", (6, 10), boundary="step_start")  # the user's window counts batches
+    _fit_in_calls(given, spe=5, calls=12)
+    assert [e[1] for e in given.events("mark")] == [6]

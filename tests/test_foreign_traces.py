@@ -177,3 +177,46 @@ def test_report_of_one_fit_keeps_its_columns(
     assert rc == 0 and out.splitlines()[0].split()[:2] == ["run", "epoch"]
     rc, out, _ = run_cli(capsys, "report", tmp_path, "--format", "json")
     assert [r["fit"] for r in json.loads(out)] == [1, 1]
+
+
+def _trace_handler_folder(folder: Path) -> None:
+    """Two workers, ``w0`` and ``w1`` (named as ``tensorboard_trace_handler(worker_name=...)`` takes them; its
+    default is ``<host>_<pid>``), each recording two windows of 2 steps with torch's own scheduler and handler;
+    ``w1``'s steps sleep 20 ms more."""
+    import time
+
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(8, 4)
+    for worker, sleep_s in (("w0", 0.0), ("w1", 0.02)):
+        handler = torch.profiler.tensorboard_trace_handler(str(folder), worker_name=worker, use_gzip=True)
+        schedule = torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=2)
+        with torch.profiler.profile(schedule=schedule, on_trace_ready=handler) as prof:
+            for _ in range(6):
+                time.sleep(sleep_s)
+                model(torch.randn(4, 8)).sum().backward()
+                prof.step()
+
+
+def test_analyze_takes_a_tensorboard_trace_handler_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "tb_traces"
+    _trace_handler_folder(folder)
+    files = sorted(p.name for p in folder.iterdir())
+    assert len(files) == 4 and all(f.endswith(".pt.trace.json.gz") for f in files), files
+
+    rc, out, err = run_cli(capsys, "analyze", folder, "--format", "json")
+    assert rc == 0, err
+    records = json.loads(out)
+    traces = [r for r in records if r["record"] == "trace"]
+    assert [(r["worker"], r["window"], r["rank"], r["world_size"]) for r in traces] == [
+        ("w0", 0, 0, 2), ("w0", 1, 0, 2), ("w1", 0, 1, 2), ("w1", 1, 1, 2),
+    ]  # fmt: skip
+    for r in traces:  # each file is its own record, with the figures fitprof.analyze gives it
+        assert r["steps_analyzed"] == fitprof.analyze(r["run"]).steps_analyzed > 0
+    spreads = [r for r in records if r["record"] == "spread"]
+    assert len(spreads) == 2  # one per window, comparing the workers
+    assert [s["run"].rsplit(", window ", 1)[1].split(":")[0] for s in spreads] == ["0", "1"]
+    assert all(s["ranks"] == [0, 1] and s["slowest_rank"] == 1 for s in spreads)
+
+    rc, _, err = run_cli(capsys, "report", tmp_path)  # report names the command that reads them
+    assert rc == 2 and f"fitprof analyze {folder}" in err, err

@@ -45,7 +45,7 @@ def test_analyze_jobs_output_is_identical(tmp_path: Path, fmt: str, capsys: pyte
     fixtures = [str(p) for p in SHIPPED_KINETO]  # real traces shipped in tests/data
     argv = ["analyze", files[0], str(bad), *files[1:], str(tmp_path / "missing.json"), *fixtures, "--format", fmt]
     one = _run([*argv, "--jobs", "1"], capsys)
-    assert one[0] == 2 and one[2].count("fitprof: error:") == 2
+    assert one[0] == 0 and one[2].count("fitprof: warning:") == 2
     assert one[1].count("r3.pt.trace.json") >= 1 and all(f in one[1] for f in fixtures)
     for jobs in ("3",):
         assert _run([*argv, "--jobs", jobs], capsys) == one
@@ -61,7 +61,7 @@ def test_report_jobs_output_is_identical(tmp_path: Path, capsys: pytest.CaptureF
             write_report_file(logdir / run, session="s1", epoch=0, report=report, trace=trace, rank=rank)
     (logdir / "a" / "plugins" / "fitprof" / "s2.rank0.json").write_text("[" * 5000)
     one = _run(["report", str(logdir), "--format", "json", "--jobs", "1"], capsys)
-    assert one[0] == 2 and one[2].count("\n") == 1
+    assert one[0] == 0 and one[2].count("\n") == 1
     rows = json.loads(one[1])
     assert [(r["run"], r["rank"]) for r in rows if r["record"] == "window"] == [(r, k) for r in "ab" for k in range(3)]
     assert _run(["report", str(logdir), "--format", "json", "--jobs", "4"], capsys) == one

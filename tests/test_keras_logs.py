@@ -17,6 +17,7 @@ pytest.importorskip("tensorflow")
 pd = pytest.importorskip("pandas")
 
 from expected_keys import EPOCH_KEYS, TRIGGER_KEYS, WINDOW_KEYS  # noqa: E402
+from fitprof import metrics  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
 from fitprof.metrics import top_op_key  # noqa: E402
 
@@ -83,6 +84,10 @@ def test_history_has_every_key_every_epoch_nan_where_not_profiled(no_validation:
         assert frame.loc[2, f"fitprof/top_op_{i}_ms"] == pytest.approx(op.self_ms_per_step, rel=1e-6)
     for epoch in (1, 3):
         assert all(math.isnan(frame.loc[epoch, k]) for k in keys), epoch
+    # The memory probe's window keys come every epoch too, NaN where no window closed.
+    memory = [m.key for m in metrics.MEMORY_METRICS]
+    assert all(math.isnan(frame.loc[epoch, k]) for epoch in (1, 3) for k in memory)
+    assert frame.loc[2, metrics.MEMORY_PEAK_MB.key] > 0
 
 
 def test_csvlogger_keeps_every_fitprof_column_and_no_val_fitprof(no_validation: tuple[Any, Any, Path]) -> None:
@@ -151,3 +156,24 @@ def test_torch_options_are_refused_unless_bool() -> None:
         FitProfiler(record_shapes=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="verbose must be True or False"):
         FitProfiler(verbose="yes")  # type: ignore[arg-type]
+
+
+def test_the_progress_bar_shows_a_handful_of_keys_and_history_has_them_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fitprof.keras.fit_profiler import PROGBAR_KEYS
+
+    capsys.readouterr()
+    history, fp, csv_path = _fit(tmp_path, validation=False, fit_verbose=2, verbose=False)
+    bar_lines = [line for line in capsys.readouterr().out.splitlines() if " - loss: " in line]
+    assert len(bar_lines) == 3, bar_lines  # epochs 1-3, one line each (verbose=2)
+    for line in bar_lines:
+        shown = {part.split(":")[0].strip() for part in line.split(" - ") if part.strip().startswith("fitprof/")}
+        assert shown <= set(PROGBAR_KEYS), line
+        assert "nan" not in line, line
+    profiled = bar_lines[1]  # epoch 2 (every_n_epochs=2 from initial_epoch=1)
+    assert "fitprof/step_time_ms: " in profiled and "fitprof/input_percent: " in profiled, profiled
+    assert set(WINDOW_KEYS) | set(EPOCH_KEYS) <= set(history.history)  # every figure still in History
+    header, _ = _csv(csv_path)
+    assert set(WINDOW_KEYS) <= set(header)  # and in the CSV
+    assert fp.reports[2].steps_analyzed == 3

@@ -27,6 +27,17 @@ EPOCHS = 2
 
 
 # ------------------------------------------------------------------------------------------------ example runs
+@pytest.fixture(autouse=True)
+def _every_fitprof_warning_is_asserted() -> Any:
+    """A fitprof warning that a test does not catch with ``pytest.warns`` fails it: a warning is part of what the
+    callback does, so each test says which ones it expects (and none leaks into pytest's warning summary)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", fitprof.FitProfilerWarning)
+        yield
+    leaked = [str(w.message) for w in seen if issubclass(w.category, fitprof.FitProfilerWarning)]
+    assert not leaked, f"fitprof warnings no test asserted: {leaked}"
+
+
 @pytest.fixture(scope="module")
 def example_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Any]]:
     """The digits example, default and ``--slow-input``, run once each (in this process, through ``main``)."""
@@ -207,9 +218,13 @@ def test_lightning_pytorch_profiler_trains_to_the_end(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_running_user_profiler_is_left_alone(tmp_path: Path) -> None:
     cb = FitProfiler(profile_batch=(3, 4))
-    with torch.profiler.profile() as prof, pytest.warns(fitprof.FitProfilerWarning, match="already running"):
+    with torch.profiler.profile() as prof, pytest.warns(fitprof.FitProfilerWarning) as seen:
         _fit(tmp_path, cb, limit_train_batches=6)
         assert torch.autograd._profiler_enabled()  # still the user's, still running
+    # when the window was to start, and at the fit's end the one "nothing was profiled" with its real reason
+    messages = [str(w.message) for w in seen if issubclass(w.category, fitprof.FitProfilerWarning)]
+    assert len(messages) == 2 and "already running" in messages[0], messages
+    assert messages[1].startswith("fitprof: nothing was profiled: another profiler held the profiler"), messages
     assert cb.reports == {}
     assert any(e.name == "aten::linear" for e in prof.events())
     assert not torch.autograd._profiler_enabled()

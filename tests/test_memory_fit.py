@@ -67,6 +67,7 @@ def _lightning_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    import lightning_tiny
     from fitprof.lightning import FitProfiler
 
     torch.set_num_threads(1)
@@ -90,15 +91,12 @@ def _lightning_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 16), torch.randn(STEPS * 8, 4))
-    trainer = pl.Trainer(
+    trainer = lightning_tiny.trainer(
+        root,
+        [FitProfiler(profile_batch=(3, 5), verbose=False)],
         max_epochs=EPOCHS,
-        default_root_dir=root,
         logger=TensorBoardLogger(root, name="tb"),
-        callbacks=[FitProfiler(profile_batch=(3, 5), verbose=False)],
         accelerator="cpu",
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
@@ -168,6 +166,7 @@ def test_lightning_on_cuda_exact_figures(tmp_path: Path) -> None:
     from lightning.pytorch.loggers import TensorBoardLogger
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    import lightning_tiny
     from fitprof.lightning import FitProfiler
 
     temp, leak = 200 * 2**20, 30 * 2**20
@@ -197,16 +196,13 @@ def test_lightning_on_cuda_exact_figures(tmp_path: Path) -> None:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     data = torch.utils.data.TensorDataset(torch.randn(STEPS * 8, 16), torch.randn(STEPS * 8, 4))
-    trainer = pl.Trainer(
+    trainer = lightning_tiny.trainer(
+        tmp_path,
+        [FitProfiler(profile_batch=(3, 5), verbose=False)],
         max_epochs=EPOCHS,
-        default_root_dir=tmp_path,
         logger=TensorBoardLogger(tmp_path, name="tb"),
-        callbacks=[FitProfiler(profile_batch=(3, 5), verbose=False)],
         accelerator="gpu",
         devices=1,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )

@@ -443,7 +443,8 @@ def test_cli_names_the_url_and_the_missing_package(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         f"fitprof: error: {missing}: no such file or folder",
-        f"fitprof: error: {empty}: no .xplane.pb file in this folder (analyze takes trace files or a "
-        "plugins/profile/<session> folder; for a log folder use 'fitprof report')",
+        f"fitprof: error: {empty}: no trace file in this folder (analyze takes trace files, a "
+        "plugins/profile/<session> folder of .xplane.pb, or a folder of .pt.trace.json[.gz] such as "
+        "torch.profiler.tensorboard_trace_handler writes; for a log folder of fitprof runs use 'fitprof report')",
     ]
     assert _files(tmp_path) == []

@@ -253,8 +253,24 @@ ROWS = [
         epochs=2,
         reports={1: 2, 2: 2},
     ),
-    # steps_per_execution: each marked step holds that many batches
-    Row("steps-per-execution", spe=2, backends=TF_ONLY, reports={0: 2}, warns=(("steps_per_execution=2",),)),
+    # steps_per_execution: each marked step holds that many batches; the default window is calls 6-10 (5 steps)
+    Row(
+        "steps-per-execution",
+        spe=2,
+        batches=24,
+        backends=TF_ONLY,
+        reports={0: 5},
+        warns=(("steps_per_execution=2", "calls 6-10 (batches 11-20)"),),
+    ),
+    Row(
+        "steps-per-execution-given-window",
+        spe=2,
+        cb={"profile_batch": (6, 10)},
+        batches=24,
+        backends=TF_ONLY,
+        reports={0: 2},  # a window the user gave counts batches, as TensorBoard's: calls at batches 7 and 9
+        warns=(("steps_per_execution=2",),),
+    ),
 ]
 
 

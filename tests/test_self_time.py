@@ -37,14 +37,15 @@ def _noise(a: list[Any], b: list[Any], attr: str) -> float:
     return max(diffs)
 
 
-def _delay(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[float]:
-    """Wrap ``cls.method`` with a 40 ms sleep, taken while a step span is open (so inside an analysed step);
+def _delay(monkeypatch: pytest.MonkeyPatch, cls: type, method: str, after: int = 0) -> list[float]:
+    """Wrap ``cls.method`` with a 40 ms sleep, taken while a step span is open (so inside an analysed step) and,
+    for ``begin_step(n)``, only when ``n > after`` (the step it closes is an analysed one, not a warm-up step);
     returns the list the measured sleeps are appended to."""
     original: Callable[..., Any] = getattr(cls, method)
     slept: list[float] = []
 
     def delayed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self._step is not None:
+        if self._step is not None and (not args or args[0] > after):
             t0 = time.perf_counter()
             time.sleep(DELAY_S)
             slept.append(time.perf_counter() - t0)
@@ -162,7 +163,7 @@ def _warm_up_recorded_not_analysed(path: Path) -> None:
 @pytest.mark.slow
 def test_lightning_own_delay_is_not_step_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("lightning.pytorch")
-    from fitprof.profilers.torch import TorchProfileWindow
+    from fitprof.profilers.torch import TorchProfiler as TorchProfileWindow
 
     base = _lightning_run(tmp_path / "a")
     again = _lightning_run(tmp_path / "b")
@@ -219,8 +220,9 @@ def test_keras_tensorflow_own_delay_is_not_step_time(tmp_path: Path, monkeypatch
 
     base = _keras_run(tmp_path / "a")
     again = _keras_run(tmp_path / "b")
-    # end_step() at the start of step n + 1's hook: the delay lands inside step n, inside the hook's own span.
-    slept = _delay(monkeypatch, TFProfileWindow, "end_step")
+    # begin_step(n + 1) at the start of step n + 1's hook: the delay lands inside step n, inside the hook's own span
+    # (not when n is the warm-up step before the window, which is recorded but not analysed).
+    slept = _delay(monkeypatch, TFProfileWindow, "begin_step", after=FIRST)
     delayed = _keras_run(tmp_path / "c")
-    assert len(slept) == EPOCHS * STEPS
-    _check(base, again, delayed, slept, STEPS)
+    assert len(slept) == EPOCHS * (STEPS - 1)
+    _check(base, again, delayed, slept, STEPS - 1)

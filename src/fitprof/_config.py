@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 from dataclasses import dataclass
@@ -23,12 +24,24 @@ class ProfileConfig:
         last_step: last profiled step of an epoch, 1-based, inclusive (``>= first_step``).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based epoch index).
         top_k: how many operators to log.
+        default: ``profile_batch`` was not given (the default window): under Keras's ``steps_per_execution`` it
+            then means calls, not batches (:meth:`in_calls`).
     """
 
     first_step: int
     last_step: int
     every_n_epochs: int
     top_k: int
+    default: bool = False
+
+    def in_calls(self, spe: int) -> ProfileConfig:
+        """The window in batches when one call runs ``spe`` batches: the default window is steps (calls) 6-10 of
+        an epoch whatever ``spe`` is, so it analyses 5 calls (batches ``5 * spe + 1`` to ``10 * spe``), not the one
+        call that batches 6-10 fall in; a ``profile_batch`` the user gave is in batches, as Keras's
+        ``TensorBoard(profile_batch=...)`` counts them, and is kept."""
+        if not self.default or spe <= 1 or not self.enabled:
+            return self
+        return dataclasses.replace(self, first_step=(self.first_step - 1) * spe + 1, last_step=self.last_step * spe)
 
     @property
     def num_steps(self) -> int:
@@ -211,6 +224,7 @@ def make_config(profile_batch: Any, every_n_epochs: Any, top_k: Any) -> ProfileC
         last_step=last,
         every_n_epochs=check_positive_int("every_n_epochs", every_n_epochs),
         top_k=check_positive_int("top_k", top_k),
+        default=profile_batch is DEFAULT_PROFILE_BATCH,
     )
 
 

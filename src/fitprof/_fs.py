@@ -7,7 +7,7 @@ for Keras on TensorFlow, through ``tf.io.gfile`` (a store the adapter hands in, 
 callback writes). ``file://`` URLs are plain local paths (:func:`local_path`). Nothing is ever written to a
 local folder named after a scheme.
 
-Stdlib only at import; fsspec is imported when a URL is first opened.
+Files are copied whole or not at all (:data:`OBJECT_STORES`). Stdlib only at import; fsspec is imported when a URL is first opened.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
+
+from fitprof._atomic import is_temporary, temporary_name
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+)://")
 """``scheme://``; two letters or more, so a Windows drive (``C:\\``, ``C://``) is never a scheme."""
@@ -41,6 +43,11 @@ PACKAGES = {
     "ssh": "paramiko",
 }
 """The package that gives fsspec each common scheme (``memory``, ``file`` need none)."""
+
+OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl"})
+"""Schemes whose upload is atomic (an object appears only once its upload completes) and whose rename is a copy:
+a file is uploaded straight to its name there; on every other filesystem it is uploaded to a temporary name
+beside it and renamed into place, so a copy cut short leaves no half file under a final name."""
 
 
 class FsUnavailable(OSError):
@@ -122,7 +129,13 @@ class FsspecStore:
     def put(self, local: Path, rel: str) -> None:
         target = join(self._root, rel)
         self._fs.makedirs(target.rpartition("/")[0], exist_ok=True)
-        self._fs.put_file(os.fspath(local), target)
+        if scheme(self.url) in OBJECT_STORES:
+            self._fs.put_file(os.fspath(local), target)
+            return
+        folder, _, name = target.rpartition("/")
+        part = f"{folder}/{temporary_name(name).name}"
+        self._fs.put_file(os.fspath(local), part)
+        self._fs.mv(part, target)
 
     def remove(self, rel: str) -> None:
         target = join(self._root, rel)
@@ -133,7 +146,7 @@ class FsspecStore:
 def _files(root: Path) -> Iterator[tuple[str, Path]]:
     for folder, _, names in os.walk(root):
         for name in names:
-            if ".fitprof-tmp-" in name:  # still being written (the background .xplane.pb writer): never copied
+            if is_temporary(name):  # still being written (or left by a killed writer): never copied
                 continue
             path = Path(folder, name)
             yield path.relative_to(root).as_posix(), path
@@ -231,7 +244,7 @@ def fetch(url: str, dest: Path, select: Callable[[str], bool]) -> list[tuple[str
         for name in names:
             path = f"{folder.rstrip('/')}/{name}"
             rel = path[len(base) :].lstrip("/")
-            if select(rel):
+            if select(rel) and not is_temporary(rel):
                 local = dest.joinpath(*rel.split("/"))
                 local.parent.mkdir(parents=True, exist_ok=True)
                 fs.get_file(path, os.fspath(local))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -61,8 +62,53 @@ def user_stacklevel() -> int:
     return 2
 
 
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+')
+_TRACE_MARK = re.compile(r'Traceback \(most recent call last\)|in user code:|File "[^"]*", line \d+')
+_ERROR_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b:?")
+MAX_REASON_CHARS = 300
+"""Where a traceback was dropped, the error text left is cut to this many characters: the reason, never a dump."""
+
+
+def no_traceback(text: str) -> str:
+    """``text`` with any traceback in it reduced to its error lines: Python's ``Traceback (most recent call
+    last):`` blocks and TensorFlow's ``in user code:`` frames (``File "...", line N`` and the code line under each)
+    are dropped, also inside an exception's ``repr`` (newlines escaped), and what is left is put on one line and cut
+    to :data:`MAX_REASON_CHARS`. Text without a traceback is returned unchanged. A user-facing note or warning says
+    what went wrong, never where in a framework's source."""
+    if not _TRACE_MARK.search(text):
+        return text
+    kept: list[str] = []
+    skip_code = False
+    if "\n" not in text:  # an exception's repr: its newlines are escaped
+        text = text.replace("\\n", "\n")
+    for line in text.splitlines():
+        stripped = line.strip()
+        if set(stripped) <= set("^~ ") and stripped:  # Python 3.11's markers under a frame's code line
+            continue
+        if _FRAME.match(line):
+            skip_code = True  # the source line printed under a frame goes too
+            continue
+        if skip_code and stripped and not _ERROR_LINE.match(line):
+            skip_code = False
+            continue
+        skip_code = False
+        if stripped and stripped not in ("Traceback (most recent call last):", "in user code:"):
+            kept.append(stripped)
+    out = " ".join(kept).replace("in user code: ", "")
+    return out if len(out) <= MAX_REASON_CHARS else out[: MAX_REASON_CHARS - 1] + "…"
+
+
+def describe_error(err: BaseException) -> str:
+    """``TypeName: message`` of ``err`` on one line, without any traceback it carries (:func:`no_traceback`)."""
+    text = no_traceback(str(err))
+    name = type(err).__name__
+    return f"{name}: {text}" if text and not text.startswith(name) else (text or name)
+
+
 def with_prefix(message: str) -> str:
-    """``message`` starting with :data:`PREFIX`."""
+    """``message`` starting with :data:`PREFIX`, any traceback in it reduced to its error line
+    (:func:`no_traceback`)."""
+    message = no_traceback(message)
     return message if message.startswith(PREFIX) else PREFIX + message
 
 

@@ -42,13 +42,30 @@ HTOD_MS_PER_STEP = Metric(
 HTOD_PERCENT = Metric(
     PREFIX + "htod_percent",
     "% of step time",
-    "`htod_ms_per_step` over `step_time_ms`, times 100. 0 on a CPU-only run.",
+    "`htod_ms_per_step` over `step_time_ms`, times 100, overlapped or not (`htod_exposed_percent`: the part that "
+    "slows the step). 0 on a CPU-only run.",
 )
 COLLECTIVE_PERCENT = Metric(
     PREFIX + "collective_percent",
     "% of step time",
     "Time of collective communication (NCCL/RCCL kernels, gloo and TF collective ops) inside analysed steps "
-    "over step time: device time where there are device events, host time otherwise.",
+    "over step time: device time where there are device events, host time otherwise. All of it, overlapped or "
+    "not: `collective_exposed_percent` is the part that slows the step.",
+)
+HTOD_EXPOSED_PERCENT = Metric(
+    PREFIX + "htod_exposed_percent",
+    "% of step time",
+    "The part of `htod_percent` not hidden behind compute: the device time of the host-to-device copies launched "
+    "in analysed steps while no kernel (compute or collective) ran on the device, over step time. The verdict "
+    "rests on it: a copy that overlaps a kernel costs the step nothing. 0 on a CPU-only run.",
+)
+COLLECTIVE_EXPOSED_PERCENT = Metric(
+    PREFIX + "collective_exposed_percent",
+    "% of step time",
+    "The part of `collective_percent` not hidden behind compute: collective kernels' device time while no compute "
+    "kernel ran (without device collectives: host time blocked in collectives while no host operator ran on "
+    "another thread), over step time. The verdict rests on it: DDP overlaps its gradient all-reduce with the "
+    "backward pass by design, and only the exposed part slows the step.",
 )
 STEPS_ANALYZED = Metric(
     PREFIX + "steps_analyzed",
@@ -133,8 +150,12 @@ FLOPS_PER_S = Metric(
 MFU = Metric(
     PREFIX + "mfu",
     "ratio (0-1)",
-    "`flops_per_s` over the device's dense peak FLOP/s at the compute dtype (`fitprof.throughput.PEAK_FLOPS`, "
-    "from the vendors' datasheets): model FLOPs utilisation. NaN on a CPU and on a device or dtype not in the table.",
+    "`flops_per_s` over the device's dense peak FLOP/s (`fitprof.throughput.PEAK_FLOPS`, from the vendors' "
+    "datasheets), matrix products and convolutions each at the peak of the precision they run in (torch on NVIDIA "
+    "compute capability 8.0+: float32 convolutions in TF32 unless `torch.backends.cudnn.allow_tf32` is False, "
+    "float32 matrix products in TF32 only when `torch.set_float32_matmul_precision` allows it): model FLOPs "
+    "utilisation. NaN on a CPU, on a device or dtype not in the table, and above 1 (a wrong peak or count; "
+    "`mfu_note` gives the ratio).",
 )
 SELF_MS_PER_STEP = Metric(
     PREFIX + "self_ms_per_step",
@@ -198,6 +219,59 @@ EPOCH_STEPS_TIMED = Metric(
     "steps",
     "The clean steps the `fitprof/epoch/*` figures come from." + _CLEAN,
 )
+_LOADER = (
+    " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
+    "`DataLoader`'s fetch of each batch, its samples and its collate, timed inside each worker into shared memory); "
+    "NaN where the callback has no such loader or the epoch had no steady steps."
+)
+LOADER_WORKERS = Metric(
+    EPOCH_PREFIX + "loader_workers",
+    "workers",
+    "The training loader's worker processes (`num_workers`); 0 when the main process loads the batches." + _LOADER,
+)
+LOADER_BUSY_PERCENT = Metric(
+    EPOCH_PREFIX + "loader_busy_percent",
+    "% of the workers' time (0-100)",
+    "Time the workers spent producing batches (fetch and collate, wall clock in the worker) over the workers' count "
+    "times the epoch's wall time (epoch start to epoch end); the rest they idled (a full prefetch queue, or start-up). "
+    "With 0 workers: the main process's input wait over the epoch's wall time." + _LOADER,
+)
+LOADER_BATCH_MS = Metric(
+    EPOCH_PREFIX + "loader_batch_ms",
+    "ms per batch",
+    "W: the workers' wall time per batch produced this epoch (their summed busy time over the batches they "
+    "produced). With 0 workers: the mean input wait of the steady steps." + _LOADER,
+)
+LOADER_WORKERS_NEEDED = Metric(
+    EPOCH_PREFIX + "loader_workers_needed",
+    "workers",
+    "The smallest worker count N (from 0 to the usable cores, `len(os.sched_getaffinity(0))`, when the loading is "
+    "CPU-bound: the worker ran or waited for a core at least half its wall time; else to 4 times the cores) whose "
+    "predicted input wait is under 5% of the predicted step time, the step time with N workers predicted as "
+    "max(S + M, W/N, W_cpu/min(N, F), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
+    "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
+    "the current N, at least the main thread's CPU time while the loop waited), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
+    "(`fitprof.fit.loader.predict_step_ns`), F the cores CPU-bound workers could have had (their CPU time plus the "
+    "usable cores' idle time from `/proc/stat`, over the epoch's wall time; other processes hold the rest; F = cores "
+    "for loading that is not CPU-bound). The count is chosen as if "
+    "batches took 10% longer (a count whose workers only just keep pace makes the loop wait at every late batch); "
+    "when no count up to the bound reaches the target, the smallest within 1% of the best." + _LOADER,
+)
+LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
+    EPOCH_PREFIX + "step_time_if_enough_workers_ms",
+    "ms",
+    "The predicted step time with `loader_workers_needed` workers (the model above). A prediction, checked by "
+    "re-measuring with that many workers in `tests/test_loader_torch.py` and `benchmarks/loader_prediction.py`."
+    + _LOADER,
+)
+LOADER_METRICS: tuple[Metric, ...] = (
+    LOADER_WORKERS,
+    LOADER_BUSY_PERCENT,
+    LOADER_BATCH_MS,
+    LOADER_WORKERS_NEEDED,
+    LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS,
+)
+"""The training loader's figures, logged at every epoch end by the loader probe."""
 TRIGGER_PREFIX = PREFIX + "trigger/"
 TRIGGER_SUMMARY_TAG = TRIGGER_PREFIX + "summary"
 """TensorBoard text tag of each triggered window's summary (the Text tab), in both callbacks."""
@@ -314,6 +388,8 @@ ALL: tuple[Metric, ...] = (
     HTOD_MS_PER_STEP,
     HTOD_PERCENT,
     COLLECTIVE_PERCENT,
+    HTOD_EXPOSED_PERCENT,
+    COLLECTIVE_EXPOSED_PERCENT,
     STEPS_ANALYZED,
     TOP_OP_RANKED,
     STEP_TIME_IF_NO_INPUT_MS,
@@ -331,6 +407,7 @@ ALL: tuple[Metric, ...] = (
     VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
+    *LOADER_METRICS,
     *TRIGGER_METRICS,
     *MEMORY_METRICS,
     *EPOCH_MEMORY_METRICS,
@@ -343,6 +420,8 @@ BASE_KEYS: tuple[str, ...] = (
     HTOD_MS_PER_STEP.key,
     HTOD_PERCENT.key,
     COLLECTIVE_PERCENT.key,
+    HTOD_EXPOSED_PERCENT.key,
+    COLLECTIVE_EXPOSED_PERCENT.key,
     STEPS_ANALYZED.key,
     SPEEDUP_IF_NO_INPUT.key,
     SPEEDUP_IF_NO_HTOD.key,

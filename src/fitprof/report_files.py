@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fitprof._atomic import write_text
 from fitprof._session import REPORTS_DIR, check_session, report_file_name
 from fitprof.analysis import FRAMEWORKS, AllocStat, BottleneckReport, OpStat
 
@@ -114,7 +115,7 @@ def write_report_file(
         "report": clean_json(report.to_dict()),
         "written": time.time(),
     }
-    path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+    write_text(path, json.dumps(record, indent=1))  # a killed run leaves the whole file or none
     return path
 
 

@@ -359,6 +359,14 @@ class SlowdownTrigger:
             self._recompute()
         return fired
 
+    def withdraw(self, event: TriggerEvent) -> None:
+        """Take back a firing that proved a false alarm (its window's steps were no slower than the baseline's
+        threshold): it no longer counts against ``max_windows`` nor starts the ``min_spacing`` gap, so a real
+        slowdown soon after can still fire. No-op for an event this trigger did not fire."""
+        if event in self.events:
+            self.events.remove(event)
+            self._last_fire = self.events[-1].step if self.events else None
+
     def _may_fire(self, step: int) -> bool:
         if len(self.events) >= self.max_windows:
             return False

@@ -12,8 +12,13 @@ throughput fields:
 * ``items_per_s``: the same with ``count_items(batch)``;
 * ``flops_per_step``: the FLOPs counted on one step (scaled linearly by the samples when that step's batch held a
   different number of samples than the window's mean); ``flops_per_s = flops_per_step / (step_time_ms / 1000)``;
-* ``mfu = flops_per_s / peak_flops_per_s`` (a ratio, 0-1), with the peak from :data:`PEAK_FLOPS` for the
-  device and the compute dtype; NaN on a CPU, on an unknown device or dtype (``mfu_note`` says why).
+* ``mfu``: the time the counted FLOPs would take at the device's dense peak over the step time (a ratio, 0-1),
+  each op class at the peak of the precision it runs in (:data:`PEAK_FLOPS`): matrix products at ``dtype``,
+  convolutions at ``conv_dtype`` (cuDNN runs float32 convolutions in TF32 by default, cuBLAS matrix products in
+  IEEE float32), so ``mfu = (matmul_flops / peak[dtype] + conv_flops / peak[conv_dtype]) / step_s``;
+  ``peak_flops_per_s`` is the peak that gives the same MFU for all the FLOPs together. NaN on a CPU, on an unknown
+  device or dtype, and above 1, which no real step reaches: the peak or the count is wrong (``mfu_note`` says why
+  and gives the ratio).
 
 FLOPs count as torch's ``FlopCounterMode`` counts them: 2 per multiply-add of matrix products and convolutions
 (forward and backward), nothing for element-wise work, reductions, the loss or the optimizer; a model's other
@@ -33,8 +38,9 @@ from fitprof._batch import batch_size
 from fitprof.analysis import BottleneckReport
 
 DTYPES = ("float32", "tf32", "bfloat16", "float16")
-"""The compute dtypes of :data:`PEAK_FLOPS`: ``"tf32"`` is float32 on tensor cores (torch with
-``torch.get_float32_matmul_precision() != "highest"``, TensorFlow's default TF32 on Ampere and later)."""
+"""The compute dtypes of :data:`PEAK_FLOPS`: ``"tf32"`` is float32 on tensor cores (NVIDIA compute capability 8.0 and
+later: torch's cuDNN convolutions by default, its matrix products with ``torch.set_float32_matmul_precision("high")``;
+TensorFlow's default)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ _NV_L4 = "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datashe
 _NV_A10 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf"
 _NV_T4 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"
 _AMD_MI250X = "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html"
+_AMD_MI250 = "https://www.amd.com/en/products/accelerators/instinct/mi200/mi250.html"
 _AMD_MI300X = (
     "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/data-sheets/amd-instinct-mi300x-data-sheet.pdf"
 )
@@ -107,7 +114,14 @@ PEAK_FLOPS: dict[str, PeakRate] = {
     # Turing: "Mixed Precision (FP16/FP32)" 65 TFLOPS; no TF32, no bfloat16, no sparsity.
     "t4": PeakRate("T4", {"float32": 8.1 * T, "float16": 65 * T}, _NV_T4),
     # CDNA 2 / 3: matrix-core peaks (float32 runs on the matrix cores through rocBLAS / hipBLASLt); dense figures.
-    "mi250x": PeakRate("MI250X", {"float32": 95.7 * T, "bfloat16": 383 * T, "float16": 383 * T}, _AMD_MI250X),
+    # An MI250X or MI250 is two dies, and torch, TensorFlow and JAX each see a die as one device: half the
+    # module's datasheet figure.
+    "mi250x": PeakRate(
+        "MI250X (one die)", {"float32": 95.7 / 2 * T, "bfloat16": 383 / 2 * T, "float16": 383 / 2 * T}, _AMD_MI250X
+    ),
+    "mi250": PeakRate(
+        "MI250 (one die)", {"float32": 90.5 / 2 * T, "bfloat16": 362.1 / 2 * T, "float16": 362.1 / 2 * T}, _AMD_MI250
+    ),
     "mi300x": PeakRate(
         "MI300X",
         {"float32": 163.4 * T, "tf32": 653.7 * T, "bfloat16": 1307.4 * T, "float16": 1307.4 * T},
@@ -131,7 +145,12 @@ _DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
     (r"\bh200", "h200-sxm"),  # "NVIDIA H200"
     (r"\bl4\b", "l4"),
     (r"\bt4\b", "t4"),
-    (r"\bmi250x", "mi250x"),  # ROCm names it "AMD Instinct MI250X/MI250": the name does not tell the two apart
+    # ROCm names both "AMD Instinct MI250X/MI250" (ROCm 6.2: "AMD Radeon Graphics"); the compute units that
+    # fitprof.profilers.flops_torch.device_name appends tell them apart: 110 a die on an MI250X, 104 on an MI250.
+    (r"\b(mi250|gfx90a)\b.*\b110 cus\b", "mi250x"),
+    (r"\b(mi250|gfx90a)\b.*\b104 cus\b", "mi250"),
+    # Without the compute units, the MI250X's die: the larger peak, so an MI250's MFU reads 5% low, never high.
+    (r"\bmi250x", "mi250x"),
     (r"\bmi300x", "mi300x"),
 )
 
@@ -150,7 +169,8 @@ def device_key(device_name: str) -> str | None:
 
 def peak_flops_per_s(device_name: str, dtype: str) -> tuple[float, str]:
     """``(dense peak FLOP/s, "")`` of ``device_name`` at ``dtype`` (one of :data:`DTYPES`), or ``(nan, reason)``
-    when the device is a CPU (``""``), is not in :data:`PEAK_FLOPS`, or has no figure for the dtype."""
+    when the device is a CPU (``""``), is not in :data:`PEAK_FLOPS`, or has no figure for the dtype (``"tf32"`` on
+    a V100 or T4, whose float32 has no tensor-core mode)."""
     if not device_name:
         return math.nan, "no accelerator (CPU): FLOP/s only"
     key = device_key(device_name)
@@ -169,10 +189,12 @@ class StepWork:
     Attributes:
         samples_per_step: mean samples per profiled step (NaN: unknown).
         items_per_step: mean ``count_items(batch)`` per profiled step (NaN: no function, or it failed).
-        flops_per_step: FLOPs of one training step (NaN: not counted).
+        flops_per_step: FLOPs of one training step (NaN: not counted), convolutions included.
+        conv_flops_per_step: the convolutions' part of ``flops_per_step`` (forward and backward; 0: none).
         flops_samples: samples of the batch whose step was counted (NaN: unknown).
         device_name: the accelerator's name ("" on a CPU).
-        dtype: the compute dtype, one of :data:`DTYPES` (or another name, which has no peak).
+        dtype: the compute dtype of matrix products, one of :data:`DTYPES` (or another name, which has no peak).
+        conv_dtype: the compute dtype of convolutions ("": ``dtype``).
         flops_note: why ``flops_per_step`` is NaN ("" when counted).
         samples_total: samples in all the window's steps, where they are known only as a total (Keras); divided
             by the report's ``steps_analyzed`` when ``samples_per_step`` is NaN.
@@ -186,6 +208,8 @@ class StepWork:
     flops_samples: float = math.nan
     device_name: str = ""
     dtype: str = ""
+    conv_flops_per_step: float = 0.0
+    conv_dtype: str = ""
     flops_note: str = ""
     samples_total: float = math.nan
     items_per_sample: float = math.nan
@@ -209,6 +233,7 @@ def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckRepor
     if not math.isfinite(items):
         items = work.items_per_sample * samples
     flops = work.flops_per_step
+    conv = work.conv_flops_per_step if math.isfinite(work.conv_flops_per_step) else 0.0
     if (
         math.isfinite(flops)
         and math.isfinite(work.flops_samples)
@@ -217,8 +242,9 @@ def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckRepor
         and work.flops_samples != samples
     ):
         flops = flops * samples / work.flops_samples
+        conv = conv * samples / work.flops_samples
     flops_per_s = _per_s(flops, report.step_time_ms)
-    peak, note = peak_flops_per_s(work.device_name, work.dtype)
+    peak, mfu, dtype, note = _mfu(work, flops, conv, flops_per_s, report.step_time_ms)
     if not math.isfinite(flops_per_s):
         note = work.flops_note or "no FLOP count or step time"
     return dataclasses.replace(
@@ -230,11 +256,42 @@ def with_throughput(report: BottleneckReport, work: StepWork) -> BottleneckRepor
         flops_per_step=flops,
         flops_per_s=flops_per_s,
         peak_flops_per_s=peak,
-        mfu=flops_per_s / peak if math.isfinite(peak) and math.isfinite(flops_per_s) else math.nan,
+        mfu=mfu,
         device_name=work.device_name,
-        compute_dtype=work.dtype,
+        compute_dtype=dtype,
         mfu_note=note,
     )
+
+
+def _mfu(
+    work: StepWork, flops: float, conv: float, flops_per_s: float, step_ms: float
+) -> tuple[float, float, str, str]:
+    """``(effective peak FLOP/s, mfu, dtype text, note)``: each op class at the peak of its own precision."""
+    conv_dtype = work.conv_dtype or work.dtype
+    conv = min(max(conv, 0.0), flops) if math.isfinite(flops) else 0.0
+    dtype_text = work.dtype if conv == 0.0 or conv_dtype == work.dtype else f"{work.dtype} matmul, {conv_dtype} conv"
+    peak, note = peak_flops_per_s(work.device_name, work.dtype)
+    if conv > 0.0 and conv_dtype != work.dtype:
+        conv_peak, conv_note = peak_flops_per_s(work.device_name, conv_dtype)
+        mm = flops - conv
+        if math.isfinite(conv_peak) and (math.isfinite(peak) or mm == 0.0):
+            ideal_s = conv / conv_peak + (mm / peak if mm > 0.0 else 0.0)
+            peak = flops / ideal_s if ideal_s > 0 else math.nan
+        else:
+            peak, note = math.nan, note or conv_note
+    if not (math.isfinite(peak) and math.isfinite(flops_per_s)):
+        return peak, math.nan, dtype_text, note
+    mfu = flops_per_s / peak
+    if mfu > 1.0:
+        return (
+            peak,
+            math.nan,
+            dtype_text,
+            f"{flops_per_s / 1e12:.4g} TFLOP/s in {step_ms:.4g} ms steps is {mfu:.2f}x the dense {dtype_text} peak "
+            f"of {work.device_name} ({peak / 1e12:.4g} TFLOP/s): the step ran in a faster precision than "
+            "fitprof assumed, or the FLOP count is too high",
+        )
+    return peak, mfu, dtype_text, note
 
 
 CountItems = Callable[[Any], float]
@@ -259,7 +316,9 @@ class WorkLog:
         self.device_name = ""
         """The accelerator's name ("" on a CPU); set by the adapter once per fit."""
         self.dtype = ""
-        """The compute dtype (:data:`DTYPES`); set by the adapter once per fit."""
+        """The compute dtype of matrix products (:data:`DTYPES`); set by the adapter once per fit."""
+        self.conv_dtype = ""
+        """The compute dtype of convolutions ("": ``dtype``); set by the adapter once per fit."""
         self.reset()
 
     def reset(self) -> None:
@@ -271,6 +330,7 @@ class WorkLog:
         self._items_per_sample = math.nan
         self.flops_per_step = math.nan
         self.flops_samples = math.nan
+        self.conv_flops_per_step = 0.0
         self.flops_note = "FLOPs not counted: no step of this epoch ran just before or just after the window"
 
     def add_step(self, batch: Any) -> None:
@@ -304,13 +364,15 @@ class WorkLog:
         """Record the samples of all the window's steps together (where they are known only as a total)."""
         self._samples_total = total
 
-    def set_flops(self, flops: float, samples: float, note: str = "") -> None:
-        """The FLOPs of one training step whose batch held ``samples`` (NaN flops: ``note`` says why)."""
+    def set_flops(self, flops: float, samples: float, note: str = "", *, conv_flops: float = 0.0) -> None:
+        """The FLOPs of one training step whose batch held ``samples`` (NaN flops: ``note`` says why), of which
+        ``conv_flops`` were convolutions."""
         self.flops_per_step = flops
         self.flops_samples = samples
+        self.conv_flops_per_step = conv_flops
         self.flops_note = note
 
-    # The engine's Work protocol (fitprof.fit.engine.Work): the engine says when, this log counts.
+    # The engine's Work protocol (fitprof.fit.events.Work): the engine says when, this log counts.
     def epoch_start(self) -> None:
         self.reset()
 
@@ -336,7 +398,12 @@ class WorkLog:
         flops = self.counter.stop()
         n = batch_size(self._counted_batch)
         self._counted_batch = None
-        self.set_flops(flops, math.nan if n is None else float(n), self.counter.note)
+        self.set_flops(
+            flops,
+            math.nan if n is None else float(n),
+            self.counter.note,
+            conv_flops=getattr(self.counter, "conv_flops", 0.0),
+        )
 
     def work(self) -> StepWork:
         """The window's :class:`StepWork`."""
@@ -349,6 +416,8 @@ class WorkLog:
             flops_samples=self.flops_samples,
             device_name=self.device_name,
             dtype=self.dtype,
+            conv_flops_per_step=self.conv_flops_per_step,
+            conv_dtype=self.conv_dtype,
             flops_note=self.flops_note,
             samples_total=self._samples_total,
             items_per_sample=math.nan if self._items_failed else self._items_per_sample,

@@ -14,9 +14,15 @@ from typing import Any, Literal, cast, get_args
 from fitprof import metrics
 from fitprof.analysis.speedups import SPEEDUP_CLAUSE_MIN, SPEEDUP_FIXES
 
-Framework = Literal["tensorflow", "pytorch"]
-"""The framework a trace comes from: ``"tensorflow"`` (an XSpace: TensorFlow, Keras on TensorFlow, JAX) or
-``"pytorch"`` (a Kineto trace: PyTorch, Lightning, Keras on torch). It picks the advice wording."""
+OVERLAP_CLAUSE_MIN_PERCENT = 5.0
+"""The smallest share of the step (percent) that overlap with compute hid from collectives or HtoD copies (total
+less exposed) which the headline mentions (``collectives 33.8% of step time, 9.9% not hidden behind compute``): the
+verdict rests on the exposed shares, and the headline says so where the difference matters."""
+
+Framework = Literal["tensorflow", "pytorch", "jax"]
+"""The framework a trace comes from: ``"tensorflow"`` (an XSpace of TensorFlow, Keras on TensorFlow), ``"jax"``
+(an XSpace of JAX, Keras on JAX: the reader finds JAX's ``PjitFunction(...)`` dispatches or fitprof's JAX input
+annotation) or ``"pytorch"`` (a Kineto trace: PyTorch, Lightning, Keras on torch). It picks the advice wording."""
 FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
 FRAMEWORK_OF_FORMAT: dict[str, Framework] = {"xspace": "tensorflow", "kineto": "pytorch"}
 """The framework of each trace format (``table.attrs["format"]``, set by the readers)."""
@@ -117,6 +123,12 @@ class BottleneckReport:
     input_exposed_ms_per_step: float = math.nan
     htod_exposed_ms_per_step: float = math.nan
     collective_exposed_ms_per_step: float = math.nan
+    htod_exposed_percent: float = math.nan
+    """``htod_exposed_ms_per_step`` over step time (%): the part of ``htod_percent`` not hidden behind kernels. The
+    verdict rests on it."""
+    collective_exposed_percent: float = math.nan
+    """``collective_exposed_ms_per_step`` over step time (%): the part of ``collective_percent`` not hidden behind
+    compute. The verdict rests on it."""
     step_time_if_no_input_ms: float = math.nan
     step_time_if_no_htod_ms: float = math.nan
     step_time_if_no_collectives_ms: float = math.nan
@@ -173,6 +185,8 @@ class BottleneckReport:
             metrics.HTOD_MS_PER_STEP.key: self.htod_ms_per_step,
             metrics.HTOD_PERCENT.key: self.htod_percent,
             metrics.COLLECTIVE_PERCENT.key: self.collective_percent,
+            metrics.HTOD_EXPOSED_PERCENT.key: self.htod_exposed_percent,
+            metrics.COLLECTIVE_EXPOSED_PERCENT.key: self.collective_exposed_percent,
             metrics.STEPS_ANALYZED.key: float(self.steps_analyzed),
             metrics.SPEEDUP_IF_NO_INPUT.key: self.speedup_if_no_input,
             metrics.SPEEDUP_IF_NO_HTOD.key: self.speedup_if_no_htod,
@@ -212,9 +226,10 @@ class BottleneckReport:
         if self.verdict == "input-bound":
             why = f"the training loop waited for input {self.input_percent:.1f}% of step time"
         elif self.verdict == "host-to-device-bound":
-            why = f"host-to-device copies took {self.htod_percent:.1f}% of step time{self._pageable_text()}"
+            why = f"host-to-device copies took {self._share_text('htod', OVERLAP_CLAUSE_MIN_PERCENT)}"
+            why += self._pageable_text()
         elif self.verdict == "communication-bound":
-            why = f"collective communication took {self.collective_percent:.1f}% of step time"
+            why = f"collective communication took {self._share_text('collective', OVERLAP_CLAUSE_MIN_PERCENT)}"
         elif self.verdict == "compute-bound":
             if math.isfinite(self.device_busy_percent):
                 cover = f"the device is busy {self.device_busy_percent:.1f}% of step time"
@@ -236,12 +251,40 @@ class BottleneckReport:
             )
         else:
             why = f"input {self.input_percent:.1f}%, host-to-device {self.htod_percent:.1f}% of step time"
+        if self.verdict not in ("host-to-device-bound", "communication-bound"):
+            why += self._hidden_text()
         span = (
             f" (no step markers: the whole trace, {self.step_time_ms:.2f} ms, was analysed as one span)"
             if self.steps_analyzed == 0
             else ""
         )
         return f"{self.verdict}: {why}.{span}{self.speedup_clause()}"
+
+    def _share_text(self, what: str, min_hidden: float = 0.05) -> str:
+        """``"35.2% of step time, 18.9% not hidden behind compute"``: the total share, and the exposed one when
+        overlap hid at least ``min_hidden`` percent of the step."""
+        total, exposed = (
+            (self.htod_percent, self.htod_exposed_percent)
+            if what == "htod"
+            else (self.collective_percent, self.collective_exposed_percent)
+        )
+        text = f"{total:.1f}% of step time"
+        if math.isfinite(exposed) and total - exposed >= min_hidden:
+            text += f", {exposed:.1f}% not hidden behind compute"
+        return text
+
+    def _hidden_text(self) -> str:
+        """Why a collective or HtoD share did not decide the verdict although large: overlap with compute hid at
+        least :data:`OVERLAP_CLAUSE_MIN_PERCENT` of the step from it. "" when it hid less."""
+        parts = [
+            f"{name} {self._share_text(what, OVERLAP_CLAUSE_MIN_PERCENT)}"
+            for what, name, total, exposed in (
+                ("collective", "collectives", self.collective_percent, self.collective_exposed_percent),
+                ("htod", "host-to-device copies", self.htod_percent, self.htod_exposed_percent),
+            )
+            if math.isfinite(exposed) and total - exposed >= OVERLAP_CLAUSE_MIN_PERCENT
+        ]
+        return f"; {'; '.join(parts)}" if parts else ""
 
     def _top_host_text(self) -> str:
         if not self.top_host_op:
@@ -332,7 +375,8 @@ class BottleneckReport:
             "",
             f"Step time {self.step_time_ms:.2f} ms over {self.steps_analyzed} steps; input "
             f"{self.input_percent:.1f}%; host-to-device {self.htod_ms_per_step:.3f} ms/step "
-            f"({self.htod_percent:.1f}%)."
+            f"({self._share_text('htod')})"
+            + (f"; collectives {self._share_text('collective')}." if self.collective_percent > 0 else ".")
             + (
                 f" fitprof's own time {self.self_ms_per_step:.3f} ms/step (left out of step time)."
                 if math.isfinite(self.self_ms_per_step)

@@ -82,11 +82,14 @@ def analyze_table(
     input_percent = 100.0 * input_us / w.step_total_us
     htod_percent = 100.0 * copies.htod_us / w.step_total_us
     collective_percent = 100.0 * coll_us / w.step_total_us
+    # The verdict rests on the exposed shares: overlapped copies and collectives cost the step nothing.
+    htod_exposed_percent = min(100.0 * exposed["htod"] / w.step_total_us, htod_percent)
+    collective_exposed_percent = min(100.0 * exposed["collectives"] / w.step_total_us, collective_percent)
     verdict = verdict_for(
         input_percent,
-        htod_percent,
+        htod_exposed_percent,
         n_div if len(w.steps[0]) else 0,
-        collective_percent,
+        collective_exposed_percent,
         cover.device_busy_percent if cover.device_work else cover.host_op_percent,
         device=cover.device_work,
     )
@@ -107,10 +110,18 @@ def analyze_table(
         collective_ms_per_step=coll_us / n_div / 1e3,
         self_ms_per_step=_own_us(w) / n_div / 1e3,
         collective_percent=collective_percent,
+        htod_exposed_percent=htod_exposed_percent,
+        collective_exposed_percent=collective_exposed_percent,
         top_ops=ops.top,
         op_time_source=ops.source,
         verdict=verdict,
-        advice=advice_for(verdict, fw, pageable_share=pageable_share, top=ops.top[0] if ops.top else None),
+        advice=advice_for(
+            verdict,
+            fw,
+            pageable_share=pageable_share,
+            top=ops.top[0] if ops.top else None,
+            tf_data=tf_data_stages(table) if fw == "tensorflow" else None,
+        ),
         warnings=warnings,
         op_percent_total=ops.percent_total,
         host_op_percent=cover.host_op_percent,
@@ -121,6 +132,16 @@ def analyze_table(
         **where,
         **potential_speedups(step_time_us / 1e3, {k: v / n_div / 1e3 for k, v in exposed.items()}),
     )
+
+
+def tf_data_stages(table: pd.DataFrame) -> frozenset[str]:
+    """The ``tf.data`` stages the trace shows: the parts of its ``Iterator::Root::Prefetch::ParallelMapV2...``
+    event names (``{"Root", "Prefetch", "ParallelMapV2"}``); empty when no ``tf.data`` iterator ran in it."""
+    names = pd.Series(pd.unique(table["name"])).astype(str)
+    stages: set[str] = set()
+    for name in names[names.str.startswith("Iterator::")]:
+        stages.update(part.partition("[")[0] for part in name.split("::")[1:])
+    return frozenset(stages)
 
 
 def _framework(table: pd.DataFrame, framework: str | None) -> Framework:

@@ -1,12 +1,16 @@
 """The verdict of a window and the advice that goes with it, from its figures alone.
 
-Every threshold the verdict uses is a named constant here, in percent of step time:
+Every threshold the verdict uses is a named constant here, in percent of step time. HtoD copies and collectives
+count by their *exposed* share (``htod_exposed_percent``, ``collective_exposed_percent``: the part no compute ran
+beside, :mod:`fitprof.analysis.speedups`), not their total: DDP overlaps its gradient all-reduce with the backward
+pass by design, and a copy that runs beside a kernel costs the step nothing, so only the exposed part can make a
+step slow. The input wait counts whole (the loop is blocked while it waits).
 
 * ``input-bound``: ``input_percent >= INPUT_BOUND_PERCENT`` (20) and input is the larger of input and HtoD;
-* ``host-to-device-bound``: ``htod_percent >= HTOD_BOUND_PERCENT`` (15);
-* ``communication-bound``: ``collective_percent >= COMMUNICATION_BOUND_PERCENT`` (20) and larger than input and
+* ``host-to-device-bound``: exposed HtoD ``>= HTOD_BOUND_PERCENT`` (15);
+* ``communication-bound``: exposed collectives ``>= COMMUNICATION_BOUND_PERCENT`` (20) and larger than input and
   HtoD: collectives (all-reduce, ...) are not mistaken for compute;
-* with ``input_percent < COMPUTE_BOUND_MAX_PERCENT`` (10) and ``htod_percent < COMPUTE_BOUND_MAX_PERCENT``, what
+* with ``input_percent < COMPUTE_BOUND_MAX_PERCENT`` (10) and exposed HtoD ``< COMPUTE_BOUND_MAX_PERCENT``, what
   covers the step decides (``busy_percent``: the device's busy share on a trace with device work, the host
   operators' share otherwise):
 
@@ -52,6 +56,8 @@ def verdict_for(
     """The verdict label from the figures, by the thresholds in this module's docstring.
 
     Args:
+        htod_percent, collective_percent: the *exposed* shares of HtoD copies and collectives (% of step time;
+            :attr:`~fitprof.analysis.BottleneckReport.htod_exposed_percent`, ``collective_exposed_percent``).
         busy_percent: the share of the step that compute covers (the device's busy share when ``device``, else
             the host operators'); NaN (unknown) never turns ``compute-bound`` into another verdict.
         device: the trace has device work (``host-bound`` rather than ``overhead-bound``).
@@ -71,14 +77,54 @@ def verdict_for(
     return "balanced"
 
 
-def advice_for(verdict: str, framework: str, *, pageable_share: float, top: OpStat | None) -> list[str]:
-    """What to try for ``verdict``, worded for ``framework`` (``"pytorch"`` or ``"tensorflow"``).
+TF_DATA_PARALLEL_MAP = frozenset({"ParallelMap", "ParallelMapV2"})
+"""``tf.data`` stages (``Iterator::...::<stage>`` events) that map in parallel already. A ``MapAndBatch`` stage (a
+``map`` fused with its ``batch``) may or may not: its name does not say."""
+
+
+def tf_data_advice(stages: frozenset[str]) -> list[str]:
+    """The ``tf.data`` tips the pipeline in the trace does not follow yet (``stages``: its ``Iterator::``
+    stage names, e.g. ``{"Root", "Prefetch", "ParallelMapV2", "Cache"}``); a tip it follows is never given."""
+    tips = []
+    if "Prefetch" not in stages:
+        tips.append("Overlap input with compute: end the `tf.data` pipeline with `.prefetch(tf.data.AUTOTUNE)`.")
+    if stages & {"Map", "MapAndBatch"} and not stages & TF_DATA_PARALLEL_MAP:
+        tips.append("Map in parallel: give `map` `num_parallel_calls=tf.data.AUTOTUNE` where it has none.")
+    if "Cache" not in stages:
+        tips.append("`.cache()` what does not change between epochs (decoding, resizing) before random augmentation.")
+    if not tips:
+        tips.append(
+            "The `tf.data` pipeline already prefetches, maps in parallel and caches: its source is the limit; read "
+            "from faster storage, or `interleave` many files with `num_parallel_calls=tf.data.AUTOTUNE`."
+        )
+    return tips
+
+
+JAX_BLOCK_UNTIL_READY = (
+    "JAX dispatches each jitted step asynchronously: call `jax.block_until_ready` only where a result is needed on "
+    "the host (logging a loss, timing a span of steps), not after every step, so the next batch is fetched while "
+    "the device still runs."
+)
+
+
+def advice_for(
+    verdict: str,
+    framework: str,
+    *,
+    pageable_share: float,
+    top: OpStat | None,
+    tf_data: frozenset[str] | None = None,
+) -> list[str]:
+    """What to try for ``verdict``, worded for ``framework`` (``"pytorch"``, ``"tensorflow"`` or ``"jax"``).
 
     Args:
         pageable_share: the share of HtoD copy time from pageable memory (ratio 0-1; 0 without copies).
         top: the top operator, named in the ``compute-bound`` advice (None: none recorded).
+        tf_data: the ``tf.data`` stages in the trace (:func:`tf_data_advice`; empty: no ``tf.data`` there, so no
+            ``tf.data`` advice; None: not known, the general ``tf.data`` advice).
     """
     torch_like = framework == "pytorch"
+    jax = framework == "jax"
     if verdict == "input-bound":
         if torch_like:
             return [
@@ -86,11 +132,21 @@ def advice_for(verdict: str, framework: str, *, pageable_share: float, top: OpSt
                 "`persistent_workers=True`.",
                 "Move per-sample work (augmentation, decoding) out of `__getitem__` or precompute it.",
             ]
-        return [
-            "Overlap input with compute: end the `tf.data` pipeline with `.prefetch(tf.data.AUTOTUNE)` and "
-            "give `map` `num_parallel_calls=tf.data.AUTOTUNE`.",
-            "`.cache()` what does not change between epochs (decoding, resizing) before random augmentation.",
-        ]
+        if jax:
+            return [
+                "Have the next batch ready before the jitted step asks for it: feed NumPy arrays, a "
+                "`keras.utils.PyDataset` with `workers` and `use_multiprocessing=True`, or a grain `DataLoader` "
+                "with `worker_count` > 0.",
+                JAX_BLOCK_UNTIL_READY,
+            ]
+        if tf_data is not None and not tf_data:
+            return [
+                "The input does not come from `tf.data` (a Python generator or `PyDataset`): load in parallel with "
+                "`keras.utils.PyDataset(workers=..., use_multiprocessing=True)`, or feed NumPy arrays that fit in "
+                "memory.",
+                "Move per-sample work (augmentation, decoding) out of `__getitem__` or precompute it.",
+            ]
+        return tf_data_advice(tf_data or frozenset())
     if verdict == "host-to-device-bound":
         tips = []
         if pageable_share > PAGEABLE_ADVICE_SHARE:
@@ -110,6 +166,12 @@ def advice_for(verdict: str, framework: str, *, pageable_share: float, top: OpSt
                 "`no_sync()` / gradient accumulation to all-reduce less often.",
                 "Raise the per-device batch size so each all-reduce serves more compute.",
             ]
+        if jax:
+            return [
+                "All-reduce less often: larger per-device batches; shard parameters and batch with `jax.sharding` "
+                "so XLA can overlap the collectives with compute.",
+                "Check the interconnect: collectives should overlap the backward pass.",
+            ]
         return [
             "All-reduce less often: larger per-replica batches, or `steps_per_execution` on TPUs.",
             "Check the interconnect: collectives should overlap the backward pass.",
@@ -119,6 +181,12 @@ def advice_for(verdict: str, framework: str, *, pageable_share: float, top: OpSt
         return [
             f"The input pipeline keeps up; speed up the model itself, starting with {name}.",
             "Try mixed precision and larger batches where the device is not full.",
+        ]
+    if verdict in ("host-bound", "overhead-bound") and jax:
+        return [
+            "Most of the step is the host between jitted calls: jit the whole training step (loss, gradient and "
+            "update in one `jax.jit`) and use larger batches.",
+            JAX_BLOCK_UNTIL_READY,
         ]
     if verdict == "host-bound":
         tips = [

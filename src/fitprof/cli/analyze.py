@@ -1,7 +1,13 @@
-"""``fitprof analyze TRACE...``: one record per trace file (``*.xplane.pb``, ``*.pt.trace.json[.gz]``, or a
-``plugins/profile/<session>`` folder's ``*.xplane.pb``), recorded by fitprof or not, with the same figures as
-:func:`fitprof.analyze`; with several ranks' traces, a spread record across them. The files are read here, in
-``--jobs`` processes, or as tasks on a Dask cluster (``--scheduler``).
+"""``fitprof analyze TRACE...``: one record per trace file (``*.xplane.pb``, ``*.pt.trace.json[.gz]``, a
+``plugins/profile/<session>`` folder's ``*.xplane.pb``, or a ``torch.profiler.tensorboard_trace_handler`` folder's
+``*.pt.trace.json[.gz]``), recorded by fitprof or not, with the same figures as :func:`fitprof.analyze`; with
+several ranks' traces, a spread record across them. The files are read here, in ``--jobs`` processes, or as tasks
+on a Dask cluster (``--scheduler``).
+
+``tensorboard_trace_handler`` names each window's file ``<worker>.<time_ns>.pt.trace.json[.gz]`` (the worker
+``<host>_<pid>`` unless named): in such a folder each file is a record, ``window`` numbers a worker's files in time
+order (0, 1, ...), and a trace without a rank of its own (no ``distributedInfo``) takes its worker's place among
+the folder's workers as its rank, so that the spread compares the workers window by window.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -93,16 +100,45 @@ def run(args: argparse.Namespace, out: Output) -> int:
         done = ordered_map(_analyze_task, tasks, args.jobs or auto_jobs([t[0] for t in tasks]))
     results = iter(done)
     records: list[dict[str, Any]] = []
-    bad = False
     for item in work:
         report, error = (None, str(item)) if isinstance(item, BadInput) else next(results)
         if report is None:
-            out.error(error or "")
-            bad = True
+            out.skip(error or "")
             continue
         records.append(make_record(report, record=RECORD_TRACE, run=str(item), epoch=None, rank=report.rank))
-    records += spreads(records, key=lambda r: (r["world_size"],), label=_analyze_spread_label)
-    return out.finish(args, records, bad)
+    _workers_as_ranks(records)
+    records += spreads(
+        records, key=lambda r: (r["world_size"], r.get("_folder"), r.get("window")), label=_analyze_spread_label
+    )
+    for rec in records:
+        rec.pop("_folder", None)  # a grouping key only
+    return out.finish(args, records)
+
+
+HANDLER_NAME = re.compile(r"^(?P<worker>.+)\.(?P<ns>\d{6,})\.pt\.trace\.json(?:\.gz)?$")
+"""A file ``torch.profiler.tensorboard_trace_handler`` wrote: ``<worker>.<time.time_ns()>.pt.trace.json[.gz]``."""
+
+
+def _workers_as_ranks(records: list[dict[str, Any]]) -> None:
+    """Number the windows of each ``tensorboard_trace_handler`` worker (``window``: 0, 1, ... in time order) and,
+    in a folder of several workers, give a trace without a rank its worker's place as its rank (world size: the
+    workers), so the spread compares the workers' same windows. Other records are left as they are."""
+    folders: dict[str, dict[str, list[tuple[int, dict[str, Any]]]]] = {}
+    for rec in records:
+        path = Path(rec["run"])
+        m = HANDLER_NAME.match(path.name)
+        if m:
+            workers = folders.setdefault(os.fspath(path.parent), {})
+            workers.setdefault(m.group("worker"), []).append((int(m.group("ns")), rec))
+    for folder, workers in folders.items():
+        names = sorted(workers)
+        for place, name in enumerate(names):
+            for window, (_, rec) in enumerate(sorted(workers[name], key=lambda t: t[0])):
+                rec["window"] = window
+                rec["worker"] = name
+                rec["_folder"] = folder
+                if rec["rank"] is None and len(names) > 1:
+                    rec["rank"], rec["world_size"] = place, len(names)
 
 
 def _analyze_task(task: tuple[Path | str, int, float, int]) -> tuple[BottleneckReport | None, str | None]:
@@ -173,24 +209,30 @@ def _remote_trace_files(url: str) -> list[str | BadInput]:
         names = sorted(n.rstrip("/").rpartition("/")[2] for n in fs.ls(root, detail=False))
     except (OSError, ValueError) as err:
         return [BadInput(describe(url, err))]
-    files: list[str | BadInput] = [_fs.join(url, n) for n in names if n.endswith(".xplane.pb")]
-    return files or [
-        BadInput(
-            f"{url}: no .xplane.pb file in this folder (analyze takes trace files or a plugins/profile/<session> "
-            "folder; for a log folder use 'fitprof report')"
-        )
-    ]
+    files: list[str | BadInput] = [_fs.join(url, n) for n in folder_traces(names)]
+    return files or [BadInput(f"{url}: {NO_TRACE_IN_FOLDER}")]
+
+
+def folder_traces(names: list[str]) -> list[str]:
+    """The trace files of a folder, by name: its ``*.xplane.pb`` (a ``plugins/profile/<session>`` folder), else
+    its ``*.pt.trace.json[.gz]`` (a ``tensorboard_trace_handler`` folder, or Kineto traces side by side)."""
+    xplanes = sorted(n for n in names if n.endswith(".xplane.pb"))
+    return xplanes or sorted(n for n in names if n.endswith((".pt.trace.json", ".pt.trace.json.gz")))
+
+
+NO_TRACE_IN_FOLDER = (
+    "no trace file in this folder (analyze takes trace files, a plugins/profile/<session> folder of .xplane.pb, or "
+    "a folder of .pt.trace.json[.gz] such as torch.profiler.tensorboard_trace_handler writes; for a log folder "
+    "of fitprof runs use 'fitprof report')"
+)
 
 
 def _trace_files(path: Path) -> list[Path]:
-    """The trace files one ``analyze`` argument stands for (a file, or a session folder's ``*.xplane.pb``)."""
+    """The trace files one ``analyze`` argument stands for (a file, or a folder's traces: :func:`folder_traces`)."""
     if path.is_dir():
-        files = sorted(path.glob("*.xplane.pb"))
+        files = [path / n for n in folder_traces([p.name for p in path.iterdir() if p.is_file()])]
         if not files:
-            raise BadInput(
-                f"{path}: no .xplane.pb file in this folder (analyze takes trace files or a "
-                "plugins/profile/<session> folder; for a log folder use 'fitprof report')"
-            )
+            raise BadInput(f"{path}: {NO_TRACE_IN_FOLDER}")
         return files
     if not path.exists():
         raise BadInput(f"{path}: no such file or folder")
@@ -199,4 +241,6 @@ def _trace_files(path: Path) -> list[Path]:
 
 def _analyze_spread_label(group: list[dict[str, Any]]) -> str:
     ws = group[0]["world_size"]
-    return f"ranks of world size {ws}" if ws is not None else "ranks"
+    label = f"ranks of world size {ws}" if ws is not None else "ranks"
+    folder, window = group[0].get("_folder"), group[0].get("window")
+    return label if folder is None else f"{folder} (workers), window {window}: {label}"

@@ -1,4 +1,5 @@
-"""The argument types and the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``)."""
+"""The argument types and the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``,
+``--strict``)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def positive_float(text: str) -> float:
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:
-    """``--format``, ``--out`` and ``--jobs`` on a subcommand's parser."""
+    """``--format``, ``--out``, ``--jobs`` and ``--strict`` on a subcommand's parser."""
     p.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     p.add_argument(
@@ -42,4 +43,10 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
         f"{default_jobs()} here, when the files hold 32 MB or more, else 1)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 2 when any file cannot be read (default: such a file is skipped with a warning "
+        "naming it, and the status is 2 only when nothing could be reported)",
     )

@@ -20,6 +20,9 @@ from fitprof.cli import analyze, compare, report
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.report_files import is_report_file
 
+TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
+"""The trace files a folder URL given to ``analyze`` is searched for (:func:`fitprof.cli.analyze.folder_traces`)."""
+
 Subparsers = argparse._SubParsersAction  # the type ``add_subparsers`` returns
 
 COMMANDS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
@@ -38,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after the program name (``sys.argv[1:]`` when ``None``).
 
     Returns:
-        The exit status: 0 when every input was reported, 2 for bad arguments, no arguments (help is printed),
-        or any input that could not be reported (each named on one stderr line; the good ones are still
-        reported).
+        The exit status: 0 when something was reported (each input that could not be is named on one
+        ``fitprof: warning:`` line), 2 for bad arguments, no arguments (help is printed), nothing that could be
+        reported, or, under ``--strict``, any input that could not be.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -60,17 +63,17 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
         out = Output()
-        bad = fetch_urls(args, Path(tmp), out)
-        if bad and getattr(args, "logdir", None) is not None:
+        if fetch_urls(args, Path(tmp), out):  # the log folder could not be fetched: nothing to report
             return EXIT_BAD_INPUT
         status: int = args.run(args, out)
-    return EXIT_BAD_INPUT if bad else status
+    return status
 
 
 def fetch_urls(args: argparse.Namespace, tmp: Path, out: Output) -> bool:
     """Copy what the URL arguments name into ``tmp`` (through fsspec) and point ``args`` at the copies; a
-    ``file://`` URL becomes its path; ``out`` learns which URL each copy stands for. Returns whether an argument
-    could not be fetched (its error printed)."""
+    ``file://`` URL becomes its path; ``out`` learns which URL each copy stands for, and which trace URLs could
+    not be fetched (:meth:`~fitprof.cli.output.Output.skip`). Returns whether the log folder could not be fetched
+    (its error printed)."""
     bad = False
     if getattr(args, "logdir", None) is not None:
         if _fs.is_remote(args.logdir):
@@ -93,11 +96,10 @@ def fetch_urls(args: argparse.Namespace, tmp: Path, out: Output) -> bool:
             continue
         local = tmp / str(n)
         local.mkdir()
-        try:  # a trace file, or a session folder's *.xplane.pb
-            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(".xplane.pb"))
+        try:  # a trace file, or a folder's traces (a session's *.xplane.pb, a trace handler's *.pt.trace.json[.gz])
+            files = _fs.fetch(arg, local, lambda rel: "/" not in rel and rel.endswith(TRACE_SUFFIXES))
         except (OSError, ValueError) as err:
-            out.error(describe(arg, err))
-            bad = True
+            out.skip(describe(arg, err))  # one input among others: the subcommand reports it with the rest
             continue
         if len(files) == 1 and files[0][0] == arg:  # one file
             out.urls[os.fspath(files[0][1])] = arg

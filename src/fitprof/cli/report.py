@@ -9,6 +9,8 @@ import argparse
 import math
 import os
 import re
+import shlex
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,18 +54,22 @@ def run(args: argparse.Namespace, out: Output) -> int:
         return EXIT_BAD_INPUT
     files = find_report_files(logdir)
     if not files:
+        folders = _trace_folders(logdir)
+        where = " ".join(shlex.quote(os.fspath(f)) for f in folders[:3]) + (" ..." if len(folders) > 3 else "")
         out.error(
-            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it; "
-            "for other profiles use 'fitprof analyze')"
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it); "
+            + (
+                f"its traces are read by: fitprof analyze {where}"
+                if folders
+                else "for other profiles use 'fitprof analyze'"
+            )
         )
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
-    bad = False
     jobs = args.jobs or auto_jobs(files)
     for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
         if record is None:
-            out.error(error or "")
-            bad = True
+            out.skip(error or "")
         else:
             records.append(record)
     _number_fits(records)
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     # Cross-rank spreads of the scheduled windows only: each rank triggers on its own signal, at its own step.
     scheduled = [r for r in records if r["trigger_step"] is None]
     records += spreads(scheduled, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
-    status = out.finish(args, records, bad)
+    status = out.finish(args, records)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
             here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
@@ -88,7 +94,22 @@ def run(args: argparse.Namespace, out: Output) -> int:
         except (OSError, ValueError, ImportError) as err:
             out.error(describe(args.plot, err))
             return EXIT_BAD_INPUT
+        # on stderr, as the other notes: stdout stays the records (csv, json) a script parses
+        print(f"fitprof: plot saved to {os.path.abspath(args.plot)}", file=sys.stderr)
     return status
+
+
+_TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
+
+
+def _trace_folders(logdir: Path) -> list[Path]:
+    """The folders below ``logdir`` (any depth) that hold trace files ``fitprof analyze`` reads: a
+    ``tensorboard_trace_handler`` folder, a ``plugins/profile/<session>`` folder; sorted."""
+    found = set()
+    for folder, _, names in os.walk(logdir):
+        if any(n.endswith(_TRACE_SUFFIXES) for n in names):
+            found.add(Path(folder))
+    return sorted(found)
 
 
 def _report_task(task: tuple[Path, Path]) -> tuple[dict[str, Any] | None, str | None]:

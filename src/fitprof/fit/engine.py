@@ -33,24 +33,25 @@ framework's hooks, named once by ``boundary``:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from fitprof import metrics
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
-from fitprof._coverage import FitCoverage
+from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side, against_baseline, load_baseline
 from fitprof.fit import schedule
+from fitprof.fit.events import Busy, EpochResult, Triggered, Work
 from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
@@ -74,77 +75,6 @@ Boundary = Literal["step_start", "step_end"]
 WindowFactory = Callable[[int, str], ProfileWindow]
 """``(epoch, session suffix) -> a new, unstarted window`` (suffix ``""`` for the scheduled window, a triggered
 window's :func:`fitprof._session.trigger_suffix`)."""
-
-
-class Work(Protocol):
-    """What the adapter counts for a scheduled window's throughput (:mod:`fitprof.throughput`); every method is
-    called by the engine at the moment named."""
-
-    def epoch_start(self) -> None:
-        """A new epoch: forget the last window's counts."""
-
-    def count_flops(self, step: int, batch: Any) -> None:
-        """Count the FLOPs of step ``step``, which begins now (its batch, None where the hook has none); the
-        adapter stops counting when the step ends."""
-
-    def window_opened(self) -> None:
-        """The scheduled window's first analysed step begins."""
-
-    def window_step(self, batch: Any) -> None:
-        """An analysed step of the scheduled window ended (``boundary="step_end"`` only: its batch)."""
-
-    def window_closed(self) -> None:
-        """The scheduled window stops (its last analysed step ended)."""
-
-    def work(self) -> StepWork | None:
-        """The window's samples, items and FLOPs, for its report."""
-        ...
-
-
-@dataclass
-class Busy:
-    """Steps of this epoch during which another profiler runs (1-based, inclusive): ``who`` it is, as the user
-    wrote it, and its short ``name``."""
-
-    first: int
-    last: int
-    who: str
-    name: str
-
-
-@dataclass
-class Triggered:
-    """A triggered window published at its epoch's end: its firing, report (None when its analysis failed), the
-    one line and the Markdown text the adapter logs (``fitprof/trigger/summary``)."""
-
-    epoch: int
-    event: TriggerEvent
-    report: BottleneckReport | None
-    line: str
-    text: str
-
-
-@dataclass
-class EpochResult:
-    """What :meth:`FitEngine.epoch_end` published: the adapter logs it its own way.
-
-    Attributes:
-        window: the window's scalars (empty when the epoch had none; the same on every rank that gathered).
-        epoch: the ``fitprof/epoch/*`` figures (NaN where none) and every probe's epoch figures.
-        trigger: the ``fitprof/trigger/*`` figures of the epoch's last triggered window (NaN when none).
-        triggered: the triggered windows of this epoch.
-        figures: the always-on step timing of the epoch.
-        profiled: the epoch had a window (this rank's or, for the gather, any rank's).
-        session_dir: the session folder of this rank's scheduled window (None: none, or not written).
-    """
-
-    window: dict[str, float] = field(default_factory=dict)
-    epoch: dict[str, float] = field(default_factory=dict)
-    trigger: dict[str, float] = field(default_factory=dict)
-    triggered: list[Triggered] = field(default_factory=list)
-    figures: EpochSteps | None = None
-    profiled: bool = False
-    session_dir: Path | None = None
 
 
 class FitEngine:
@@ -199,6 +129,7 @@ class FitEngine:
         clock: Callable[[], int] = time.perf_counter_ns,
         xplane_timeout_s: float = FINISH_TIMEOUT_S,
     ) -> None:
+        self.given_config = config  # as the user gave it; ``config`` is it for this fit (``in_calls``)
         self.config = config
         self.new_window = new_window
         self.warn = warn
@@ -239,6 +170,11 @@ class FitEngine:
         self._reset_epoch()
         self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
         self._trig_pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []
+        self._trig_times: list[int] = []  # boundary times (ns) of the open triggered window's analysed steps
+        self._fired: Any = None  # the trigger's own record of the firing whose window is open
+        self._now = 0
+        self.false_alarms: dict[tuple[int, int], float] = {}
+        """(epoch, step) of each triggered window that proved a false alarm -> its steps' median wall time (ms)."""
         self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
 
     def _reset_epoch(self) -> None:
@@ -287,6 +223,7 @@ class FitEngine:
         self.world = world
         self.log_dir = log_dir
         self.spe = max(int(steps_per_execution), 1)
+        self.config = self.given_config.in_calls(self.spe)
         self.ends_after = ends_after or _never
         self.pipeline.clear()
         self.trigger_pipeline.clear()
@@ -298,6 +235,7 @@ class FitEngine:
         self._closed = None
         self._trig_pending = []
         self._trig_steps_total = 0
+        self.false_alarms = {}
         if self.trigger is not None:
             self.trigger.reset()
         self.probes.call("fit_start", now_ns=self.clock())
@@ -540,7 +478,10 @@ class FitEngine:
         n = k - 1
         self._seen = max(self._seen, k if self.boundary == "step_start" else n)
         dt = self.steps.step(now, n, input_ns=input_ns, samples=samples)
+        self._now = now
         fired = self._feed_trigger(dt, n) if self.window is None else None
+        if self.window is not None and self.boundary == "step_start":
+            self._end_marker(k)  # the step that ended here: its marker closes before anything else happens
         if self.window is not None:
             if self._event is not None:
                 self._advance_triggered(k)
@@ -614,6 +555,14 @@ class FitEngine:
                 self.work.window_opened()
             self.probes.call("window_start", now_ns=self.clock())
 
+    def _end_marker(self, k: int) -> None:
+        window = self.window
+        assert window is not None
+        try:
+            window.end_step()
+        except Exception as err:  # a step marker failed: drop the window, training goes on
+            self._drop(f"could not mark step {k} ({err!r})")
+
     def _mark(self, k: int) -> None:
         window = self.window
         assert window is not None
@@ -625,11 +574,16 @@ class FitEngine:
         self._marked = k
 
     def _warn_short(self, steps_done: int) -> None:
+        """The epoch ended after step ``steps_done``, inside the window: one warning, with the ``profile_batch``
+        that fits epochs of that length (as the "nothing was profiled" warning suggests one), so that every epoch
+        does not analyse a stub of a window."""
         cfg = self.config
+        fits = suggest_profile_batch(steps_done, self.given_config.num_steps) if steps_done >= 1 else ""
         self.warn(
             "short",
             f"fitprof: epoch {self.epoch} ended after step {steps_done}, inside the window (profile_batch="
-            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed.",
+            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed."
+            + (f" For epochs of {steps_done} steps, profile_batch={fits} fits." if fits else ""),
         )
 
     # ------------------------------------------------------------------------------------------- triggered
@@ -643,11 +597,12 @@ class FitEngine:
         event = self.trigger.observe(dt, self._trig_steps_total, allowed=allowed)
         if event is None:
             return None
+        self._fired = event  # the trigger's own record, to withdraw if the window proves a false alarm
         return TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)
 
     def trigger_length(self) -> int:
         """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
-        return self.config.num_steps if self.config.enabled else 5
+        return self.given_config.num_steps if self.given_config.enabled else 5
 
     def _may_trigger(self, n: int) -> bool:
         """Whether a triggered window may open after step ``n`` (:func:`fitprof.fit.schedule.may_trigger`)."""
@@ -670,19 +625,43 @@ class FitEngine:
             return
         self._event = event
         self._trig_last = k + self.spe * self.trigger_length()
+        self._trig_times = []
         self.steps.exclude_next()
 
     def _advance_triggered(self, k: int) -> None:
+        """Mark or close the open triggered window at step boundary ``k``; the boundaries' times from its first
+        analysed step on give its steps' wall times (:meth:`_judge_triggered`)."""
         n = k - 1
         if not self._marked:
             if self.boundary == "step_end" and self.ends_after(n):
                 self._close(drop_open_step=False)
             else:
                 self._mark_first(k)
+                self._trig_times = [self._now]
         elif k > self._trig_last or (self.boundary == "step_end" and self.ends_after(n)):
+            self._trig_times.append(self._now)
             self._close(drop_open_step=False)
         else:
+            self._trig_times.append(self._now)
             self._mark(k)
+
+    def _judge_triggered(self, event: TriggerEvent) -> None:
+        """A triggered window closed: when its steps' median wall time is within the threshold the trigger fired
+        against (no slower than the baseline, beyond its noise), the firing was a false alarm (a transient stall,
+        e.g. another process on the cores): the trigger takes it back, so it uses up neither ``max_windows`` nor
+        the ``min_spacing`` gap, and the window's line says so. Judged here, as the window closes, so that a real
+        slowdown soon after can still fire in this epoch. Wall times include the profiler's own cost, so a window
+        is never called a false alarm for being cheap to profile."""
+        times = self._trig_times
+        durations = sorted(b - a for a, b in itertools.pairwise(times))
+        if not durations or self.trigger is None or self._fired is None:
+            return
+        mid = len(durations) // 2
+        median_ns = durations[mid] if len(durations) % 2 else (durations[mid - 1] + durations[mid]) / 2
+        if median_ns / 1e6 <= event.threshold_ms:
+            self.trigger.withdraw(self._fired)
+            self.false_alarms[(self.epoch, event.step)] = median_ns / 1e6
+        self._fired = None
 
     # ------------------------------------------------------------------------------------------- windows
     def _start(self, suffix: str) -> bool:
@@ -723,6 +702,7 @@ class FitEngine:
         if event is None:
             self._closed = (window, trace)
         else:
+            self._judge_triggered(event)
             self._trig_pending.append((window, trace, event))
 
     def _drop(self, reason: str) -> None:
@@ -829,7 +809,13 @@ class FitEngine:
         for window, trace, event in pending:
             report = self._analyze(self.trigger_pipeline, epoch, window, trace)
             self.triggered.append((epoch, event, report))
-            line = trigger_line(epoch, event, report, compare_windows(report, normal, normal_epoch) if report else "")
+            line = trigger_line(
+                epoch,
+                event,
+                report,
+                compare_windows(report, normal, normal_epoch) if report else "",
+                false_alarm_ms=self.false_alarms.get((epoch, event.step)),
+            )
             text = line if report is None else f"{line}\n\n{report.summary_markdown()}"
             out.append(Triggered(epoch, event, report, line, text))
         return out

@@ -27,10 +27,11 @@ TensorBoard also gets them by name (``fitprof/top_ops/<op name>``), where a key 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,7 @@ import fitprof
 from fitprof import cross_rank, metrics, steps
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
-from fitprof._warn import WarnOnce
+from fitprof._warn import WarnOnce, no_traceback
 from fitprof.analysis import BottleneckReport
 from fitprof.fit.xplane_worker import Job, XplaneWorker
 from fitprof.report_files import write_report_file
@@ -84,10 +85,13 @@ def logged_keys(top_k: int, world_size: int = 1) -> tuple[str, ...]:
     return keys + (cross_rank.EXTRA_KEYS if world_size > 1 else ())
 
 
-def every_key(scalars: dict[str, float], top_k: int, world_size: int = 1) -> dict[str, float]:
-    """``scalars`` with every key of :func:`logged_keys`, NaN where this epoch has no figure (not profiled, no
-    step analysed, fewer operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
-    out = {key: math.nan for key in logged_keys(top_k, world_size)}
+def every_key(
+    scalars: dict[str, float], top_k: int, world_size: int = 1, extra: Iterable[str] = ()
+) -> dict[str, float]:
+    """``scalars`` with every key of :func:`logged_keys` and of ``extra`` (the probes' window keys, the churn keys
+    of a ``profile_memory`` window), NaN where this epoch has no figure (not profiled, no step analysed, fewer
+    operators than ``top_k``): Keras ``logs`` need the same keys every epoch."""
+    out = {key: math.nan for key in (*logged_keys(top_k, world_size), *extra)}
     out.update(scalars)
     return out
 
@@ -183,14 +187,28 @@ def trigger_scalars(event: steps.TriggerEvent) -> dict[str, float]:
     }
 
 
-def trigger_line(epoch: int, event: steps.TriggerEvent, report: BottleneckReport | None, compared: str) -> str:
+def trigger_line(
+    epoch: int,
+    event: steps.TriggerEvent,
+    report: BottleneckReport | None,
+    compared: str,
+    *,
+    false_alarm_ms: float | None = None,
+) -> str:
     """One line for a triggered window, the same in both callbacks: ``fitprof epoch 0: slowdown after step 41
     (40.1 ms/step vs baseline 3.2 ms), triggered window: ...`` followed by ``compared``
-    (:func:`compare_windows`)."""
+    (:func:`compare_windows`). ``false_alarm_ms``: the window's median step wall time when its steps were no
+    slower than the threshold (a false alarm, which the trigger took back); the line then says so."""
     head = (
         f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
         f"{event.baseline_ms:.1f} ms)"
     )
+    if false_alarm_ms is not None:
+        head += (
+            f" was a false alarm: the window's steps took {false_alarm_ms:.1f} ms (median), within the baseline's "
+            f"noise (threshold {event.threshold_ms:.1f} ms), so the slowdown had passed; it does not count against "
+            "trigger_max_windows or trigger_min_spacing"
+        )
     if report is None:
         return f"{head}, the triggered window could not be analysed"
     return (
@@ -292,7 +310,8 @@ class WindowPipeline:
             self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
             report = None
         if report is not None and work is not None:
-            report = with_throughput(report, work)
+            # the note reaches the report, its file and the tables: the reason, never a framework's traceback
+            report = with_throughput(report, dataclasses.replace(work, flops_note=no_traceback(work.flops_note)))
         if report is not None:
             self.reports[epoch] = report
         if session is None:

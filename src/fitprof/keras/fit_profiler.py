@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable
@@ -18,6 +19,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import Busy, FitEngine, Probe
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog, every_key
 from fitprof.fit.probes import finite
 from fitprof.keras import _distributed
@@ -43,7 +45,9 @@ class FitProfiler(keras.callbacks.Callback):
     per window, shown by TensorBoard's Profile tab), and at the epoch's end analyses it and logs:
 
     * ``fitprof/step_time_ms``, ``fitprof/input_percent``, ``fitprof/htod_ms_per_step``,
-      ``fitprof/htod_percent``, ``fitprof/collective_percent``, ``fitprof/steps_analyzed``,
+      ``fitprof/htod_percent``, ``fitprof/collective_percent``, their exposed parts
+      ``fitprof/htod_exposed_percent`` and ``fitprof/collective_exposed_percent`` (what the verdict rests on),
+      ``fitprof/steps_analyzed``,
       ``fitprof/self_ms_per_step`` and
       ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<top_k>_ms`` (ms per step, operators by rank) as TensorBoard
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
@@ -186,7 +190,10 @@ class FitProfiler(keras.callbacks.Callback):
             on = ", ".join(f"{k}=True" for k, v in self.torch_options.items() if v)
             self._warn_once("torch-options", f"fitprof: {on} apply to the torch backend only; ignored on {fns.label}.")
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
-        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self)
+        self._work = KerasWork(fns, self.count_items, self._warn_count_items, self, self._warn_samples)
+        # torch backend fed a DataLoader: its workers (fitprof/epoch/loader_*); the wait is the fetch timer's
+        self._loader = LoaderProbe(fetch_wait=self._fetch_wait)
+        self._loader_timing: Any = None
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -200,7 +207,7 @@ class FitProfiler(keras.callbacks.Callback):
             ranks=self.ranks,
             trigger=slowdown,
             work=self._work,
-            probes=probes,
+            probes=(self._loader, *probes),
             baseline=baseline,
         )
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
@@ -211,6 +218,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._last_step = 0  # the last step begun in this epoch
         self._spe = 1
         self._csv_loggers: list[Any] = []  # the fit's CSVLoggers, whose columns are fixed at their first epoch
+        self._progbars: list[Any] = []  # the fit's ProgbarLoggers, showing a handful of fitprof's keys
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
         self._checkpoints: list[Any] = []  # the fit's ModelCheckpoints that save every N batches
         self._fetch_timer: Any = None  # torch backend: times each batch fetch (fitprof.keras._torch_backend)
@@ -222,7 +230,14 @@ class FitProfiler(keras.callbacks.Callback):
         profiled and the other callbacks of the running fit are not copied (the copy has no window open)."""
         state = self.__dict__.copy()
         state.update(
-            _guards=Guards(), _tb_profilers=[], _csv_loggers=[], _mirror=None, _fetch_timer=None, _checkpoints=[]
+            _guards=Guards(),
+            _tb_profilers=[],
+            _csv_loggers=[],
+            _mirror=None,
+            _fetch_timer=None,
+            _checkpoints=[],
+            _progbars=[],
+            _loader_timing=None,
         )
         return state
 
@@ -239,6 +254,9 @@ class FitProfiler(keras.callbacks.Callback):
 
     def _warn_count_items(self, message: str) -> None:
         self._warn_once("count-items", message)
+
+    def _warn_samples(self, message: str) -> None:  # a method, not a lambda: the callback is copied and pickled
+        self._warn_once("samples", message)
 
     def _new_window(self, epoch: int, suffix: str) -> ProfileWindow:
         engine = self._engine
@@ -284,6 +302,7 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._guards.remove()
         self._csv_loggers = _csv_loggers(sys._getframe(1))
+        self._progbars = _quiet_progbars(sys._getframe(1))
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         self._open_run_dir()
         rank, world = _distributed.rank_and_world(self.model, self.backend)
@@ -313,11 +332,19 @@ class FitProfiler(keras.callbacks.Callback):
         self._tb_profilers = [cb for cb in fit_callbacks if _tensorboard_profiles(cb)]
         self._checkpoints = [cb for cb in fit_callbacks if _saves_every_n_batches(cb)]
         self._start_step_timing()
+        self._time_loader()
         if spe > 1:
+            calls = engine.config
+            window = (
+                f" The default window analyses calls 6-10 (batches {calls.first_step}-{calls.last_step}) of each "
+                "profiled epoch."
+                if self.config.default and calls.enabled
+                else ""
+            )
             self._warn_once(
                 "spe",
                 f"fitprof: steps_per_execution={spe}: Keras runs {spe} batches per call, so each "
-                "profiled step holds that many batches and step_time_ms is per execution, not per batch.",
+                f"profiled step holds that many batches and step_time_ms is per execution, not per batch.{window}",
             )
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
@@ -342,6 +369,8 @@ class FitProfiler(keras.callbacks.Callback):
             wait, samples = None, self._adapter_samples
         self._last_step = batch + 1
         window = engine.window
+        if window is not None:  # the step that ended ran in the window: its samples, as the data gives them
+            self._work.step_ended(samples)
         engine.step_start(batch + 1, input_ns=wait, samples=samples)
         if engine.window is not window:
             self._sync_guards()
@@ -355,12 +384,14 @@ class FitProfiler(keras.callbacks.Callback):
         self._engine.validation_end()
 
     def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        if self._engine.window is not None:  # the epoch's last step ran in the window
+            self._work.step_ended(self._prev_samples if self._fetch_timer is not None else self._adapter_samples)
         gather = self._gather if self._engine.world > 1 and not self._in_flush else None
         result = self._engine.epoch_end(epoch, steps=self._steps_this_epoch(), gather=gather, log=self._log)
         self._sync_guards()
         self._publish_epoch(epoch, result)
         if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
-            logs.update(every_key(result.window, self.config.top_k, self._engine.world))
+            logs.update(every_key(result.window, self.config.top_k, self._engine.world, self._window_keys()))
             logs.update(result.epoch)
             logs.update(result.trigger)
             _no_val_columns(self._csv_loggers, logs)
@@ -372,6 +403,9 @@ class FitProfiler(keras.callbacks.Callback):
             for triggered in result.triggered:
                 if self._verbose():
                     print(triggered.line, flush=True)
+            advice = self._loader.advice(waiting_only=True)
+            if advice is not None and self._verbose():
+                print(f"fitprof: epoch {epoch}: {advice}", flush=True)
             texts = [t.text for t in result.triggered]
             self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts)
         if result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync()):
@@ -386,6 +420,9 @@ class FitProfiler(keras.callbacks.Callback):
         self._events.close()
         self._close_mirror()
         self._csv_loggers = []  # hold no other callback (or its open file) past the fit: deepcopy / pickle
+        for progbar in self._progbars:
+            progbar.__dict__.pop("on_epoch_end", None)  # the fit is over: the class's own hook again
+        self._progbars = []
 
     def __del__(self) -> None:
         # A fit that raised where nothing was wrapped leaves the window open: never leave the profiler running.
@@ -445,6 +482,7 @@ class FitProfiler(keras.callbacks.Callback):
         """The sources of the input wait and the samples per step (see :meth:`on_train_batch_begin`)."""
         self._stop_step_timing()
         self._adapter_samples = None
+        self._work.data_batch = None
         if self._fns.fetch_timer is not None:
             self._fetch_timer = self._fns.fetch_timer()
             self._fetch_timer.install()
@@ -458,11 +496,39 @@ class FitProfiler(keras.callbacks.Callback):
         except Exception:  # an adapter whose batch size is unknown raises or gives a symbolic dimension
             n = None
         self._adapter_samples = n * self._spe if n else None
+        self._work.data_batch = n or None
 
     def _stop_step_timing(self) -> None:
         timer, self._fetch_timer = self._fetch_timer, None
         if timer is not None:
             timer.uninstall()
+        timing, self._loader_timing = self._loader_timing, None
+        if timing is not None:
+            timing.detach()
+        self._loader.attach(None)
+
+    def _fetch_wait(self) -> int | None:
+        timer = self._fetch_timer
+        return None if timer is None else timer.wait_ns
+
+    def _time_loader(self) -> None:
+        """On torch, fed a ``DataLoader``: time its workers (:mod:`fitprof.profilers.loader`). Keras starts them at
+        each epoch's first batch (after ``on_epoch_begin``), so every epoch's workers are timed."""
+        if self._fns.fetch_timer is None:
+            return
+        adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
+        get = getattr(adapter, "get_torch_dataloader", None)
+        if get is None:
+            return
+        try:
+            from fitprof.profilers.loader import DataLoaderTiming, loaders_in
+
+            found = loaders_in(get())
+            if found:
+                self._loader_timing = DataLoaderTiming.attach(found[0])
+                self._loader.attach(self._loader_timing)
+        except Exception as err:  # never in the way of training: the loader figures stay NaN
+            self._warn_once("loader", f"fitprof: the DataLoader's workers are not timed ({err!r}).")
 
     def _gather(self, vector: list[float]) -> list[list[float]]:
         return _distributed.all_gather_vectors(self.model, self.backend, vector, self._engine.world)
@@ -524,6 +590,14 @@ class FitProfiler(keras.callbacks.Callback):
         if mirror is not None:
             mirror.close()
 
+    def _window_keys(self) -> tuple[str, ...]:
+        """The window keys beyond the report's base keys, logged every epoch: the probes' (NaN where no window
+        closed), and the allocation churn when torch records memory events."""
+        keys = tuple(self._engine.probes.figures("window"))
+        if self._fns.torch_options and self.torch_options.get("profile_memory"):
+            keys += tuple(m.key for m in metrics.CHURN_METRICS)
+        return keys
+
     def _memory_device(self) -> tuple[str, int]:
         """The device the memory figures come from: the backend's first accelerator, else the host."""
         try:
@@ -580,6 +654,59 @@ def _tb_batches(callback: Any) -> int:
 def _tensorboard_profiles(callback: Any) -> bool:
     """Whether ``callback`` is a ``keras.callbacks.TensorBoard`` with profiling on (``profile_batch`` != 0)."""
     return isinstance(callback, keras.callbacks.TensorBoard) and bool(getattr(callback, "_should_trace", False))
+
+
+PROGBAR_KEYS = (
+    metrics.STEP_TIME_MS.key,
+    metrics.INPUT_PERCENT.key,
+    metrics.SAMPLES_PER_S.key,
+    metrics.EPOCH_STEP_TIME_MS_P50.key,
+)
+"""The fitprof keys Keras's progress bar shows at an epoch's end (when finite): the step time and input share of
+the window, its throughput, and the always-on median step time. Every other key, and these, stay in ``logs``, so
+``History``, ``CSVLogger`` and ``TensorBoard`` get them all; the bar line stays readable (about 40 keys, NaN
+among them, would be printed otherwise)."""
+
+
+def _quiet_progbars(frame: Any) -> list[Any]:
+    """The fit's ``keras.callbacks.ProgbarLogger`` instances (``frame``: the ``CallbackList`` that called
+    ``on_train_begin``), each given an ``on_epoch_end`` that prints only :data:`PROGBAR_KEYS` of fitprof's keys.
+
+    Keras's progress bar prints every key of ``logs`` it is handed (``Progbar.update(current, values)``; there is no
+    key filter, ``stateful_metrics`` only says how a value is averaged), and ``History`` and the bar are handed the
+    same dict. So the bar's own hook is given a copy without the other ``fitprof/*`` keys; the instance attribute is
+    removed at ``on_train_end``, the class's method takes over again."""
+    try:
+        caller = frame.f_locals.get("self")
+        if not isinstance(caller, keras.callbacks.CallbackList):
+            return []
+        progbars = [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.ProgbarLogger)]
+    except Exception:
+        return []
+    for progbar in progbars:
+        original = type(progbar).on_epoch_end
+
+        def on_epoch_end(epoch: int, logs: dict[str, Any] | None = None, _bar: Any = progbar, _f: Any = original):
+            return _f(_bar, epoch, _progbar_logs(logs))
+
+        progbar.on_epoch_end = on_epoch_end
+    return progbars
+
+
+def _progbar_logs(logs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``logs`` without the ``fitprof/*`` keys the progress bar does not show (:data:`PROGBAR_KEYS`, finite)."""
+    if logs is None:
+        return None
+
+    def shown(key: str, value: Any) -> bool:
+        if not key.startswith("fitprof/"):
+            return True
+        try:
+            return key in PROGBAR_KEYS and math.isfinite(float(value))
+        except (TypeError, ValueError):
+            return False
+
+    return {k: v for k, v in logs.items() if shown(k, v)}
 
 
 def _csv_loggers(frame: Any) -> list[Any]:

@@ -23,8 +23,8 @@ _FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
 """The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
 
 _MAX_CUDA_EVENTS = 10_000
-"""The most CUDA timing events one epoch keeps (one per step boundary, read at the epoch's end): an epoch with
-more steps times them with the host clock only, so that the events held stay bounded."""
+"""The most CUDA timing events one epoch records (one per step boundary, read at the epoch's end): past it the
+events are released and none is created until the next epoch, whose steps the host clock times alone."""
 
 
 class StepTiming:
@@ -38,6 +38,7 @@ class StepTiming:
         self._hooked: Any = None  # the trainer profiler whose start/stop we wrap
         self._hooked_fns: tuple[Any, Any] = (None, None)  # our wrappers, removed only while still in place
         self._cuda_events: list[Any] | None = None  # on a CUDA device: one timing event per step boundary
+        self._cuda_capped = False  # this epoch passed _MAX_CUDA_EVENTS: no more events until the next one
         self._epoch_first_step = 1
 
     def fit_start(self, trainer: pl.Trainer) -> None:
@@ -52,6 +53,7 @@ class StepTiming:
         boundary only sets the origin)."""
         self._fetch_ns = 0
         self._epoch_first_step = next_step
+        self._cuda_capped = False
         if self._cuda_events is not None:
             self._cuda_events = [_cuda_event()] if next_step == 1 else [None]
         self._prev_end_ns = time.perf_counter_ns() if next_step == 1 else None
@@ -69,10 +71,11 @@ class StepTiming:
         else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
             wait = None if fetched is None or prev is None else fetched - prev
         self._fetch_ns = 0
-        if self._cuda_events is not None:
+        if self._cuda_events is not None and not self._cuda_capped:
             if len(self._cuda_events) <= _MAX_CUDA_EVENTS:
                 self._cuda_events.append(_cuda_event())
-            else:  # bounded: a longer epoch keeps the host clock's figures (device_step_ms gives None)
+            else:  # bounded: no more events this epoch, which keeps the host clock's figures
+                self._cuda_capped = True
                 self._cuda_events = [None]
         return wait
 
@@ -145,8 +148,8 @@ def _on_cuda(trainer: pl.Trainer) -> bool:
 
 
 _MAX_CUDA_EVENTS = 10_000
-"""The most CUDA timing events one epoch keeps (one per step boundary, read at the epoch's end): an epoch with
-more steps times them with the host clock only, so that the events held stay bounded."""
+"""The most CUDA timing events one epoch records (one per step boundary, read at the epoch's end): past it the
+events are released and none is created until the next epoch, whose steps the host clock times alone."""
 
 
 def _cuda_event() -> Any:

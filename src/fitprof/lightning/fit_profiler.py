@@ -21,11 +21,19 @@ from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
-from fitprof.profilers.flops_torch import TorchFlopCount, compute_dtype, device_name, lightning_dtype
+from fitprof.profilers.flops_torch import (
+    TorchFlopCount,
+    compute_dtype,
+    conv_compute_dtype,
+    device_name,
+    lightning_dtype,
+)
+from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, loaders_in
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
@@ -82,7 +90,9 @@ class FitProfiler(Callback):
     same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
     epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
     (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
-    ``fitprof/collective_percent``, ``fitprof/steps_analyzed``, ``fitprof/self_ms_per_step`` and
+    ``fitprof/collective_percent``, their exposed parts ``fitprof/htod_exposed_percent`` and
+    ``fitprof/collective_exposed_percent`` (what the verdict rests on), ``fitprof/steps_analyzed``,
+    ``fitprof/self_ms_per_step`` and
     ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
     the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
@@ -147,7 +157,9 @@ class FitProfiler(Callback):
     counting slows the step it counts, so it is never an analysed step nor the warm-up step the profiler records),
     ``fitprof/flops_per_s`` divides it by the step time, and on a GPU of
     :data:`fitprof.throughput.PEAK_FLOPS` ``fitprof/mfu`` divides that by the dense peak of the Trainer's
-    precision (``32-true`` is TF32 when ``torch.get_float32_matmul_precision()`` is not ``"highest"``).
+    precision, matrix products and convolutions each at their own (``32-true`` on compute capability 8.0 or later:
+    convolutions in TF32 unless ``torch.backends.cudnn.allow_tf32`` is False, matrix products in TF32 when
+    ``torch.set_float32_matmul_precision`` is not ``"highest"``; see :mod:`fitprof.profilers.flops_torch`).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
             recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
@@ -226,6 +238,9 @@ class FitProfiler(Callback):
         self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
         self._warn_rank = WarnOnce()
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
+        self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
+        self._loader_hook: AttachOnIter | None = None
+        self._loader_timing: DataLoaderTiming | None = None
         slowdown = None
         if self.trigger is not None:
             slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
@@ -239,7 +254,7 @@ class FitProfiler(Callback):
             ranks=self.ranks,
             trigger=slowdown,
             work=self._work,
-            probes=probes,
+            probes=(self._loader, *probes),
             baseline=baseline,
         )
         self._dir: Path | None = None
@@ -287,6 +302,7 @@ class FitProfiler(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
+        self._time_loader(trainer)
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -328,12 +344,15 @@ class FitProfiler(Callback):
             device = trainer.strategy.root_device
             self._work.device_name = device_name(device)
             self._work.dtype = compute_dtype(lightning_dtype(trainer.precision), device)
+            self._work.conv_dtype = conv_compute_dtype(lightning_dtype(trainer.precision), device)
         except Exception:  # no device known: FLOP/s only
-            self._work.device_name = self._work.dtype = ""
+            self._work.device_name = self._work.dtype = self._work.conv_dtype = ""
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
+        if self._loader_hook is not None:  # the train loader's first iter() has been (or will not be) seen
+            self._loader_hook.uninstall()
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -406,6 +425,9 @@ class FitProfiler(Callback):
             self._log_scalars(pl_module, result.trigger)
         if (result.profiled or result.triggered) and self._mirror is not None:
             self._mirror.sync()
+        advice = self._loader.advice(waiting_only=True)
+        if advice is not None and self.verbose and self._engine.rank == 0:
+            self._print(pl_module, f"fitprof: epoch {trainer.current_epoch}: {advice}")
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -422,11 +444,32 @@ class FitProfiler(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._untime_loader()
         self._timing.fit_end()
         self._engine.abort()
         self._close_mirror()
 
     # -------------------------------------------------------------------------------------------- internal
+    def _time_loader(self, trainer: pl.Trainer) -> None:
+        """Time the workers of the train ``DataLoader`` Lightning iterates, from the first start of its workers
+        (``FitLoop.setup_data``, before ``on_train_start``); undone in :meth:`teardown`."""
+        self._untime_loader()
+
+        def found(timing: DataLoaderTiming) -> None:
+            self._loader_timing = timing
+            self._loader.attach(timing)
+
+        self._loader_hook = AttachOnIter(lambda loader: loader in loaders_in(trainer.train_dataloader), found)
+        self._loader_hook.install()
+
+    def _untime_loader(self) -> None:
+        hook, timing, self._loader_hook, self._loader_timing = self._loader_hook, self._loader_timing, None, None
+        if hook is not None:
+            hook.uninstall()
+        if timing is not None:
+            timing.detach()
+        self._loader.attach(None)
+
     def _ends_after(self, trainer: pl.Trainer, step: int) -> bool:
         """Whether step ``step`` (the one that just ended, or the next) is the epoch's last."""
         try:

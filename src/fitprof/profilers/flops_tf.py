@@ -133,16 +133,26 @@ def static_batch(element_spec: Any) -> float:
 
 
 def device_and_dtype(model: Any) -> tuple[str, str]:
-    """The first GPU's name ("" without one) and the model's compute dtype (``tf32`` for float32 on a GPU while
-    TensorFlow's TF32 execution is on, its default)."""
+    """The first GPU's name ("" without one) and the model's compute dtype: ``tf32`` for float32 while TensorFlow's
+    TF32 execution is on (its default; it covers matrix products and convolutions alike) on an NVIDIA GPU of
+    compute capability 8.0 or later, where TF32 exists (not on a V100 or T4, nor on ROCm, whose devices report no
+    compute capability)."""
     name = ""
+    capability: tuple[int, ...] = ()
     try:
         gpus = tf.config.list_physical_devices("GPU")
         if gpus:
-            name = str(tf.config.experimental.get_device_details(gpus[0]).get("device_name", ""))
+            details = tf.config.experimental.get_device_details(gpus[0])
+            name = str(details.get("device_name", ""))
+            capability = tuple(int(v) for v in details.get("compute_capability", ()) or ())
     except Exception:
         name = ""
     dtype = str(getattr(getattr(model, "dtype_policy", None), "compute_dtype", "float32"))
-    if name and dtype == "float32" and tf.config.experimental.tensor_float_32_execution_enabled():
+    if (
+        name
+        and dtype == "float32"
+        and capability[:1] >= (8,)
+        and tf.config.experimental.tensor_float_32_execution_enabled()
+    ):
         dtype = "tf32"
     return name, dtype

@@ -6,11 +6,18 @@ active, forward and backward (``aten::mm``/``addmm``/``bmm``/``convolution``/``c
 a backward counts only the gradients autograd computes, so no grad-input for a first layer whose input needs no
 gradient), and nothing for element-wise work, reductions, the loss or the optimizer. It slows the step it counts
 (Python dispatch on every op), so the callbacks count a step outside the analysed window.
+
+Matrix products and convolutions are counted apart (:attr:`TorchFlopCount.conv_flops`) because on a CUDA device they
+can run float32 in different precisions: cuBLAS matrix products in TF32 only when the user asks for it
+(``torch.set_float32_matmul_precision("high")`` or ``torch.backends.cuda.matmul.fp32_precision = "tf32"``), cuDNN
+convolutions in TF32 unless the user forbids it (``torch.backends.cudnn.allow_tf32`` is True by default). A float32
+conv net held against the float32 peak would read several times its true MFU.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,6 +31,8 @@ class TorchFlopCount:
     def __init__(self) -> None:
         self._mode: Any = None
         self.note = ""
+        self.conv_flops = 0.0
+        """FLOPs of the convolutions (forward and backward) among those :meth:`stop` returned."""
 
     @property
     def running(self) -> bool:
@@ -47,19 +56,75 @@ class TorchFlopCount:
             return math.nan
         try:
             mode.__exit__(None, None, None)
+            by_op = mode.get_flop_counts().get("Global", {})
+            self.conv_flops = float(sum(n for op, n in by_op.items() if "convolution" in str(op)))
             return float(mode.get_total_flops())
         except Exception as err:
             self.note = f"torch's FlopCounterMode failed ({err!r})"
             return math.nan
 
 
+def _fp32_precision(chain: tuple[tuple[str, ...], ...], legacy: Callable[[], bool]) -> str:
+    """``"tf32"`` or ``"ieee"``: what float32 runs as for one op class. torch 2.9 and later give each backend and op
+    an ``fp32_precision`` ("tf32", "ieee" or "none": ask the parent), read from the op up to the root (all "none":
+    "ieee"). Its legacy getters (``get_float32_matmul_precision``, ``allow_tf32``) raise once the new API has been
+    used, so they are read only on a torch without it."""
+    import torch.backends
+
+    found = False
+    for path in chain:
+        node: Any = torch.backends
+        try:
+            for part in path:
+                node = getattr(node, part)
+            value = str(node.fp32_precision)
+        except Exception:
+            continue
+        found = True
+        if value in ("tf32", "ieee"):
+            return value
+    if found:
+        return "ieee"
+    try:
+        return "tf32" if legacy() else "ieee"
+    except Exception:
+        return "ieee"
+
+
+def _tf32_capable(device: torch.device) -> bool:
+    """True on an NVIDIA GPU of compute capability 8.0 or later (Ampere): TF32 does not exist on Volta or Turing,
+    where torch's TF32 settings change nothing. False on ROCm, whose float32 peak is its matrix cores' (hipBLASLt's
+    xf32 is not modelled)."""
+    if device.type != "cuda" or getattr(torch.version, "hip", None):
+        return False
+    try:
+        major, _minor = torch.cuda.get_device_capability(device)
+    except Exception:
+        return False
+    return int(major) >= 8
+
+
 def compute_dtype(dtype: str, device: torch.device) -> str:
-    """The :data:`fitprof.throughput.DTYPES` name of a compute dtype on ``device``: ``float32`` becomes ``tf32`` on a
-    CUDA device when ``torch.get_float32_matmul_precision()`` is not ``"highest"`` (matrix products then run on
-    tensor cores in TF32)."""
-    if dtype == "float32" and device.type == "cuda" and torch.get_float32_matmul_precision() != "highest":
-        return "tf32"
-    return dtype
+    """The :data:`fitprof.throughput.DTYPES` name a matrix product of ``dtype`` runs in on ``device``: ``float32``
+    becomes ``tf32`` on an NVIDIA GPU of compute capability 8.0 or later when torch lets cuBLAS use TF32
+    (``torch.backends.cuda.matmul.fp32_precision``, else ``torch.get_float32_matmul_precision() != "highest"``;
+    off by default)."""
+    if dtype != "float32" or not _tf32_capable(device):
+        return dtype
+    precision = _fp32_precision(
+        (("cuda", "matmul"), ("cuda",), ()), lambda: torch.get_float32_matmul_precision() != "highest"
+    )
+    return "tf32" if precision == "tf32" else dtype
+
+
+def conv_compute_dtype(dtype: str, device: torch.device) -> str:
+    """The :data:`fitprof.throughput.DTYPES` name a convolution of ``dtype`` runs in on ``device``: ``float32``
+    becomes ``tf32`` on an NVIDIA GPU of compute capability 8.0 or later when torch lets cuDNN use TF32
+    (``torch.backends.cudnn.conv.fp32_precision``, else ``torch.backends.cudnn.allow_tf32``; on by default)."""
+    if dtype != "float32" or not _tf32_capable(device):
+        return dtype
+    precision = _fp32_precision((("cudnn", "conv"), ("cudnn",), ()), lambda: bool(torch.backends.cudnn.allow_tf32))
+    return "tf32" if precision == "tf32" else dtype
 
 
 def lightning_dtype(precision: Any) -> str:
@@ -78,10 +143,23 @@ def lightning_dtype(precision: Any) -> str:
 
 
 def device_name(device: torch.device) -> str:
-    """``torch.cuda.get_device_name`` of a CUDA (or ROCm) device; "" for any other device (CPU, MPS: no peak)."""
+    """``torch.cuda.get_device_name`` of a CUDA (or ROCm) device; "" for any other device (CPU, MPS: no peak).
+
+    On ROCm the name is followed by the architecture and compute-unit count, ``"AMD Radeon Graphics (gfx90a, 104
+    CUs)"``: ROCm 6.2 names every Instinct part "AMD Radeon Graphics", and one die of an MI250X (110 CUs) and of an
+    MI250 (104 CUs) share ``gfx90a`` (:func:`fitprof.throughput.device_key` reads both)."""
     if device.type != "cuda":
         return ""
     try:
-        return str(torch.cuda.get_device_name(device))
+        name = str(torch.cuda.get_device_name(device))
     except Exception:
         return ""
+    if getattr(torch.version, "hip", None):
+        try:
+            props = torch.cuda.get_device_properties(device)
+            arch = str(getattr(props, "gcnArchName", "")).split(":")[0]
+            cus = int(props.multi_processor_count)
+            return f"{name} ({arch}, {cus} CUs)" if arch else f"{name} ({cus} CUs)"
+        except Exception:
+            return name
+    return name

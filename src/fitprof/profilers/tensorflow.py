@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fitprof._atomic import move_into_place, temporary_name
+from fitprof._fs import OBJECT_STORES, scheme
 from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
 from fitprof.profilers.base import StepSpans
 from fitprof.traces._table import OVERHEAD_ANNOTATION
@@ -155,7 +157,7 @@ class TFProfileWindow(StepSpans):
             session = new_session_dir(self._log_dir, self._epoch, getattr(self, "_suffix", ""))
             host = written[-1].name.removesuffix(XPLANE_SUFFIX)
             target = session / (rank_host(host, self._rank, self._world) + XPLANE_SUFFIX)
-            shutil.move(str(written[-1]), target)
+            move_into_place(written[-1], target)  # whole or not at all, even from another filesystem
         except OSError as err:
             # log_dir cannot be written (read-only, full disk): keep the temporary copy for the analysis.
             self.save_error = err
@@ -211,9 +213,19 @@ class GFileStore:
     def put(self, local: Path, rel: str) -> None:
         target = f"{self.url}/{rel}"
         self._gfile.makedirs(target.rpartition("/")[0])
-        if self._gfile.exists(target):  # TensorFlow's ram:// appends to a file written over: replace it
-            self._gfile.remove(target)
-        self._gfile.copy(str(local), target)
+        if scheme(self.url) in OBJECT_STORES:  # an object appears whole once its upload completes
+            if self._gfile.exists(target):
+                self._gfile.remove(target)
+            self._gfile.copy(str(local), target)
+            return
+        # Elsewhere (hdfs://, ram://...) copied to a temporary name and renamed: a copy cut short leaves no half
+        # file under the final name.
+        folder, _, name = target.rpartition("/")
+        part = f"{folder}/{temporary_name(name).name}"
+        if self._gfile.exists(part):  # TensorFlow's ram:// appends to a file written over: replace it
+            self._gfile.remove(part)
+        self._gfile.copy(str(local), part)
+        self._gfile.rename(part, target, overwrite=True)
 
     def remove(self, rel: str) -> None:
         target = f"{self.url}/{rel}"

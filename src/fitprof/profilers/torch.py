@@ -35,6 +35,7 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
+from fitprof._atomic import writing
 from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, session_name
 from fitprof._warn import WarnOnce
 from fitprof.profilers.base import StepSpans, WindowBusy
@@ -509,15 +510,8 @@ def _gzip_file(src: Path, dst: Path) -> None:
         opener: Any = igzip.open
     except ImportError:
         opener = gzip.open
-    part = dst.with_name(f".{dst.name}.fitprof-tmp-{os.getpid()}")
-    try:
-        with open(src, "rb") as fin, opener(part, "wb", compresslevel=GZIP_LEVEL) as fout:
-            shutil.copyfileobj(fin, fout, 1 << 20)
-        os.replace(part, dst)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            part.unlink()
-        raise
+    with open(src, "rb") as fin, writing(dst) as part, opener(part, "wb", compresslevel=GZIP_LEVEL) as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
 
 
 def _repair_file(path: Path) -> None:

@@ -48,7 +48,8 @@ Any other XSpace is classified as TensorFlow writes it (see :mod:`fitprof.traces
   marks are not TF ops;
 * device planes (``/device:GPU:N``), ``Stream`` lines: ``Memcpy*H2D*`` / ``HtoD`` copies -> ``Kind.MEMCPY``
   (pinned / pageable from the ``memcpy_details`` stat), other events -> kernels, attributed to the ``tf_op``
-  stat's op name.
+  stat's op name; ``launch_us`` is the start of the host API call on ``/host:CUPTI`` carrying the same
+  ``correlation_id`` (the first such call), so the analysis counts device work in the step that launched it.
 """
 
 from __future__ import annotations
@@ -151,7 +152,20 @@ def read_xspace(
         return _read_converted(data, space, p, env)
     table = _table(_tf_frame(data, space, p))
     table.attrs.update({"format": "xspace", "path": str(p), "host": p.name.removesuffix(".xplane.pb")})
+    if _is_jax(table):
+        table.attrs["framework"] = "jax"  # else the format's: TensorFlow
     return table
+
+
+_JAX_DISPATCH = ("PjitFunction(", "PmapFunction(")
+"""The host events JAX's runtime records for each call of a jitted (or pmapped) function; TensorFlow has none."""
+
+
+def _is_jax(table: pd.DataFrame) -> bool:
+    """Whether a native XSpace's table is JAX's: it holds a jitted call's dispatch (:data:`_JAX_DISPATCH`) or the
+    annotation fitprof's JAX window puts around each batch fetch (:data:`INPUT_ANNOTATION`)."""
+    names = pd.Series(pd.unique(table["name"])).astype(str)
+    return bool(names.str.startswith(_JAX_DISPATCH).any() or (names == INPUT_ANNOTATION).any())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,9 +234,12 @@ def _tf_frame(data: bytearray, space: Any, path: Path) -> dict[str, np.ndarray]:
             info.append(_Line(i, j, lname, on_device, lname.startswith("tf_data"), lname.startswith("tf_Compute"), xla))
     if not lines:
         return {}
-    return with_events(
+    columns = with_events(
         data, path, space, lines, [li.want_stats for li in info], lambda events: _tf_rows(events, space, info)
     )
+    if columns:
+        _link_launches(columns)
+    return columns
 
 
 def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndarray]:
@@ -262,6 +279,7 @@ def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndar
             c, u = pd.factorize(pd.Series(text[at[last[w, evs]]], dtype=object))
             codes[w, evs] = np.asarray(c, dtype=np.int64) + len(texts[w])
             texts[w] += list(u)
+    correlation = _correlations(events, space, stat_plane, stat_names)
     # The distinct (line, metadata id, stat values): a code per event, combined one column at a time.
     key = np.asarray(pd.factorize(events.metadata_id)[0], dtype=np.int64)
     for col in (line, *codes):
@@ -284,7 +302,59 @@ def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndar
                     stats[_TF_STATS[w]] = texts[w][codes[w, e]]
         name = plane.event_metadata[mid].name if mid in plane.event_metadata else ""  # [] of a missing id adds it
         classes.append(_classify_tf(name, stats, li, op_names))
-    return _spread(classes, inverse, events, info, space)
+    rows = _spread(classes, inverse, events, info, space)
+    rows[_CORRELATION] = correlation
+    return rows
+
+
+_CORRELATION = "_correlation"
+"""A column of the TensorFlow rows until the launches are linked (:func:`_link_launches`): an event's
+``correlation_id`` stat (NaN without one)."""
+_LAUNCH_PLANE = "/host:CUPTI"
+"""The plane of the host-side CUDA API calls (``cuLaunchKernel``, ``cuMemcpyHtoDAsync_v2``, ...), each with the
+``correlation_id`` of the device activity it launched (TensorFlow's and JAX's GPU tracer)."""
+
+
+def _correlations(
+    events: Events, space: Any, stat_plane: np.ndarray, stat_names: dict[int, dict[int, str]]
+) -> np.ndarray:
+    """Each event's ``correlation_id`` stat as a float (NaN without one), read apart from the classification's
+    stats: one value per device activity, which would make every device event a class of its own."""
+    n = len(events.metadata_id)
+    out = np.full(n, np.nan)
+    for i, names in stat_names.items():
+        ids = {k: 0 for k, v in names.items() if v == xs.STAT_CORRELATION_ID}
+        last = np.full((1, n), -1, dtype=np.int64)
+        picked = last_stats(events, stat_plane == i, ids, last)
+        if not len(picked):
+            continue
+        evs = np.flatnonzero(last[0] >= 0)
+        at = np.zeros(len(events.stat_id), dtype=np.int64)
+        at[picked] = np.arange(len(picked))
+        values = events.values(picked)[at[last[0, evs]]]
+        out[evs] = [float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in values]
+    return out
+
+
+def _link_launches(columns: dict[str, np.ndarray]) -> None:
+    """``launch_us`` of each device event whose ``correlation_id`` a host API call on :data:`_LAUNCH_PLANE` carries:
+    that call's start (the first such call when an id repeats), so that the analysis counts the device work in the
+    step that launched it, as it does for Kineto traces; a GPU running behind the host otherwise puts copies and
+    kernels in the next step. NaN where the XSpace links nothing (the analysis then takes the event's own start)."""
+    correlation = columns.pop(_CORRELATION)
+    n = len(correlation)
+    launch = np.full(n, np.nan)
+    on_device = columns["on_device"].astype(bool)
+    calls = np.flatnonzero((columns["pid"] == _LAUNCH_PLANE) & ~on_device & np.isfinite(correlation))
+    devices = np.flatnonzero(on_device & np.isfinite(correlation))
+    if len(calls) and len(devices):
+        order = calls[np.lexsort((columns["ts_us"][calls], correlation[calls]))]
+        keys, first = np.unique(correlation[order], return_index=True)
+        starts = columns["ts_us"][order[first]]
+        pos = np.searchsorted(keys, correlation[devices]).clip(0, len(keys) - 1)
+        hit = keys[pos] == correlation[devices]
+        launch[devices[hit]] = starts[pos[hit]]
+    columns["launch_us"] = launch
 
 
 def _meta_stats(plane: Any, mid: int, names: dict[int, str]) -> dict[str, str]:
@@ -493,6 +563,14 @@ def _check_bounds(space: Any, path: Path, limits: Limits, error: type[Exception]
             raise error(too_many(path, f"the XSpace holds at least {n_events:,} events", limits))
 
 
+def _int_stat(value: Any) -> int:
+    """A Task Environment stat as an int (0 when missing or not a number)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _task_environment(space: Any) -> dict[str, Any]:
     """The ``Task Environment`` plane's stats by name (empty when there is none)."""
     for plane in space.planes:
@@ -536,8 +614,15 @@ def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]
                 continue  # markers for xprof repeating the host's steps: counted once, on the host
             lines.append((i, j))
             tids.append(line.name if line_names[line.name] == 1 else f"{line.name} ({line.id})")
+    # The lines count from the profile's start; Kineto's ts from its baseTimeNanoseconds.
+    start_ns = _int_stat(env.get(xs.STAT_PROFILE_START)) - _int_stat(env.get(xs.STAT_KINETO_BASE_NS))
     cols = with_events(
-        data, path, space, lines, [True] * len(lines), lambda ev: _converted_columns(ev, space, lines, tids, path)
+        data,
+        path,
+        space,
+        lines,
+        [True] * len(lines),
+        lambda ev: _converted_columns(ev, space, lines, tids, path, start_ns),
     )
     frame = kineto_rules.frame(cols, path)
     table = _table({c: frame[c].to_numpy() for c in frame.columns})
@@ -560,9 +645,10 @@ def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]
 
 
 def _converted_columns(
-    events: Events, space: Any, lines: list[tuple[int, int]], tids: list[str], path: Path
+    events: Events, space: Any, lines: list[tuple[int, int]], tids: list[str], path: Path, start_ns: int = 0
 ) -> kineto_rules.Columns:
-    """The Kineto reader's columns of a converted XSpace's events (see :func:`_read_converted`)."""
+    """The Kineto reader's columns of a converted XSpace's events (see :func:`_read_converted`); ``start_ns`` is the
+    profile's start (the Task Environment's ``profile_start_time``), from which the lines' times count."""
     line = events.line
     plane_of_line = np.array([i for i, _ in lines], dtype=np.int64)
     event_plane = plane_of_line[line]
@@ -602,20 +688,21 @@ def _converted_columns(
     row = np.full(n, -1, dtype=np.int64)
     row[keep] = np.arange(len(keep))
 
-    # ts: (base_ps + offset_ps) / 1e6 in Python ints, i.e. the exact sum rounded once to float64: int64 holds the
-    # sum unless a line's base is near its bound, where the Python ints are used.
-    base_ps = [space.planes[i].lines[j].timestamp_ns * 1000 for i, j in lines]
+    # ts: the lines start relative to the profile's start (as TensorFlow writes them); adding it back gives the
+    # trace's own clock, so that each time is the float64 the Kineto trace's JSON decodes to and the two reads give
+    # one table. The sum is exact in integers and split into whole microseconds (exact in float64 below 2**53 us)
+    # and the picoseconds left (one rounding): ``(base_ps + offset_ps) / 1e6`` in float64 rounds to 0.25 us at
+    # Kineto's absolute timestamps (~1.7e15 us). A decimal Kineto time with at most 3 decimals is never a rounding
+    # midpoint of float64, so the two roundings give the correctly rounded time.
     off = events.offset_ps
     ts = np.empty(n, dtype=np.float64)
-    for li, b in enumerate(base_ps):
+    for li, (i, j) in enumerate(lines):
         sel = np.flatnonzero(line == li)
         if not len(sel):
             continue
-        o = off[sel]
-        if -(2**62) < b < 2**62 and int(o.min()) > -(2**62) and int(o.max()) < 2**62:
-            ts[sel] = (o + b).astype(np.float64) / 1e6  # exact int64 sum, one rounding to float64 as float(int)
-        else:
-            ts[sel] = [(b + x) / 1e6 for x in o.tolist()]
+        whole_us, rest_ps = divmod((start_ns + space.planes[i].lines[j].timestamp_ns) * 1000, 10**6)
+        more_us, ps = np.divmod(off[sel] + rest_ps, 10**6)
+        ts[sel] = (more_us + whole_us).astype(np.float64) + ps / 1e6
     dur = events.duration_ps.astype(np.float64) / 1e6
 
     # args: a NaN or infinite double as None, the null the Kineto trace's JSON holds for it.

@@ -162,8 +162,9 @@ def kineto_to_xspace(
     Returns:
         An ``XSpace`` message (see :func:`fitprof.traces._xplane_schema.xplane_classes`); ``SerializeToString()``
         gives the ``.xplane.pb`` bytes. Read back with :func:`fitprof.traces.xspace.read_xspace`, it gives the same
-        event table as :func:`fitprof.traces.kineto.read_kineto` on the trace (times relative to the profile
-        start), with ``attrs`` ``framework="pytorch"``, and ``host`` / ``rank`` / ``world_size`` as the trace says.
+        event table as :func:`fitprof.traces.kineto.read_kineto` on the trace, times included bit for bit, with
+        ``attrs`` ``framework="pytorch"``, and ``host`` / ``rank`` / ``world_size`` as the trace says. Device planes
+        carry the device's vendor and compute capability from the trace's ``deviceProperties``.
 
     Raises:
         ValueError: if ``trace`` is not a readable Kineto trace (:class:`fitprof.traces.TraceError`, a
@@ -200,7 +201,10 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
     kinds, ops, copy_kinds, on_device, nbytes, ts_us, durs_us = (
         frame[c].tolist() if len(frame) else [] for c in columns
     )
-    ts_ns = [base_ns + round(float(t) * 1000.0) for t in ts_us]
+    # Whole nanoseconds of each float64 time, its integer and fractional microseconds apart: ``t * 1000`` in
+    # float64 rounds to 256 ns at Kineto's absolute timestamps (~1.7e15 us), which moved every event and changed the
+    # exposed times read back from the XSpace.
+    ts_ns = [base_ns + _exact_ns(float(t)) for t in ts_us]
     dur_ps = [max(round(float(d) * 1e6), 0) for d in durs_us]
 
     space = cls["XSpace"]()
@@ -218,6 +222,7 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
     host_plane = space.planes.add(id=0, name=HOST_PLANE)
     builders = {"": _Plane(host_plane)}
     device_keys = sorted({pk for pk, _ in by_line if pk}, key=_sort_key_one)
+    device_props = _device_properties(data.get("deviceProperties"))
     used: set[int] = set()
     for pk in device_keys:  # Kineto's device pid is the device index; anything else gets the next free one
         index = (
@@ -226,6 +231,7 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
         used.add(index)
         plane = space.planes.add(id=index + 1, name=f"{xs.DEVICE_PLANE_PREFIX}{index}")
         builders[pk] = _Plane(plane)
+        _add_device_properties(builders[pk], device_props.get(index))
 
     line_id = 0
     for line_id, ((plane_key, key), items) in enumerate(
@@ -278,6 +284,8 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
     dist = dist if isinstance(dist, Mapping) else {}
     env_builder.add_stat(env, xs.STAT_SOURCE, xs.SOURCE_KINETO)
     env_builder.add_stat(env, xs.STAT_FRAMEWORK, "pytorch")
+    if base_ns:
+        env_builder.add_stat(env, xs.STAT_KINETO_BASE_NS, base_ns)
     if source is not None:  # the trace file's name is the authority on its host (even when it names none)
         env_builder.add_stat(env, xs.STAT_HOST, trace_host(source))
     for stat, value in ((xs.STAT_RANK, dist.get("rank")), (xs.STAT_WORLD_SIZE, dist.get("world_size"))):
@@ -285,6 +293,57 @@ def _convert(trace: str | os.PathLike[str] | Mapping[str, Any] | Sequence[Mappin
         if number is not None:
             env_builder.add_stat(env, stat, number)
     return space
+
+
+def _device_properties(props: Any) -> dict[int, Mapping[str, Any]]:
+    """Kineto's ``deviceProperties`` (one object per device: ``id``, ``name``, ``computeMajor``, ``computeMinor``,
+    ``numSms``, ``totalGlobalMem``, ``warpSize``, ...) by device id; {} when the trace has none."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for p in props if isinstance(props, list) else []:
+        if isinstance(p, Mapping) and isinstance(p.get("id"), int) and not isinstance(p.get("id"), bool):
+            out[p["id"]] = p
+    return out
+
+
+_AMD_NAME = re.compile(r"\b(amd|radeon|instinct)\b", re.IGNORECASE)
+
+
+def _add_device_properties(builder: _Plane, props: Mapping[str, Any] | None) -> None:
+    """The device plane's capability stats, as TensorFlow writes them and xprof reads them (``device_vendor``,
+    ``compute_cap_major`` / ``compute_cap_minor``, ``core_count``, ``memory_size``), from the device's Kineto
+    ``deviceProperties``. Without them xprof logs "Unknown device vendor" and leaves the device's model and peaks
+    out. The vendor is AMD for a ROCm device (a 64-lane wavefront, or AMD / Radeon / Instinct in the name), else
+    NVIDIA. Kineto gives no clock rate or memory bandwidth, so xprof's roofline peaks stay unknown."""
+    if not props:
+        return
+    plane = builder.plane
+
+    def number(key: str) -> int | None:
+        value = props.get(key)
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    amd = number("warpSize") == 64 or bool(_AMD_NAME.search(str(props.get("name", ""))))
+    builder.add_stat(plane, xs.STAT_DEVICE_VENDOR, xs.VENDOR_AMD if amd else xs.VENDOR_NVIDIA)
+    for stat, key in (
+        (xs.STAT_COMPUTE_CAP_MAJOR, "computeMajor"),
+        (xs.STAT_COMPUTE_CAP_MINOR, "computeMinor"),
+        (xs.STAT_CORE_COUNT, "numSms"),
+        (xs.STAT_MEMORY_SIZE, "totalGlobalMem"),
+    ):
+        value = number(key)
+        if value is not None:
+            builder.add_stat(plane, stat, value)
+    if props.get("name"):
+        builder.add_stat(plane, xs.STAT_DEVICE_NAME, str(props["name"]))
+
+
+def _exact_ns(us: float) -> int:
+    """``us`` (float64 microseconds) as the nearest whole nanosecond, computed without rounding the product: the
+    integer part is exact in float64 below 2**53 us, the fraction's nanoseconds need 10 bits."""
+    if not math.isfinite(us):
+        return 0
+    whole = math.floor(us)
+    return int(whole) * 1000 + round((us - whole) * 1000.0)
 
 
 def _add_host_steps(builder: _Plane, steps: list[tuple[int, int, str]], line_id: int) -> None:
@@ -385,8 +444,8 @@ def write_xspace(
     out_dir = Path(run_dir) / "plugins" / "profile" / session
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{host}.xplane.pb"
-    # Written under a hidden temporary name and renamed: a writer killed mid-file leaves no half .xplane.pb, and
-    # neither xprof nor a remote mirror picks the temporary name up.
+    # Written under a hidden temporary name and renamed (the name fitprof._atomic.temporary_name gives): a writer
+    # killed mid-file leaves no half .xplane.pb, and neither xprof nor a remote mirror picks the temporary name up.
     tmp = path.with_name(f".{path.name}.fitprof-tmp-{os.getpid()}")
     try:
         tmp.write_bytes(space.SerializeToString())

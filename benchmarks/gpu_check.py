@@ -1,0 +1,465 @@
+"""The device check: every figure fitprof gives on a GPU, printed next to an independent truth from the same run.
+
+    make gpu-check                                # = python benchmarks/gpu_check.py, on a CUDA GPU
+    python benchmarks/gpu_check.py --json OUT     # also write the rows as JSON
+    python benchmarks/gpu_check.py --dry          # the same logic on the CPU (tests/test_gpu_check.py runs it)
+
+Run it first whenever a GPU is at hand. It needs torch, lightning, tensorboard and fitprof's core dependencies
+(msgspec among them: on an image without it, bring the wheel, ``pip download msgspec --only-binary=:all:``, and
+``pip install --target`` it there). No TensorFlow, no network. Sized for one H200 well inside 8 minutes: 56
+training steps and 5 copy steps (not yet timed on a GPU; ``--dry`` takes about 20 s on a 2-core CPU).
+
+Three runs, each compared with what it measured itself:
+
+1. **Lightning, float32 conv net** (``FitProfiler(profile_batch=(21, 25))``, ``DataLoader(pin_memory=True)``):
+   a callback records its own CUDA event at every step boundary and reads ``torch.cuda.max_memory_allocated``.
+   Rows: the epoch's median step time (fitprof's ``fitprof/epoch/step_time_ms_p50`` from its own CUDA events) and
+   the window's step time (``ProfilerStep#N`` spans in the trace) against the check's events over the same steps;
+   FLOPs per step against a hand count of the convolutions and the classifier; MFU against the hand count over the
+   event-timed steps, each op class at the peak of its precision (cuDNN's TF32 by default, cuBLAS in float32);
+   the memory peak against ``max_memory_allocated`` (rows "not available" when fitprof logs no
+   ``fitprof/memory_peak_mb``); ``fitprof analyze`` (the CLI, JSON) on the window's trace against a hand count of
+   the same file with ``json`` alone (``tests/handcount.py``).
+2. **Lightning, bf16 matrix products** (``precision="bf16-true"``, 4 ``Linear(8192, 8192)``): FLOPs and MFU
+   against the hand count over event-timed steps.
+3. **Host-to-device copies** under ``torch.profiler``: 64 MiB from pinned and 64 MiB from pageable memory a step,
+   CUDA events around each copy: fitprof's pinned and pageable HtoD ms per step and bytes against the events.
+
+``--dry`` runs the same code on the CPU with small sizes: the host clock instead of CUDA events, no copies, no MFU
+(rows say why); FLOPs and the hand-counted trace still compare exactly. Exit status: 0 when every row is within
+its tolerance or not available, 1 when a row is off, 2 when a dependency is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # handcount.py: the standard-library count of a trace
+MIB = 1 << 20
+
+
+@dataclass
+class Row:
+    """One figure: fitprof's value, the truth's, and whether they agree within ``tol`` (relative)."""
+
+    run: str
+    figure: str
+    unit: str
+    fitprof: float
+    truth: float
+    tol: float
+    status: str = ""
+    note: str = ""
+
+    def judge(self) -> Row:
+        if self.status:
+            return self
+        if not (math.isfinite(self.fitprof) and math.isfinite(self.truth)):
+            self.status = "OFF"
+        elif self.truth == 0:
+            self.status = "ok" if self.fitprof == 0 else "OFF"
+        else:
+            self.status = "ok" if abs(self.fitprof / self.truth - 1) <= self.tol else "OFF"
+        return self
+
+
+def _na(run: str, figure: str, unit: str, why: str, fitprof: float = math.nan) -> Row:
+    return Row(run, figure, unit, fitprof, math.nan, 0.0, "n/a", why)
+
+
+class Clock:
+    """Step boundaries, marked twice at each step's end: just before fitprof's hook and just after it (CUDA events
+    on a GPU, ``perf_counter_ns`` on the CPU with ``--dry``). Step ``k`` (1-based) runs from the "after" mark of
+    step ``k - 1`` (the epoch's start for step 1) to the "before" mark of step ``k``: fitprof's own hook, where its
+    profiler starts, stops and exports, is no step's time, as fitprof leaves it out of its step spans."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.before: list[Any] = []
+        self.after: list[Any] = []
+
+    def mark(self, marks: list[Any]) -> None:
+        import torch
+
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            marks.append(event)
+        else:
+            marks.append(time.perf_counter_ns())
+
+    def _ms(self, a: Any, b: Any) -> float:
+        return float(a.elapsed_time(b)) if self.cuda else (b - a) / 1e6
+
+    def step_ms(self) -> list[float]:
+        """``[k - 1]``: step ``k``'s time (ms), fitprof's hooks left out."""
+        import torch
+
+        if self.cuda:
+            torch.cuda.synchronize()
+        return [self._ms(a, b) for a, b in zip(self.after, self.before, strict=False)]
+
+    def boundary_ms(self) -> list[float]:
+        """``[k - 2]``: from step ``k - 1``'s end to step ``k``'s (ms), as fitprof's always-on timing sees it."""
+        return [self._ms(a, b) for a, b in itertools.pairwise(self.before)]
+
+
+def _truth_callbacks(clock: Clock, cuda: bool) -> tuple[Any, Any]:
+    """Two callbacks, placed before and after fitprof's: the check's own marks and memory reads."""
+    import lightning.pytorch as pl
+    import torch
+
+    class Before(pl.Callback):
+        """Runs before fitprof's hook, which may reset the allocator's peak (a window opening or closing): each
+        read covers its step up to that reset."""
+
+        def __init__(self) -> None:
+            self.peaks: dict[int, float] = {}  # 1-based step -> max_memory_allocated read at its end (bytes)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
+            clock.mark(clock.before)
+            if cuda:
+                self.peaks[i + 1] = float(torch.cuda.max_memory_allocated())
+
+    class After(pl.Callback):
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            clock.mark(clock.after)
+
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
+            clock.mark(clock.after)
+
+    return Before(), After()
+
+
+def _fit(model: Any, data: Any, *, cuda: bool, precision: str, window: tuple[int, int], logdir: Path) -> Any:
+    import lightning.pytorch as pl
+
+    from fitprof.lightning import FitProfiler
+
+    clock = Clock(cuda)
+    before, after = _truth_callbacks(clock, cuda)
+    profiler = FitProfiler(log_dir=logdir, profile_batch=window)
+    trainer = pl.Trainer(
+        accelerator="gpu" if cuda else "cpu",
+        devices=1,
+        max_epochs=1,
+        precision=precision,  # type: ignore[arg-type]
+        logger=False,
+        callbacks=[before, profiler, after],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=logdir,
+    )
+    trainer.fit(model, data)
+    return profiler, trainer, before, clock
+
+
+def _window_ms(steps_ms: list[float], window: tuple[int, int]) -> float:
+    first, last = window
+    chosen = steps_ms[first - 1 : last]
+    return sum(chosen) / len(chosen)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def _peak(device_name: str, dtype: str) -> float:
+    from fitprof.throughput import PEAK_FLOPS, device_key
+
+    key = device_key(device_name)
+    return math.nan if key is None else PEAK_FLOPS[key].flops_per_s.get(dtype, math.nan)
+
+
+def _mfu_rows(
+    run: str, report: Any, hand: dict[str, float], dtypes: dict[str, str], window_s: float, cuda: bool
+) -> list[Row]:
+    """FLOPs per step against the hand count, and MFU against the hand count over event-timed window steps."""
+    total = sum(hand.values())
+    rows = [Row(run, "FLOPs per step", "GFLOP", report.flops_per_step / 1e9, total / 1e9, 1e-9).judge()]
+    if not cuda:
+        rows.append(_na(run, "MFU", "ratio", f"no MFU on the CPU (fitprof: {report.mfu_note!r})", report.mfu))
+        return rows
+    ideal_s = sum(flops / _peak(report.device_name, dtypes[cls]) for cls, flops in hand.items() if flops)
+    truth = ideal_s / window_s
+    row = Row(run, f"MFU ({report.compute_dtype})", "ratio", report.mfu, truth, 0.15)
+    row.judge()
+    if row.status == "ok" and not (0 < report.mfu <= 1 and 0 < truth <= 1):
+        row.status, row.note = "OFF", "outside (0, 1]"
+    if not math.isfinite(report.mfu):
+        row.note = report.mfu_note
+    return [*rows, row]
+
+
+def conv_run(out: Path, *, cuda: bool) -> list[Row]:
+    """Run 1: a float32 conv net under Lightning (see the module docstring)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import handcount
+
+    run = "conv fp32"
+    batch, size, widths = (128, 64, (3, 64, 128, 128)) if cuda else (8, 16, (3, 8, 8, 8))
+    steps, window = 40, (21, 25)
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.convs = torch.nn.ModuleList(torch.nn.Conv2d(a, b, 3, padding=1) for a, b in itertools.pairwise(widths))
+            self.head = torch.nn.Linear(widths[-1], 10)
+
+        def forward(self, x: Any) -> Any:
+            for conv in self.convs:
+                x = torch.relu(conv(x))
+            return self.head(x.mean(dim=(2, 3)))
+
+    import lightning.pytorch as pl
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = Net()
+
+        def training_step(self, b: Any, i: int) -> Any:
+            x, y = b
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    data = TensorDataset(torch.randn(steps * batch, 3, size, size), torch.randint(0, 10, (steps * batch,)))
+    loader = DataLoader(data, batch_size=batch, pin_memory=cuda)
+    profiler, trainer, truth, clock = _fit(
+        Model(), loader, cuda=cuda, precision="32-true", window=window, logdir=out / "conv"
+    )
+    steps_ms = clock.step_ms()
+    report, trace, epoch = profiler.reports[0], profiler.trace_paths[0], profiler.epoch_steps[0]
+    rows = []
+    # Step time. fitprof's epoch figure leaves out warm-up, the window and the FLOP-counted step: the check's
+    # steps are taken outside the window and its neighbours, after the first 5.
+    first, last = window
+    clean = [ms for k, ms in enumerate(clock.boundary_ms(), start=2) if k > 5 and not first - 2 <= k <= last + 1]
+    rows.append(
+        Row(run, "epoch step time p50", "ms", epoch.step_time_ms_p50, _median(clean), 0.10, note="fitprof/epoch")
+    )
+    window_ms = _window_ms(steps_ms, window)
+    rows.append(Row(run, "window step time", "ms", report.step_time_ms, window_ms, 0.15, note="ProfilerStep#N"))
+    # FLOPs and MFU: convolutions 2 * outputs * kh * kw * Cin forward, the same again for the weight gradient and
+    # for the input gradient (all but the first layer, whose input needs none); the classifier likewise.
+    conv = 0.0
+    for n, (a, b) in enumerate(itertools.pairwise(widths)):
+        forward = 2.0 * batch * b * size * size * 9 * a
+        conv += forward * (2 if n == 0 else 3)
+    head = 2.0 * batch * widths[-1] * 10 * 3
+    dtypes = {"conv": "float32", "matmul": "float32"}
+    if cuda and torch.cuda.get_device_capability()[0] >= 8:
+        dtypes["conv"] = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
+        dtypes["matmul"] = "float32" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    rows += _mfu_rows(run, report, {"conv": conv, "matmul": head}, dtypes, window_ms / 1e3, cuda)
+    rows += _memory_rows(run, trainer, truth, window, cuda)
+    rows += _analyze_rows(run, trace, handcount)
+    return [r.judge() for r in rows]
+
+
+def matmul_run(out: Path, *, cuda: bool) -> list[Row]:
+    """Run 2: bf16 matrix products under Lightning (``bf16-true``)."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader
+
+    run = "matmul bf16"
+    d, layers = (8192, 4) if cuda else (64, 4)
+    steps, window = 16, (9, 11)
+    torch.manual_seed(0)
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.Sequential(*(torch.nn.Linear(d, d, bias=False) for _ in range(layers)))
+            self.register_buffer("x", torch.randn(d, d))  # the step's input, already on the device
+
+        def training_step(self, b: Any, i: int) -> Any:
+            return self.layers(self.x).float().pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-6)
+
+    loader = DataLoader(list(range(steps)), batch_size=1)
+    profiler, _trainer, _truth, clock = _fit(
+        Model(), loader, cuda=cuda, precision="bf16-true", window=window, logdir=out / "matmul"
+    )
+    steps_ms = clock.step_ms()
+    report = profiler.reports[0]
+    # Forward, weight gradient, input gradient (not for the first layer: its input needs none), 2 * d^3 each.
+    hand = 2.0 * d**3 * (3 * layers - 1)
+    window_ms = _window_ms(steps_ms, window)
+    rows = [Row(run, "window step time", "ms", report.step_time_ms, window_ms, 0.15, note="ProfilerStep#N")]
+    rows += _mfu_rows(run, report, {"matmul": hand}, {"matmul": "bfloat16"}, window_ms / 1e3, cuda)
+    return [r.judge() for r in rows]
+
+
+def copy_run(out: Path, *, cuda: bool) -> list[Row]:
+    """Run 3: pinned and pageable host-to-device copies under ``torch.profiler``, CUDA events around each."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    import fitprof
+
+    run = "HtoD copies"
+    if not cuda:
+        return [
+            _na(run, f"HtoD {kind} ms per step", "ms", "no device copies on the CPU") for kind in ("pinned", "pageable")
+        ]
+    dev, rows_n, steps = torch.device("cuda"), 4 * MIB, 5  # 4 Mi float32 = 16 MiB a row block; 64 MiB a copy
+    pinned, pageable = torch.randn(4, rows_n).pin_memory(), torch.randn(4, rows_n)
+    times: dict[str, list[Any]] = {"pinned": [], "pageable": []}  # (start, end) event pairs
+
+    def copy(kind: str, src: Any) -> None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        src.to(dev, non_blocking=kind == "pinned")
+        end.record()
+        times[kind].append((start, end))
+
+    for src in (pinned, pageable):  # warm-up: context, staging buffers
+        src.to(dev)
+    torch.cuda.synchronize()
+    path = out / "copies.pt.trace.json"
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities) as prof:
+        for n in range(1, steps + 1):
+            with record_function(f"ProfilerStep#{n}"):
+                copy("pinned", pinned)
+                copy("pageable", pageable)
+                torch.cuda.synchronize()
+    prof.export_chrome_trace(str(path))
+    report = fitprof.analyze(path)
+    rows = []
+    for kind, value in (("pinned", report.htod_pinned_ms_per_step), ("pageable", report.htod_pageable_ms_per_step)):
+        truth = sum(float(a.elapsed_time(b)) for a, b in times[kind]) / steps
+        rows.append(Row(run, f"HtoD {kind} ms per step", "ms", value, truth, 0.10 if kind == "pinned" else 0.25))
+    rows.append(Row(run, "HtoD bytes per step", "MiB", report.htod_bytes_per_step / MIB, 2 * 64.0, 0.0))
+    return [r.judge() for r in rows]
+
+
+def _memory_rows(run: str, trainer: Any, truth: Any, window: tuple[int, int], cuda: bool) -> list[Row]:
+    """fitprof's memory peaks (1 MB = 1e6 bytes) against ``max_memory_allocated`` read by the check."""
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    rows = []
+    for key, steps, label in (
+        ("fitprof/epoch/memory_peak_mb", sorted(truth.peaks), "epoch memory peak"),
+        # The window opens before its warm-up step (first - 1) and resets the peak then.
+        ("fitprof/memory_peak_mb", range(window[0] - 1, window[1] + 1), "window memory peak"),
+    ):
+        if key not in metrics:
+            rows.append(_na(run, label, "MB", f"not available: fitprof logged no {key}"))
+        elif not cuda:
+            rows.append(_na(run, label, "MB", "no torch.cuda.max_memory_allocated on the CPU", metrics[key]))
+        else:
+            peak = max(truth.peaks[k] for k in steps if k in truth.peaks) / 1e6
+            rows.append(Row(run, label, "MB", metrics[key], peak, 0.02, note="max_memory_allocated"))
+    return rows
+
+
+def _analyze_rows(run: str, trace: Path, handcount: Any) -> list[Row]:
+    """``fitprof analyze --format json`` (a fresh process) against the standard-library count of the same file."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "fitprof.cli", "analyze", str(trace), "--format", "json", "--top-k", "5"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    if done.returncode != 0:
+        return [Row(run, "fitprof analyze", "", math.nan, math.nan, 0.0, "OFF", done.stderr[-300:])]
+    got = json.loads(done.stdout)[0]
+    counts = handcount.count(trace, top_k=5)
+    n = len(counts["steps"])
+    # fitprof's step time leaves out its own hook bodies (its "fitprof/overhead" spans inside the steps).
+    _meta, events = handcount.load_events(trace)
+    steps = handcount.union(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if handcount.STEP.fullmatch(str(e.get("name", "")))
+    )
+    own = handcount.union((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "fitprof/overhead")
+    own_us = handcount.length(handcount.clip(own, steps))
+    label = "analyze vs hand count:"
+    rows = [
+        Row(run, f"{label} steps", "", got["steps_analyzed"], n, 0.0),
+        Row(run, f"{label} step time", "ms", got["step_time_ms"], (counts["window_us"] - own_us) / n / 1e3, 1e-6),
+        Row(run, f"{label} input", "ms", got["input_ms_per_step"], counts["input_us"] / n / 1e3, 1e-6),
+    ]
+    for kind in ("htod_pinned", "htod_pageable"):
+        rows.append(
+            Row(run, f"{label} {kind}", "ms", got[f"{kind}_ms_per_step"], counts[kind]["dur_us"] / n / 1e3, 1e-6)
+        )
+    if got["top_ops"] and counts["ops"]:
+        (name, us), top = counts["ops"][0], got["top_ops"][0]
+        row = Row(run, f"{label} top op", "ms", top["self_ms_per_step"], us / n / 1e3, 1e-6, note=name)
+        if top["name"] != name:
+            row.status, row.note = "OFF", f"fitprof {top['name']!r}, hand count {name!r}"
+        rows.append(row)
+    return rows
+
+
+def _missing() -> list[str]:
+    needed = ("torch", "lightning", "tensorboard", "msgspec", "numpy", "pandas", "google.protobuf", "fsspec")
+    missing = []
+    for name in needed:
+        try:
+            if importlib.util.find_spec(name) is None:
+                missing.append(name)
+        except ModuleNotFoundError:
+            missing.append(name)
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry", action="store_true", help="run the logic on the CPU with small sizes")
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("--keep", type=Path, help="keep the runs' traces here (default: a temporary folder)")
+    args = parser.parse_args(argv)
+    missing = _missing()
+    if missing:
+        print(f"gpu_check: missing {', '.join(missing)}: pip install 'fitprof[lightning]' (msgspec is a core "
+              "dependency: pip install msgspec)", file=sys.stderr)  # fmt: skip
+        return 2
+    import torch
+
+    torch.set_num_threads(1 if args.dry else max(1, torch.get_num_threads()))
+    cuda = not args.dry
+    if cuda and not torch.cuda.is_available():
+        print(f"gpu_check: torch {torch.__version__} sees no CUDA device; --dry runs the logic on the CPU",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.keep or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = conv_run(out, cuda=cuda) + matmul_run(out, cuda=cuda) + copy_run(out, cuda=cuda)
+    device = torch.cuda.get_device_name(0) if cuda else "CPU (--dry)"
+    print(f"fitprof device check on {device}, torch {torch.__version__}: {time.perf_counter() - t0:.0f} s")
+    print(f"{'run':<12} {'figure':<34} {'fitprof':>12} {'truth':>12} {'unit':<6} {'tol':>6}  status  note")
+    for r in rows:
+        print(f"{r.run:<12} {r.figure:<34} {r.fitprof:>12.6g} {r.truth:>12.6g} {r.unit:<6} {r.tol:>6.0%}  "
+              f"{r.status:<6}  {r.note}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps({"device": device, "rows": [asdict(r) for r in rows]}, indent=1))
+    return 1 if any(r.status == "OFF" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""How well the loader probe's worker count holds: predict the step time with N workers from a run with fewer, then
+re-measure with N workers, side by side, for sleep-modelled and CPU-bound loading.
+
+A plain torch loop (``tests/loader_loop.py``): the step sleeps ``--step-ms`` (a host waiting for its GPU); each
+sample's ``__getitem__`` sleeps ``--item-ms`` (``sleep``: loading that waits, on storage or a network) or burns that
+much CPU time (``cpu``: decoding, augmenting); batches of ``--batch-size``. For each repeat and mode, one run with
+``--base`` workers gives the probe's prediction for every N in ``--workers``; then each N is run and its step time
+re-measured by the loop's own clock (the mean period between step ends over the steady steps). Each prediction is
+made by a base run right before its re-measurement (base, 2, base, 3, base, 4, then the next repeat), so that the
+machine's load, which drifts within minutes on a shared machine, changes little between the two. Also printed: the busy
+share against the truth the dataset and collate time themselves, and the exposed-time upper bound of the same run
+(the step without its input wait, what `fitprof/step_time_if_no_input_ms` predicts).
+
+    python benchmarks/loader_prediction.py --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from loader_loop import run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", default=["sleep", "cpu"], choices=["sleep", "cpu"])
+    parser.add_argument("--base", type=int, default=1, help="workers of the run that predicts")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 3, 4])
+    parser.add_argument("--steps", type=int, default=48)
+    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--item-ms", type=float, default=20.0, help="sleep mode: ms a sample")
+    parser.add_argument("--cpu-item-ms", type=float, default=10.0, help="cpu mode: CPU ms a sample")
+    parser.add_argument("--step-ms", type=float, default=6.0)
+    parser.add_argument("--ctx", default="fork", choices=["fork", "spawn", "forkserver"])
+    parser.add_argument("--json", type=Path, help="write every run here")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore", message="This DataLoader will create")
+
+    print(
+        f"load average {os.getloadavg()[0]:.1f}, cores {len(os.sched_getaffinity(0))}, {time.strftime('%Y-%m-%d %H:%M')}"
+    )
+    rows: list[dict[str, object]] = []
+    for mode in args.modes:
+        item = args.cpu_item_ms if mode == "cpu" else args.item_ms
+        for r in range(args.repeats):
+            kw = dict(
+                steps=args.steps,
+                batch_size=args.batch_size,
+                item_ms=item,
+                step_ms=args.step_ms,
+                ctx=args.ctx,
+                cpu=mode == "cpu",
+            )
+            for n in args.workers:
+                (base,) = run(args.base, **kw)  # type: ignore[arg-type]
+                e = base.probe
+                assert e is not None, "no steady steps: raise --steps"
+                (again,) = run(n, **kw)  # type: ignore[arg-type]
+                predicted = e.predict(n) * 1e-6
+                rows.append(
+                    {
+                        "mode": mode,
+                        "repeat": r,
+                        "base": args.base,
+                        "n": n,
+                        "base_step_ms": base.step_ms,
+                        "batch_ms": e.batch_ns * 1e-6,
+                        "batch_cpu_ms": e.batch_cpu_ns * 1e-6,
+                        "batch_runq_ms": e.batch_runq_ns * 1e-6,
+                        "free_cores": e.free_cores,
+                        "own_w_ms": again.probe.batch_ns * 1e-6 if again.probe else float("nan"),
+                        "own_model_ms": max(again.probe.step_ns, again.probe.batch_ns / n) * 1e-6
+                        if again.probe
+                        else float("nan"),
+                        "rest_ms": e.step_ns * 1e-6,
+                        "predicted_ms": predicted,
+                        "exposed_bound_ms": e.step_ns * 1e-6,
+                        "measured_ms": again.step_ms,
+                        "error_percent": 100.0 * (predicted - again.step_ms) / again.step_ms,
+                        "busy_percent": again.probe.busy_percent if again.probe else float("nan"),
+                        "truth_busy_percent": again.truth_busy_percent,
+                        "needed": e.needed,
+                        "needed_predicted_ms": e.predicted_ns * 1e-6,
+                        "advice": e.advice(),
+                        "batches_equal": again.batches_equal,
+                    }
+                )
+                x = rows[-1]
+                print(
+                    f"{mode:5s} r{r} N={n}: predicted {predicted:6.1f} ms, re-measured {again.step_ms:6.1f} ms "
+                    f"({x['error_percent']:+5.1f}%), exposed-time bound {x['exposed_bound_ms']:5.1f} ms; "
+                    f"busy {x['busy_percent']:5.1f}% vs truth {again.truth_busy_percent:5.1f}%  "
+                    f"[base N={args.base}: {base.step_ms:.1f} ms, W {x['batch_ms']:.1f} ms (CPU {x['batch_cpu_ms']:.1f}, "
+                    f"waiting for a core {x['batch_runq_ms']:.1f}), S {x['rest_ms']:.1f} ms, free cores {e.free_cores or 0:.2f}; "
+                    f"this run's own W "
+                    f"{x['own_w_ms']:.1f} ms, max(S, W/N) {x['own_model_ms']:.1f} ms]",
+                    flush=True,
+                )
+                print(f"  advice (N={args.base}): {e.advice()}; needed {e.needed}", flush=True)
+    print()
+    print(
+        "| mode | N | predicted ms (median) | re-measured ms (median) | error range | within 20% | busy − truth (pp) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for mode in args.modes:
+        for n in args.workers:
+            sel = [x for x in rows if x["mode"] == mode and x["n"] == n]
+            errs = [float(x["error_percent"]) for x in sel]  # type: ignore[arg-type]
+            gaps = [float(x["busy_percent"]) - float(x["truth_busy_percent"]) for x in sel]  # type: ignore[arg-type]
+            print(
+                f"| {mode} | {n} | {statistics.median(float(x['predicted_ms']) for x in sel):.1f} | "  # type: ignore[arg-type]
+                f"{statistics.median(float(x['measured_ms']) for x in sel):.1f} | "  # type: ignore[arg-type]
+                f"{min(errs):+.1f} … {max(errs):+.1f}% | {sum(abs(v) <= 20 for v in errs)}/{len(errs)} | "
+                f"{min(gaps):+.1f} … {max(gaps):+.1f} |"
+            )
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""What the engine and its adapters hand each other, besides the events: the adapter's throughput counts
+(:class:`Work`), another profiler's steps (:class:`Busy`) and what an epoch's end published (:class:`EpochResult`,
+:class:`Triggered`). Framework-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from fitprof.analysis import BottleneckReport
+from fitprof.steps import EpochSteps, TriggerEvent
+from fitprof.throughput import StepWork
+
+
+class Work(Protocol):
+    """What the adapter counts for a scheduled window's throughput (:mod:`fitprof.throughput`); every method is
+    called by the engine at the moment named."""
+
+    def epoch_start(self) -> None:
+        """A new epoch: forget the last window's counts."""
+
+    def count_flops(self, step: int, batch: Any) -> None:
+        """Count the FLOPs of step ``step``, which begins now (its batch, None where the hook has none); the
+        adapter stops counting when the step ends."""
+
+    def window_opened(self) -> None:
+        """The scheduled window's first analysed step begins."""
+
+    def window_step(self, batch: Any) -> None:
+        """An analysed step of the scheduled window ended (``boundary="step_end"`` only: its batch)."""
+
+    def window_closed(self) -> None:
+        """The scheduled window stops (its last analysed step ended)."""
+
+    def work(self) -> StepWork | None:
+        """The window's samples, items and FLOPs, for its report."""
+        ...
+
+
+@dataclass
+class Busy:
+    """Steps of this epoch during which another profiler runs (1-based, inclusive): ``who`` it is, as the user
+    wrote it, and its short ``name``."""
+
+    first: int
+    last: int
+    who: str
+    name: str
+
+
+@dataclass
+class Triggered:
+    """A triggered window published at its epoch's end: its firing, report (None when its analysis failed), the
+    one line and the Markdown text the adapter logs (``fitprof/trigger/summary``)."""
+
+    epoch: int
+    event: TriggerEvent
+    report: BottleneckReport | None
+    line: str
+    text: str
+
+
+@dataclass
+class EpochResult:
+    """What :meth:`FitEngine.epoch_end` published: the adapter logs it its own way.
+
+    Attributes:
+        window: the window's scalars (empty when the epoch had none; the same on every rank that gathered).
+        epoch: the ``fitprof/epoch/*`` figures (NaN where none) and every probe's epoch figures.
+        trigger: the ``fitprof/trigger/*`` figures of the epoch's last triggered window (NaN when none).
+        triggered: the triggered windows of this epoch.
+        figures: the always-on step timing of the epoch.
+        profiled: the epoch had a window (this rank's or, for the gather, any rank's).
+        session_dir: the session folder of this rank's scheduled window (None: none, or not written).
+    """
+
+    window: dict[str, float] = field(default_factory=dict)
+    epoch: dict[str, float] = field(default_factory=dict)
+    trigger: dict[str, float] = field(default_factory=dict)
+    triggered: list[Triggered] = field(default_factory=list)
+    figures: EpochSteps | None = None
+    profiled: bool = False
+    session_dir: Path | None = None

@@ -1,0 +1,520 @@
+"""How many loader workers a fit needs: worker utilisation and a predicted step time, framework-free.
+
+:class:`LoaderProbe` is a probe (:mod:`fitprof.fit.probes`): it times the main loop from the fit's events (the wait
+for each batch and the rest of each step) and reads, once per epoch, what the loader's workers spent producing
+batches from a :class:`LoaderSource` (for a PyTorch ``DataLoader``: :class:`fitprof.profilers.loader.DataLoaderTiming`,
+which times each batch's fetch and collate inside the workers into shared memory). From these it predicts the step
+time with N workers (:func:`predict_step_ns`) and publishes the ``fitprof/epoch/loader_*`` figures
+(:data:`fitprof.metrics.LOADER_METRICS`) and one line of advice.
+
+The model, per step, all times per batch: W the worker time to produce a batch (fetch and collate, wall clock in the
+worker), W_cpu its CPU time, S the main loop's time between receiving a batch and asking for the next (the step
+without its input wait), S_cpu the main thread's CPU time in it, M the main process's own per-batch cost that no
+worker takes over (unpickling a batch from the workers, the pin-memory thread, a collate in the main process).
+N workers deliver a batch every W/N at best; the loop needs one every S + M; C cores hold at most C busy threads, and
+of those CPU-bound workers can count on F, the cores they used plus the cores that stood idle this epoch (other
+processes hold the rest; more workers may win a larger share from them, so this errs on the slow side):
+
+    T(N) = max(S + M, W / N, W_cpu / min(N, F), (W_cpu + S_cpu) / C)
+
+and the input wait is T(N) - S. With no workers the main process does the work: T(0) = S + W. M is what the measured
+wait leaves over once the workers' share (max(0, W/N - S)) is taken out, and at least the main thread's CPU time
+while the loop waited (its work in the framework's fetch path runs whatever the workers do; while the workers are the
+bound it is hidden in the wait, and only the CPU clock shows it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from fitprof.metrics import (
+    LOADER_BATCH_MS,
+    LOADER_BUSY_PERCENT,
+    LOADER_METRICS,
+    LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS,
+    LOADER_WORKERS,
+    LOADER_WORKERS_NEEDED,
+)
+
+WAIT_TARGET = 0.05
+"""The input wait a worker count must bring the step under, as a share of the predicted step time."""
+CPU_SAMPLE_EVERY = 8
+"""The main thread's CPU time (S_cpu, and its share of the wait) is read on every 8th step: ``time.thread_time_ns``
+is a system call, 3.3 us on this project's 2-core VM, and reading it at both ends of every step made the probe cost
+11.4-12.7 us a step against 3.8-4.2 us without it; sampled, 5.5-7.3 us (50,000 planted steps, load average 9)."""
+HEADROOM = 1.1
+"""The worker count is chosen as if each batch took this much longer (the step time it predicts is not): a count
+whose workers only just keep pace (W/N = S) re-measured up to 26% slower than predicted (Lightning, sleep-modelled
+loading, 2 cores), as every late batch then makes the loop wait."""
+
+
+@dataclass(frozen=True)
+class LoaderCounters:
+    """Cumulative counters of one loader's workers since the timing was attached, one entry per worker.
+
+    Attributes:
+        busy_ns: wall time inside the batch fetch (samples and collate), ns, per worker.
+        cpu_ns: the worker thread's CPU time in the same spans, ns, per worker.
+        batches: batches fetched, per worker.
+        runq_ns: time in the same spans the worker was runnable but waited for a core (Linux's run-queue wait), ns,
+            per worker; empty where unknown.
+    """
+
+    busy_ns: tuple[int, ...]
+    cpu_ns: tuple[int, ...]
+    batches: tuple[int, ...]
+    runq_ns: tuple[int, ...] = ()
+
+    def minus(self, earlier: LoaderCounters | None) -> LoaderCounters:
+        """The counts since ``earlier`` (a worker that restarted, whose counter went down, counts from 0)."""
+        if earlier is None or len(earlier.busy_ns) != len(self.busy_ns):
+            return self
+
+        def sub(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(x - y if x >= y else x for x, y in zip(a, b, strict=True))
+
+        runq = sub(self.runq_ns, earlier.runq_ns) if len(self.runq_ns) == len(earlier.runq_ns) else self.runq_ns
+        return LoaderCounters(
+            sub(self.busy_ns, earlier.busy_ns),
+            sub(self.cpu_ns, earlier.cpu_ns),
+            sub(self.batches, earlier.batches),
+            runq,
+        )
+
+
+class LoaderSource(Protocol):
+    """What :class:`LoaderProbe` reads from a loader's timing: its worker count and its workers' counters."""
+
+    @property
+    def workers(self) -> int:
+        """Worker processes (threads) producing batches; 0 when the main process does it."""
+        ...
+
+    def read(self) -> LoaderCounters | None:
+        """The cumulative counters (None with 0 workers: the probe times the main process's wait itself)."""
+        ...
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (``os.sched_getaffinity(0)``; ``os.cpu_count()`` where that is missing)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def idle_ns() -> int | None:
+    """Idle time (idle and iowait) summed over the cores this process may use since boot, ns, from Linux's
+    ``/proc/stat`` (its per-core lines, in clock ticks); None where that file is missing or unreadable."""
+    try:
+        allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+        tick = 1e9 / os.sysconf("SC_CLK_TCK")
+        total = 0
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in allowed:
+                    total += int(fields[4]) + int(fields[5])
+        return int(total * tick)
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+
+
+def predict_step_ns(
+    n: int,
+    *,
+    w: float,
+    s: float,
+    m: float = 0.0,
+    w_cpu: float = 0.0,
+    s_cpu: float = 0.0,
+    cores: int = 1,
+    free: float | None = None,
+) -> float:
+    """The predicted step time with ``n`` workers (ns, or any one unit), by the model of the module docstring.
+
+    Args:
+        n: workers (0: the main process loads).
+        w: worker wall time per batch. s: the step without its input wait. m: the main process's own per-batch cost.
+        w_cpu: worker CPU time per batch. s_cpu: the main thread's CPU time per step. cores: usable cores (>= 1).
+        free: the cores the loader's workers can have (:attr:`LoaderEpoch.free_cores`; None: all ``cores``).
+
+    Raises:
+        ValueError: ``n`` below 0 or ``cores`` below 1.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0 workers, got {n}")
+    if cores < 1:
+        raise ValueError(f"cores must be >= 1, got {cores}")
+    if n == 0:
+        return s + w
+    room = min(float(n), float(cores) if free is None else max(min(free, float(cores)), 1e-3))
+    return max(s + m, w / n, w_cpu / room, (w_cpu + s_cpu) / cores)
+
+
+def workers_needed(
+    *,
+    w: float,
+    s: float,
+    m: float = 0.0,
+    w_cpu: float = 0.0,
+    s_cpu: float = 0.0,
+    cores: int = 1,
+    w_runq: float = 0.0,
+    free: float | None = None,
+    most: int | None = None,
+) -> tuple[int, float, bool]:
+    """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the step.
+
+    ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch). The count is
+    chosen with :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the model's CPU terms: once the
+    workers' CPU time fills the cores, more workers predict no gain and are not chosen.
+
+    Returns:
+        ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
+        meets it, the smallest count within 1% of the best predicted time.
+    """
+    top = search_bound(w, w_cpu + w_runq, cores) if most is None else most
+
+    def t(k: int, late: float = 1.0) -> float:
+        return predict_step_ns(k, w=w * late, s=s, m=m, w_cpu=w_cpu * late, s_cpu=s_cpu, cores=cores, free=free)
+
+    # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
+    # only just keeps pace re-measures slower than predicted
+    margin = [t(k, HEADROOM) for k in range(top + 1)]
+    for k, tk in enumerate(margin):
+        if tk - s <= WAIT_TARGET * tk:
+            return k, t(k), True
+    best = min(margin)
+    k = next(k for k, tk in enumerate(margin) if tk <= best * 1.01)
+    return k, t(k), False
+
+
+def search_bound(w: float, w_wants_cpu: float, cores: int) -> int:
+    """The largest worker count advised: the cores when the loading is CPU-bound (the worker ran or waited for a core,
+    ``w_wants_cpu``, at least half its wall time ``w``: on a machine other processes load, a CPU-bound worker spends
+    much of its time waiting for a core), else 4 times the cores (workers that mostly sleep or wait on storage share
+    cores; measured on 2 cores: 4 sleeping workers ran about 4 times as fast as one, ``benchmarks/loader_prediction.py``)."""
+    return cores if w_wants_cpu >= 0.5 * w else 4 * cores
+
+
+@dataclass(frozen=True)
+class LoaderEpoch:
+    """One epoch's loader figures (times in ns per batch or step), the inputs of the prediction.
+
+    Attributes:
+        workers: N, the loader's workers (0: the main process loads).
+        steps: steady steps the main-loop means come from.
+        batch_ns: W. batch_cpu_ns: W_cpu. batch_runq_ns: the worker's wait for a core per batch. step_ns: S. step_cpu_ns: S_cpu. wait_ns: the mean measured input wait, G.
+        main_ns: M, ``max(0, G - max(0, W/N - S), G_cpu)`` with G_cpu the main thread's CPU time while the loop
+            waited (0 with no workers).
+        busy_percent: the workers' busy time over N times the epoch's wall time, 0-100 (no workers: the main
+            process's input wait over the epoch's wall time).
+        cores: the usable cores. free_cores: the cores CPU-bound workers could have had this epoch: their own CPU
+            time plus the usable cores' idle time, over the epoch's wall time (None where the idle time is unknown or
+            the loading is not CPU-bound).
+        needed: the worker count advised. predicted_ns: its predicted step time.
+        reached: whether ``needed`` brings the wait under the target.
+    """
+
+    workers: int
+    steps: int
+    batch_ns: float
+    batch_cpu_ns: float
+    batch_runq_ns: float
+    step_ns: float
+    step_cpu_ns: float
+    wait_ns: float
+    main_ns: float
+    busy_percent: float
+    cores: int
+    free_cores: float | None
+    needed: int
+    predicted_ns: float
+    reached: bool
+
+    @property
+    def measured_ns(self) -> float:
+        """The measured mean step time over the steady steps, S + G."""
+        return self.step_ns + self.wait_ns
+
+    def predict(self, n: int) -> float:
+        """The predicted step time with ``n`` workers, ns."""
+        return predict_step_ns(
+            n,
+            w=self.batch_ns,
+            s=self.step_ns,
+            m=self.main_ns,
+            w_cpu=self.batch_cpu_ns,
+            s_cpu=self.step_cpu_ns,
+            cores=self.cores,
+            free=self.free_cores,
+        )
+
+    def advice(self) -> str:
+        """One line: how many workers, the cores bound, or the main process as the bottleneck."""
+        ms = 1e-6
+        now = self.measured_ns * ms
+        wait_share = self.wait_ns / self.measured_ns if self.measured_ns > 0 else 0.0
+        n = self.workers
+        if wait_share <= WAIT_TARGET:
+            if self.needed < n:
+                return (
+                    f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step, workers busy "
+                    f"{self.busy_percent:.0f}%): num_workers={self.needed} would do"
+                )
+            return f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step)"
+        if n > 0 and self.batch_ns / n < 0.8 * self.step_ns:
+            return (
+                f"the workers idle ({self.busy_percent:.0f}% busy, {self.batch_ns * ms:.1f} ms a batch each) while the "
+                f"loop waits {self.wait_ns * ms:.1f} ms a step: the time is spent in the main process (a collate or "
+                f"transform done there, the pin-memory thread, unpickling large batches from the workers); more "
+                f"workers will not help"
+            )
+        cores_bound = not self.reached and self.predicted_ns > self.step_ns + self.main_ns * 1.01
+        free = self.free_cores
+        busy_cores = f" ({free:.1f} of them free to the loader)" if free is not None and free < self.cores - 0.5 else ""
+        tail = f"only {self.cores} cores{busy_cores}: CPU-bound loading needs cheaper transforms or more cores"
+        if self.needed > n and self.predicted_ns < self.measured_ns * (1 - WAIT_TARGET):
+            where = (
+                f"workers busy {self.busy_percent:.0f}%"
+                if n
+                else f"loading in the main process {self.busy_percent:.0f}% of the time"
+            )
+            head = (
+                f"num_workers={self.needed} would bring steps to about {self.predicted_ns * ms:.1f} ms (now {now:.1f} "
+                f"ms; {where}, {self.batch_ns * ms:.1f} ms a batch)"
+            )
+            return f"{head}; {tail}" if cores_bound else head
+        if cores_bound:
+            return (
+                f"{tail} (workers busy {self.busy_percent:.0f}%, {self.batch_ns * ms:.1f} ms a batch, input wait "
+                f"{100 * wait_share:.0f}% of a {now:.1f} ms step)"
+            )
+        return (
+            f"the loop waits {self.wait_ns * ms:.1f} ms a step ({100 * wait_share:.0f}%) that more workers are not "
+            f"predicted to remove: the main process's own per-batch work (collate, pin memory, unpickling)"
+        )
+
+
+def _sampled_mean(values: list[int]) -> float:
+    """The mean of the sampled values (-1: not sampled), 0 when none is."""
+    kept = [max(0, v) for v in values if v >= 0]
+    return sum(kept) / len(kept) if kept else 0.0
+
+
+class LoaderProbe:
+    """A probe: worker utilisation of the training loader and the worker count it needs, per epoch.
+
+    The main loop is timed from the events: with ``step_end`` events the input wait of step k is ``step_start(k)``
+    less ``step_end(k-1)`` and the rest of the step ``step_end(k)`` less ``step_start(k)``; without them (Keras) the
+    time between two ``step_start`` is split with ``fetch_wait()``, the wait of the batch about to run. The first
+    ``workers + 2`` steps of an epoch (workers starting, the first burst of prefetched batches) and a step after a
+    validation run or a checkpoint are left out; the means come from the last whole multiple of ``max(1, workers)``
+    steady steps (workers in lock-step deliver their batches in bursts of N, one long wait per burst).
+
+    Logged metrics (:data:`fitprof.metrics.LOADER_METRICS`), NaN when there is no source or no steady step:
+        ``fitprof/epoch/loader_workers``, ``loader_busy_percent``, ``loader_batch_ms``, ``loader_workers_needed``,
+        ``step_time_if_enough_workers_ms``.
+
+    Args:
+        source: the loader's timing; :meth:`attach` sets it later (the adapter finds the loader at fit start).
+        cores: usable cores (default :func:`usable_cores`).
+        fetch_wait: for adapters without ``step_end``: the input wait (ns) of the batch whose ``step_start`` comes.
+        cpu_clock: the main thread's CPU clock in ns (``time.thread_time_ns``; tests pass a fake).
+        idle_clock: the usable cores' summed idle time in ns, or None (:func:`idle_ns`; tests pass a fake); read at
+            each epoch's start and end, it gives the cores the workers could have had (:attr:`LoaderEpoch.free_cores`).
+
+    Raises:
+        ValueError: ``cores`` below 1.
+    """
+
+    def __init__(
+        self,
+        source: LoaderSource | None = None,
+        *,
+        cores: int | None = None,
+        fetch_wait: Callable[[], int | None] | None = None,
+        cpu_clock: Callable[[], int] = time.thread_time_ns,
+        idle_clock: Callable[[], int | None] = idle_ns,
+    ) -> None:
+        if cores is not None and cores < 1:
+            raise ValueError(f"cores must be >= 1, got {cores!r}")
+        self.source = source
+        self.cores = cores if cores is not None else usable_cores()
+        self.fetch_wait = fetch_wait
+        self.cpu_clock = cpu_clock
+        self.idle_clock = idle_clock
+        self._idle_start: int | None = None
+        self.last: LoaderEpoch | None = None
+        self._begin: LoaderCounters | None = None
+        self._epoch_start_ns: int | None = None
+        self._reset_steps()
+
+    def attach(self, source: LoaderSource | None) -> None:
+        """Read this loader from now on (None: stop reading one)."""
+        self.source = source
+        self._begin = self._read()
+
+    def _read(self) -> LoaderCounters | None:
+        return self.source.read() if self.source is not None else None
+
+    def _reset_steps(self) -> None:
+        # (step index in the epoch, wait, rest, main thread's CPU in the rest, and in the wait; -1: not sampled), ns
+        self._steps: list[tuple[int, int, int, int, int]] = []
+        self._seen = 0
+        self._gap_sum = 0
+        self._last_end: int | None = None
+        self._last_start: int | None = None
+        self._last_cpu: int | None = None
+        self._end_cpu: int | None = None
+        self._wait_cpu = -1
+        self._pending_wait: int | None = None
+        self._had_end = False
+
+    def _cpu(self, sampled: bool) -> int | None:
+        return self.cpu_clock() if sampled else None
+
+    # --------------------------------------------------------------------------------------------------- events
+    def epoch_start(self, epoch: int, *, now_ns: int) -> None:
+        self._reset_steps()
+        self._epoch_start_ns = now_ns
+        self._begin = self._read()
+        self._idle_start = self.idle_clock()
+        self.last = None
+
+    def step_start(self, step: int, batch: object = None, *, now_ns: int) -> None:
+        self._seen += 1
+        k = self._seen % CPU_SAMPLE_EVERY
+        if self._had_end:
+            cpu = self._cpu(k == 0)
+            wait = None if self._last_end is None else now_ns - self._last_end
+            # the main thread's own work while the loop waited
+            self._wait_cpu = cpu - self._end_cpu if cpu is not None and self._end_cpu is not None else -1
+        else:  # no step_end: the previous step ends here, its rest is the period less this batch's wait
+            cpu = self._cpu(k in (0, 1))
+            wait = self.fetch_wait() if self.fetch_wait is not None else None
+            if self._last_start is not None and self._pending_wait is not None and wait is not None:
+                used = cpu - self._last_cpu if cpu is not None and self._last_cpu is not None else -1
+                self._keep(self._seen - 1, self._pending_wait, now_ns - self._last_start - wait, used, -1)
+        if wait is not None:
+            self._gap_sum += wait
+        self._pending_wait = wait
+        self._last_start = now_ns
+        self._last_cpu = cpu
+
+    def step_end(self, step: int, batch: object = None, *, now_ns: int) -> None:
+        k = self._seen % CPU_SAMPLE_EVERY
+        cpu = self._cpu(k in (0, CPU_SAMPLE_EVERY - 1))  # a sampled step's end, or the end before one
+        self._had_end = True
+        if self._last_start is not None and self._pending_wait is not None:
+            used = cpu - self._last_cpu if cpu is not None and self._last_cpu is not None else -1
+            self._keep(self._seen, self._pending_wait, now_ns - self._last_start, used, self._wait_cpu)
+        self._end_cpu = cpu
+        self._pending_wait = None
+        self._last_start = None
+        self._last_end = now_ns
+
+    def _keep(self, index: int, wait: int, rest: int, cpu: int, wait_cpu: int) -> None:
+        self._steps.append((index, wait, max(0, rest), cpu, wait_cpu))
+
+    def _interrupt(self, *, now_ns: int) -> None:
+        """Validation or a checkpoint: the step around it and the next wait are not steady."""
+        self._last_end = None
+        self._last_start = None
+        self._pending_wait = None
+
+    validation_start = _interrupt
+    checkpoint_start = _interrupt
+
+    def epoch_end(self, epoch: int, *, now_ns: int) -> None:
+        if self._epoch_start_ns is None:
+            return
+        end = self._read()
+        workers = self.source.workers if self.source is not None else 0
+        counts = end.minus(self._begin) if end is not None else None
+        self._begin = end
+        wall = max(1, now_ns - self._epoch_start_ns)
+        idle_end = self.idle_clock()
+        idle = None if idle_end is None or self._idle_start is None else max(0, idle_end - self._idle_start) / wall
+        skip = workers + 2
+        steady = [s for s in self._steps if s[0] > skip]
+        whole = (len(steady) // max(1, workers)) * max(1, workers)
+        steady = steady[len(steady) - whole :]
+        if not steady or (self.source is None and self.fetch_wait is None and not self._had_end):
+            self.last = None
+            return
+        k = len(steady)
+        wait = sum(s[1] for s in steady) / k
+        rest = sum(s[2] for s in steady) / k
+        rest_cpu = _sampled_mean([s[3] for s in steady])
+        wait_cpu = _sampled_mean([s[4] for s in steady])
+        if workers > 0 and counts is not None and sum(counts.batches) > 0:
+            batches = sum(counts.batches)
+            w = sum(counts.busy_ns) / batches
+            w_cpu = sum(counts.cpu_ns) / batches
+            w_runq = sum(counts.runq_ns) / batches
+            busy = 100.0 * sum(counts.busy_ns) / (workers * wall)
+            # the idle cores bound only loading that wants a core: a worker that mostly sleeps gets its little CPU
+            # time on a busy machine all the same
+            cpu_bound = w_cpu + w_runq >= 0.5 * w
+            free = None if idle is None or not cpu_bound else min(float(self.cores), idle + sum(counts.cpu_ns) / wall)
+            # the main process's own per-batch work shows when the workers are fast enough; while they are the bound
+            # it hides in the wait, where the main thread's CPU time still counts it
+            main = max(wait - max(0.0, w / workers - rest), wait_cpu, 0.0)
+        elif workers == 0 and self.source is not None:
+            w, w_cpu, w_runq, main, free = wait, 0.0, 0.0, 0.0, None
+            busy = 100.0 * self._gap_sum / wall
+        else:
+            self.last = None
+            return
+        needed, predicted, reached = workers_needed(
+            w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, w_runq=w_runq, free=free
+        )
+        self.last = LoaderEpoch(
+            workers=workers,
+            steps=k,
+            batch_ns=w,
+            batch_cpu_ns=w_cpu,
+            batch_runq_ns=w_runq,
+            step_ns=rest,
+            step_cpu_ns=rest_cpu,
+            wait_ns=wait,
+            main_ns=main,
+            busy_percent=min(100.0, busy),
+            cores=self.cores,
+            free_cores=free,
+            needed=needed,
+            predicted_ns=predicted,
+            reached=reached,
+        )
+
+    def epoch_figures(self) -> dict[str, float]:
+        """This epoch's ``fitprof/epoch/loader_*`` figures (NaN without a source or steady steps)."""
+        e = self.last
+        if e is None:
+            return {m.key: math.nan for m in LOADER_METRICS}
+        return {
+            LOADER_WORKERS.key: float(e.workers),
+            LOADER_BUSY_PERCENT.key: e.busy_percent,
+            LOADER_BATCH_MS.key: e.batch_ns * 1e-6,
+            LOADER_WORKERS_NEEDED.key: float(e.needed),
+            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: e.predicted_ns * 1e-6,
+        }
+
+    def window_figures(self) -> dict[str, float]:
+        """None: the loader's figures are the epoch's, whatever was profiled."""
+        return {}
+
+    def advice(self, *, waiting_only: bool = False) -> str | None:
+        """The last epoch's advice line, None before an epoch with figures (``waiting_only``: also None when the
+        input wait was under :data:`WAIT_TARGET` of the step, nothing to act on)."""
+        e = self.last
+        if e is None or (waiting_only and e.wait_ns <= WAIT_TARGET * e.measured_ns):
+            return None
+        return e.advice()

@@ -1,0 +1,48 @@
+"""``benchmarks/gpu_check.py --dry``: the device check's logic on the CPU, so that its first run on a GPU does not
+fail on a bug a CPU could have shown. Its exact rows must agree (FLOPs against the hand count, ``fitprof analyze``
+against the standard-library count of the same trace); its timing rows must be measured (on a shared 2-core machine
+they are noisy, so their tolerance is the GPU run's business); the rows a CPU cannot give say why."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning.pytorch")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_device_check_runs_dry_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--dry", "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    by = {(r["run"], r["figure"]): r for r in rows}
+    assert run.returncode == (1 if any(r["status"] == "OFF" for r in rows) else 0)
+    exact = [r for r in rows if r["status"] != "n/a" and r["tol"] <= 1e-6]
+    assert len(exact) == 8  # two FLOP counts, six analyze-vs-hand-count figures
+    assert all(r["status"] == "ok" for r in exact), [r for r in exact if r["status"] != "ok"]
+    for key in (("conv fp32", "FLOPs per step"), ("matmul bf16", "FLOPs per step")):
+        assert by[key]["fitprof"] == by[key]["truth"] > 0
+    assert by[("conv fp32", "analyze vs hand count: step time")]["status"] == "ok"
+    for key in (
+        ("conv fp32", "epoch step time p50"),
+        ("conv fp32", "window step time"),
+        ("matmul bf16", "window step time"),
+    ):
+        assert math.isfinite(by[key]["fitprof"]) and by[key]["truth"] > 0, by[key]
+    # What the CPU cannot give: MFU, device copies, max_memory_allocated (or fitprof's memory figure itself).
+    for key in (("conv fp32", "MFU"), ("HtoD copies", "HtoD pinned ms per step"), ("conv fp32", "epoch memory peak")):
+        assert by[key]["status"] == "n/a" and by[key]["note"], by[key]
+    assert "fitprof device check on CPU (--dry)" in run.stdout
