@@ -203,13 +203,15 @@ def test_mirror_never_copies_a_file_being_written(tmp_path: Path) -> None:
 
     store = Recorder()
     mirror = _fs.Mirror("memory://run", lambda key, message: None, store=lambda url: store)
-    session = mirror.local / "plugins" / "profile" / "s1"
-    session.mkdir(parents=True)
-    (session / ".h.xplane.pb.fitprof-tmp-123").write_bytes(b"half")
-    (mirror.local / "h.s1.pt.trace.json.gz").write_bytes(b"whole")
-    assert mirror.sync()
-    assert store.put_names == ["h.s1.pt.trace.json.gz"]
-    (session / ".h.xplane.pb.fitprof-tmp-123").rename(session / "h.xplane.pb")
-    assert mirror.sync()
-    assert store.put_names == ["h.s1.pt.trace.json.gz", "plugins/profile/s1/h.xplane.pb"]
-    mirror.close()
+    try:
+        session = mirror.local / "plugins" / "profile" / "s1"
+        session.mkdir(parents=True)
+        (session / ".h.xplane.pb.fitprof-tmp-123").write_bytes(b"half")
+        (mirror.local / "h.s1.pt.trace.json.gz").write_bytes(b"whole")
+        assert mirror.sync()
+        assert store.put_names == ["h.s1.pt.trace.json.gz"]
+        (session / ".h.xplane.pb.fitprof-tmp-123").rename(session / "h.xplane.pb")
+        assert mirror.sync()
+        assert store.put_names == ["h.s1.pt.trace.json.gz", "plugins/profile/s1/h.xplane.pb"]
+    finally:
+        mirror.close()  # the staging folder is deleted whatever the assertions say
