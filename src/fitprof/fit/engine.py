@@ -65,6 +65,7 @@ from fitprof.fit.pipeline import (
     trigger_scalars,
 )
 from fitprof.fit.probes import Probe, Probes
+from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
 from fitprof.report_files import append_epoch_record
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
@@ -97,6 +98,8 @@ class FitEngine:
             rules), ``fitprof/vs_baseline/step_time_percent`` is logged beside the window's figures, the Markdown
             summary gets a line naming the operator that grew most, and a regression gives one warning a fit.
         clock: the engine's clock in ns (``time.perf_counter_ns``; tests pass a fake).
+        xplane_timeout_s: how long the end of a ``fit`` waits for the background ``.xplane.pb`` conversions (s;
+            :mod:`fitprof.fit.xplane_worker`); what is left unwritten then is named in one warning.
 
     Raises:
         TypeError: ``baseline`` is not a path.
@@ -127,6 +130,7 @@ class FitEngine:
         probes: Iterable[Probe] = (),
         baseline: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
+        xplane_timeout_s: float = FINISH_TIMEOUT_S,
     ) -> None:
         self.given_config = config  # as the user gave it; ``config`` is it for this fit (``in_calls``)
         self.config = config
@@ -137,6 +141,8 @@ class FitEngine:
         self.trigger = trigger
         self.work = work
         self.clock = clock
+        self.xplane_timeout_s = xplane_timeout_s
+        self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from the first window to fit_end
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
         self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
@@ -145,7 +151,11 @@ class FitEngine:
         self.probes = Probes((*builtin, *probes), warn)
         self.pipeline, self.trigger_pipeline = (
             WindowPipeline(
-                top_k=config.top_k, max_trace_mb=max_trace_mb, keep_last_windows=keep_last_windows, warn=warn
+                top_k=config.top_k,
+                max_trace_mb=max_trace_mb,
+                keep_last_windows=keep_last_windows,
+                warn=warn,
+                converter=self._converter,
             )
             for _ in range(2)
         )
@@ -251,10 +261,29 @@ class FitEngine:
         profiled" warning when that is so."""
         if self.window is not None:
             self._close(drop_open_step=self.boundary == "step_end")
+        self.finish_conversions()
         never = self.coverage.message("fitprof: ")
         if never:
             self.warn("never", never)
         self.probes.call("fit_end", now_ns=self.clock())
+
+    def _converter(self) -> XplaneWorker:
+        """The background ``.xplane.pb`` writer of this fit, made at the first window that needs it."""
+        if self._xplane is None:
+            self._xplane = XplaneWorker(self.warn, timeout_s=self.xplane_timeout_s)
+        return self._xplane
+
+    def finish_conversions(self) -> list[int]:
+        """Wait up to ``xplane_timeout_s`` for the pending ``.xplane.pb`` conversions and stop the converter; the
+        epochs left unwritten (named in one warning). Called at the end of a ``fit`` (normal or not)."""
+        worker, self._xplane = self._xplane, None
+        if worker is None:
+            return []
+        try:
+            return worker.finish()
+        except Exception as err:  # never fails the fit
+            _log.warning("fitprof: could not stop the .xplane.pb converter: %s", err)
+            return []
 
     # ---------------------------------------------------------------------------------------------- epoch
     def epoch_start(self, epoch: int, *, next_step: int = 1, busy: Sequence[Busy] = ()) -> None:
@@ -407,10 +436,19 @@ class FitEngine:
             return None
         finally:
             self.abort()
+            self.finish_conversions()
 
     def __getstate__(self) -> dict[str, Any]:
-        """Copy and pickle between fits: an open window and this fit's pending traces are not copied."""
-        return {**self.__dict__, "window": None, "_closed": None, "_trig_pending": [], "ends_after": _never}
+        """Copy and pickle between fits: an open window, this fit's pending traces and its converter process are
+        not copied."""
+        return {
+            **self.__dict__,
+            "window": None,
+            "_closed": None,
+            "_trig_pending": [],
+            "ends_after": _never,
+            "_xplane": None,
+        }
 
     def abort(self) -> None:
         """Stop an open window without keeping it (teardown, a callback being deleted); never raises."""
