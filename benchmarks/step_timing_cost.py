@@ -65,7 +65,7 @@ def fitprof_kwargs(variant: str, log_dir: str) -> dict[str, Any]:
 
 def windows_opened(callback: Any) -> int:
     """How many windows a fitprof callback opened in its fit (the default one plus any triggered)."""
-    return int(callback._coverage.windows)
+    return int(callback._engine.coverage.windows)
 
 
 # -- the child: one fit, step times out as JSON ---------------------------------------------------------------

@@ -44,6 +44,11 @@ EPOCH_KEYS = [
     "fitprof/epoch/memory_in_use_mb",
     "fitprof/epoch/memory_growth_mb",
     "fitprof/epoch/memory_headroom_percent",
+    "fitprof/epoch/loader_workers",
+    "fitprof/epoch/loader_busy_percent",
+    "fitprof/epoch/loader_batch_ms",
+    "fitprof/epoch/loader_workers_needed",
+    "fitprof/epoch/step_time_if_enough_workers_ms",
 ]
 """The always-on step timing's keys: a figure every epoch."""
 TRIGGER_KEYS = ["fitprof/trigger/step", "fitprof/trigger/step_time_ms", "fitprof/trigger/baseline_ms"]

@@ -304,17 +304,29 @@ def test_validation(tmp_path: Path, boundary: str) -> None:
         assert rig.events("annotate") == [] and [n for n, _ in rig.windows[0].marks] == [2, 3, 4]
 
 
-def test_checkpoints_leave_their_steps_out_of_the_timing(tmp_path: Path) -> None:
-    rig = Rig(tmp_path, 0)
+@pytest.mark.parametrize("boundary", BOUNDARIES)
+def test_a_save_is_taken_out_of_its_step_which_stays_timed(tmp_path: Path, boundary: str) -> None:
+    """A 300 ms save every second step (what the adapters' hook timers report through save_begin / save_end): every
+    step after the warm-up stays timed, at its training time; inside the window the save is annotated."""
+    rig = Rig(tmp_path, (11, 13), boundary=boundary)
 
     def save(engine: Any, epoch: int, step: int) -> None:
-        if step == 10:
+        if step % 2 == 0:
             engine.checkpoint_start()
             engine.checkpoint_end()
+            engine.save_begin()
+            rig.clock.tick(300.0)
+            engine.save_end(300_000_000)
 
-    results = rig.fit(steps=20, every_step=save)
-    assert 10 not in rig.engine.steps.step_index and 11 not in rig.engine.steps.step_index
-    assert results[0].epoch[metrics.EPOCH_STEPS_TIMED.key] == 20 - 3 - 2  # warm-up steps 1-3, then 10 and 11
+    results = rig.fit(steps=24, every_step=save)
+    epoch = results[0].epoch
+    unsaved = Rig(tmp_path / "unsaved", (11, 13), boundary=boundary).fit(steps=24)[0].epoch
+    # The same steps timed as without any save: only the warm-up and the window's are left out.
+    assert epoch[metrics.EPOCH_STEPS_TIMED.key] == unsaved[metrics.EPOCH_STEPS_TIMED.key] >= 12
+    assert epoch[metrics.EPOCH_STEP_TIME_MS_MAX.key] == pytest.approx(10.0)
+    assert epoch[metrics.EPOCH_CHECKPOINT_S.key] == pytest.approx(0.0)  # no hook timer in this rig: saves unseen
+    opened = [e for e in rig.log if e == ("annotate", "fitprof/checkpoint")]
+    assert opened and all(w.annotations == 0 for w in rig.windows)  # the window's saves, each closed
 
 
 @pytest.mark.parametrize("boundary", BOUNDARIES)

@@ -232,7 +232,9 @@ def test_window_never_reached_warns(tmp_path: Path) -> None:
     with pytest.warns(fitprof.FitProfilerWarning, match="nothing was profiled"):
         model.fit(train.take(4), epochs=1, verbose=0, callbacks=[profiler])
     assert profiler.reports == {}
-    assert not (tmp_path / "plugins").exists()
+    assert not (tmp_path / "plugins" / "profile").exists()  # no empty session in the Profile tab
+    # fitprof's own folder holds the per-epoch file only: where the epoch's time went is written, profiled or not
+    assert [p.name for p in (tmp_path / "plugins" / "fitprof").iterdir()] == ["epochs.rank0.jsonl"]
 
 
 @pytest.mark.slow

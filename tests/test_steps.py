@@ -10,6 +10,8 @@ import pytest
 
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, not_representative
 
+MS_NS = 1_000_000
+
 MS = 1_000_000  # ns
 
 
@@ -201,3 +203,52 @@ def test_device_step_times_replace_the_host_step_times_only() -> None:
     assert (s.step_time_ms_p50, s.step_time_ms_max, s.step_time_ms_mean) == (8.0, 20.0, 11.0)
     assert s.input_percent == pytest.approx(20.0) and s.samples_per_s == pytest.approx(400.0)  # host clock
     assert rec.summary(device_ms=[8.0]).step_time_ms_p50 == pytest.approx(10.0)  # wrong length: ignored
+
+
+def test_take_out_keeps_steps_next_to_a_save_timed() -> None:
+    rec = StepRecorder(warmup_steps=0)
+    rec.begin_epoch(0)
+    t = 0
+    for n in range(1, 11):
+        t += 50 * MS_NS
+        if n % 2 == 0:  # a 120 ms save every second step, inside it
+            t += 120 * MS_NS
+            rec.take_out(120 * MS_NS)
+        rec.step(t, n)
+    s = rec.summary()
+    assert s.steps_timed == 10 and s.steps_excluded == 0
+    assert s.step_time_ms_max == pytest.approx(50.0) and s.step_time_ms_p50 == pytest.approx(50.0)
+
+
+def test_take_out_of_an_excluded_step_does_not_leak_into_the_next() -> None:
+    rec = StepRecorder(warmup_steps=1)
+    rec.begin_epoch(0)
+    rec.take_out(30 * MS_NS)
+    rec.step(40 * MS_NS, 1)  # warm-up: excluded, its take-out dropped with it
+    rec.step(80 * MS_NS, 2)
+    assert rec.step_ns == [40 * MS_NS]
+
+
+def test_too_few_says_why_by_reason() -> None:
+    from fitprof import steps as st
+
+    rec = StepRecorder(warmup_steps=3)
+    rec.begin_epoch(0)
+    t = 0
+    for n in range(1, 13):
+        t += MS_NS
+        if n in (4, 8):
+            rec.exclude_next(2, reason=st.VALIDATION)
+        if n == 11:
+            rec.exclude_next(1, reason=st.WINDOW)
+        rec.step(t, n)
+    assert len(rec.step_ns) == 4
+    assert rec.too_few(3) is None  # 12 steps: a short epoch times few by its nature
+    msg = rec.too_few(3, min_seen=12)
+    assert msg == (
+        "epoch 3 timed 4 of 12 steps (fewer than 10): 4 steps during or after validation, 3 warm-up steps (the first "
+        "of the epoch), 1 step in or after a profiling window"
+    )
+    assert rec.too_few(3, min_steps=4, min_seen=12) is None
+    rec.begin_epoch(0)
+    assert rec.too_few(4, min_seen=0) is None  # no step seen: nothing to say

@@ -6,7 +6,7 @@ import logging
 import os
 import shutil
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -42,13 +42,33 @@ class WindowFiles:
     def __init__(self, keep: int | None) -> None:
         self.keep = keep
         self._windows: deque[tuple[Path | None, list[Path]]] = deque()
+        self._doomed: list[tuple[Path | None, list[Path]]] = []  # beyond keep, deleted once nothing holds them
 
-    def add(self, session_dir: str | os.PathLike[str] | None, files: Iterable[str | os.PathLike[str]]) -> list[Path]:
-        """Record one window's files; delete the oldest windows' files beyond ``keep``. Returns what was deleted."""
+    def add(
+        self,
+        session_dir: str | os.PathLike[str] | None,
+        files: Iterable[str | os.PathLike[str]],
+        *,
+        busy: Callable[[Path], bool] | None = None,
+    ) -> list[Path]:
+        """Record one window's files; delete the oldest windows' files beyond ``keep``. Returns what was deleted.
+
+        ``busy(path)``: whether a file must be kept for now (the background converter still reads it); such a
+        window is deleted by a later :meth:`add` or :meth:`prune`, once nothing holds it.
+        """
         self._windows.append((Path(session_dir) if session_dir else None, [Path(f) for f in files]))
-        removed: list[Path] = []
         while self.keep is not None and len(self._windows) > self.keep:
-            session, files_ = self._windows.popleft()
+            self._doomed.append(self._windows.popleft())
+        return self.prune(busy)
+
+    def prune(self, busy: Callable[[Path], bool] | None = None) -> list[Path]:
+        """Delete the files of the windows beyond ``keep`` that nothing holds any more (see :meth:`add`)."""
+        removed: list[Path] = []
+        kept: list[tuple[Path | None, list[Path]]] = []
+        for session, files_ in self._doomed:
+            if busy is not None and any(busy(f) for f in files_):
+                kept.append((session, files_))
+                continue
             for f in files_:
                 try:
                     f.unlink()
@@ -60,4 +80,5 @@ class WindowFiles:
             if session is not None and session.is_dir() and not any(session.glob("*.xplane.pb")):
                 shutil.rmtree(session, ignore_errors=True)
                 removed.append(session)
+        self._doomed = kept
         return removed

@@ -23,8 +23,8 @@ STEP_TIME_MS = Metric(
     PREFIX + "step_time_ms",
     "ms",
     "Mean wall time of an analysed training step: the duration of the step marker (Kineto `ProfilerStep#N`, "
-    "an XSpace event with `_r=1`), less any validation run inside it and less fitprof's own time "
-    "(`fitprof/self_ms_per_step`).",
+    "an XSpace event with `_r=1`), less any validation run inside it, less checkpoint saves "
+    "(`fitprof/checkpoint_ms_per_step`) and less fitprof's own time (`fitprof/self_ms_per_step`).",
 )
 INPUT_PERCENT = Metric(
     PREFIX + "input_percent",
@@ -164,6 +164,13 @@ SELF_MS_PER_STEP = Metric(
     "(its batch-hook bodies and step-marker transitions) inside analysed steps, divided by the number of steps. "
     "This time is already left out of `step_time_ms` and every share of it.",
 )
+CHECKPOINT_MS_PER_STEP = Metric(
+    PREFIX + "checkpoint_ms_per_step",
+    "ms per step",
+    "Checkpoint saves inside the analysed steps: the total duration of the callbacks' `fitprof/checkpoint` "
+    "annotations (a `ModelCheckpoint` save run inside a window), divided by the number of steps. This time is "
+    "already left out of `step_time_ms` and every share of it; 0 when no save ran in the window.",
+)
 VS_BASELINE_STEP_TIME_PERCENT = Metric(
     PREFIX + "vs_baseline/step_time_percent",
     "% (signed: + slower, - faster)",
@@ -184,8 +191,9 @@ SUMMARY_TAG = PREFIX + "summary"
 EPOCH_PREFIX = PREFIX + "epoch/"
 _CLEAN = (
     " Over the epoch's clean steps: every training step timed by wall clock at its step boundary "
-    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the steps holding "
-    "validation or a checkpoint save and the step after, the steps of a profiling window and the step after it)."
+    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the step holding "
+    "validation and the step after, the steps of a profiling window and the step after it); a checkpoint save is "
+    "taken out of the step it ran in, which stays timed."
 )
 EPOCH_STEP_TIME_MS_P50 = Metric(
     EPOCH_PREFIX + "step_time_ms_p50",
@@ -218,6 +226,88 @@ EPOCH_STEPS_TIMED = Metric(
     EPOCH_PREFIX + "steps_timed",
     "steps",
     "The clean steps the `fitprof/epoch/*` figures come from." + _CLEAN,
+)
+_SPAN = (
+    " The epoch's span runs from the previous epoch's end (fitprof's epoch-end hook) to this epoch's end, the first "
+    "epoch of a fit from its start: what runs between two epochs (a checkpoint saved in a later epoch-end hook, "
+    "fitprof's own analysis) is counted in the next epoch (`fitprof.fit.epoch_parts`)."
+)
+_PART = " One of the parts that add up to `fitprof/epoch/wall_s` exactly."
+EPOCH_WALL_S = Metric(
+    EPOCH_PREFIX + "wall_s",
+    "s",
+    "Wall time of the epoch, by `time.perf_counter_ns` at the callback's epoch events; the sum of `train_steps_s`, "
+    "`validation_s`, `checkpoint_s`, `callbacks_s`, `startup_s`, `profiling_s` and `other_s`." + _SPAN,
+)
+EPOCH_TRAIN_STEPS_S = Metric(
+    EPOCH_PREFIX + "train_steps_s",
+    "s",
+    "Time in training steps: from each step's start (Lightning `on_train_batch_start`, Keras "
+    "`on_train_batch_begin`) to its end, plus the gap from the previous step's end (its batch fetch, the loop's "
+    "own work), less the time of other callbacks' hooks, saves and fitprof inside them, and less a profiling "
+    "window's extra cost (see `profiling_s`)." + _PART,
+)
+EPOCH_INPUT_S = Metric(
+    EPOCH_PREFIX + "input_s",
+    "s",
+    "The batch-fetch wait inside `train_steps_s` (not a separate part): Lightning's "
+    "`[_TrainingEpochLoop].train_dataloader_next`, Keras's fetch on the torch backend; the first step's fetch is "
+    "`startup_s`. Absent where the adapter cannot see the fetch (Keras on TensorFlow and JAX).",
+)
+EPOCH_VALIDATION_S = Metric(
+    EPOCH_PREFIX + "validation_s",
+    "s",
+    "Time inside validation runs (`on_validation_start` to `on_validation_end`, Keras `on_test_begin` to "
+    "`on_test_end`), less checkpoint saves, other callbacks' hooks and fitprof's hooks inside them." + _PART,
+)
+EPOCH_CHECKPOINT_S = Metric(
+    EPOCH_PREFIX + "checkpoint_s",
+    "s",
+    "Time inside checkpoint saves: the hooks of checkpointing callbacks (Lightning `ModelCheckpoint`, Keras "
+    "`ModelCheckpoint` and `BackupAndRestore`), with every hook they call." + _PART,
+)
+EPOCH_CALLBACKS_S = Metric(
+    EPOCH_PREFIX + "callbacks_s",
+    "s",
+    "Time inside other callbacks' hooks (Lightning: the `[Callback]<name>.<hook>` profiler actions; Keras: each "
+    "callback's hook in the fit's callback list), the innermost hook counted once." + _PART,
+)
+EPOCH_STARTUP_S = Metric(
+    EPOCH_PREFIX + "startup_s",
+    "s",
+    "From the epoch's start to its first step's start: loader workers spawned (`worker_init_fn` included), the "
+    "iterator built, the first batch fetched." + _PART,
+)
+EPOCH_PROFILING_S = Metric(
+    EPOCH_PREFIX + "profiling_s",
+    "s",
+    "fitprof's own time: its hooks (window start, stop and export, analysis), plus a profiling window's extra "
+    "cost: the time of the steps it held less as many of the epoch's median step outside windows." + _PART,
+)
+EPOCH_OTHER_S = Metric(
+    EPOCH_PREFIX + "other_s",
+    "s",
+    "The rest of the epoch: the framework's loop between the last step and validation or the epoch's end, the "
+    "time between two epochs outside any hook." + _PART,
+)
+EPOCH_CPU_PERCENT = Metric(
+    EPOCH_PREFIX + "cpu_percent",
+    "% of wall time (can exceed 100)",
+    "User plus system CPU time of the training process's threads (`getrusage(RUSAGE_SELF)`) over the epoch's "
+    "wall time, times 100; loader worker processes not counted." + _SPAN,
+)
+EPOCH_INVOLUNTARY_SWITCHES_PER_S = Metric(
+    EPOCH_PREFIX + "involuntary_switches_per_s",
+    "1/s",
+    "Context switches the scheduler forced on the training process's threads (`ru_nivcsw`) per second of the "
+    "epoch's wall time: many with little CPU time means threads waited for a core." + _SPAN,
+)
+EPOCH_RUN_WAIT_PERCENT = Metric(
+    EPOCH_PREFIX + "run_wait_percent",
+    "% of wall time (0-100)",
+    "Time the training thread was ready to run but waited for a core (`/proc/thread-self/schedstat`, Linux) over "
+    "the epoch's wall time, times 100; 20 or more makes the epoch CPU-contended. Absent where Linux does not give "
+    "it." + _SPAN,
 )
 _LOADER = (
     " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
@@ -378,7 +468,22 @@ EPOCH_METRICS: tuple[Metric, ...] = (
     EPOCH_SAMPLES_PER_S,
     EPOCH_STEPS_TIMED,
 )
-"""The whole-epoch step-timing figures (issue 15), logged at every epoch end, profiled or not."""
+"""The whole-epoch step-timing figures, logged at every epoch end, profiled or not."""
+EPOCH_PARTS_METRICS: tuple[Metric, ...] = (
+    EPOCH_WALL_S,
+    EPOCH_TRAIN_STEPS_S,
+    EPOCH_INPUT_S,
+    EPOCH_VALIDATION_S,
+    EPOCH_CHECKPOINT_S,
+    EPOCH_CALLBACKS_S,
+    EPOCH_STARTUP_S,
+    EPOCH_PROFILING_S,
+    EPOCH_OTHER_S,
+    EPOCH_CPU_PERCENT,
+    EPOCH_INVOLUNTARY_SWITCHES_PER_S,
+    EPOCH_RUN_WAIT_PERCENT,
+)
+"""Where each epoch's wall time went and its CPU use (`fitprof.fit.epoch_parts`), logged at every epoch end."""
 TRIGGER_METRICS: tuple[Metric, ...] = (TRIGGER_STEP, TRIGGER_STEP_TIME_MS, TRIGGER_BASELINE_MS)
 """The figures of one triggered window, logged at the end of the epoch it was taken in."""
 
@@ -404,9 +509,11 @@ ALL: tuple[Metric, ...] = (
     FLOPS_PER_S,
     MFU,
     SELF_MS_PER_STEP,
+    CHECKPOINT_MS_PER_STEP,
     VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
+    *EPOCH_PARTS_METRICS,
     *LOADER_METRICS,
     *TRIGGER_METRICS,
     *MEMORY_METRICS,
@@ -435,6 +542,7 @@ BASE_KEYS: tuple[str, ...] = (
     FLOPS_PER_S.key,
     MFU.key,
     SELF_MS_PER_STEP.key,
+    CHECKPOINT_MS_PER_STEP.key,
 )
 """The keys every analysed window logs, whatever its operators."""
 

@@ -1,5 +1,10 @@
-"""The per-window report file, ``<run>/plugins/fitprof/<session>.rank<r>.json``: written by the callbacks, found
-and read back by ``fitprof report``.
+"""The per-window report file, ``<run>/plugins/fitprof/<session>.rank<r>.json``, and the per-epoch file,
+``<run>/plugins/fitprof/epochs.rank<r>.jsonl``: written by the callbacks, found and read back by ``fitprof report``.
+
+The per-epoch file holds one JSON line per epoch and rank (appended at each epoch's end, profiled or not): the
+epoch, the rank, the framework, the time it was written, the epoch's ``fitprof/epoch/*`` figures (where its wall time
+went, :mod:`fitprof.fit.epoch_parts`) and its verdict lines. A later fit into the same run appends to it: its
+epochs start again from 0.
 
 Each callback writes one per window and rank. It holds the epoch, the framework, the rank, the session, the
 trace the figures came from (relative to the run directory) and the full
@@ -18,6 +23,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -133,6 +139,10 @@ def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
     any depth, symbolic links to folders followed), so every run TensorBoard lists is found; a link back to
     one of its own parent folders is not entered again.
     """
+    return _find(logdir, is_report_file)
+
+
+def _find(logdir: str | os.PathLike[str], wanted: Callable[[str], bool]) -> list[Path]:
     found = []
     for folder, dirs, names in os.walk(logdir, followlinks=True):
         here = Path(folder)
@@ -140,7 +150,7 @@ def find_report_files(logdir: str | os.PathLike[str]) -> list[Path]:
         if any(os.path.realpath(parent) == real for parent in list(here.parents)[: len(here.parts) - 1]):
             dirs[:] = []  # a symbolic link loop
             continue
-        found += [here / name for name in names if is_report_file(f"{here.parent.name}/{here.name}/{name}")]
+        found += [here / name for name in names if wanted(f"{here.parent.name}/{here.name}/{name}")]
     return sorted(p for p in found if p.is_file())
 
 
@@ -276,3 +286,153 @@ def _float(value: Any, name: str, path: str | os.PathLike[str]) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ReportFileError(f"{path}: not a fitprof report ({name!r} is {value!r}, not a number)")
     return float(value)
+
+
+# ---------------------------------------------------------------------------------------------- epoch files
+EPOCH_FILE_PREFIX = "epochs.rank"
+EPOCH_FILE_SUFFIX = ".jsonl"
+MAX_EPOCH_FILE_BYTES = 32_000_000
+"""Bound on a per-epoch file's size when it is read: one epoch's line takes about 1 KB."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochRecord:
+    """One line of a per-epoch file read back.
+
+    Attributes:
+        run: the run directory it belongs to.
+        epoch: the 0-based epoch.
+        rank: the global rank that wrote it.
+        framework: ``"keras"`` or ``"lightning"`` as written ("" when the line does not say).
+        fit: 1 for the file's first fit, 2 for the next (a line whose epoch is not after the previous line's
+            starts a new fit).
+        figures: the ``fitprof/epoch/*`` figures (NaN for ``null``).
+        verdicts: the epoch's verdict lines.
+        written: when the line was written (seconds since the Unix epoch; NaN when unknown).
+    """
+
+    run: Path
+    epoch: int
+    rank: int
+    framework: str
+    fit: int
+    figures: dict[str, float]
+    verdicts: list[str]
+    written: float = math.nan
+
+
+def epoch_file_path(run_dir: str | os.PathLike[str], rank: int = 0) -> Path:
+    """``<run_dir>/plugins/fitprof/epochs.rank<rank>.jsonl``."""
+    return Path(run_dir).joinpath(*REPORTS_DIR, f"{EPOCH_FILE_PREFIX}{int(rank)}{EPOCH_FILE_SUFFIX}")
+
+
+def append_epoch_record(
+    run_dir: str | os.PathLike[str],
+    *,
+    epoch: int,
+    rank: int,
+    framework: str,
+    figures: dict[str, float],
+    verdicts: list[str],
+) -> Path:
+    """Append one epoch's line to the rank's per-epoch file (created with its folder); returns its path.
+
+    Raises:
+        OSError: if the file cannot be written.
+    """
+    path = epoch_file_path(run_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = {
+        "schema": SCHEMA,
+        "epoch": int(epoch),
+        "rank": int(rank),
+        "framework": framework,
+        "written": time.time(),
+        "figures": clean_json({str(k): float(v) for k, v in figures.items()}),
+        "verdicts": [str(v) for v in verdicts],
+    }
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(line, allow_nan=False) + "\n")
+    return path
+
+
+def is_epoch_file(rel: str) -> bool:
+    """Whether the ``/``-separated path ``rel`` names a per-epoch file (``.../plugins/fitprof/epochs.rank<r>.jsonl``)."""
+    parts = rel.split("/")
+    name = parts[-1]
+    return (
+        len(parts) >= 3
+        and tuple(parts[-3:-1]) == REPORTS_DIR
+        and name.startswith(EPOCH_FILE_PREFIX)
+        and name.endswith(EPOCH_FILE_SUFFIX)
+        and name[len(EPOCH_FILE_PREFIX) : -len(EPOCH_FILE_SUFFIX)].isdigit()
+    )
+
+
+def find_epoch_files(logdir: str | os.PathLike[str]) -> list[Path]:
+    """Every per-epoch file below ``logdir`` (any depth, walked as :func:`find_report_files` walks it), sorted."""
+    return _find(logdir, is_epoch_file)
+
+
+def read_epoch_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[str] | None = None) -> list[EpochRecord]:
+    """Read one per-epoch file back, with bounds (at most :data:`MAX_EPOCH_FILE_BYTES`; a link only inside
+    ``logdir``, default its run folder, as :func:`read_report_file`).
+
+    Raises:
+        ReportFileError: naming the file and the line when it is too big, not UTF-8, or a line is not a fitprof
+            epoch record.
+        OSError: if it cannot be read.
+    """
+    path = Path(path)
+    run = path.parent.parent.parent
+    root = Path(run if logdir is None else logdir).resolve()
+    real = path.resolve()
+    if path.is_symlink() and not real.is_relative_to(root):
+        raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
+    with open(real, "rb") as fh:
+        data = fh.read(MAX_EPOCH_FILE_BYTES + 1)
+    if len(data) > MAX_EPOCH_FILE_BYTES:
+        raise ReportFileError(
+            f"{path}: not a fitprof epoch file (bigger than {MAX_EPOCH_FILE_BYTES / 1e6:g} MB; a line takes about 1 KB)"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReportFileError(f"{path}: not a fitprof epoch file (not UTF-8 text)") from None
+    out: list[EpochRecord] = []
+    fit, last = 1, None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            doc = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise ReportFileError(f"{where}: not a fitprof epoch record (not valid JSON: {err})") from None
+        epoch, rank = (doc.get("epoch"), doc.get("rank")) if isinstance(doc, dict) else (None, None)
+        if not (isinstance(epoch, int) and isinstance(rank, int)) or isinstance(epoch, bool):
+            raise ReportFileError(f"{where}: not a fitprof epoch record ('epoch' or 'rank' is not an integer)")
+        figures = doc.get("figures")
+        verdicts = doc.get("verdicts", [])
+        if not isinstance(figures, dict) or not isinstance(verdicts, list):
+            raise ReportFileError(f"{where}: not a fitprof epoch record (no 'figures' object or 'verdicts' list)")
+        values = {str(k): _float(v, str(k), where) for k, v in figures.items()}
+        if last is not None and epoch <= last:
+            fit += 1
+        last = epoch
+        written = doc.get("written")
+        written = float(written) if isinstance(written, (int, float)) and not isinstance(written, bool) else math.nan
+        framework = doc.get("framework")
+        out.append(
+            EpochRecord(
+                run,
+                epoch,
+                rank,
+                framework if isinstance(framework, str) else "",
+                fit,
+                values,
+                [str(v) for v in verdicts],
+                written,
+            )
+        )
+    return out

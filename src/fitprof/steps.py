@@ -5,8 +5,10 @@ Three pieces, used by both adapters:
 * :class:`StepRecorder`: one epoch's wall-clock step times, from a ``time.perf_counter_ns()`` stamp taken at each
   step boundary (and, where the adapter can see it, the time the loop waited for its batch and the batch's
   sample count). Steps that would mislead are *excluded*: the first steps of an epoch (warm-up, compilation,
-  iterator start-up), the steps that hold validation or a checkpoint save (and the ones right after), and the
-  steps inside a profiling window (the profiler's own cost). At epoch end :meth:`StepRecorder.summary` gives an
+  iterator start-up), the steps that hold validation (and the ones right after), and the steps inside a
+  profiling window (the profiler's own cost). A checkpoint save is *taken out* of the step it ran in
+  (:meth:`StepRecorder.take_out`) instead: saving every few steps would otherwise exclude every step.
+  :meth:`StepRecorder.too_few` says why an epoch timed too few steps. At epoch end :meth:`StepRecorder.summary` gives an
   :class:`EpochSteps`: steps timed, step time p50/p90/max, input share and samples per second over the clean
   steps. O(1) per step (three list appends), no device synchronisation.
 * :class:`SlowdownTrigger`: a robust rolling baseline (median and MAD of the last ``baseline_steps`` clean step
@@ -44,6 +46,24 @@ processes, a first prefetch), the first steps of the first epoch compilation and
 AFTER_PAUSE_STEPS = 1
 """Steps excluded after a pause (validation, checkpoint save, a profiling window): the step that holds the pause
 itself, plus this many more while caches and prefetch queues refill."""
+
+WARMUP = "warmup"
+"""Why a step is excluded (:meth:`StepRecorder.exclude_next`): the first steps of the epoch."""
+VALIDATION = "validation"
+"""Why: validation ran in it or just before it."""
+WINDOW = "window"
+"""Why: a profiling window held it (or had just closed)."""
+FLOPS = "flops"
+"""Why: fitprof counted the step's FLOPs."""
+OTHER_PAUSE = "pause"
+"""Why: another pause (the default)."""
+_REASON_WORDS = {
+    WARMUP: ("warm-up step (the first of the epoch)", "warm-up steps (the first of the epoch)"),
+    VALIDATION: ("step during or after validation", "steps during or after validation"),
+    WINDOW: ("step in or after a profiling window", "steps in or after a profiling window"),
+    FLOPS: ("step whose FLOPs were counted", "steps whose FLOPs were counted"),
+    OTHER_PAUSE: ("step after a pause", "steps after a pause"),
+}
 
 _MAD_TO_SIGMA = 1.4826
 """MAD x 1.4826 estimates the standard deviation of normally distributed noise."""
@@ -104,6 +124,9 @@ class StepRecorder:
         self._last_ns: int | None = None
         self._skip = 0
         self._excluded = 0
+        self._taken = 0  # ns taken out of the step in progress (a save inside it)
+        self._reason = WARMUP
+        self._reasons: dict[str, int] = {}  # steps excluded this epoch, by why
 
     def begin_epoch(self, now_ns: int | None) -> None:
         """Forget the previous epoch; ``now_ns`` (``perf_counter_ns``) is the start of the epoch's first step
@@ -115,12 +138,22 @@ class StepRecorder:
         self._last_ns = now_ns
         self._skip = self.warmup_steps
         self._excluded = 0
+        self._taken = 0
+        self._reason = WARMUP
+        self._reasons = {}
 
-    def exclude_next(self, n: int = 1 + AFTER_PAUSE_STEPS) -> None:
+    def exclude_next(self, n: int = 1 + AFTER_PAUSE_STEPS, reason: str = "") -> None:
         """Exclude the next ``n`` steps (counted from the step in progress), or more where more are excluded
-        already."""
+        already. ``reason`` (e.g. :data:`VALIDATION`, :data:`WINDOW`) is what :meth:`too_few` names for them."""
         if n > self._skip:
             self._skip = n
+            self._reason = reason or OTHER_PAUSE
+
+    def take_out(self, ns: int) -> None:
+        """Take ``ns`` (a pause inside the step in progress that is not training: a checkpoint save) out of that
+        step's time instead of excluding the step: the step and the ones after it stay timed."""
+        if ns > 0:
+            self._taken += int(ns)
 
     def step(self, now_ns: int, index: int, *, input_ns: int | None = None, samples: int | None = None) -> int | None:
         """Record the step that ends at ``now_ns`` (``time.perf_counter_ns()``).
@@ -136,16 +169,39 @@ class StepRecorder:
             boundary seen (no previous stamp).
         """
         last, self._last_ns = self._last_ns, now_ns
+        taken, self._taken = self._taken, 0
         if self._skip > 0 or last is None:
+            why = self._reason if self._skip > 0 else WARMUP
+            self._reasons[why] = self._reasons.get(why, 0) + 1
             self._skip = max(self._skip - 1, 0)
             self._excluded += 1
             return None
-        dt = now_ns - last
+        dt = max(now_ns - last - taken, 0)
         self.step_ns.append(dt)
         self.step_index.append(index)
         self._input_ns.append(_NO_INPUT if input_ns is None else max(int(input_ns), 0))
         self._samples.append(_NO_SAMPLES if samples is None else int(samples))
         return dt
+
+    def too_few(self, epoch: int, min_steps: int | None = None, min_seen: int | None = None) -> str | None:
+        """Why the epoch timed fewer than ``min_steps`` (None: :data:`MIN_STEPS_COMPARED`, the fewest that stand
+        for an epoch) of the ``min_seen`` or more steps it saw (None: twice ``min_steps``), e.g. ``"epoch 3 timed
+        2 of 24 steps (fewer than 10): 19 steps during or after validation, 3 warm-up steps (the first of the
+        epoch)"``; None otherwise. A shorter epoch times few steps by its nature (warm-up, a window), one that saw
+        many and timed few lost them to a pause that repeats. Say it once per fit: the cause repeats every epoch."""
+        if min_steps is None:
+            min_steps = MIN_STEPS_COMPARED
+        if min_seen is None:
+            min_seen = 2 * min_steps
+        timed = len(self.step_ns)
+        seen = timed + self._excluded
+        if timed >= min_steps or seen < max(min_seen, 1):
+            return None
+        why = ", ".join(
+            f"{n} {_REASON_WORDS.get(reason, (reason, reason))[n != 1]}"
+            for reason, n in sorted(self._reasons.items(), key=lambda item: -item[1])
+        )
+        return f"epoch {epoch} timed {timed} of {seen} steps (fewer than {min_steps}): {why}"
 
     def summary(self, device_ms: list[float] | None = None) -> EpochSteps:
         """The figures of the epoch so far (:class:`EpochSteps`); never raises.

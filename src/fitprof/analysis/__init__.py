@@ -30,10 +30,12 @@ from fitprof.analysis.verdict import (
     COMMUNICATION_BOUND_PERCENT,
     COMPUTE_BOUND_MAX_PERCENT,
     COMPUTE_COVERS_PERCENT,
+    CPU_CONTENDED,
     HTOD_BOUND_PERCENT,
     INPUT_BOUND_PERCENT,
     PAGEABLE_ADVICE_SHARE,
     advice_for,
+    cpu_contended,
     verdict_for,
 )
 
@@ -41,6 +43,7 @@ __all__ = [
     "COMMUNICATION_BOUND_PERCENT",
     "COMPUTE_BOUND_MAX_PERCENT",
     "COMPUTE_COVERS_PERCENT",
+    "CPU_CONTENDED",
     "FRAMEWORKS",
     "FRAMEWORK_OF_FORMAT",
     "HTOD_BOUND_PERCENT",
@@ -56,6 +59,7 @@ __all__ = [
     "advice_for",
     "analyze_table",
     "check_framework",
+    "cpu_contended",
     "one_line",
     "potential_speedups",
     "verdict_for",

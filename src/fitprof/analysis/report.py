@@ -14,6 +14,9 @@ from typing import Any, Literal, cast, get_args
 from fitprof import metrics
 from fitprof.analysis.speedups import SPEEDUP_CLAUSE_MIN, SPEEDUP_FIXES
 
+CHECKPOINT_NAMED_PERCENT = 10.0
+"""The headline names the checkpoint saves inside the analysed steps when they took this share of the step time
+(what is left once they are taken out) or more: the same 10% as a part of the epoch named in its verdict."""
 OVERLAP_CLAUSE_MIN_PERCENT = 5.0
 """The smallest share of the step (percent) that overlap with compute hid from collectives or HtoD copies (total
 less exposed) which the headline mentions (``collectives 33.8% of step time, 9.9% not hidden behind compute``): the
@@ -161,6 +164,12 @@ class BottleneckReport:
     self_ms_per_step: float = math.nan
     """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
     out of ``step_time_ms``. NaN in report files written before it existed."""
+    contention: str = ""
+    """Why the verdict is ``cpu-contended`` (the callback's evidence; :func:`fitprof.analysis.verdict.cpu_contended`),
+    "" otherwise."""
+    checkpoint_ms_per_step: float = math.nan
+    """Checkpoint saves inside the analysed steps (the ``fitprof/checkpoint`` spans), ms per step; already left out
+    of ``step_time_ms``. NaN in report files written before it existed."""
     memory_device: str = ""
     """Where the allocations of the churn figures were made (``cuda``, ``cpu``); "" when the trace holds no memory
     events (recorded without torch's ``profile_memory``) and the churn figures are NaN."""
@@ -200,6 +209,7 @@ class BottleneckReport:
             metrics.FLOPS_PER_S.key: self.flops_per_s,
             metrics.MFU.key: self.mfu,
             metrics.SELF_MS_PER_STEP.key: self.self_ms_per_step,
+            metrics.CHECKPOINT_MS_PER_STEP.key: self.checkpoint_ms_per_step,
         }
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
@@ -221,6 +231,8 @@ class BottleneckReport:
         """One line: the verdict with its evidence (where the step time goes, with shares)."""
         if self.verdict == "no-steps":
             return "no-steps: no training step was found in the profile."
+        if self.contention:
+            return f"{self.verdict}: {self.contention}.{self.checkpoint_clause()}"
         top = self.top_ops[0] if self.top_ops else None
         top_text = f"top operator {one_line(top.name)} takes {top.percent:.1f}%" if top else "no operator recorded"
         if self.verdict == "input-bound":
@@ -258,7 +270,19 @@ class BottleneckReport:
             if self.steps_analyzed == 0
             else ""
         )
-        return f"{self.verdict}: {why}.{span}{self.speedup_clause()}"
+        return f"{self.verdict}: {why}.{span}{self.speedup_clause()}{self.checkpoint_clause()}"
+
+    def checkpoint_clause(self) -> str:
+        """`` Checkpoint saves took another 84.8 ms/step (145% of step time), left out of it: save less often,
+        weights only, or asynchronously.`` when the saves inside the steps took :data:`CHECKPOINT_NAMED_PERCENT` of
+        the step time or more, else ""."""
+        ms = self.checkpoint_ms_per_step
+        if not (ms > 0 and self.step_time_ms > 0) or 100.0 * ms / self.step_time_ms < CHECKPOINT_NAMED_PERCENT:
+            return ""
+        return (
+            f" Checkpoint saves took another {ms:.1f} ms/step ({100.0 * ms / self.step_time_ms:.0f}% of step time), "
+            "left out of it: save less often, weights only, or asynchronously."
+        )
 
     def _share_text(self, what: str, min_hidden: float = 0.05) -> str:
         """``"35.2% of step time, 18.9% not hidden behind compute"``: the total share, and the exposed one when

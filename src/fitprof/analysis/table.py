@@ -24,7 +24,7 @@ from fitprof.analysis.intervals import Spans
 from fitprof.analysis.report import FRAMEWORK_OF_FORMAT, BottleneckReport, Framework, OpStat, check_framework
 from fitprof.analysis.speedups import exposed_times, potential_speedups
 from fitprof.analysis.verdict import advice_for, verdict_for
-from fitprof.traces._table import OVERHEAD_ANNOTATION, Kind
+from fitprof.traces._table import CHECKPOINT_ANNOTATION, OVERHEAD_ANNOTATION, Kind
 
 
 def analyze_table(
@@ -109,6 +109,7 @@ def analyze_table(
         dtoh_ms_per_step=copies.dtoh_us / n_div / 1e3,
         collective_ms_per_step=coll_us / n_div / 1e3,
         self_ms_per_step=_own_us(w) / n_div / 1e3,
+        checkpoint_ms_per_step=_annotated_us(w, CHECKPOINT_ANNOTATION) / n_div / 1e3,
         collective_percent=collective_percent,
         htod_exposed_percent=htod_exposed_percent,
         collective_exposed_percent=collective_exposed_percent,
@@ -228,6 +229,13 @@ def _own_us(w: _Window) -> float:
     """fitprof's own time in the steps: its ``fitprof/overhead`` spans (excluded from step time already), us."""
     own = Distinct(w.table["name"].to_numpy(), w.not_training).equal(OVERHEAD_ANNOTATION)
     return intervals.overlap(intervals.union(w.ts[own], w.end[own]), w.steps)
+
+
+def _annotated_us(w: _Window, name: str) -> float:
+    """The time of one of fitprof's not-training annotations (a checkpoint save) in the steps, excluded from step
+    time already, us."""
+    spans = Distinct(w.table["name"].to_numpy(), w.not_training).equal(name)
+    return intervals.overlap(intervals.union(w.ts[spans], w.end[spans]), w.steps)
 
 
 def _input_us(w: _Window) -> float:

@@ -21,16 +21,28 @@ step slow. The input wait counts whole (the loop is blocked while it waits).
     Python overhead between operators, ``unattributed_percent``);
 
 * ``balanced``: anything in between (some input or copy wait, none dominant);
-* ``no-steps``: the trace holds no event inside an analysed step.
+* ``no-steps``: the trace holds no event inside an analysed step;
+* ``cpu-contended`` (:data:`CPU_CONTENDED`): not from the trace: the callback found the window's epoch starved of
+  CPU (:func:`fitprof.fit.epoch_parts.contention_verdict`), so its step and operator times measure waiting for a
+  core; :func:`cpu_contended` puts that in place of a verdict that would send the user to the operators
+  (:data:`OPERATOR_VERDICTS`).
 
 The README documents the same thresholds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from fitprof.analysis.report import OpStat
+from fitprof.analysis.report import BottleneckReport, OpStat
+
+CPU_CONTENDED = "cpu-contended"
+"""The verdict of a window whose epoch was starved of CPU (see the module docstring)."""
+OPERATOR_VERDICTS = frozenset({"compute-bound", "host-bound", "overhead-bound", "balanced"})
+"""The verdicts whose advice is to speed up the operators or the code between them: the ones a CPU-starved epoch
+turns into ``cpu-contended``. A wait the trace shows (input, host-to-device copies, collectives) is still named:
+it happened, contended or not."""
 
 INPUT_BOUND_PERCENT = 20.0
 HTOD_BOUND_PERCENT = 15.0
@@ -209,3 +221,19 @@ def advice_for(
     if verdict == "balanced":
         return ["No single bottleneck: input and compute both matter; check the top operators and the input wait."]
     return ["Profile a later window with more steps (`profile_batch`)."]
+
+
+def cpu_contended(report: BottleneckReport, evidence: str, fix: str) -> BottleneckReport:
+    """``report`` with the ``cpu-contended`` verdict when its own is one of :data:`OPERATOR_VERDICTS` (else
+    ``report`` as it is): ``evidence`` (the wait, switches, threads and cores) becomes its headline's reason and
+    ``fix`` its first advice, ahead of the trace's own advice (kept: it holds once the cores are free). The trace's
+    verdict is kept in the headline as what the window measured."""
+    if report.verdict not in OPERATOR_VERDICTS:
+        return report
+    return dataclasses.replace(
+        report,
+        verdict=CPU_CONTENDED,
+        contention=f"{evidence}; the window's figures measure waiting for a core, not the operators (the trace "
+        f"alone says {report.verdict})",
+        advice=[fix, *report.advice],
+    )

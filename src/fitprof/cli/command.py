@@ -18,7 +18,7 @@ from pathlib import Path
 from fitprof import _fs
 from fitprof.cli import analyze, compare, report
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
-from fitprof.report_files import is_report_file
+from fitprof.report_files import is_epoch_file, is_report_file
 
 TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
 """The trace files a folder URL given to ``analyze`` is searched for (:func:`fitprof.cli.analyze.folder_traces`)."""
@@ -81,7 +81,7 @@ def fetch_urls(args: argparse.Namespace, tmp: Path, out: Output) -> bool:
             local = tmp / (url.rpartition("/")[2] or "logdir")  # its name: the --plot title of LOGDIR itself
             local.mkdir()
             try:  # only the report files: a few KB per window
-                _fs.fetch(url, local, is_report_file)
+                _fs.fetch(url, local, lambda rel: is_report_file(rel) or is_epoch_file(rel))
             except (OSError, ValueError) as err:
                 out.error(describe(url, err))
                 bad = True

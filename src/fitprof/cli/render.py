@@ -1,7 +1,8 @@
 """Text renderers of ``fitprof`` records: ``table``, ``markdown``, ``json`` and ``csv``.
 
 A record is a dict: a ``trace`` or ``window`` row (every :class:`~fitprof.BottleneckReport` field, its
-``headline``, and ``record`` / ``run`` / ``epoch`` / ``rank``) or a ``spread`` row across ranks. Framework-free.
+``headline``, and ``record`` / ``run`` / ``epoch`` / ``rank``), a ``spread`` row across ranks, or an ``epoch`` row
+(where one epoch's wall time went: ``wall_s`` and its parts, CPU use, ``verdicts``). Framework-free.
 """
 
 from __future__ import annotations
@@ -22,6 +23,20 @@ RECORD_WINDOW = "window"
 """``record`` of a row from ``fitprof report`` (one profiled window: run, epoch, rank)."""
 RECORD_SPREAD = "spread"
 """``record`` of a rank-spread summary (max - min across the ranks of one group of rows)."""
+RECORD_EPOCH = "epoch"
+"""``record`` of a row from a per-epoch file (one epoch and rank: where its wall time went, its verdicts)."""
+EPOCH_PARTS = (
+    "train_steps_s",
+    "input_s",
+    "validation_s",
+    "checkpoint_s",
+    "callbacks_s",
+    "startup_s",
+    "profiling_s",
+    "other_s",
+)
+"""The parts of an epoch row, in table order (``input_s`` lies inside ``train_steps_s``)."""
+_EPOCH_CPU = ("cpu_percent", "involuntary_switches_per_s", "run_wait_percent")
 RECORD_COMPARE = "compare"
 """``record`` of ``fitprof compare``'s summary (the two sides, the thresholds, the status and the headline)."""
 RECORD_FIGURE = "figure"
@@ -139,7 +154,13 @@ def _csv(records: Sequence[dict[str, Any]]) -> str:
     import pandas as pd
 
     rows = []
+    epoch_columns = ("wall_s", *EPOCH_PARTS, *_EPOCH_CPU, "epoch_verdicts")
     for rec in records:
+        if rec["record"] == RECORD_EPOCH:
+            row = {k: v for k, v in rec.items() if k in _CSV_COLUMNS or k in epoch_columns}
+            row["epoch_verdicts"] = " ".join(rec.get("verdicts") or [])
+            rows.append(row)
+            continue
         row = {k: v for k, v in rec.items() if k in _CSV_COLUMNS or k in _CSV_SPREAD_COLUMNS}
         ops = rec.get("top_ops") or []
         if rec["record"] != RECORD_SPREAD:
@@ -156,6 +177,8 @@ def _csv(records: Sequence[dict[str, Any]]) -> str:
     columns = list(_CSV_COLUMNS)
     if any(r["record"] == RECORD_SPREAD for r in records):
         columns += _CSV_SPREAD_COLUMNS
+    if any(r["record"] == RECORD_EPOCH for r in records):
+        columns += epoch_columns
     frame = pd.DataFrame(rows, columns=columns)
     for col in _INT_COLUMNS:
         if col in frame:
@@ -183,8 +206,18 @@ def _short(name: str, width: int = _NAME_WIDTH) -> str:
 
 def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     """The aligned table (or Markdown table), then per run: each row's headline and the run's advice."""
-    rows = [r for r in records if r["record"] != RECORD_SPREAD]
+    rows = [r for r in records if r["record"] not in (RECORD_SPREAD, RECORD_EPOCH)]
     spreads = [r for r in records if r["record"] == RECORD_SPREAD]
+    epochs = [r for r in records if r["record"] == RECORD_EPOCH]
+    lines = _window_text(rows, spreads, markdown=markdown) if rows or spreads else []
+    if epochs:
+        lines += _epoch_text(epochs, markdown=markdown)
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
+def _window_text(rows: list[dict[str, Any]], spreads: list[dict[str, Any]], *, markdown: bool) -> list[str]:
     ranks = {r["rank"] for r in rows if r["rank"] is not None}
     show_rank = len(ranks) > 1 or bool(ranks - {0})
     show_epoch = any(r["epoch"] is not None for r in rows)
@@ -265,9 +298,40 @@ def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
                 f"straggler: rank {s['straggler_rank']}"
             )
         lines.append("")
-    while lines and not lines[-1]:
-        lines.pop()
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _epoch_text(epochs: list[dict[str, Any]], *, markdown: bool) -> list[str]:
+    """The per-epoch table: where each epoch's wall time went (s) and its CPU use, then each epoch's verdicts."""
+    ranks = {r["rank"] for r in epochs}
+    show_rank = len(ranks) > 1 or bool(ranks - {0})
+    show_fit = several_fits(epochs)
+    header = ["run"] + ["fit"] * show_fit + ["epoch"] + ["rank"] * show_rank
+    header += ["wall s", "steps s", "input s", "valid s", "ckpt s", "callbacks s", "startup s", "fitprof s"]
+    header += ["other s", "CPU %", "run wait %"]
+    body = []
+    for r in epochs:
+        cells = [r["run"]] + [_fmt(r.get("fit"), "d")] * show_fit + [_fmt(r["epoch"], "d")]
+        cells += [_fmt(r["rank"], "d")] * show_rank
+        cells += [_fmt(r.get(k), ".2f") for k in ("wall_s", *EPOCH_PARTS)]
+        cells += [_fmt(r.get("cpu_percent"), ".0f"), _fmt(r.get("run_wait_percent"), ".0f")]
+        body.append(cells)
+    title = "Epochs: where the wall time went (s; input is inside steps)"
+    lines = [f"**{title}**", ""] if markdown else [title]
+    lines += _markdown_table(header, body, {"run"}) if markdown else _plain_table(header, body, {"run"})
+    lines.append("")
+    bullet = "- " if markdown else "  "
+    for run, group in by_run(epochs):
+        said = [r for r in group if r.get("verdicts")]
+        if not said:
+            continue
+        lines += [f"**{_md_escape(run)}**", ""] if markdown else [run]
+        for r in said:
+            where = f"fit {r['fit']}, " if show_fit else ""
+            where += f"rank {r['rank']}, " if show_rank else ""
+            lines += [f"{bullet}{where}epoch {r['epoch']}: {v}" for v in r["verdicts"]]
+        lines.append("")
+    return lines
 
 
 _FIX_LABELS = (("input", "input"), ("htod", "HtoD"), ("collectives", "collectives"))

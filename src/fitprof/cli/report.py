@@ -1,6 +1,8 @@
 """``fitprof report LOGDIR``: one record per run, fit, epoch, window and rank of the fitprof runs below ``LOGDIR``
 (the report files the callbacks wrote, ``plugins/fitprof/<session>.rank<r>.json``): exactly the figures the
-callback logged; a spread record per group of ranks, and with ``--plot`` the step-time breakdown per epoch.
+callback logged; a spread record per group of ranks, and with ``--plot`` the step-time breakdown per epoch. Then
+one ``epoch`` record per epoch and rank from the per-epoch files (``plugins/fitprof/epochs.rank<r>.jsonl``): where
+each epoch's wall time went, and its verdicts.
 """
 
 from __future__ import annotations
@@ -21,8 +23,15 @@ from fitprof.cli.arguments import add_output_options
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.cli.plot import plot_breakdown
 from fitprof.cli.records import make_record, spreads
-from fitprof.cli.render import RECORD_WINDOW
-from fitprof.report_files import ReportFileError, find_report_files, read_report_file
+from fitprof.cli.render import RECORD_EPOCH, RECORD_WINDOW
+from fitprof.metrics import EPOCH_PREFIX
+from fitprof.report_files import (
+    ReportFileError,
+    find_epoch_files,
+    find_report_files,
+    read_epoch_file,
+    read_report_file,
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,11 +62,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
         out.error(f"{logdir}: not a folder (report takes a log folder; for a trace file use 'fitprof analyze')")
         return EXIT_BAD_INPUT
     files = find_report_files(logdir)
-    if not files:
+    epoch_files = find_epoch_files(logdir)
+    if not files and not epoch_files:
         folders = _trace_folders(logdir)
         where = " ".join(shlex.quote(os.fspath(f)) for f in folders[:3]) + (" ..." if len(folders) > 3 else "")
         out.error(
-            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json below it); "
+            f"{logdir}: no fitprof run found (no plugins/fitprof/<session>.rank<r>.json nor epochs.rank<r>.jsonl "
+            "below it); "
             + (
                 f"its traces are read by: fitprof analyze {where}"
                 if folders
@@ -66,7 +77,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
         )
         return EXIT_BAD_INPUT
     records: list[dict[str, Any]] = []
-    jobs = args.jobs or auto_jobs(files)
+    jobs = args.jobs or (auto_jobs(files) if files else 1)
     for record, error in ordered_map(_report_task, [(path, logdir) for path in files], jobs):
         if record is None:
             out.skip(error or "")
@@ -85,6 +96,13 @@ def run(args: argparse.Namespace, out: Output) -> int:
     # Cross-rank spreads of the scheduled windows only: each rank triggers on its own signal, at its own step.
     scheduled = [r for r in records if r["trigger_step"] is None]
     records += spreads(scheduled, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
+    for path in epoch_files:
+        try:
+            records += _epoch_records(path, logdir)
+        except ReportFileError as err:
+            out.skip(str(err))
+        except OSError as err:
+            out.skip(describe(path, err))
     status = out.finish(args, records)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
@@ -133,6 +151,26 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     rec["trigger_step"] = trigger_step(rec["session"])  # a window the slowdown trigger opened; None: scheduled
     rec["_written"] = doc.written
     return rec
+
+
+def _epoch_records(path: Path, logdir: Path) -> list[dict[str, Any]]:
+    """The rows of one per-epoch file (:func:`fitprof.report_files.read_epoch_file`): where each epoch's wall
+    time went, its CPU use and verdicts, the ``fitprof/epoch/`` prefix dropped from the figures' keys."""
+    out = []
+    for rec in read_epoch_file(path, logdir=logdir):
+        row: dict[str, Any] = {
+            "record": RECORD_EPOCH,
+            "run": rec.run.relative_to(logdir).as_posix(),
+            "fit": rec.fit,
+            "epoch": rec.epoch,
+            "rank": rec.rank,
+            "framework": rec.framework,
+        }
+        row.update({k.removeprefix(EPOCH_PREFIX): v for k, v in rec.figures.items()})
+        row["verdicts"] = rec.verdicts
+        out.append(row)
+    out.sort(key=lambda r: (r["run"], r["fit"], r["epoch"], r["rank"]))
+    return out
 
 
 _SESSION_SUFFIX = re.compile(r"^(.*?)(?:_(\d+))?$")

@@ -43,14 +43,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fitprof import metrics
+from fitprof import steps as _steps
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
 from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
-from fitprof.analysis import BottleneckReport
+from fitprof.analysis import BottleneckReport, cpu_contended
 from fitprof.compare import Side, against_baseline, load_baseline
 from fitprof.fit import schedule
+from fitprof.fit.epoch_parts import EpochParts, contention
 from fitprof.fit.events import Busy, EpochResult, Triggered, Work
 from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
@@ -63,10 +65,12 @@ from fitprof.fit.pipeline import (
     trigger_scalars,
 )
 from fitprof.fit.probes import Probe, Probes
+from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
+from fitprof.report_files import append_epoch_record
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.throughput import StepWork
-from fitprof.traces._table import VALIDATION_ANNOTATION
+from fitprof.traces._table import CHECKPOINT_ANNOTATION, VALIDATION_ANNOTATION
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +98,8 @@ class FitEngine:
             rules), ``fitprof/vs_baseline/step_time_percent`` is logged beside the window's figures, the Markdown
             summary gets a line naming the operator that grew most, and a regression gives one warning a fit.
         clock: the engine's clock in ns (``time.perf_counter_ns``; tests pass a fake).
+        xplane_timeout_s: how long the end of a ``fit`` waits for the background ``.xplane.pb`` conversions (s;
+            :mod:`fitprof.fit.xplane_worker`); what is left unwritten then is named in one warning.
 
     Raises:
         TypeError: ``baseline`` is not a path.
@@ -124,6 +130,7 @@ class FitEngine:
         probes: Iterable[Probe] = (),
         baseline: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = time.perf_counter_ns,
+        xplane_timeout_s: float = FINISH_TIMEOUT_S,
     ) -> None:
         self.given_config = config  # as the user gave it; ``config`` is it for this fit (``in_calls``)
         self.config = config
@@ -134,13 +141,21 @@ class FitEngine:
         self.trigger = trigger
         self.work = work
         self.clock = clock
+        self.xplane_timeout_s = xplane_timeout_s
+        self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from the first window to fit_end
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
+        # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
+        self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
-        builtin: tuple[Probe, ...] = (self.memory,)
+        builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
         self.pipeline, self.trigger_pipeline = (
             WindowPipeline(
-                top_k=config.top_k, max_trace_mb=max_trace_mb, keep_last_windows=keep_last_windows, warn=warn
+                top_k=config.top_k,
+                max_trace_mb=max_trace_mb,
+                keep_last_windows=keep_last_windows,
+                warn=warn,
+                converter=self._converter,
             )
             for _ in range(2)
         )
@@ -166,6 +181,8 @@ class FitEngine:
         self.false_alarms: dict[tuple[int, int], float] = {}
         """(epoch, step) of each triggered window that proved a false alarm -> its steps' median wall time (ms)."""
         self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
+        self._contention: tuple[str, str] | None = None  # this epoch's CPU-contention evidence and fix
+        self._save_annotated = False  # a save's fitprof/checkpoint annotation is open in the window
 
     def _reset_epoch(self) -> None:
         self.profiled = False  # this epoch has a window somewhere (every rank takes part in its gather)
@@ -244,10 +261,29 @@ class FitEngine:
         profiled" warning when that is so."""
         if self.window is not None:
             self._close(drop_open_step=self.boundary == "step_end")
+        self.finish_conversions()
         never = self.coverage.message("fitprof: ")
         if never:
             self.warn("never", never)
         self.probes.call("fit_end", now_ns=self.clock())
+
+    def _converter(self) -> XplaneWorker:
+        """The background ``.xplane.pb`` writer of this fit, made at the first window that needs it."""
+        if self._xplane is None:
+            self._xplane = XplaneWorker(self.warn, timeout_s=self.xplane_timeout_s)
+        return self._xplane
+
+    def finish_conversions(self) -> list[int]:
+        """Wait up to ``xplane_timeout_s`` for the pending ``.xplane.pb`` conversions and stop the converter; the
+        epochs left unwritten (named in one warning). Called at the end of a ``fit`` (normal or not)."""
+        worker, self._xplane = self._xplane, None
+        if worker is None:
+            return []
+        try:
+            return worker.finish()
+        except Exception as err:  # never fails the fit
+            _log.warning("fitprof: could not stop the .xplane.pb converter: %s", err)
+            return []
 
     # ---------------------------------------------------------------------------------------------- epoch
     def epoch_start(self, epoch: int, *, next_step: int = 1, busy: Sequence[Busy] = ()) -> None:
@@ -345,6 +381,8 @@ class FitEngine:
             self._close(drop_open_step=drop)
         self.armed = False
         self.probes.call("epoch_end", epoch, now_ns=now)
+        parts = self.parts.results.get(epoch)
+        self._contention = None if parts is None else contention(parts, self.parts.framework)
         result = EpochResult(figures=figures, profiled=self.profiled)
         if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
             if self._closed is not None:
@@ -356,7 +394,30 @@ class FitEngine:
         if result.triggered:
             result.trigger.update(trigger_scalars(result.triggered[-1].event))
         self.profiled = False
+        self._epoch_record(epoch, result)
         return result
+
+    def _epoch_record(self, epoch: int, result: EpochResult) -> None:
+        """The epoch's verdicts (:meth:`fitprof.fit.epoch_parts.EpochParts.verdicts`) into ``result``, its line in
+        this rank's per-epoch file, and once per fit why an epoch timed too few steps."""
+        result.verdicts = self.parts.verdicts(epoch) if epoch in self.parts.results else []
+        few = self.steps.too_few(epoch)
+        if few:
+            self.warn("too-few", f"fitprof: {few}; the fitprof/epoch/* step figures stand on those steps only.")
+        if self.log_dir is None:
+            return
+        try:
+            append_epoch_record(
+                self.log_dir,
+                epoch=epoch,
+                rank=self.rank,
+                framework=self.parts.framework,
+                figures=result.epoch,
+                verdicts=result.verdicts,
+            )
+        except OSError as err:
+            # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first
+            self.warn("write", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
 
     def exception(
         self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
@@ -375,10 +436,19 @@ class FitEngine:
             return None
         finally:
             self.abort()
+            self.finish_conversions()
 
     def __getstate__(self) -> dict[str, Any]:
-        """Copy and pickle between fits: an open window and this fit's pending traces are not copied."""
-        return {**self.__dict__, "window": None, "_closed": None, "_trig_pending": [], "ends_after": _never}
+        """Copy and pickle between fits: an open window, this fit's pending traces and its converter process are
+        not copied."""
+        return {
+            **self.__dict__,
+            "window": None,
+            "_closed": None,
+            "_trig_pending": [],
+            "ends_after": _never,
+            "_xplane": None,
+        }
 
     def abort(self) -> None:
         """Stop an open window without keeping it (teardown, a callback being deleted); never raises."""
@@ -449,7 +519,7 @@ class FitEngine:
                 self._advance_triggered(k)
             else:
                 self._advance_scheduled(k)
-            self.steps.exclude_next()  # a window's steps and the one after: the profiler's own cost
+            self.steps.exclude_next(reason=_steps.WINDOW)  # a window's steps and the one after: the profiler's cost
         elif fired is not None:
             self._open_triggered(k, fired)
         elif self.armed and self.plan.warm_up <= k <= self.config.last_step:
@@ -462,7 +532,7 @@ class FitEngine:
         numbers); the counted step is left out of the step timing (counting slows it)."""
         if self._count_pending and step >= self.plan.count_step and self.window is None:
             self._count_pending = False
-            self.steps.exclude_next(1)
+            self.steps.exclude_next(1, reason=_steps.FLOPS)
             if self.work is not None:
                 self.work.count_flops(step, batch)
 
@@ -476,7 +546,7 @@ class FitEngine:
         if not self._start(""):
             self.armed = self._count_pending = False
             return
-        self.steps.exclude_next()
+        self.steps.exclude_next(reason=_steps.WINDOW)
         if k >= self.config.first_step:
             window = self.window
             assert window is not None
@@ -588,7 +658,7 @@ class FitEngine:
         self._event = event
         self._trig_last = k + self.spe * self.trigger_length()
         self._trig_times = []
-        self.steps.exclude_next()
+        self.steps.exclude_next(reason=_steps.WINDOW)
 
     def _advance_triggered(self, k: int) -> None:
         """Mark or close the open triggered window at step boundary ``k``; the boundaries' times from its first
@@ -647,7 +717,7 @@ class FitEngine:
         event, self._event = self._event, None
         if window is None:
             return
-        self.steps.exclude_next()  # the stop and export land in the next step
+        self.steps.exclude_next(reason=_steps.WINDOW)  # the stop and export land in the next step
         if not self._marked:  # only the warm-up step ran (the epoch ended before the first analysed step)
             window.abort()
             return
@@ -693,7 +763,7 @@ class FitEngine:
                 self._close(drop_open_step=False)
                 self.armed = False
             return
-        self.steps.exclude_next()  # validation runs inside the next step's interval
+        self.steps.exclude_next(reason=_steps.VALIDATION)  # validation runs inside the next step's interval
         if self.window is not None:
             self.window.begin_annotation(VALIDATION_ANNOTATION)
 
@@ -704,12 +774,32 @@ class FitEngine:
         self._validating = False
 
     def checkpoint_start(self) -> None:
-        """A checkpoint save begins: the step it lands in and the next are left out of the step timing."""
+        """A checkpoint save was seen (Lightning's ``on_save_checkpoint``): its time is measured by the adapter's
+        hook timers (:meth:`save_begin`, :meth:`save_end`), which take it out of the step it ran in."""
         self.probes.call("checkpoint_start", now_ns=self.clock())
-        self.steps.exclude_next()
 
     def checkpoint_end(self) -> None:
         self.probes.call("checkpoint_end", now_ns=self.clock())
+
+    def save_begin(self) -> None:
+        """A checkpoint save starts (the adapter's :class:`fitprof.fit.hooks.Saves`): inside a window it is
+        annotated ``fitprof/checkpoint``, out of the window's step time. Never raises."""
+        self._save_annotated = False
+        if self.window is not None:
+            try:
+                self.window.begin_annotation(CHECKPOINT_ANNOTATION)
+                self._save_annotated = True
+            except Exception as err:  # the save goes on; the window keeps it in its step time
+                _log.debug("fitprof: could not annotate a save (%r)", err)
+
+    def save_end(self, ns: int) -> None:
+        """The save that :meth:`save_begin` announced took ``ns``: out of the step it ran in (the step stays timed,
+        :meth:`fitprof.steps.StepRecorder.take_out`); its annotation closes. Never raises."""
+        if self._save_annotated and self.window is not None:
+            with contextlib.suppress(Exception):
+                self.window.end_annotation()
+        self._save_annotated = False
+        self.steps.take_out(ns)
 
     # ------------------------------------------------------------------------------------------ publishing
     def _publish(self, epoch: int, gather: Gather | None, log: Callable[[EpochLog], None]) -> dict[str, float]:
@@ -758,7 +848,12 @@ class FitEngine:
             world_size=self.world,
             discard=window.cleanup,
             work=work,
+            revise=self._revise,
         )
+
+    def _revise(self, report: BottleneckReport) -> BottleneckReport:
+        """A window of a CPU-contended epoch: its verdict says so (:func:`fitprof.analysis.cpu_contended`)."""
+        return report if self._contention is None else cpu_contended(report, *self._contention)
 
     def _publish_triggered(self, epoch: int) -> list[Triggered]:
         """Analyse this epoch's triggered windows (this rank's own, no collective: each rank triggers on its own

@@ -73,6 +73,7 @@ class EpochResult:
         figures: the always-on step timing of the epoch.
         profiled: the epoch had a window (this rank's or, for the gather, any rank's).
         session_dir: the session folder of this rank's scheduled window (None: none, or not written).
+        verdicts: the epoch's verdict lines (where its wall time went, CPU contention): the adapter prints them.
     """
 
     window: dict[str, float] = field(default_factory=dict)
@@ -82,3 +83,4 @@ class EpochResult:
     figures: EpochSteps | None = None
     profiled: bool = False
     session_dir: Path | None = None
+    verdicts: list[str] = field(default_factory=list)

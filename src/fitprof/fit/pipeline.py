@@ -8,9 +8,11 @@ For each profiled window, at the end of its epoch:
    ``fitprof analyze`` runs, so a trace gives the same figures there) into a complete
    :class:`~fitprof.analysis.BottleneckReport` (framework from the trace format; host, rank and world size
    passed in), warn once when the trace is over ``max_trace_mb``, write the report file
-   (:mod:`fitprof.report_files`), write the ``.xplane.pb`` of a Kineto trace
-   (``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``, so TensorBoard's Profile tab lists it) and
-   delete the trace files of windows beyond ``keep_last_windows``;
+   (:mod:`fitprof.report_files`), hand the ``.xplane.pb`` of a Kineto trace
+   (``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``, so TensorBoard's Profile tab lists it) to the
+   background converter (:mod:`fitprof.fit.xplane_worker`: the training loop waits only for what its logged
+   figures need) and delete the trace files of windows beyond ``keep_last_windows`` (never a trace the converter
+   still reads);
 2. :meth:`WindowPipeline.publish`, on every rank that marked the epoch (with or without a report, so the
    collective always completes): gather every rank's figures (:func:`fitprof.cross_rank.pack`) with the
    adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 hand an
@@ -39,6 +41,7 @@ from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce, no_traceback
 from fitprof.analysis import BottleneckReport
+from fitprof.fit.xplane_worker import Job, XplaneWorker
 from fitprof.report_files import write_report_file
 from fitprof.throughput import StepWork, with_throughput
 from fitprof.traces import trace_format
@@ -222,19 +225,29 @@ class WindowPipeline:
         max_trace_mb: warn once when a trace is larger than this many MB (None: never).
         keep_last_windows: keep the trace files of only the last N windows (None: all).
         warn: the adapter's :class:`~fitprof._warn.WarnOnce`.
+        converter: the background ``.xplane.pb`` writer (:class:`~fitprof.fit.xplane_worker.XplaneWorker`, made on
+            the first call); None writes it in :meth:`analyze`, before it returns.
 
     Attributes:
         reports: the report of each analysed epoch (0-based epoch -> report).
         trace_paths: the trace each report was computed from.
-        xplane_paths: the ``.xplane.pb`` written for each Kineto trace.
-        analysis_seconds: wall time of the analysis, report file and ``.xplane.pb`` of each epoch (s).
+        xplane_paths: the ``.xplane.pb`` written for each Kineto trace (with a ``converter``, once it is written).
+        analysis_seconds: wall time of each epoch's analysis and report file, the time the training loop waits
+            (plus the ``.xplane.pb`` without a ``converter``) (s).
         cross_rank: the combined cross-rank scalars of each epoch that was gathered (empty when no rank reported).
     """
 
     def __init__(
-        self, *, top_k: int, max_trace_mb: float | None, keep_last_windows: int | None, warn: WarnOnce
+        self,
+        *,
+        top_k: int,
+        max_trace_mb: float | None,
+        keep_last_windows: int | None,
+        warn: WarnOnce,
+        converter: Callable[[], XplaneWorker] | None = None,
     ) -> None:
         self.top_k = top_k
+        self.converter = converter
         self.max_trace_mb = max_trace_mb
         self.warn = warn
         self._files = WindowFiles(keep_last_windows)
@@ -260,6 +273,7 @@ class WindowPipeline:
         world_size: int,
         discard: Callable[[], None] | None = None,
         work: StepWork | None = None,
+        revise: Callable[[BottleneckReport], BottleneckReport] | None = None,
     ) -> BottleneckReport | None:
         """Analyse one window's trace and write what goes beside it; None (after one warning) when the analysis
         fails.
@@ -275,6 +289,8 @@ class WindowPipeline:
             discard: deletes the temporary copy (only when ``session`` is None).
             work: the window's samples, items and FLOPs (:class:`~fitprof.throughput.WorkLog`), turned into the
                 report's throughput fields (:func:`~fitprof.throughput.with_throughput`); None leaves them NaN.
+            revise: what the callback knows beyond the trace, applied to the report before anything is written
+                (a CPU-contended epoch: :func:`fitprof.analysis.cpu_contended`).
         """
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
@@ -299,6 +315,8 @@ class WindowPipeline:
         if report is not None and work is not None:
             # the note reaches the report, its file and the tables: the reason, never a framework's traceback
             report = with_throughput(report, dataclasses.replace(work, flops_note=no_traceback(work.flops_note)))
+        if report is not None and revise is not None:
+            report = revise(report)
         if report is not None:
             self.reports[epoch] = report
         if session is None:
@@ -312,23 +330,23 @@ class WindowPipeline:
             except OSError as err:
                 self.warn("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
         files = [trace]
+        session_dir: Path | None = None
         if trace_format(trace) == "kineto":
-            try:  # the trace, its report and figures are kept whatever happens to its XSpace copy
-                from fitprof.traces.xspace_write import write_xspace
-
-                xplane = write_xspace(trace, log_dir, session, host=rank_host(host, rank, world_size))
-                self.xplane_paths[epoch] = xplane
-                files.append(xplane)
-            except Exception as err:
-                self.warn(
-                    "xspace",
-                    f"fitprof: could not write the .xplane.pb for {trace} ({err!r}); the trace and its figures are "
-                    "kept (`fitprof analyze` reads it).",
+            worker = self.converter() if self.converter is not None else None
+            xhost = rank_host(host, rank, world_size)
+            if worker is not None:  # off the training path: only the Profile tab reads it
+                job = Job(
+                    epoch, trace, os.fspath(log_dir), session, xhost, on_done=self._converted(epoch, log_dir, session)
                 )
-                with contextlib.suppress(OSError):  # no empty session in TensorBoard's Profile tab
-                    (profile_root(log_dir) / session).rmdir()
-        session_dir = files[-1].parent if files[-1].name.endswith(".xplane.pb") else None
-        self._files.add(session_dir, files)
+                files.append(job.target)
+                session_dir = job.target.parent
+                worker.submit(job)
+            else:
+                xplane = self._write_xspace(epoch, trace, log_dir, session, xhost)
+                if xplane is not None:
+                    files.append(xplane)
+                    session_dir = xplane.parent
+        self._files.add(session_dir, files, busy=self._busy)
         self.analysis_seconds[epoch] = time.perf_counter() - t0
         return report
 
@@ -396,3 +414,46 @@ class WindowPipeline:
             text = f"{baseline_line}\n\n{text}".rstrip()
         log(EpochLog(epoch, scalars, ops, text, line))
         return scalars
+
+    # ------------------------------------------------------------------------------------ the .xplane.pb
+    def _write_xspace(
+        self, epoch: int, trace: Path, log_dir: str | os.PathLike[str], session: str, host: str
+    ) -> Path | None:
+        try:  # the trace, its report and figures are kept whatever happens to its XSpace copy
+            from fitprof.traces.xspace_write import write_xspace
+
+            xplane = write_xspace(trace, log_dir, session, host=host)
+        except Exception as err:
+            self.warn(
+                "xspace",
+                f"fitprof: could not write the .xplane.pb for {trace} ({err!r}); the trace and its figures are "
+                "kept (`fitprof analyze` reads it).",
+            )
+            with contextlib.suppress(OSError):  # no empty session in TensorBoard's Profile tab
+                (profile_root(log_dir) / session).rmdir()
+            return None
+        self.xplane_paths[epoch] = xplane
+        return xplane
+
+    def _converted(
+        self, epoch: int, log_dir: str | os.PathLike[str], session: str
+    ) -> Callable[[Path | None, str], None]:
+        """What the background conversion of ``epoch``'s window does when it ends (in the training thread)."""
+
+        def done(path: Path | None, why: str) -> None:
+            if path is not None:
+                self.xplane_paths[epoch] = path
+            else:
+                with contextlib.suppress(OSError):  # no empty session in TensorBoard's Profile tab
+                    (profile_root(log_dir) / session).rmdir()
+            self._files.prune(self._busy)  # a window kept while its conversion ran can go now
+
+        return done
+
+    def _busy(self, path: Path) -> bool:
+        """Whether retention must keep ``path`` for now: a conversion still reads or writes it (a waiting one is
+        dropped instead, as its window is being deleted)."""
+        worker = self.converter() if self.converter is not None else None
+        if worker is None:
+            return False
+        return not worker.cancel(path) and worker.reading(path)

@@ -19,6 +19,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import Busy, FitEngine, Probe
+from fitprof.fit.hooks import CallbackHooks, Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog, every_key
 from fitprof.fit.probes import finite
@@ -221,6 +222,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._progbars: list[Any] = []  # the fit's ProgbarLoggers, showing a handful of fitprof's keys
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
         self._checkpoints: list[Any] = []  # the fit's ModelCheckpoints that save every N batches
+        self._hooks: CallbackHooks | None = None  # the fit's callbacks' hooks, timed for the epoch's parts
         self._fetch_timer: Any = None  # torch backend: times each batch fetch (fitprof.keras._torch_backend)
         self._adapter_samples: int | None = None  # TensorFlow / JAX: samples per step, from Keras's data adapter
         self._prev_samples: int | None = None  # torch: the samples of the batch the step in progress runs
@@ -236,6 +238,7 @@ class FitProfiler(keras.callbacks.Callback):
             _mirror=None,
             _fetch_timer=None,
             _checkpoints=[],
+            _hooks=None,
             _progbars=[],
             _loader_timing=None,
         )
@@ -329,6 +332,7 @@ class FitProfiler(keras.callbacks.Callback):
         if unknown and rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
         fit_callbacks = self._fit_callbacks()
+        self._time_hooks(fit_callbacks)
         self._tb_profilers = [cb for cb in fit_callbacks if _tensorboard_profiles(cb)]
         self._checkpoints = [cb for cb in fit_callbacks if _saves_every_n_batches(cb)]
         self._start_step_timing()
@@ -347,6 +351,28 @@ class FitProfiler(keras.callbacks.Callback):
                 f"profiled step holds that many batches and step_time_ms is per execution, not per batch.{window}",
             )
 
+    def _time_hooks(self, callbacks: list[Any]) -> None:
+        """Time every callback's overridden hooks for the epoch's parts (fitprof's own as profiling, Keras's
+        checkpointing callbacks as saves: annotated inside a window and taken out of their step's time)."""
+        if self._hooks is not None:  # a fit that raised left them in place
+            self._hooks.uninstall()
+        engine = self._engine
+        self._hooks = CallbackHooks(
+            engine.parts,
+            own=self,
+            checkpointing=(keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore),
+            saves=Saves(begin=engine.save_begin, end=engine.save_end),
+        )
+        try:
+            self._hooks.install(callbacks)
+        except Exception as err:  # untimed hooks are other time; training goes on
+            self._warn_once("hooks", f"fitprof: could not time the callbacks' hooks ({err!r}).")
+        if self.backend == "torch":
+            with contextlib.suppress(Exception):
+                import torch
+
+                engine.parts.threads = int(torch.get_num_threads())
+
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._last_step = 0
         self._prev_samples = None
@@ -355,8 +381,8 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """The step that ends here (``batch``, 0-based) is timed from the previous batch begin: on TensorFlow its
         traced function (its ``IteratorGetNext`` included) and every batch-end hook; on torch and JAX also the next
-        batch's fetch, which Keras runs in Python before this hook (``FetchTimer`` gives its wait on torch). A step
-        during which a ``ModelCheckpoint(save_freq=N)`` saved, and the one after it, are excluded."""
+        batch's fetch, which Keras runs in Python before this hook (``FetchTimer`` gives its wait on torch). A save
+        of a checkpointing callback inside the step is taken out of its time (its hooks are timed: ``_time_hooks``)."""
         engine = self._engine
         if self._checkpoints and any(_saved_in_last_step(cb) for cb in self._checkpoints):
             engine.checkpoint_start()
@@ -372,6 +398,8 @@ class FitProfiler(keras.callbacks.Callback):
         if window is not None:  # the step that ended ran in the window: its samples, as the data gives them
             self._work.step_ended(samples)
         engine.step_start(batch + 1, input_ns=wait, samples=samples)
+        if wait is not None:
+            engine.parts.input_wait(wait)
         if engine.window is not window:
             self._sync_guards()
 
@@ -403,6 +431,9 @@ class FitProfiler(keras.callbacks.Callback):
             for triggered in result.triggered:
                 if self._verbose():
                     print(triggered.line, flush=True)
+            if self._verbose():
+                for line in result.verdicts:
+                    print(f"fitprof: {line}", flush=True)
             advice = self._loader.advice(waiting_only=True)
             if advice is not None and self._verbose():
                 print(f"fitprof: epoch {epoch}: {advice}", flush=True)
@@ -414,6 +445,9 @@ class FitProfiler(keras.callbacks.Callback):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
         self._engine.fit_end()
+        if self._hooks is not None:
+            self._hooks.uninstall()
+            self._hooks = None
         self._guards.remove()
         self._stop_step_timing()
         self._tb_profilers = []

@@ -1,10 +1,14 @@
-"""Lightning: where each training step's input wait and device time come from, for the always-on step timing.
+"""Lightning: where each training step's input wait and device time come from, for the always-on step timing,
+and where the epoch's other time goes.
 
 Lightning's training loop brackets each batch fetch with ``trainer.profiler.start/stop`` of the action
-:data:`_FETCH_ACTION` (whatever the profiler, the default one doing nothing): :class:`StepTiming` wraps those two
-methods on the trainer's profiler instance and adds up the time between them (``time.perf_counter_ns``). Where that
-fails, the input wait is the gap from the previous step's end to this step's start (fetch, copy and other hooks).
-On a CUDA device each step boundary also records a CUDA timing event (non-blocking), read at the epoch's end.
+:data:`~fitprof.fit.hooks.FETCH_ACTION` (whatever the profiler, the default one doing nothing), and each callback hook with an action
+named after the callback: :class:`StepTiming` wraps those two methods on the trainer's profiler instance once
+(:class:`fitprof.fit.hooks.ProfilerHooks`), adds up the fetch time (``time.perf_counter_ns``) and hands the
+callbacks' hooks to the epoch-parts probe; it also times ``trainer.save_checkpoint`` as a save
+(:func:`fitprof.fit.hooks.wrap_save`). Where wrapping fails, the input wait is the gap from the previous step's end
+to this step's start (fetch, copy and other hooks). On a CUDA device each step boundary also records a CUDA timing
+event (non-blocking), read at the epoch's end.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ import time
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks.callback import Callback
 from lightning.pytorch.profilers import PyTorchProfiler
 
-log = logging.getLogger(__name__)
+from fitprof.fit.epoch_parts import EpochParts
+from fitprof.fit.hooks import ProfilerHooks, Saves, wrap_save
 
-_FETCH_ACTION = "[_TrainingEpochLoop].train_dataloader_next"
-"""The profiler action Lightning's training loop wraps around each batch fetch (``training_epoch_loop.py``)."""
+log = logging.getLogger(__name__)
 
 _MAX_CUDA_EVENTS = 10_000
 """The most CUDA timing events one epoch records (one per step boundary, read at the epoch's end): past it the
@@ -28,15 +33,21 @@ events are released and none is created until the next epoch, whose steps the ho
 
 
 class StepTiming:
-    """The input wait of each step and, on a CUDA device, its device time (see the module docstring)."""
+    """The input wait of each step and, on a CUDA device, its device time (see the module docstring).
 
-    def __init__(self) -> None:
+    Args:
+        parts: the engine's epoch-parts probe (None: the fetch time only).
+        saves: the adapter's saves (each one annotated in a window and taken out of its step).
+    """
+
+    def __init__(self, parts: EpochParts | None = None, saves: Saves | None = None) -> None:
+        self.parts = parts
+        self.saves = saves or Saves()
+        self._hooks = ProfilerHooks(parts, saves=self.saves)
+        self._undo_save: Any = None
         self._prev_end_ns: int | None = None  # the last step boundary (on_train_batch_end, or the epoch start)
         self._fetched_ns: int | None = None  # on_train_batch_start of the step in progress
-        self._fetch_ns = 0  # time inside Lightning's batch fetch since the last step boundary
-        self._fetch_t0 = 0
         self._hooked: Any = None  # the trainer profiler whose start/stop we wrap
-        self._hooked_fns: tuple[Any, Any] = (None, None)  # our wrappers, removed only while still in place
         self._cuda_events: list[Any] | None = None  # on a CUDA device: one timing event per step boundary
         self._cuda_capped = False  # this epoch passed _MAX_CUDA_EVENTS: no more events until the next one
         self._epoch_first_step = 1
@@ -44,14 +55,19 @@ class StepTiming:
     def fit_start(self, trainer: pl.Trainer) -> None:
         self._hook_fetch(trainer)
         self._cuda_events = [] if _on_cuda(trainer) else None
+        if self.parts is not None and self._undo_save is None:
+            self._undo_save = wrap_save(self.parts, self.saves, trainer, "save_checkpoint")
 
     def fit_end(self) -> None:
         self._unhook_fetch()
+        undo, self._undo_save = self._undo_save, None
+        if undo is not None:
+            undo()
 
     def epoch_start(self, next_step: int) -> None:
         """An epoch begins at step ``next_step`` (resumed mid-epoch: this step's start is unknown, the first
         boundary only sets the origin)."""
-        self._fetch_ns = 0
+        self._hooks.take_fetch()
         self._epoch_first_step = next_step
         self._cuda_capped = False
         if self._cuda_events is not None:
@@ -67,10 +83,9 @@ class StepTiming:
         fetched, self._fetched_ns = self._fetched_ns, None
         prev, self._prev_end_ns = self._prev_end_ns, now
         if self._hooked is not None:  # the exact time inside the fetch
-            wait: int | None = self._fetch_ns
+            wait: int | None = self._hooks.take_fetch()
         else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
             wait = None if fetched is None or prev is None else fetched - prev
-        self._fetch_ns = 0
         if self._cuda_events is not None and not self._cuda_capped:
             if len(self._cuda_events) <= _MAX_CUDA_EVENTS:
                 self._cuda_events.append(_cuda_event())
@@ -107,34 +122,32 @@ class StepTiming:
         profiler = getattr(trainer, "profiler", None)
         if profiler is None or isinstance(profiler, PyTorchProfiler):
             return
-        try:
-            start, stop = profiler.start, profiler.stop
-
-            def timed_start(action_name: str) -> None:
-                if action_name == _FETCH_ACTION:
-                    self._fetch_t0 = time.perf_counter_ns()
-                start(action_name)
-
-            def timed_stop(action_name: str) -> None:
-                stop(action_name)
-                if action_name == _FETCH_ACTION and self._fetch_t0:
-                    self._fetch_ns += time.perf_counter_ns() - self._fetch_t0
-                    self._fetch_t0 = 0
-
-            profiler.start, profiler.stop = timed_start, timed_stop
+        self._hooks.overrides = _overrides(trainer)
+        if self._hooks.install(profiler):
             self._hooked = profiler
-            self._hooked_fns = (timed_start, timed_stop)
-        except Exception as err:  # a profiler that refuses attributes: fall back to the gap
-            log.debug("fitprof: cannot time the batch fetch through the trainer's profiler (%r)", err)
+        else:  # a profiler that refuses attributes: fall back to the gap
+            log.debug("fitprof: cannot time the batch fetch through the trainer's profiler")
 
     def _unhook_fetch(self) -> None:
-        profiler, self._hooked = self._hooked, None
-        if profiler is not None:
-            for name, ours in zip(("start", "stop"), self._hooked_fns, strict=True):
-                if vars(profiler).get(name) is ours:  # not one wrapped again since by someone else
-                    with contextlib.suppress(Exception):
-                        delattr(profiler, name)  # the class's own methods again
-        self._hooked_fns = (None, None)
+        self._hooked = None
+        self._hooks.uninstall()
+
+
+def _overrides(trainer: pl.Trainer) -> Any:
+    """``(state_key, hook) -> bool``: whether the trainer's callback of that state key overrides that hook (Lightning
+    calls every hook of every callback; an empty default one is not worth a span)."""
+    callbacks = {}
+    for cb in getattr(trainer, "callbacks", []) or []:
+        with contextlib.suppress(Exception):
+            callbacks[cb.state_key] = cb
+
+    def overrides(key: str, hook: str) -> bool:
+        cb = callbacks.get(key)
+        if cb is None:
+            return True
+        return getattr(type(cb), hook, None) is not getattr(Callback, hook, None)
+
+    return overrides
 
 
 def _on_cuda(trainer: pl.Trainer) -> bool:

@@ -64,8 +64,9 @@ class Kind(str, enum.Enum):
     NOT_TRAINING = "not_training"
     """A span inside a profiled window whose time is not training, removed from step time and from every share
     of it: an annotation fitprof puts around such work: :data:`VALIDATION_ANNOTATION` (validation run inside the
-    window) and :data:`OVERHEAD_ANNOTATION` (fitprof's own hook bodies, reported apart as
-    ``fitprof/self_ms_per_step``)."""
+    window), :data:`OVERHEAD_ANNOTATION` (fitprof's own hook bodies, reported apart as
+    ``fitprof/self_ms_per_step``) and :data:`CHECKPOINT_ANNOTATION` (a checkpoint save, reported apart as
+    ``fitprof/checkpoint_ms_per_step``)."""
     OTHER = "other"
     """Anything else: runtime calls, Python functions, memsets, ..."""
 
@@ -81,7 +82,11 @@ OVERHEAD_ANNOTATION = "fitprof/overhead"
 transitions): ``Kind.NOT_TRAINING``, so fitprof's own time is never step time;
 its total inside the analysed steps is reported as ``fitprof/self_ms_per_step``."""
 
-NOT_TRAINING_ANNOTATIONS = frozenset({VALIDATION_ANNOTATION, OVERHEAD_ANNOTATION})
+CHECKPOINT_ANNOTATION = "fitprof/checkpoint"
+"""Name of the annotation the callbacks put around a checkpoint save inside a profiled window (``Kind.NOT_TRAINING``):
+out of step time, its total inside the analysed steps reported as ``fitprof/checkpoint_ms_per_step``."""
+
+NOT_TRAINING_ANNOTATIONS = frozenset({VALIDATION_ANNOTATION, OVERHEAD_ANNOTATION, CHECKPOINT_ANNOTATION})
 """The annotation names the readers classify as ``Kind.NOT_TRAINING``."""
 
 KINDS = tuple(Kind)

@@ -38,6 +38,7 @@ internally, and absolute nanoseconds times 1000 overflow int64.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import math
@@ -443,9 +444,16 @@ def write_xspace(
     out_dir = Path(run_dir) / "plugins" / "profile" / session
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{host}.xplane.pb"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(space.SerializeToString())
-    os.replace(tmp, path)
+    # Written under a hidden temporary name and renamed (the name fitprof._atomic.temporary_name gives): a writer
+    # killed mid-file leaves no half .xplane.pb, and neither xprof nor a remote mirror picks the temporary name up.
+    tmp = path.with_name(f".{path.name}.fitprof-tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(space.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     return path
 
 

@@ -1,0 +1,171 @@
+"""The epoch-end gap of a profiled Lightning epoch: the time from the epoch's last batch to the next epoch's first.
+
+Three modes, each in a fresh process, interleaved (A B C A B C ...):
+
+* ``none``: no profiler;
+* ``torch``: torch's own profiler over the same steps, stopped and exported (``export_chrome_trace`` to ``.gz``) at
+  the epoch's end, the least a profiled epoch can cost;
+* ``fitprof``: ``FitProfiler(profile_batch=(2, steps))``, whose window closes at the epoch's end too (stop, export,
+  analysis and report; the ``.xplane.pb`` is written in the background).
+
+Two workloads: ``tiny`` (an 8-layer MLP, a window of a few thousand events) and ``big`` (a model that runs about
+4,000 small operators a step, a window of about 10^5 events). CPU only, ``torch.set_num_threads(1)``.
+
+    python benchmarks/epoch_end_gap.py --repeats 3 [--workloads tiny big]
+
+Prints one row per workload and mode (median gap over the repeats, ms) and the extra gaps against ``none``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+STEPS = 6
+
+
+def child(mode: str, workload: str, out: str) -> None:
+    import lightning.pytorch as pl
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    class Net(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
+            self.reps = 800 if workload == "big" else 0
+
+        def training_step(self, batch: Any, idx: int) -> Any:
+            x, y = batch
+            h = self.body(x)
+            for _ in range(self.reps):  # many small operators: a window of about 10^5 events
+                h = h * 0.999 + 0.001
+            loss = torch.nn.functional.mse_loss(h, y)
+            self.log("train_loss", loss)  # as most modules do: Lightning's one-time logging set-up happens here
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Gap(pl.Callback):
+        def __init__(self) -> None:
+            self.last_end: float | None = None
+            self.gaps: list[float] = []
+            self.epoch_of_end = -1
+
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            self.last_end = time.perf_counter()
+            self.epoch_of_end = trainer.current_epoch
+
+        def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
+            if self.last_end is not None and trainer.current_epoch != self.epoch_of_end:
+                self.gaps.append(time.perf_counter() - self.last_end)
+
+    class TorchOwn(pl.Callback):
+        def __init__(self, where: Path) -> None:
+            self.where = where
+            self.prof: Any = None
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
+            if trainer.current_epoch == 0 and idx == 0:
+                self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                self.prof.start()
+
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            if self.prof is not None:
+                prof, self.prof = self.prof, None
+                t0 = time.perf_counter()
+                prof.stop()
+                prof.export_chrome_trace(
+                    str(self.where / "own.pt.trace.json")
+                )  # plain: torch's .gz writer is far slower
+                self.stop_export_s = time.perf_counter() - t0
+
+    data = torch.utils.data.TensorDataset(torch.randn(STEPS * 16, 64), torch.randn(STEPS * 16, 64))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    tmp = Path(tempfile.mkdtemp(prefix="gap-"))
+    gap = Gap()
+    callbacks: list[Any] = [gap]  # first: the last batch's end is timed before any profiler's hook runs
+    own = None
+    if mode == "fitprof":
+        from fitprof.lightning import FitProfiler
+
+        callbacks.append(FitProfiler(log_dir=str(tmp), profile_batch=(2, STEPS), every_n_epochs=2))
+    elif mode == "torch":
+        own = TorchOwn(tmp)
+        callbacks.append(own)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        callbacks=callbacks,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(Net(), loader)
+    events = 0
+    for trace in tmp.glob("*.pt.trace.json*"):  # the window's size, in complete events
+        import gzip
+
+        with (gzip.open if trace.suffix == ".gz" else open)(trace, "rb") as fh:
+            events = sum(1 for e in json.loads(fh.read())["traceEvents"] if e.get("ph") == "X")
+    Path(out).write_text(
+        json.dumps(
+            {
+                "gap_s": gap.gaps[0],
+                "events": events,
+                "stop_export_s": getattr(own, "stop_export_s", None),
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workloads", nargs="+", default=["tiny", "big"])
+    parser.add_argument("--child", nargs=3, metavar=("MODE", "WORKLOAD", "OUT"))
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    modes = ["none", "torch", "fitprof"]
+    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for workload in args.workloads:
+        for _ in range(args.repeats):
+            for mode in modes:
+                with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
+                    out = fh.name
+                subprocess.run([sys.executable, __file__, "--child", mode, workload, out], check=True, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                results.setdefault((workload, mode), []).append(json.loads(Path(out).read_text()))
+                os.unlink(out)
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    for workload in args.workloads:
+        med = {m: statistics.median(r["gap_s"] for r in results[(workload, m)]) * 1e3 for m in modes}
+        gaps = {m: [round(r["gap_s"] * 1e3, 1) for r in results[(workload, m)]] for m in modes}
+        extra_t, extra_f = med["torch"] - med["none"], med["fitprof"] - med["none"]
+        print(
+            f"{workload}: gap ms median none {med['none']:.1f}, torch stop+export {med['torch']:.1f}, fitprof "
+            f"{med['fitprof']:.1f}; extra: torch {extra_t:.1f} ms, fitprof {extra_f:.1f} ms "
+            f"({extra_f / extra_t if extra_t > 0 else float('nan'):.2f}x torch's); all gaps {gaps}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""The ``.xplane.pb`` of each Kineto window, written off the training path by one background process per rank.
+
+Only TensorBoard's Profile tab reads the ``.xplane.pb``; the logged figures and the report file come from the trace
+itself. Converting a 10^5-event window costs seconds of Python work, so the epoch-end pipeline hands it to a
+:class:`XplaneWorker` and training goes on:
+
+* **A process, not a thread:** the conversion is Python work that would hold the GIL against the training loop and
+  its data loading. The process is a fresh interpreter (``python -m fitprof.fit.xplane_worker``), never a fork of the
+  training process (forking a process that holds torch or TensorFlow threads is unsafe), and it does not import the
+  user's ``__main__`` (``multiprocessing``'s ``spawn`` and ``forkserver`` do, and would run an unguarded training
+  script a second time). It runs at low priority (``os.nice(10)``), is started at the first conversion and is kept
+  until the end of the ``fit``.
+* **Bounded queue, never blocking:** one conversion runs and at most :data:`MAX_WAITING` wait. A window that ends
+  while the queue is full pushes out the oldest waiting one (the newest windows are the ones worth seeing); the
+  pushed-out window keeps its trace, report and figures, and one warning a fit names it. A waiting conversion whose
+  window ``keep_last_windows`` deletes is dropped with it. Handing a job over never waits for the process.
+* **The end of the fit** waits for the running and the waiting conversion up to ``timeout_s``
+  (:data:`FINISH_TIMEOUT_S` by default), then stops the process; one warning says which windows were left without
+  an ``.xplane.pb``.
+* **A crash or kill** of the process loses only the ``.xplane.pb`` it was writing (one warning); the trace, the
+  report, the scalars and training are untouched, and the next window starts a new process. The file is written
+  under a temporary name and renamed (:func:`fitprof.traces.xspace_write.write_xspace`), so a remote mirror never
+  copies a half file.
+
+Stdlib only at import (the conversion modules are imported in the worker process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+FINISH_TIMEOUT_S = 120.0
+"""How long the end of a ``fit`` waits for the pending ``.xplane.pb`` conversions (s)."""
+
+MAX_WAITING = 2
+"""How many conversions may wait behind the running one (the last windows of a fit whose epochs are shorter than a
+conversion, e.g. ``keep_last_windows=2``)."""
+
+NICE = 10
+"""The worker's ``os.nice`` increment: it yields the cores to training."""
+
+
+@dataclass
+class Job:
+    """One conversion: the Kineto ``trace`` to ``<run_dir>/plugins/profile/<session>/<host>.xplane.pb``.
+
+    Attributes:
+        epoch: the window's epoch (for messages).
+        trace: the gzipped Kineto trace (read, never changed).
+        run_dir, session, host: where :func:`~fitprof.traces.xspace_write.write_xspace` writes.
+        on_done: called in the training thread (:meth:`XplaneWorker.poll`) with the written path, or None when no
+            file was written, and the reason.
+    """
+
+    epoch: int
+    trace: Path
+    run_dir: str
+    session: str
+    host: str
+    on_done: Callable[[Path | None, str], None] | None = None
+    ident: int = 0
+    sent: bool = False
+
+    @property
+    def target(self) -> Path:
+        """The ``.xplane.pb`` this job writes."""
+        return Path(self.run_dir) / "plugins" / "profile" / self.session / f"{self.host}.xplane.pb"
+
+
+class XplaneWorker:
+    """One background conversion process per rank (module docstring), owned by the fit engine.
+
+    Args:
+        warn: the adapter's warn-once ``(key, message)``; called only from the training thread.
+        timeout_s: how long :meth:`finish` waits (s).
+        command: the worker's command line (default: this interpreter running this module).
+
+    Attributes:
+        skipped: the epochs whose conversion was replaced by a newer window's.
+        lost: the epochs whose conversion the process did not finish (it crashed, was killed, or the fit ended).
+    """
+
+    def __init__(
+        self,
+        warn: Callable[[str, str], None],
+        *,
+        timeout_s: float = FINISH_TIMEOUT_S,
+        command: list[str] | None = None,
+    ) -> None:
+        self.warn = warn
+        self.timeout_s = timeout_s
+        self.command = command or [sys.executable, "-m", "fitprof.fit.xplane_worker"]
+        self.skipped: list[int] = []
+        self.lost: list[int] = []
+        self._lock = threading.Condition()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._running: Job | None = None
+        self._waiting: deque[Job] = deque()
+        self._results: list[tuple[Job, Path | None, str]] = []
+        self._next_id = 0
+
+    # ----------------------------------------------------------------------------------------------- state
+    @property
+    def pid(self) -> int | None:
+        """The worker process's id (None: not started)."""
+        return None if self._proc is None else self._proc.pid
+
+    def pending(self) -> list[Job]:
+        """The running and the waiting conversion."""
+        with self._lock:
+            return ([self._running] if self._running is not None else []) + list(self._waiting)
+
+    def reading(self, path: Path) -> bool:
+        """Whether a pending conversion still reads ``path`` or writes beside it (retention must not delete it)."""
+        return any(path in (job.trace, job.target) for job in self.pending())
+
+    # ---------------------------------------------------------------------------------------------- submit
+    def submit(self, job: Job) -> None:
+        """Queue one conversion; never waits for the process (module docstring for the queue policy)."""
+        self.poll()
+        replaced = None
+        with self._lock:
+            self._next_id += 1
+            job.ident = self._next_id
+            if self._running is None:
+                self._running = job
+            else:
+                if len(self._waiting) >= MAX_WAITING:
+                    replaced = self._waiting.popleft()
+                self._waiting.append(job)
+        if replaced is not None:
+            self._skip(replaced)
+        self._dispatch()
+        self.poll()
+
+    def cancel(self, trace: Path) -> bool:
+        """Drop the waiting conversion of ``trace`` (its window is being deleted); True when one was dropped."""
+        with self._lock:
+            for job in self._waiting:
+                if job.trace == trace:
+                    self._waiting.remove(job)
+                    return True
+        return False
+
+    def _skip(self, job: Job) -> None:
+        self.skipped.append(job.epoch)
+        self.warn(
+            "xspace-skipped",
+            f"fitprof: the .xplane.pb of epoch {job.epoch} was skipped: the conversion of an earlier window was still "
+            "running when newer windows ended, and only the newest wait. Its trace, report and figures are kept "
+            "(`fitprof analyze` reads the trace).",
+        )
+        if job.on_done is not None:
+            job.on_done(None, "skipped")
+
+    def _dispatch(self) -> None:
+        """Send the running job to the process (started when needed); in the training thread or the reader's."""
+        with self._lock:
+            job = self._running
+            if job is None or job.sent:
+                return
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                try:
+                    proc = self._start()
+                except OSError as err:
+                    self._running = None
+                    self._results.append((job, None, f"the converter process did not start ({err})"))
+                    return
+            line = json.dumps(
+                {
+                    "id": job.ident,
+                    "trace": str(job.trace),
+                    "run_dir": job.run_dir,
+                    "session": job.session,
+                    "host": job.host,
+                }
+            )
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()  # one short line: the pipe's buffer holds it, so this never waits
+                job.sent = True
+            except OSError as err:
+                self._running = None
+                self._results.append((job, None, f"the converter process could not be reached ({err})"))
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the parent's fitprof, wherever it is
+        proc = subprocess.Popen(
+            self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        )
+        self._proc = proc
+        self._reader = threading.Thread(target=self._read, args=(proc,), name="fitprof-xplane-reader", daemon=True)
+        self._reader.start()
+        return proc
+
+    def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        """The reader thread: collect the process's answers and hand it the waiting job (it sleeps in ``readline``
+        and does a few lines of work per window, so it takes nothing from training)."""
+        out: IO[bytes] | None = proc.stdout
+        assert out is not None
+        for raw in out:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            with self._lock:
+                job = self._running
+                if job is None or msg.get("id") != job.ident:
+                    continue
+                path = Path(msg["path"]) if msg.get("ok") else None
+                self._results.append((job, path, msg.get("error", "")))
+                self._running = self._waiting.popleft() if self._waiting else None
+                self._lock.notify_all()
+            self._dispatch()
+        code = proc.wait()
+        with self._lock:
+            if self._proc is proc:
+                self._proc = None
+            job = self._running
+            if job is not None and job.sent:
+                _remove_partial(job.target)
+                self.lost.append(job.epoch)
+                self._results.append((job, None, f"the converter process ended while writing it (exit code {code})"))
+                self._running = self._waiting.popleft() if self._waiting else None
+            self._lock.notify_all()
+
+    # ------------------------------------------------------------------------------------------------ poll
+    def poll(self) -> None:
+        """Report the finished conversions (their ``on_done``, and one warning for a failure); restart a process
+        that died with a job waiting. Call it from the training thread."""
+        with self._lock:
+            results, self._results = self._results, []
+            restart = self._running is not None and not self._running.sent
+        for job, path, why in results:
+            if path is None and why != "stopped":
+                self.warn(
+                    "xspace",
+                    f"fitprof: could not write the .xplane.pb of epoch {job.epoch} ({why}); the trace, its report "
+                    "and figures are kept (`fitprof analyze` reads the trace).",
+                )
+            if job.on_done is not None:
+                job.on_done(path, why)
+        if restart:
+            self._dispatch()
+
+    # ---------------------------------------------------------------------------------------------- finish
+    def finish(self, timeout_s: float | None = None) -> list[int]:
+        """Wait for the pending conversions up to ``timeout_s`` (default :attr:`timeout_s`), then stop the process.
+
+        Returns:
+            The epochs whose ``.xplane.pb`` was left unwritten because the wait ran out (one warning names them).
+        """
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._lock:
+            while self._running is not None and self._proc is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(min(left, 0.5))
+            undone = ([self._running] if self._running is not None else []) + list(self._waiting)
+            self._running = None
+            self._waiting.clear()
+            proc, self._proc = self._proc, None
+        self.poll()
+        if proc is not None:
+            self._stop(proc, kill=bool(undone))
+        for job in undone:
+            _remove_partial(job.target)
+            if job.on_done is not None:
+                job.on_done(None, "stopped")
+        epochs = [job.epoch for job in undone]
+        if epochs:
+            self.lost.extend(epochs)
+            self.warn(
+                "xspace-unfinished",
+                f"fitprof: the fit ended with {len(epochs)} .xplane.pb conversion(s) unfinished after {timeout:g} s "
+                f"(epoch(s) {', '.join(map(str, epochs))}): TensorBoard's Profile tab will not list them; their traces, "
+                "reports and figures are kept.",
+            )
+        return epochs
+
+    def _stop(self, proc: subprocess.Popen[bytes], *, kill: bool) -> None:
+        """Stop the process: killed at once when it still works (the wait is over), else told to exit."""
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # an idle worker exits on end of input
+        try:
+            if kill:
+                raise subprocess.TimeoutExpired(self.command, 0)
+            proc.wait(0.5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5.0)
+        if self._reader is not None:
+            self._reader.join(1.0)
+        with self._lock:
+            self._results.clear()  # the reader's report of the stop: already said by finish
+
+
+def _remove_partial(target: Path) -> None:
+    """Delete what a stopped writer of ``target`` left under a temporary name."""
+    for part in target.parent.glob(f".{target.name}.fitprof-tmp-*"):
+        with contextlib.suppress(OSError):
+            part.unlink()
+
+
+# ---------------------------------------------------------------------------------------------------- process
+def main() -> None:
+    """The worker process: one JSON job a line on stdin, one JSON answer a line on stdout; exits at end of input."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(NICE)
+    from fitprof.traces.xspace_write import write_xspace
+
+    out = sys.stdout.buffer
+    for raw in sys.stdin.buffer:
+        try:
+            job: dict[str, Any] = json.loads(raw)
+        except ValueError:
+            continue
+        answer: dict[str, Any] = {"id": job.get("id")}
+        try:
+            path = write_xspace(job["trace"], job["run_dir"], job["session"], host=job["host"])
+            answer.update(ok=True, path=str(path))
+        except Exception as err:
+            answer.update(ok=False, error=repr(err))
+        out.write(json.dumps(answer).encode() + b"\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Every millisecond of the epoch, in real fits of both frameworks: each planted cost against its truth timed in
+the same run (``tests/epoch_parts_child.py``), the parts adding up to the wall time, and the epoch's verdict.
+
+The figures are read back from what the callbacks wrote: Lightning's ``CSVLogger`` file (``pl_module.log``),
+Keras's ``History``, and both callbacks' per-epoch file (``plugins/fitprof/epochs.rank0.jsonl``). Tolerance: 15% of
+the truth or 30 ms, whichever is larger (the issue's bar); measured spread: see each assertion.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("torch")
+
+from fitprof import metrics
+from fitprof.report_files import epoch_file_path, read_epoch_file
+
+CHILD = Path(__file__).with_name("epoch_parts_child.py")
+PARTS = ("train_steps_s", "validation_s", "checkpoint_s", "callbacks_s", "startup_s", "profiling_s", "other_s")
+PLANTED = {
+    "validation": "validation_s",
+    "checkpoint": "checkpoint_s",
+    "callback": "callbacks_s",
+    "startup": "startup_s",
+}
+VERDICT = {
+    "validation": "validation took",
+    "checkpoint": "checkpointing took",
+    "callback": "callback hooks took",
+    "startup": "start-up (first batch) took",
+    "threads": "CPU-contended",
+}
+
+
+def _fit(framework: str, scenario: str, logdir: Path) -> dict[str, Any]:
+    pytest.importorskip("lightning" if framework == "lightning" else "keras")
+    env = dict(os.environ, KERAS_BACKEND="torch")
+    proc = subprocess.run(
+        [sys.executable, str(CHILD), framework, scenario, str(logdir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
+
+
+def _logged(framework: str, run: dict[str, Any], logdir: Path) -> list[dict[str, float]]:
+    """Each epoch's ``fitprof/epoch/*`` figures as the framework's own channel holds them."""
+    if framework == "keras":
+        history = run["history"]
+        epochs = len(history[metrics.EPOCH_WALL_S.key])
+        return [{k: v[e] for k, v in history.items() if k.startswith(metrics.EPOCH_PREFIX)} for e in range(epochs)]
+    with open(logdir / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get(metrics.EPOCH_WALL_S.key)]
+    rows.sort(key=lambda r: int(r["epoch"]))
+    return [{k: float(v) if v else math.nan for k, v in r.items() if k.startswith(metrics.EPOCH_PREFIX)} for r in rows]
+
+
+def _close(measured: float, truth: float) -> bool:
+    return abs(measured - truth) <= max(0.15 * truth, 0.030)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+@pytest.mark.parametrize("scenario", ["validation", "checkpoint", "callback", "startup", "threads"])
+def test_parts_match_truths_and_add_up(framework: str, scenario: str, tmp_path: Path) -> None:
+    run = _fit(framework, scenario, tmp_path)
+    logged = _logged(framework, run, tmp_path)
+    truth = run["truth"]
+    assert len(logged) == 2
+    for epoch, figures in enumerate(logged):
+        wall = figures[metrics.EPOCH_WALL_S.key]
+        parts = sum(figures[metrics.EPOCH_PREFIX + p] for p in PARTS)
+        assert parts == pytest.approx(wall, rel=1e-3), figures  # exact in the probe; float32 on Lightning's way
+        assert figures[metrics.EPOCH_INPUT_S.key] <= figures[metrics.EPOCH_TRAIN_STEPS_S.key] or math.isnan(
+            figures[metrics.EPOCH_INPUT_S.key]
+        )
+        key = PLANTED.get(scenario)
+        if key is not None:
+            measured, expected = figures[metrics.EPOCH_PREFIX + key], truth[scenario][str(epoch)]
+            print(f"{framework} {scenario} epoch {epoch}: {key} {measured:.3f} s, truth {expected:.3f} s")
+            assert _close(measured, expected), (epoch, key, measured, expected)
+    # The first epoch's span is the epoch itself (later ones start at the previous epoch's end).
+    wall = logged[0][metrics.EPOCH_WALL_S.key]
+    print(f"{framework} {scenario} epoch 0: wall {wall:.3f} s, truth {truth['wall']['0']:.3f} s; {logged[0]}")
+    assert _close(wall, truth["wall"]["0"])
+    records = read_epoch_file(epoch_file_path(tmp_path, 0))
+    assert [r.epoch for r in records] == [0, 1]
+    assert records[0].figures[metrics.EPOCH_WALL_S.key] == pytest.approx(logged[0][metrics.EPOCH_WALL_S.key], rel=1e-3)
+    said = " ".join(records[0].verdicts)
+    print(f"{framework} {scenario} epoch 0 verdicts: {records[0].verdicts}")
+    assert VERDICT[scenario] in said, records[0].verdicts
+    if scenario == "callback":
+        assert "the slowest is Sleepy" in said
+    if scenario == "threads":
+        assert "compute-bound" not in said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
+def test_saves_inside_the_window_are_out_of_its_step_time(framework: str, tmp_path: Path) -> None:
+    """A save every second step, inside the default window: the window's step time leaves the saves out and names
+    them; the always-on timing keeps timing steps (each save taken out of its step, none dropped)."""
+    run = _fit(framework, "checkpoint", tmp_path)
+    window = run["window"]["0"]
+    saves = run["truth"]["checkpoint"]["0"] / (20 / 2)  # the mean save (s), 10 saves in epoch 0
+    assert window[metrics.CHECKPOINT_MS_PER_STEP.key] == pytest.approx(1e3 * saves / 2, rel=0.5)
+    assert window[metrics.STEP_TIME_MS.key] < 0.5 * 1e3 * saves  # the saves are out of it
+    logged = _logged(framework, run, tmp_path)
+    assert logged[0][metrics.EPOCH_STEPS_TIMED.key] >= 5
