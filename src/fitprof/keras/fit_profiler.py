@@ -367,11 +367,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._hooks.install(callbacks)
         except Exception as err:  # untimed hooks are other time; training goes on
             self._warn_once("hooks", f"fitprof: could not time the callbacks' hooks ({err!r}).")
-        if self.backend == "torch":
+        if self._fns.threads is not None:
             with contextlib.suppress(Exception):
-                import torch
-
-                engine.parts.threads = int(torch.get_num_threads())
+                engine.parts.threads = self._fns.threads()
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._last_step = 0
