@@ -113,9 +113,7 @@ def write_report_file(
     path = report_path(run_dir, session, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
-        "schema": SCHEMA,
-        "epoch": int(epoch),
-        "rank": int(rank),
+        **_head(epoch, rank),
         "session": session,
         "framework": report.framework,
         "trace": Path(os.path.relpath(trace, run_dir)).as_posix(),
@@ -258,6 +256,11 @@ def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> Bott
     return BottleneckReport(**kwargs)
 
 
+def _head(epoch: int, rank: int) -> dict[str, Any]:
+    """The fields every record fitprof writes starts with: the file format's version, the epoch and the rank."""
+    return {"schema": SCHEMA, "epoch": int(epoch), "rank": int(rank)}
+
+
 def _read_inside(
     path: Path, logdir: str | os.PathLike[str] | None, limit: int, refusal: str, typical: str
 ) -> tuple[Path, Path, str]:
@@ -358,9 +361,7 @@ def append_epoch_record(
     path = epoch_file_path(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = {
-        "schema": SCHEMA,
-        "epoch": int(epoch),
-        "rank": int(rank),
+        **_head(epoch, rank),
         "framework": framework,
         "written": time.time(),
         "figures": clean_json({str(k): float(v) for k, v in figures.items()}),
