@@ -99,7 +99,9 @@ def _gfile_store(url: str) -> Any:
 
 
 _TENSORFLOW = Backend("tensorflow", "TensorFlow", _tf_window, _throughput.tf_device_and_dtype, _throughput.count_tf)
-_TORCH = Backend("torch", "torch", _torch_window, _throughput.torch_device_and_dtype, _throughput.count_torch)
+_TORCH = Backend(
+    "torch", "torch", _torch_window, _throughput.torch_device_and_dtype, _throughput.count_torch, threads=_torch_threads
+)
 
 BACKENDS: dict[str, Backend] = {
     "tensorflow": dataclasses.replace(
@@ -111,12 +113,7 @@ BACKENDS: dict[str, Backend] = {
         retraces_collectives=True,
     ),
     "torch": dataclasses.replace(
-        _TORCH,
-        fetch_timer=_fetch_timer,
-        threads=_torch_threads,
-        python_fetch=True,
-        torch_options=True,
-        count_items=True,
+        _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True
     ),
     "jax": Backend("jax", "JAX", _jax_window, _throughput.jax_device_and_dtype),
 }
