@@ -161,7 +161,7 @@ def test_torch_options_are_refused_unless_bool() -> None:
 def test_the_progress_bar_shows_a_handful_of_keys_and_history_has_them_all(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fitprof.keras.fit_profiler import PROGBAR_KEYS
+    from fitprof.keras._logs import PROGBAR_KEYS
 
     capsys.readouterr()
     history, fp, csv_path = _fit(tmp_path, validation=False, fit_verbose=2, verbose=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Collection, Iterable
@@ -26,6 +25,7 @@ from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
+from fitprof.lightning import _trainer
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import (
@@ -339,7 +339,7 @@ class FitProfiler(Callback):
             ends_after=lambda step: self._ends_after(trainer, step),
             memory_device=torch_device(getattr(trainer.strategy, "root_device", None)),
         )
-        engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
+        engine.coverage.limit = _trainer.epoch_limit(trainer, self.config.first_step)
         self._timing.fit_start(trainer)
         unknown = _config.unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
@@ -371,7 +371,7 @@ class FitProfiler(Callback):
         cfg = self.config
         profiled = self._dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
         self._session = self._shared_session(trainer, epoch) if profiled else None
-        _threads_and_workers(self._engine.parts, trainer)
+        _trainer.threads_and_workers(self._engine.parts, trainer)
         self._engine.epoch_start(epoch, next_step=next_step)
 
     @override
@@ -420,7 +420,7 @@ class FitProfiler(Callback):
         result = engine.epoch_end(
             engine.epoch,
             device_ms=self._timing.device_step_ms(self._engine.steps.step_index),
-            gather=(lambda vector: _all_gather(trainer, vector)) if _distributed() else None,
+            gather=(lambda vector: _trainer.all_gather(trainer, vector)) if _trainer.distributed() else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
         if self.verbose and engine.rank == 0:
@@ -501,7 +501,7 @@ class FitProfiler(Callback):
         """
         assert self._dir is not None
         name = session_name(self._dir, epoch)
-        if _distributed():
+        if _trainer.distributed():
             try:
                 name = str(trainer.strategy.broadcast(name, src=0))
             except Exception as err:
@@ -554,7 +554,9 @@ class FitProfiler(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 try:
-                    logger.experiment.add_text(metrics.TRIGGER_SUMMARY_TAG, text, global_step=_epoch_end_step(trainer))
+                    logger.experiment.add_text(
+                        metrics.TRIGGER_SUMMARY_TAG, text, global_step=_trainer.epoch_end_step(trainer)
+                    )
                 except Exception as err:
                     self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
 
@@ -567,9 +569,11 @@ class FitProfiler(Callback):
         for logger in trainer.loggers:
             try:
                 if pl_module is None:
-                    logger.log_metrics({**entry.scalars, "epoch": float(entry.epoch)}, step=_epoch_end_step(trainer))
+                    logger.log_metrics(
+                        {**entry.scalars, "epoch": float(entry.epoch)}, step=_trainer.epoch_end_step(trainer)
+                    )
                 if isinstance(logger, TensorBoardLogger):
-                    step = _epoch_end_step(trainer)
+                    step = _trainer.epoch_end_step(trainer)
                     for key, value in entry.op_scalars.items():
                         logger.experiment.add_scalar(key, value, global_step=step)
                     logger.experiment.add_text(SUMMARY_TAG, entry.text, global_step=step)
@@ -582,71 +586,3 @@ class FitProfiler(Callback):
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
 """The figures also shown in Lightning's progress bar (``trainer.progress_bar_metrics``)."""
-
-
-def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
-    """The Trainer argument that cuts the training epochs short, as the user wrote it (None: none does)."""
-    fast_dev_run = getattr(trainer, "fast_dev_run", False)
-    if fast_dev_run:
-        return f"Trainer(fast_dev_run={fast_dev_run!r}) runs {int(fast_dev_run)} training step(s)"
-    limit = getattr(trainer, "limit_train_batches", None)
-    if limit is not None and limit != 1.0:
-        return f"Trainer(limit_train_batches={limit!r})"
-    max_steps = getattr(trainer, "max_steps", -1)
-    if max_steps is not None and 0 <= max_steps < first_step:
-        return f"Trainer(max_steps={max_steps})"
-    return None
-
-
-def _epoch_end_step(trainer: pl.Trainer) -> int:
-    """The logger step of the epoch's last batch, for what fitprof writes to a logger itself: the operators by name
-    and the Markdown summaries (at the step ``pl_module.log`` gives the epoch-end scalars in ``on_train_epoch_end``),
-    and after an exception the scalars too (at the step of the last batch's ``on_step`` values).
-
-    Lightning counts the batches that stepped (``fit_loop.epoch_loop._batches_that_stepped``, per batch whatever
-    the optimizers did, so not ``global_step`` under manual optimization) and logs a batch's values at the count
-    before it: ``FitLoop`` logs epoch-end metrics with the count one back, so that they sit at the last batch's
-    step. During a validation run inside fit the last batch's count is not advanced yet, so it is the count itself.
-    Where a Lightning version lacks the count, ``trainer.global_step`` stands for it. Never below 0.
-    """
-    stepped = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "_batches_that_stepped", None)
-    count = stepped if isinstance(stepped, int) else trainer.global_step
-    return max(int(count) - (0 if trainer.validating else 1), 0)
-
-
-def _threads_and_workers(parts: Any, trainer: pl.Trainer) -> None:
-    """Tell the epoch-parts probe the intra-op threads and the training loader's workers (the CPU-contention
-    verdict weighs them against the cores); left as they were where Lightning does not say."""
-    with contextlib.suppress(Exception):
-        import torch
-
-        parts.threads = int(torch.get_num_threads())
-    with contextlib.suppress(Exception):
-        loaders = trainer.train_dataloader
-        loaders = loaders.values() if isinstance(loaders, dict) else loaders
-        loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
-        parts.workers = sum(int(getattr(dl, "num_workers", 0) or 0) for dl in loaders if dl is not None)
-
-
-def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
-    """All-gather one vector per rank (index = global rank): a float64 tensor, on the CPU for gloo / MPI, on the
-    rank's device otherwise. Raises on failure."""
-    import torch
-    import torch.distributed as dist
-
-    backend = str(dist.get_backend())
-    device = torch.device("cpu") if ("gloo" in backend or "mpi" in backend) else trainer.strategy.root_device
-    local = torch.tensor(vector, dtype=torch.float64, device=device)
-    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, local)
-    return [[float(x) for x in t.cpu().tolist()] for t in gathered]
-
-
-def _distributed() -> bool:
-    """Whether ``torch.distributed`` is initialised with more than one rank."""
-    try:
-        import torch.distributed as dist
-
-        return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
-    except Exception:  # a broken process group: behave as a single process
-        return False
