@@ -1,4 +1,4 @@
-"""fitprof's own time is never the user's step time (issue 19).
+"""fitprof's own time is never the user's step time.
 
 Planted-span runs: the input sleeps a known time per batch (and, on Lightning, the training step too), so step
 time and input share are set by the test. A 40 ms delay is then injected into fitprof's own step-marker

@@ -1,4 +1,4 @@
-"""Issue 16 part 3 on Keras (TensorFlow backend): FLOPs of a training step counted exactly against hand counts
+"""On Keras (TensorFlow backend): FLOPs of a training step counted exactly against hand counts
 (an MLP and a small CNN, forward and backward), and samples/s and FLOP/s read back from the event file."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_counted_call_is_the_one_before_the_warm_up_step(tmp_path: Path) -> None:
-    """Issue 19 with issue 16: counting slows the step it counts, so the counted call is the one before the window's
+    """Counting slows the step it counts, so the counted call is the one before the window's
     warm-up step (recorded by the profiler), never the warm-up step itself: what ``fit`` calls at each batch, seen
     by a callback placed after FitProfiler (the counting wrapper, then the window's guard, then Keras's own)."""
     seen: list[str] = []
