@@ -78,7 +78,7 @@ class FitProfiler(keras.callbacks.Callback):
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
-            read as separators on every system). A URL (``gs://``, ``s3://``, ``memory://``...; see the README,
+            read as separators on every system). A URL (``gs://``, ``s3://``, ``memory://``...; see docs/files.md,
             "Remote log directories") is written as Keras's ``TensorBoard`` callback writes it: through
             ``tf.io.gfile`` on TensorFlow, fsspec on torch. The fit records into a local staging folder, copied
             to the URL at the end of each profiled epoch and deleted at the end of the fit (``trace_paths``
@@ -87,7 +87,7 @@ class FitProfiler(keras.callbacks.Callback):
         profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
             ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
             leaves tracing, compilation and warm-up out. ``0`` turns profiling off (as in Keras's
-            ``TensorBoard``). A fit that profiles nothing ends with one warning naming why (see the README).
+            ``TensorBoard``). A fit that profiles nothing ends with one warning naming why (docs/guarantees.md).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based).
         top_k: how many operators to log by self time.
         max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB;
@@ -99,8 +99,8 @@ class FitProfiler(keras.callbacks.Callback):
             them exists in the run. A rank left out opens no window but still takes
             part in the epoch-end gather, so the other ranks' cross-rank figures complete
             (``fitprof/ranks_reported`` counts the ranks that profiled). ``ranks=[0]`` avoids a TensorFlow 2.21
-            profiler bug that can abort a non-chief worker when its window stops (see the README, "Distributed
-            training"); a warning names it on such a worker.
+            profiler bug that can abort a non-chief worker when its window stops (docs/distributed.md, "Keras
+            (`tf.distribute`)"); a warning names it on such a worker.
         verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
             verdict; :func:`fitprof.window.summary_line`). Also quiet under ``fit(verbose=0)``.
         record_shapes: torch backend only (ignored, with one warning, on TensorFlow): record operator input
@@ -108,7 +108,7 @@ class FitProfiler(keras.callbacks.Callback):
         profile_memory: torch only: record allocations and frees.
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
-            recorded). The four are off by default; their measured cost is in the README.
+            recorded). The four are off by default; their measured cost is in docs/arguments.md.
         count_items: a function of one batch returning its items (e.g. tokens), for ``fitprof/items_per_s``:
             torch backend only, called on the batch of the step whose FLOPs are counted (the only batch a callback
             sees) and scaled to the window's samples; None (default), or another backend, logs NaN there.

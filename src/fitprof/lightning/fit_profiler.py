@@ -97,8 +97,8 @@ class FitProfiler(Callback):
     ``fitprof/self_ms_per_step`` and
     ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
-    the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
-    are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
+    the text ``fitprof/summary/text_summary`` in TensorBoard (verdict, advice, top-operator table). With several
+    ranks the first five are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
     ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, their ``..._max_rank`` (global rank) and
     ``fitprof/ranks_reported`` are added (:func:`fitprof.cross_rank.combine`); the summary starts with a line
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
@@ -107,19 +107,20 @@ class FitProfiler(Callback):
     Always-on step timing (every epoch, profiled or not; :mod:`fitprof.steps`): each training step's wall time from
     one ``on_train_batch_end`` to the next (``time.perf_counter_ns``, no device synchronisation), the time inside
     Lightning's batch fetch (the ``[_TrainingEpochLoop].train_dataloader_next`` action, timed by wrapping
-    ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation or
-    a checkpoint save, and the steps of a window are excluded (README, "Always-on step timing"). At each epoch end
+    ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation
+    and the steps of a window are excluded, and a checkpoint save's time is taken out of its step
+    (docs/lightning.md, "Always-on step timing"). At each epoch end
     ``fitprof/epoch/step_time_ms_p50``, ``_p90``, ``_max``, ``fitprof/epoch/input_percent``,
     ``fitprof/epoch/samples_per_s`` and ``fitprof/epoch/steps_timed`` are logged through ``pl_module.log`` (this
     rank's own, ``sync_dist=False``), and a window's summary says when it is not representative of its epoch.
     With ``trigger="slowdown"`` a triggered window also logs ``fitprof/trigger/step``,
     ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
-    ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary``.
+    ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary/text_summary``.
 
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
             ``trainer.default_root_dir`` without a logger. A URL (``s3://``, ``gs://``, ``memory://``...; see
-            the README, "Remote log directories") is written through fsspec: the window records into a local
+            docs/files.md, "Remote log directories") is written through fsspec: the window records into a local
             staging folder, copied to the URL at the end of each profiled epoch and deleted at ``teardown``
             (``trace_paths`` and ``xplane_paths`` then name the staging copies). A filesystem that cannot be
             opened or written gives one warning; the figures are still logged.
@@ -145,7 +146,7 @@ class FitProfiler(Callback):
         profile_memory: torch only: record allocations and frees.
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
-            recorded). The four are off by default; their measured cost is in the README.
+            recorded). The four are off by default; their measured cost is in docs/arguments.md.
         count_items: a function of one batch (as the batch hooks get it) returning its items, e.g.
             tokens, for ``fitprof/items_per_s``; None (default) logs NaN there. A call that raises gives one
             warning and NaN for that window. It runs at the end of each profiled step, inside fitprof's own
