@@ -438,7 +438,7 @@ def _odd_names(prof: Any) -> list[str]:
         results = prof.profiler.kineto_results
         items = results.trace_activities() if hasattr(results, "trace_activities") else results.events()
         names = {item.name() for item in items}
-    except Exception:  # private API moved: export as before
+    except Exception:  # private API moved: export without the name repair
         return []
     return sorted(n for n in names if not _PLAIN_NAME.fullmatch(n))
 
