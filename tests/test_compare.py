@@ -678,3 +678,67 @@ def test_both_callbacks_take_a_baseline(adapter: str, tmp_path: Path) -> None:
     assert profiler._engine.baseline is not None and len(profiler._engine.baseline.windows) == 3
     with pytest.raises(ValueError, match=f"{tmp_path / 'missing'}: no such file or folder"):
         module.FitProfiler(log_dir=tmp_path / "logs", baseline=tmp_path / "missing")
+
+
+# ------------------------------------------------------------------------------ a run with one unreadable report
+
+
+def _damaged(run: Path, dest: Path) -> tuple[Path, Path]:
+    """A copy of ``run`` with one report file cut to 0 bytes (a run killed mid-write); the copy and that file."""
+    shutil.copytree(run, dest)
+    bad = find_report_files(dest)[1]
+    bad.write_bytes(b"")
+    return dest, bad
+
+
+def test_compare_skips_an_unreadable_report_as_report_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One truncated report file beside good ones: ``compare`` prints the same warning line ``fitprof report``
+    prints for it, compares the good windows and exits 0; ``--strict`` makes it an error (exit 2); a folder with
+    no readable report at all is exit 2."""
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    damaged, bad = _damaged(run_dir(tmp_path / "cand", BASE_OPS, seed=2), tmp_path / "damaged")
+    capsys.readouterr()
+    assert main(["report", os.fspath(damaged)]) == 0
+    report_err = capsys.readouterr().err.splitlines()
+    assert len(report_err) == 1 and os.fspath(bad) in report_err[0], report_err
+    for argv in ((base, damaged), (damaged, base)):
+        rc, out, err = run_cli(capsys, *argv, "--format", "json")
+        assert rc == 0, err
+        assert err.splitlines() == report_err
+        head = json.loads(out)[0]
+        assert head["baseline_windows" if argv[0] == damaged else "candidate_windows"] == 2
+        rc, out, err = run_cli(capsys, *argv, "--strict")
+        assert rc == 2
+        assert err.splitlines() == [
+            report_err[0].replace("fitprof: warning:", "fitprof: error:").removesuffix(" (skipped)")
+        ]
+    for f in find_report_files(damaged):
+        f.write_bytes(b"")
+    rc, out, err = run_cli(capsys, base, damaged)
+    assert rc == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "no readable report file" in err and os.fspath(bad) in err, err
+
+
+@pytest.mark.parametrize("adapter", ["lightning", "keras"])
+def test_a_baseline_with_one_unreadable_report(adapter: str, tmp_path: Path) -> None:
+    """``FitProfiler(baseline=DIR)`` with one truncated report file beside good ones reads the good ones and warns
+    once naming the bad file; with none readable it raises, and a folder with no report names only what a baseline
+    may be (no trace file)."""
+    module = pytest.importorskip(f"fitprof.{adapter}")
+    damaged, bad = _damaged(run_dir(tmp_path / "base", BASE_OPS, seed=1), tmp_path / "damaged")
+    with pytest.warns(fitprof.FitProfilerWarning) as caught:
+        profiler = module.FitProfiler(log_dir=tmp_path / "logs", baseline=damaged)
+    assert profiler._engine.baseline is not None and len(profiler._engine.baseline.windows) == 2
+    named = [w for w in caught if os.fspath(bad) in str(w.message)]
+    assert len(named) == 1 and len(caught) == 1, [str(w.message) for w in caught]
+    assert str(named[0].message).startswith("fitprof: ")
+    for f in find_report_files(damaged):
+        f.write_bytes(b"")
+    with pytest.raises(ValueError, match="no readable report file"):
+        module.FitProfiler(log_dir=tmp_path / "logs", baseline=damaged)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ValueError, match="no fitprof report file") as raised:
+        module.FitProfiler(log_dir=tmp_path / "logs", baseline=empty)
+    assert "a baseline is a run directory or a report file" in str(raised.value)
+    assert "trace" not in str(raised.value)

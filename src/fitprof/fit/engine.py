@@ -161,7 +161,12 @@ class FitEngine:
         )
         if baseline is not None and not isinstance(baseline, (str, os.PathLike)):
             raise TypeError(f"baseline must be a path (a run directory or a report file), got {baseline!r}")
-        self.baseline: Side | None = None if baseline is None else load_baseline(baseline)
+        self.baseline: Side | None = None
+        if baseline is not None:
+            self.baseline = load_baseline(
+                baseline,
+                skip=lambda line: warn(f"baseline-unreadable {line}", f"fitprof: baseline report file skipped: {line}"),
+            )
         self.coverage = FitCoverage(config)
         self.steps = StepRecorder()
         self.epoch_steps: dict[int, EpochSteps] = {}
