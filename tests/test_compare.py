@@ -16,6 +16,7 @@ import pytest
 
 import fitprof
 from fitprof.cli import main
+from fitprof.cli.compare import records as compare_records
 from fitprof.compare import NOISE_FACTOR, CompareInputError, against_baseline, compare, load_baseline, load_side
 from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50, VS_BASELINE_STEP_TIME_PERCENT
 from fitprof.report_files import find_report_files, write_report_file
@@ -469,11 +470,14 @@ def test_a_side_at_a_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         for rec in remote[1:]:  # the same figures as from the local copy
             assert rec == next(r for r in local if r.get("name") == rec["name"])
         (report,) = [f for f in fs.find(url) if "/plugins/fitprof/" in f and f.endswith("epoch1.rank0.json")]
-        fs.pipe(report, b"{")  # damaged: the error line names the URL, not the local copy
+        fs.pipe(report, b"{")  # damaged: skipped, its warning line names the URL, not the local copy
         rc, out, err = run_cli(capsys, url, cand)
-        assert rc == 2 and out == ""
-        assert err.startswith(f"fitprof: error: {url}/plugins/fitprof/") and "not valid JSON" in err, err
-        assert "fitprof-compare-" not in err  # no temporary folder
+        assert rc == 1 and out
+        assert err.startswith(f"fitprof: warning: {url}/plugins/fitprof/") and "not valid JSON" in err, err
+        assert len(err.splitlines()) == 1 and "fitprof-compare-" not in err  # no temporary folder
+        rc, out, err = run_cli(capsys, url, cand, "--strict")
+        assert rc == 2
+        assert err.startswith(f"fitprof: error: {url}/plugins/fitprof/") and "fitprof-compare-" not in err, err
     finally:
         fs.rm(url.removeprefix("memory://"), recursive=True)
 
@@ -742,3 +746,25 @@ def test_a_baseline_with_one_unreadable_report(adapter: str, tmp_path: Path) -> 
         module.FitProfiler(log_dir=tmp_path / "logs", baseline=empty)
     assert "a baseline is a run directory or a report file" in str(raised.value)
     assert "trace" not in str(raised.value)
+
+
+def test_the_operator_that_grew_most_is_chosen_by_ms_per_step(tmp_path: Path) -> None:
+    """The headline names the operator whose time per step grew most in ms, not in percent: a 0.01 ms operator
+    grown by 80% beside a 0.5 ms one grown by 80% names the larger; alone, a steady 0.01 -> 0.018 ms growth (beyond
+    its noise, under ``min_ms``) names no operator."""
+    base = load_side(run_dir(tmp_path / "base", BASE_OPS, seed=1))
+    tiny = load_side(run_dir(tmp_path / "tiny", slower("aten::tiny", 0.018), seed=2))
+    result = compare(base, tiny)
+    grown = row(compare_records(result), "aten::tiny")
+    assert grown["significant"] and grown["change_percent"] > 50, grown  # grown beyond its noise, by 80%
+    assert result.grew_most() is None
+    assert "grew most" not in result.headline() and "aten::tiny" not in result.headline()
+    both = load_side(run_dir(tmp_path / "both", {**slower("aten::tiny", 0.03), "aten::cumsum": 0.9}, seed=3))
+    result = compare(base, both, fail_over_percent=1000.0)  # no regression: the grown operator is named instead
+    assert (
+        row(compare_records(result), "aten::tiny")["change_percent"]
+        > row(compare_records(result), "aten::cumsum")["change_percent"]
+    )
+    op = result.grew_most()
+    assert op is not None and op.name == "aten::cumsum"
+    assert "the operator that grew most: aten::cumsum +" in result.headline()

@@ -276,11 +276,14 @@ class Comparison:
         return next((c for c in self.figures if c.name == "step_time_ms"), None)
 
     def grew_most(self) -> Change | None:
-        """The operator whose self time per step grew most (ms), when one grew beyond its noise in most windows."""
+        """The operator whose self time per step grew most in ms per step (its percentage aside: a 0.01 ms operator
+        doubling is no news), among the changes that count: by more than :attr:`min_ms`, not within the noise (with
+        no spread known on either side, the threshold alone decides, as for the gate), ranked in most of the
+        candidate's windows. None when no operator's growth counts."""
         grown = [
             c
             for c in self.operators
-            if c.change > 0
+            if c.change > self.min_ms
             and math.isfinite(c.change)
             and c.significant is not False
             and 2 * c.candidate.n > len(self.candidate.windows)
