@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -768,3 +769,25 @@ def test_the_operator_that_grew_most_is_chosen_by_ms_per_step(tmp_path: Path) ->
     op = result.grew_most()
     assert op is not None and op.name == "aten::cumsum"
     assert "the operator that grew most: aten::cumsum +" in result.headline()
+
+
+def test_every_verdict_printed_is_documented(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The verdicts a compare table prints (a run against itself: ``same``; against a slower run: ``REGRESSION``,
+    ``worse``, ...) are each in docs/cli.md's list of verdicts."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    base = run_dir(tmp_path / "base", BASE_OPS, seed=1)
+    cand = run_dir(tmp_path / "cand", slower("aten::cumsum", 2.5), seed=2)
+    verdicts = set()
+    for argv in ((base, base), (base, cand)):
+        _, out, _ = run_cli(capsys, *argv)
+        table = False
+        for line in out.splitlines():
+            if line.startswith(("figure ", "operator ")) and line.rstrip().endswith("verdict"):
+                table = True  # a table's header; its rows follow the dashes, up to a blank line
+            elif not line.strip():
+                table = False
+            elif table and not line.startswith("-"):
+                verdicts.add(re.split(r"\s{2,}", line.strip())[-1].removesuffix(" (new)"))
+    assert "same" in verdicts and "REGRESSION" in verdicts, verdicts
+    missing = [v for v in verdicts if f"`{v}`" not in docs]
+    assert not missing, missing
