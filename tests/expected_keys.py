@@ -31,6 +31,7 @@ WINDOW_KEYS = [
     "fitprof/memory_peak_mb",
     "fitprof/memory_reserved_peak_mb",
     "fitprof/memory_headroom_percent",
+    "fitprof/checkpoint_ms_per_step",
 ]
 """The profiled window's keys (docs/metrics.md), NaN in an epoch without a window."""
 EPOCH_KEYS = [
@@ -49,6 +50,18 @@ EPOCH_KEYS = [
     "fitprof/epoch/loader_batch_ms",
     "fitprof/epoch/loader_workers_needed",
     "fitprof/epoch/step_time_if_enough_workers_ms",
+    "fitprof/epoch/wall_s",
+    "fitprof/epoch/train_steps_s",
+    "fitprof/epoch/input_s",
+    "fitprof/epoch/validation_s",
+    "fitprof/epoch/checkpoint_s",
+    "fitprof/epoch/callbacks_s",
+    "fitprof/epoch/startup_s",
+    "fitprof/epoch/profiling_s",
+    "fitprof/epoch/other_s",
+    "fitprof/epoch/cpu_percent",
+    "fitprof/epoch/involuntary_switches_per_s",
+    "fitprof/epoch/run_wait_percent",
 ]
 """The always-on step timing's keys: a figure every epoch."""
 TRIGGER_KEYS = ["fitprof/trigger/step", "fitprof/trigger/step_time_ms", "fitprof/trigger/baseline_ms"]
