@@ -25,7 +25,7 @@ from fitprof.fit.pipeline import EpochLog, every_key
 from fitprof.fit.probes import finite
 from fitprof.keras import _distributed
 from fitprof.keras._backends import BACKENDS
-from fitprof.keras._guards import Guards, fit_frame_locals
+from fitprof.keras._guards import Guards, fit_frame_locals, frame_locals
 from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
@@ -650,7 +650,7 @@ class FitProfiler(keras.callbacks.Callback):
         try:
             f = frame.f_back if frame is not None else None
             while f is not None:
-                owner = f.f_locals.get("self")
+                owner = frame_locals(f).get("self")
                 if isinstance(owner, keras.callbacks.CallbackList):
                     found = list(getattr(owner, "callbacks", []) or [])
                     if any(cb is self for cb in found):
@@ -711,7 +711,7 @@ def _quiet_progbars(frame: Any) -> list[Any]:
     same dict. So the bar's own hook is given a copy without the other ``fitprof/*`` keys; the instance attribute is
     removed at ``on_train_end``, the class's method takes over again."""
     try:
-        caller = frame.f_locals.get("self")
+        caller = frame_locals(frame).get("self")
         if not isinstance(caller, keras.callbacks.CallbackList):
             return []
         progbars = [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.ProgbarLogger)]
@@ -747,7 +747,7 @@ def _csv_loggers(frame: Any) -> list[Any]:
     """The ``keras.callbacks.CSVLogger`` instances of the fit, read from the ``CallbackList`` that called
     ``on_train_begin`` (``frame`` is its frame); empty when the caller is something else."""
     try:
-        caller = frame.f_locals.get("self")
+        caller = frame_locals(frame).get("self")
         if not isinstance(caller, keras.callbacks.CallbackList):
             return []
         return [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.CSVLogger)]
