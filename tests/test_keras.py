@@ -84,7 +84,7 @@ def test_scalars_read_back_from_event_files(runs: dict[str, Any]) -> None:
         assert scalars["fitprof/input_percent"][epoch][1] == pytest.approx(report.input_percent, rel=1e-6, abs=1e-6)
         assert scalars["fitprof/steps_analyzed"][epoch][1] == 5  # default window: steps 6-10
         assert scalars["fitprof/htod_ms_per_step"][epoch][1] == 0.0  # CPU-only run
-        # Potential speedups (issue 16): on a CPU the whole input wait is exposed; no copies, no collectives.
+        # Potential speedups: on a CPU the whole input wait is exposed; no copies, no collectives.
         assert scalars["fitprof/step_time_if_no_input_ms"][epoch][1] == pytest.approx(
             report.step_time_ms - report.input_ms_per_step, rel=1e-6
         )
@@ -132,7 +132,7 @@ def test_reader_agrees_with_xprof(runs: dict[str, Any]) -> None:
     0.5 pp (both sum the same `train` markers and `IteratorGetNextOp::DoCompute` spans; xprof attributes by step,
     we clip the union to the steps); op self time 2%.
 
-    Two differences are by design (issue 19), so each side is first put on the other's footing, exactly:
+    Two differences are by design, so each side is first put on the other's footing, exactly:
     - xprof's step time is the marker's duration; fitprof leaves its own `fitprof/overhead` spans out of it and
       reports them as `self_ms_per_step`, so xprof's step = fitprof's step + `self_ms_per_step`;
     - xprof's operator table counts every occurrence in the capture, which holds the window's warm-up step

@@ -179,7 +179,7 @@ def test_jax_trace_steps_input_and_xla_ops(jax_run: dict[str, Any]) -> None:
     assert sorted(steps["step_num"].astype(int)) == list(range(4, 11))
     inputs = table[table["kind"] == Kind.INPUT]
     # One annotated fetch per step, each inside its step's marker, and one more before the first marker: the
-    # window's warm-up step (issue 19), recorded but not analysed.
+    # window's warm-up step, recorded but not analysed.
     assert len(inputs) == 8
     warm_up = inputs[inputs["ts_us"] + inputs["dur_us"] <= steps["ts_us"].min()]
     assert len(warm_up) == 1
@@ -238,7 +238,7 @@ def test_digits_example_slow_input_and_profile_tab(digits_run: dict[str, Any]) -
 
 
 def test_samples_per_s_from_keras_sample_count_and_no_flops_on_jax(jax_run: dict[str, Any]) -> None:
-    """Issue 16 part 3: the window's samples are the growth of Keras's own count (batches of 32); FLOPs are not
+    """The window's samples are the growth of Keras's own count (batches of 32); FLOPs are not
     counted on JAX."""
     for scalars in jax_run["slow"].values():
         summed_s = scalars["fitprof/step_time_ms"] * scalars["fitprof/steps_analyzed"] / 1000.0

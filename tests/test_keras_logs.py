@@ -1,5 +1,5 @@
 """Keras: fitprof's figures follow Keras's conventions, read back from History, a CSVLogger file, stdout and the
-event file (issue 12, kind 5)."""
+event file."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_one_line_summary_follows_fit_verbose_and_can_be_turned_off(
         f"{report.top_ops[0].self_ms_per_step:.2f} ms -> {report.verdict}"
     )
     (line,) = summary_lines()
-    # the window-vs-epoch note (issue 15) follows when the window's figures are off the epoch's always-on ones
+    # the window-vs-epoch note follows when the window's figures are off the epoch's always-on ones
     assert line == head or line.startswith(f"{head}; the window is not representative of its epoch (")
     _, fp, _ = _fit(tmp_path / "off", validation=False, fit_verbose=2, verbose=False)
     assert sorted(fp.reports) == [2] and summary_lines() == []
@@ -161,7 +161,7 @@ def test_torch_options_are_refused_unless_bool() -> None:
 def test_the_progress_bar_shows_a_handful_of_keys_and_history_has_them_all(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fitprof.keras.fit_profiler import PROGBAR_KEYS
+    from fitprof.keras._logs import PROGBAR_KEYS
 
     capsys.readouterr()
     history, fp, csv_path = _fit(tmp_path, validation=False, fit_verbose=2, verbose=False)

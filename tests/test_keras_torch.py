@@ -230,7 +230,7 @@ def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_
 
 @pytest.mark.slow
 def test_flops_and_samples_on_the_torch_backend_match_hand_counts(torch_run: dict) -> None:
-    """Issue 16 part 3: ``FlopCounterMode`` around the step before the window, on the example's CNN (batch 32)."""
+    """``FlopCounterMode`` around the step before the window, on the example's CNN (batch 32)."""
     b = 32
     conv1 = 2 * b * 32 * 8 * 8 * 1 * 3 * 3  # 2 * B * Cout * H * W * Cin * kh * kw ("same" padding: 8x8)
     conv2 = 2 * b * 32 * 8 * 8 * 32 * 3 * 3

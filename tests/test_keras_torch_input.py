@@ -1,5 +1,5 @@
 """Keras on the torch backend with ``PyDataset(workers>0, use_multiprocessing=False)``: the time the fit loop
-waits for its next batch is counted as input, against a truth timed in the same run (issue 12, kind 9).
+waits for its next batch is counted as input, against a truth timed in the same run.
 
 The child process trains a tiny model on a ``PyDataset`` whose ``__getitem__`` sleeps; two callbacks time, for
 each batch, the gap from the end of the previous step's ``on_train_batch_end`` to this step's

@@ -143,7 +143,7 @@ def test_scalars_reach_tensorboard_event_files_and_csv(example_runs: dict[str, t
         rows = [r for r in csv.DictReader(fh) if r.get("fitprof/input_percent")]
     assert len(rows) == EPOCHS
     assert float(rows[0]["fitprof/input_percent"]) == pytest.approx(profiler.reports[0].input_percent, rel=1e-5)
-    # Potential speedups (issue 16): logged every epoch; on a CPU the whole input wait is exposed.
+    # Potential speedups: logged every epoch; on a CPU the whole input wait is exposed.
     report = profiler.reports[0]
     assert float(rows[0]["fitprof/speedup_if_no_input"]) == pytest.approx(report.speedup_if_no_input, rel=1e-5)
     assert float(rows[0]["fitprof/step_time_if_no_input_ms"]) == pytest.approx(

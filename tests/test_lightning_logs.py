@@ -1,6 +1,6 @@
 """Lightning: fitprof's figures reach ``callback_metrics`` / ``logged_metrics``, the progress bar, a monitoring
 callback and ``metrics.csv`` with their epoch; the one-line summary; the torch profiler options read back from
-the trace (issue 12, kind 5)."""
+the trace."""
 
 from __future__ import annotations
 

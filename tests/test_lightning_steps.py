@@ -1,4 +1,4 @@
-"""Lightning: always-on step timing (``fitprof/epoch/*``) and windows triggered by a slowdown (issue 15).
+"""Lightning: always-on step timing (``fitprof/epoch/*``) and windows triggered by a slowdown.
 
 Two short fits, each steady and then slowed down at a known step: once by a sleep in the dataset (input), once by
 an extra operator in ``training_step`` (``fitprof_test::slow_op`, a custom operator that sleeps`). The trigger must fire within a few steps of the change,
@@ -199,7 +199,7 @@ def test_epoch_figures_reach_tensorboard_and_match_a_truth_timed_in_the_dataset(
     ):
         assert scalars[metric.key] == [pytest.approx(value, rel=1e-5)], metric.key
         assert float(trainer.callback_metrics[metric.key]) == pytest.approx(value, rel=1e-5)
-    # Excluded: 3 warm-up steps, each window's profiler warm-up step (issue 19: one step before its analysed ones),
+    # Excluded: 3 warm-up steps, each window's profiler warm-up step (one step before its analysed ones),
     # its 5 steps and the 2 after it, twice (scheduled and triggered), and the step whose FLOPs are counted (the
     # one before the scheduled window's warm-up step: counting slows it).
     assert figures.steps_timed == STEPS - 3 - 2 * (1 + 5 + 2) - 1

@@ -1,4 +1,4 @@
-"""URL log dirs (issue 14): fsspec's ``memory://`` for Lightning and Keras-torch, TensorFlow's ``ram://`` for Keras
+"""URL log dirs: fsspec's ``memory://`` for Lightning and Keras-torch, TensorFlow's ``ram://`` for Keras
 on TensorFlow, a ``file://`` URL, and schemes that cannot be written (warning path).
 
 Each test runs in an empty working directory and asserts it gained no file (never a ``./memory:/`` folder),

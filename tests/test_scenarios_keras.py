@@ -138,7 +138,7 @@ ROWS = [
     # epochs shorter than the window: the real step count, counted when Keras gives none, and a window that fits
     Row("short-epochs", batches=3, warns=((NOTHING, "3 training steps", "profile_batch=(2, 3)."),)),
     Row("short-epochs-suggestion-followed", cb={"profile_batch": (2, 3)}, batches=3, reports={0: 2}),
-    # the epoch ends on the window's warm-up step (issue 19): that recorded step is dropped, nothing is written
+    # the epoch ends on the window's warm-up step: that recorded step is dropped, nothing is written
     Row("epoch-ends-on-warm-up-step", batches=5, warns=((NOTHING, "5 training steps", "profile_batch=(3, 5)."),)),
     Row(
         "generator-short", batches=3, data="generator", warns=((NOTHING, "3 training steps", "profile_batch=(2, 3)."),)
@@ -193,7 +193,7 @@ ROWS = [
         warns=(("leaves those steps to TensorBoard", "epoch 1"),),
     ),
     _tensorboard("tensorboard-other-steps", "after", tb=(2, 3), window=(6, 8), reports={0: 3}),
-    # TensorBoard's profile ends on the window's warm-up step (issue 19): fitprof takes no warm-up step there
+    # TensorBoard's profile ends on the window's warm-up step: fitprof takes no warm-up step there
     _tensorboard("tensorboard-after-ends-on-warm-up-step", "after", tb=(2, 5), window=(6, 8), reports={0: 3}),
     _tensorboard("tensorboard-before-ends-on-warm-up-step", "before", tb=(2, 5), window=(6, 8), reports={0: 3}),
     Row(

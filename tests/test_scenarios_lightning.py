@@ -173,7 +173,7 @@ ROWS = [
     ),
     Row("iterable-dataset", batches=3, iterable=True, warns=((NOTHING, "3 training steps", "profile_batch=(2, 3)"),)),
     Row("iterable-dataset-window-fits", cb={"profile_batch": (2, 3)}, batches=3, iterable=True, reports={0: 2}),
-    # the epoch ends on the window's warm-up step (issue 19): that recorded step is dropped, nothing is written
+    # the epoch ends on the window's warm-up step: that recorded step is dropped, nothing is written
     Row(
         "iterable-dataset-ends-on-warm-up-step",
         batches=5,

@@ -1,4 +1,4 @@
-"""fitprof's own time is never the user's step time (issue 19).
+"""fitprof's own time is never the user's step time.
 
 Planted-span runs: the input sleeps a known time per batch (and, on Lightning, the training step too), so step
 time and input share are set by the test. A 40 ms delay is then injected into fitprof's own step-marker
@@ -220,9 +220,8 @@ def test_keras_tensorflow_own_delay_is_not_step_time(tmp_path: Path, monkeypatch
 
     base = _keras_run(tmp_path / "a")
     again = _keras_run(tmp_path / "b")
-    # begin_step(n + 1) at the start of step n + 1's hook: the delay lands inside step n, inside the hook's own span
-    # (not when n is the warm-up step before the window, which is recorded but not analysed).
-    slept = _delay(monkeypatch, TFProfileWindow, "begin_step", after=FIRST)
+    # end_step() at the start of step n + 1's hook: the delay lands inside step n, inside the hook's own span.
+    slept = _delay(monkeypatch, TFProfileWindow, "end_step")
     delayed = _keras_run(tmp_path / "c")
-    assert len(slept) == EPOCHS * (STEPS - 1)
-    _check(base, again, delayed, slept, STEPS - 1)
+    assert len(slept) == EPOCHS * STEPS
+    _check(base, again, delayed, slept, STEPS)

@@ -1,4 +1,4 @@
-"""Potential speedups (issue 16): exposed time of the input wait, HtoD copies and collectives, on Kineto traces
+"""Potential speedups: exposed time of the input wait, HtoD copies and collectives, on Kineto traces
 built here with planted spans whose exposed time is known by construction, and on shipped real traces."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 16 part 3, framework-free: the dense peak table and its device names, the throughput / FLOP rate / MFU
+"""Framework-free: the dense peak table and its device names, the throughput / FLOP rate / MFU
 arithmetic on a real report, report files with and without the new fields, and the ``count_items`` checks."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 16 part 3 on Keras (TensorFlow backend): FLOPs of a training step counted exactly against hand counts
+"""On Keras (TensorFlow backend): FLOPs of a training step counted exactly against hand counts
 (an MLP and a small CNN, forward and backward), and samples/s and FLOP/s read back from the event file."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_cnn_flops_match_the_hand_count(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_counted_call_is_the_one_before_the_warm_up_step(tmp_path: Path) -> None:
-    """Issue 19 with issue 16: counting slows the step it counts, so the counted call is the one before the window's
+    """Counting slows the step it counts, so the counted call is the one before the window's
     warm-up step (recorded by the profiler), never the warm-up step itself: what ``fit`` calls at each batch, seen
     by a callback placed after FitProfiler (the counting wrapper, then the window's guard, then Keras's own)."""
     seen: list[str] = []
@@ -206,7 +206,7 @@ with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
     model.fit(x, y, batch_size=B, epochs=1, verbose=0, callbacks=[fp])
 r = fp.reports[0]
-print(json.dumps({"replicas": strategy.num_replicas_in_sync, "samples_per_step": r.samples_per_step,
+print("RESULT" + json.dumps({"replicas": strategy.num_replicas_in_sync, "samples_per_step": r.samples_per_step,
     "flops_per_step": r.flops_per_step, "mfu_note": r.mfu_note,
     "warnings": [str(w.message) for w in seen if "fitprof" in str(w.message)]}))
 """
@@ -214,21 +214,9 @@ print(json.dumps({"replicas": strategy.num_replicas_in_sync, "samples_per_step":
 
 @pytest.mark.slow
 def test_mirrored_strategy_in_one_process_counts_one_replicas_flops(tmp_path: Path) -> None:
-    import json
-    import subprocess
-    import sys
+    from keras_child import run_result
 
-    src = Path(__file__).resolve().parents[1] / "src"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run(
-        [sys.executable, "-c", _MIRRORED_CHILD, str(tmp_path), str(B)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    got, _ = run_result(["-c", _MIRRORED_CHILD, str(tmp_path), str(B)])
     assert got["replicas"] == 2
     per_replica = B // 2
     forward = 2 * per_replica * 12 * 16 + 2 * per_replica * 16 * 4

@@ -1,4 +1,4 @@
-"""Issue 16 part 3 on Lightning: FLOPs of a training step counted exactly against hand counts (an MLP and a small
+"""On Lightning: FLOPs of a training step counted exactly against hand counts (an MLP and a small
 CNN, forward and backward), and samples/s, items/s and FLOP/s read back from the CSV logger's ``metrics.csv``."""
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
             Model(), DataLoader(TensorDataset(torch.randn(160, 4)), batch_size=8)
         )
     assert profiler.reports[0].steps_analyzed == 5
-    # the 5 analysed steps and the warm-up step before them (issue 19): the profiler records that step too
+    # the 5 analysed steps and the warm-up step before them: the profiler records that step too
     assert _annotation_names(profiler.trace_paths[0]).count('load "train"\t\\ étape') == 5 + 1
     assert profiler.xplane_paths[0].is_file()
     assert not [w for w in caught if "fitprof" in str(w.message)]

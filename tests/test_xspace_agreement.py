@@ -292,7 +292,7 @@ def pages(lightning_run: dict[str, Any], gpu_run: dict[str, Any]) -> dict[str, d
 def test_xprof_pages_show_fitprofs_figures_for_the_lightning_run(
     lightning_run: dict[str, Any], pages: dict[str, dict[str, Any]]
 ) -> None:
-    """Compared like with like (issue 19): xprof's step is the whole ``ProfilerStep`` marker, fitprof's leaves its
+    """Compared like with like: xprof's step is the whole ``ProfilerStep`` marker, fitprof's leaves its
     own ``fitprof/overhead`` spans out (``self_ms_per_step``); xprof's operator table counts the whole capture,
     which holds the window's warm-up step (recorded, not analysed), so fitprof's reader is summed over the whole
     capture for the operators."""

@@ -128,7 +128,7 @@ SAMPLES_PER_S = Metric(
     "samples/s",
     "Samples in the analysed steps over their summed step time (`samples per step / step_time_ms * 1000`), the "
     "samples of each profiled step read from its batch (the leading dimension of its first array, "
-    "`fitprof._batch.batch_size`). NaN where the callback cannot see the batch (see the README).",
+    "`fitprof._batch.batch_size`). NaN where the callback cannot see the batch (docs/metrics.md).",
 )
 ITEMS_PER_S = Metric(
     PREFIX + "items_per_s",

@@ -113,9 +113,7 @@ def write_report_file(
     path = report_path(run_dir, session, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {
-        "schema": SCHEMA,
-        "epoch": int(epoch),
-        "rank": int(rank),
+        **_head(epoch, rank),
         "session": session,
         "framework": report.framework,
         "trace": Path(os.path.relpath(trace, run_dir)).as_posix(),
@@ -170,24 +168,11 @@ def read_report_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[
         OSError: if it cannot be read.
     """
     path = Path(path)
-    run = path.parent.parent.parent
-    root = Path(run if logdir is None else logdir).resolve()
-    real = path.resolve()
-    # A folder reached through a link is part of the log dir, as TensorBoard's walk has it; a report file that is
-    # itself a link may only point inside the log dir.
-    if path.is_symlink() and not real.is_relative_to(root):
-        raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
-    with open(real, "rb") as fh:
-        data = fh.read(MAX_REPORT_BYTES + 1)
-    if len(data) > MAX_REPORT_BYTES:
-        raise ReportFileError(
-            f"{path}: not a fitprof report (bigger than {MAX_REPORT_BYTES / 1e6:g} MB; a report file holds one "
-            "window's figures, a few KB)"
-        )
+    run, root, text = _read_inside(
+        path, logdir, MAX_REPORT_BYTES, "not a fitprof report", "a report file holds one window's figures, a few KB"
+    )
     try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ReportFileError(f"{path}: not a fitprof report (not UTF-8 text)") from None
+        doc = json.loads(text)
     except json.JSONDecodeError as err:
         raise ReportFileError(f"{path}: not a fitprof report (not valid JSON: {err})") from None
     except RecursionError:
@@ -271,6 +256,39 @@ def report_from_dict(data: dict[str, Any], path: str | os.PathLike[str]) -> Bott
     return BottleneckReport(**kwargs)
 
 
+def _head(epoch: int, rank: int) -> dict[str, Any]:
+    """The fields every record fitprof writes starts with: the file format's version, the epoch and the rank."""
+    return {"schema": SCHEMA, "epoch": int(epoch), "rank": int(rank)}
+
+
+def _read_inside(
+    path: Path, logdir: str | os.PathLike[str] | None, limit: int, refusal: str, typical: str
+) -> tuple[Path, Path, str]:
+    """The run folder of the file ``path`` (three levels up), the log folder (``logdir``, default that run folder,
+    resolved) and the file's text. A folder reached through a link is part of the log folder, as TensorBoard's
+    walk has it; a file that is itself a link may only point inside it.
+
+    Raises:
+        ReportFileError: for a link outside the log folder; ``"{path}: {refusal} (...)"`` for more than ``limit``
+            bytes (no more than ``limit + 1`` are read; ``typical`` says what such a file usually holds) or for
+            text that is not UTF-8.
+        OSError: if it cannot be read.
+    """
+    run = path.parent.parent.parent
+    root = Path(run if logdir is None else logdir).resolve()
+    real = path.resolve()
+    if path.is_symlink() and not real.is_relative_to(root):
+        raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
+    with open(real, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ReportFileError(f"{path}: {refusal} (bigger than {limit / 1e6:g} MB; {typical})")
+    try:
+        return run, root, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReportFileError(f"{path}: {refusal} (not UTF-8 text)") from None
+
+
 def _operators(ops: Any, key: str, stat: type[_Stat], path: str | os.PathLike[str]) -> list[_Stat]:
     """``ops``, the report's list ``key`` of operator dicts, as ``stat`` records: the name, then each of the
     record's number fields in order, read with :func:`_float`; :class:`ReportFileError` for anything else."""
@@ -343,9 +361,7 @@ def append_epoch_record(
     path = epoch_file_path(run_dir, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = {
-        "schema": SCHEMA,
-        "epoch": int(epoch),
-        "rank": int(rank),
+        **_head(epoch, rank),
         "framework": framework,
         "written": time.time(),
         "figures": clean_json({str(k): float(v) for k, v in figures.items()}),
@@ -384,21 +400,9 @@ def read_epoch_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[s
         OSError: if it cannot be read.
     """
     path = Path(path)
-    run = path.parent.parent.parent
-    root = Path(run if logdir is None else logdir).resolve()
-    real = path.resolve()
-    if path.is_symlink() and not real.is_relative_to(root):
-        raise ReportFileError(f"{path}: a link to {real}, outside the log folder {root}; not read")
-    with open(real, "rb") as fh:
-        data = fh.read(MAX_EPOCH_FILE_BYTES + 1)
-    if len(data) > MAX_EPOCH_FILE_BYTES:
-        raise ReportFileError(
-            f"{path}: not a fitprof epoch file (bigger than {MAX_EPOCH_FILE_BYTES / 1e6:g} MB; a line takes about 1 KB)"
-        )
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ReportFileError(f"{path}: not a fitprof epoch file (not UTF-8 text)") from None
+    run, _, text = _read_inside(
+        path, logdir, MAX_EPOCH_FILE_BYTES, "not a fitprof epoch file", "a line takes about 1 KB"
+    )
     out: list[EpochRecord] = []
     fit, last = 1, None
     for number, line in enumerate(text.splitlines(), start=1):

@@ -19,7 +19,7 @@ Three pieces, used by both adapters:
 * :func:`not_representative`: whether a profiled window's step time or input share is off its epoch's by more
   than the run-to-run spread, and the words that say so.
 
-The default thresholds and why they are what they are: README, "Always-on step timing".
+The default thresholds and why they are what they are: docs/lightning.md, "Always-on step timing".
 """
 
 from __future__ import annotations

@@ -69,6 +69,14 @@ _AMD_MI300X = (
 )
 
 T = 1e12
+
+
+def _dense_of_sparse(float32: float, tf32: float, half: float) -> dict[str, float]:
+    """Dense FLOP/s per dtype from a datasheet that gives its tensor-core TFLOPS "with sparsity" only: float32 as
+    given, tf32 and the 16-bit types (bfloat16 and float16 alike) at half the sparse figure."""
+    return {"float32": float32 * T, "tf32": tf32 / 2 * T, "bfloat16": half / 2 * T, "float16": half / 2 * T}
+
+
 PEAK_FLOPS: dict[str, PeakRate] = {
     # Volta: "Tensor Performance" is FP16 with FP32 accumulation; no TF32, no bfloat16.
     "v100-sxm2": PeakRate("V100 SXM2", {"float32": 15.7 * T, "float16": 125 * T}, _NV_V100),
@@ -82,35 +90,13 @@ PEAK_FLOPS: dict[str, PeakRate] = {
     ),
     "a10": PeakRate("A10", {"float32": 31.2 * T, "tf32": 62.5 * T, "bfloat16": 125 * T, "float16": 125 * T}, _NV_A10),
     # Hopper: the datasheets give tensor-core figures "with sparsity" only; dense is half of them.
-    "h100-sxm": PeakRate(
-        "H100 SXM",
-        {"float32": 67 * T, "tf32": 989 / 2 * T, "bfloat16": 1979 / 2 * T, "float16": 1979 / 2 * T},
-        _NV_H100,
-    ),
-    "h100-pcie": PeakRate(
-        "H100 PCIe",
-        {"float32": 51 * T, "tf32": 756 / 2 * T, "bfloat16": 1513 / 2 * T, "float16": 1513 / 2 * T},
-        _NV_H100,
-    ),
-    "h100-nvl": PeakRate(
-        "H100 NVL",
-        {"float32": 60 * T, "tf32": 835 / 2 * T, "bfloat16": 1671 / 2 * T, "float16": 1671 / 2 * T},
-        _NV_H100,
-    ),
-    "h200-sxm": PeakRate(
-        "H200 SXM",
-        {"float32": 67 * T, "tf32": 989 / 2 * T, "bfloat16": 1979 / 2 * T, "float16": 1979 / 2 * T},
-        _NV_H200,
-    ),
-    "h200-nvl": PeakRate(
-        "H200 NVL",
-        {"float32": 60 * T, "tf32": 835 / 2 * T, "bfloat16": 1671 / 2 * T, "float16": 1671 / 2 * T},
-        _NV_H200,
-    ),
+    "h100-sxm": PeakRate("H100 SXM", _dense_of_sparse(67, 989, 1979), _NV_H100),
+    "h100-pcie": PeakRate("H100 PCIe", _dense_of_sparse(51, 756, 1513), _NV_H100),
+    "h100-nvl": PeakRate("H100 NVL", _dense_of_sparse(60, 835, 1671), _NV_H100),
+    "h200-sxm": PeakRate("H200 SXM", _dense_of_sparse(67, 989, 1979), _NV_H200),
+    "h200-nvl": PeakRate("H200 NVL", _dense_of_sparse(60, 835, 1671), _NV_H200),
     # Ada: "with sparsity" figures only for tensor cores; dense is half of them.
-    "l4": PeakRate(
-        "L4", {"float32": 30.3 * T, "tf32": 120 / 2 * T, "bfloat16": 242 / 2 * T, "float16": 242 / 2 * T}, _NV_L4
-    ),
+    "l4": PeakRate("L4", _dense_of_sparse(30.3, 120, 242), _NV_L4),
     # Turing: "Mixed Precision (FP16/FP32)" 65 TFLOPS; no TF32, no bfloat16, no sparsity.
     "t4": PeakRate("T4", {"float32": 8.1 * T, "float16": 65 * T}, _NV_T4),
     # CDNA 2 / 3: matrix-core peaks (float32 runs on the matrix cores through rocBLAS / hipBLASLt); dense figures.

@@ -27,7 +27,7 @@ step slow. The input wait counts whole (the loop is blocked while it waits).
   core; :func:`cpu_contended` puts that in place of a verdict that would send the user to the operators
   (:data:`OPERATOR_VERDICTS`).
 
-The README documents the same thresholds.
+docs/metrics.md documents the same thresholds.
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ from fitprof._config import ProfileConfig, profiles_rank
 from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
-from fitprof.analysis import BottleneckReport, cpu_contended
-from fitprof.compare import Side, against_baseline, load_baseline
+from fitprof.analysis import BottleneckReport
+from fitprof.compare import Side
 from fitprof.fit import schedule
 from fitprof.fit.epoch_parts import EpochParts, contention
 from fitprof.fit.events import Busy, EpochResult, Triggered, Work
@@ -58,18 +58,14 @@ from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
     Gather,
-    WindowPipeline,
-    compare_windows,
     epoch_scalars,
-    trigger_line,
     trigger_scalars,
 )
 from fitprof.fit.probes import Probe, Probes
+from fitprof.fit.publishing import EpochPublisher
 from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
-from fitprof.report_files import append_epoch_record
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
-from fitprof.throughput import StepWork
 from fitprof.traces._table import CHECKPOINT_ANNOTATION, VALIDATION_ANNOTATION
 
 _log = logging.getLogger(__name__)
@@ -149,19 +145,18 @@ class FitEngine:
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
-        self.pipeline, self.trigger_pipeline = (
-            WindowPipeline(
-                top_k=config.top_k,
-                max_trace_mb=max_trace_mb,
-                keep_last_windows=keep_last_windows,
-                warn=warn,
-                converter=self._converter,
-            )
-            for _ in range(2)
+        self.publisher = EpochPublisher(
+            top_k=config.top_k,
+            max_trace_mb=max_trace_mb,
+            keep_last_windows=keep_last_windows,
+            warn=warn,
+            converter=self._converter,
+            probes=self.probes,
+            parts=self.parts,
+            baseline=baseline,
         )
-        if baseline is not None and not isinstance(baseline, (str, os.PathLike)):
-            raise TypeError(f"baseline must be a path (a run directory or a report file), got {baseline!r}")
-        self.baseline: Side | None = None if baseline is None else load_baseline(baseline)
+        self.pipeline, self.trigger_pipeline = self.publisher.pipeline, self.publisher.trigger_pipeline
+        self.baseline: Side | None = self.publisher.baseline
         self.coverage = FitCoverage(config)
         self.steps = StepRecorder()
         self.epoch_steps: dict[int, EpochSteps] = {}
@@ -181,7 +176,6 @@ class FitEngine:
         self.false_alarms: dict[tuple[int, int], float] = {}
         """(epoch, step) of each triggered window that proved a false alarm -> its steps' median wall time (ms)."""
         self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
-        self._contention: tuple[str, str] | None = None  # this epoch's CPU-contention evidence and fix
         self._save_annotated = False  # a save's fitprof/checkpoint annotation is open in the window
 
     def _reset_epoch(self) -> None:
@@ -232,8 +226,7 @@ class FitEngine:
         self.spe = max(int(steps_per_execution), 1)
         self.config = self.given_config.in_calls(self.spe)
         self.ends_after = ends_after or _never
-        self.pipeline.clear()
-        self.trigger_pipeline.clear()
+        self.publisher.begin_fit(log_dir, rank, world)
         self.coverage.begin_fit()
         self.coverage.left_out = not self.profiles_rank
         self.epoch_steps = {}
@@ -382,7 +375,7 @@ class FitEngine:
         self.armed = False
         self.probes.call("epoch_end", epoch, now_ns=now)
         parts = self.parts.results.get(epoch)
-        self._contention = None if parts is None else contention(parts, self.parts.framework)
+        self.publisher.contention = None if parts is None else contention(parts, self.parts.framework)
         result = EpochResult(figures=figures, profiled=self.profiled)
         if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
             if self._closed is not None:
@@ -394,30 +387,8 @@ class FitEngine:
         if result.triggered:
             result.trigger.update(trigger_scalars(result.triggered[-1].event))
         self.profiled = False
-        self._epoch_record(epoch, result)
+        self.publisher.record(epoch, result, self.steps)
         return result
-
-    def _epoch_record(self, epoch: int, result: EpochResult) -> None:
-        """The epoch's verdicts (:meth:`fitprof.fit.epoch_parts.EpochParts.verdicts`) into ``result``, its line in
-        this rank's per-epoch file, and once per fit why an epoch timed too few steps."""
-        result.verdicts = self.parts.verdicts(epoch) if epoch in self.parts.results else []
-        few = self.steps.too_few(epoch)
-        if few:
-            self.warn("too-few", f"fitprof: {few}; the fitprof/epoch/* step figures stand on those steps only.")
-        if self.log_dir is None:
-            return
-        try:
-            append_epoch_record(
-                self.log_dir,
-                epoch=epoch,
-                rank=self.rank,
-                framework=self.parts.framework,
-                figures=result.epoch,
-                verdicts=result.verdicts,
-            )
-        except OSError as err:
-            # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first
-            self.warn("write", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
 
     def exception(
         self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
@@ -804,77 +775,15 @@ class FitEngine:
     # ------------------------------------------------------------------------------------------ publishing
     def _publish(self, epoch: int, gather: Gather | None, log: Callable[[EpochLog], None]) -> dict[str, float]:
         closed, self._closed = self._closed, None
-        report = None
-        if closed is not None:
-            report = self._analyze(self.pipeline, epoch, *closed, None if self.work is None else self.work.work())
-        extra = self.probes.figures("window") if closed is not None else {}
-        baseline_line = ""
-        if self.baseline is not None and report is not None:
-            extra[metrics.VS_BASELINE_STEP_TIME_PERCENT.key], baseline_line = self._against_baseline(epoch, report)
-        return self.pipeline.publish(
-            epoch,
-            report,
-            rank=self.rank,
-            world_size=self.world,
-            gather=gather,
-            log=log,
-            epoch_steps=self.epoch_steps.get(epoch),
-            extra=extra,
-            baseline_line=baseline_line,
+        work = None if closed is None or self.work is None else self.work.work()
+        return self.publisher.window(
+            epoch, closed, work=work, gather=gather, log=log, epoch_steps=self.epoch_steps.get(epoch)
         )
-
-    def _against_baseline(self, epoch: int, report: BottleneckReport) -> tuple[float, str]:
-        """The window against ``baseline``: its step time in percent of the baseline's and the summary's line; one
-        warning a fit for a regression, one for a baseline that is not comparable."""
-        assert self.baseline is not None
-        vs = against_baseline(self.baseline, report, epoch=epoch)
-        if vs.comparison is None:
-            self.warn("baseline-not-comparable", f"fitprof: {vs.line()}")
-        elif vs.regressed:
-            self.warn("baseline-regression", f"fitprof: epoch {epoch} regressed. {vs.line()}")
-        return vs.step_time_percent, vs.line()
-
-    def _analyze(
-        self, pipeline: WindowPipeline, epoch: int, window: ProfileWindow, trace: Path, work: StepWork | None = None
-    ) -> BottleneckReport | None:
-        """Analyse one stopped window's trace and write what goes beside it (a temporary copy, ``session_dir``
-        None: only analysed, then deleted)."""
-        return pipeline.analyze(
-            epoch,
-            trace,
-            log_dir=self.log_dir or ".",
-            session=window.session_dir.name if window.session_dir is not None else None,
-            rank=self.rank,
-            world_size=self.world,
-            discard=window.cleanup,
-            work=work,
-            revise=self._revise,
-        )
-
-    def _revise(self, report: BottleneckReport) -> BottleneckReport:
-        """A window of a CPU-contended epoch: its verdict says so (:func:`fitprof.analysis.cpu_contended`)."""
-        return report if self._contention is None else cpu_contended(report, *self._contention)
 
     def _publish_triggered(self, epoch: int) -> list[Triggered]:
-        """Analyse this epoch's triggered windows (this rank's own, no collective: each rank triggers on its own
-        signal) and compare each with the last scheduled window."""
         pending, self._trig_pending = self._trig_pending, []
-        reports = self.pipeline.reports
-        normal_epoch = max(reports) if reports else None
-        normal = None if normal_epoch is None else reports[normal_epoch]
-        out = []
-        for window, trace, event in pending:
-            report = self._analyze(self.trigger_pipeline, epoch, window, trace)
-            self.triggered.append((epoch, event, report))
-            line = trigger_line(
-                epoch,
-                event,
-                report,
-                compare_windows(report, normal, normal_epoch) if report else "",
-                false_alarm_ms=self.false_alarms.get((epoch, event.step)),
-            )
-            text = line if report is None else f"{line}\n\n{report.summary_markdown()}"
-            out.append(Triggered(epoch, event, report, line, text))
+        out = self.publisher.triggered(epoch, pending, self.false_alarms)
+        self.triggered += [(t.epoch, t.event, t.report) for t in out]
         return out
 
 

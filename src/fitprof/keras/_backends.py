@@ -30,6 +30,7 @@ class Backend:
             None: FLOPs are not counted on this backend.
         fetch_timer: makes the always-on timer of each batch fetch (None: the fetch is not visible to Python).
         store: the remote store of a URL ``log_dir`` (None: fsspec).
+        threads: the intra-op threads the backend computes with, for the loader's free cores (None: not known).
         python_fetch: Keras fetches each batch in Python, outside ``train_function`` (an error there is guarded
             through the epoch iterator).
         torch_options: ``record_shapes`` and the other ``torch.profiler`` flags apply.
@@ -49,6 +50,7 @@ class Backend:
     count_flops: Callable[..., Any] | None = None
     fetch_timer: Callable[[], Any] | None = None
     store: Callable[[str], Any] | None = None
+    threads: Callable[[], int] | None = None
     python_fetch: bool = False
     torch_options: bool = False
     count_items: bool = False
@@ -84,6 +86,12 @@ def _fetch_timer() -> Any:
     return FetchTimer()
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return int(torch.get_num_threads())
+
+
 def _gfile_store(url: str) -> Any:
     from fitprof.profilers.tensorflow import GFileStore
 
@@ -91,7 +99,9 @@ def _gfile_store(url: str) -> Any:
 
 
 _TENSORFLOW = Backend("tensorflow", "TensorFlow", _tf_window, _throughput.tf_device_and_dtype, _throughput.count_tf)
-_TORCH = Backend("torch", "torch", _torch_window, _throughput.torch_device_and_dtype, _throughput.count_torch)
+_TORCH = Backend(
+    "torch", "torch", _torch_window, _throughput.torch_device_and_dtype, _throughput.count_torch, threads=_torch_threads
+)
 
 BACKENDS: dict[str, Backend] = {
     "tensorflow": dataclasses.replace(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
-import math
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable
@@ -18,14 +16,14 @@ from fitprof import _config, _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
-from fitprof.fit import Busy, FitEngine, Probe
-from fitprof.fit.hooks import CallbackHooks, Saves
+from fitprof.fit import FitEngine, Probe
+from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog, every_key
 from fitprof.fit.probes import finite
-from fitprof.keras import _distributed
+from fitprof.keras import _callbacks, _distributed, _logs
 from fitprof.keras._backends import BACKENDS
-from fitprof.keras._guards import Guards, fit_frame_locals, frame_locals
+from fitprof.keras._guards import Guards, fit_frame_locals
 from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
@@ -80,7 +78,7 @@ class FitProfiler(keras.callbacks.Callback):
 
     Args:
         log_dir: the TensorBoard run directory for the profile and the scalars (Windows-style separators are
-            read as separators on every system). A URL (``gs://``, ``s3://``, ``memory://``...; see the README,
+            read as separators on every system). A URL (``gs://``, ``s3://``, ``memory://``...; see docs/files.md,
             "Remote log directories") is written as Keras's ``TensorBoard`` callback writes it: through
             ``tf.io.gfile`` on TensorFlow, fsspec on torch. The fit records into a local staging folder, copied
             to the URL at the end of each profiled epoch and deleted at the end of the fit (``trace_paths``
@@ -89,7 +87,7 @@ class FitProfiler(keras.callbacks.Callback):
         profile_batch: steps of each profiled epoch to profile: an int ``n`` (step ``n`` only), a
             ``(first, last)`` pair, or a ``"first,last"`` string; 1-based, inclusive. The default, steps 6-10,
             leaves tracing, compilation and warm-up out. ``0`` turns profiling off (as in Keras's
-            ``TensorBoard``). A fit that profiles nothing ends with one warning naming why (see the README).
+            ``TensorBoard``). A fit that profiles nothing ends with one warning naming why (docs/guarantees.md).
         every_n_epochs: profile epochs 0, N, 2N, ... (0-based).
         top_k: how many operators to log by self time.
         max_trace_mb: warn (once, naming the file) when a window's trace is larger than this many MB;
@@ -101,8 +99,8 @@ class FitProfiler(keras.callbacks.Callback):
             them exists in the run. A rank left out opens no window but still takes
             part in the epoch-end gather, so the other ranks' cross-rank figures complete
             (``fitprof/ranks_reported`` counts the ranks that profiled). ``ranks=[0]`` avoids a TensorFlow 2.21
-            profiler bug that can abort a non-chief worker when its window stops (see the README, "Distributed
-            training"); a warning names it on such a worker.
+            profiler bug that can abort a non-chief worker when its window stops (docs/distributed.md, "Keras
+            (`tf.distribute`)"); a warning names it on such a worker.
         verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
             verdict; :func:`fitprof.window.summary_line`). Also quiet under ``fit(verbose=0)``.
         record_shapes: torch backend only (ignored, with one warning, on TensorFlow): record operator input
@@ -110,7 +108,7 @@ class FitProfiler(keras.callbacks.Callback):
         profile_memory: torch only: record allocations and frees.
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
-            recorded). The four are off by default; their measured cost is in the README.
+            recorded). The four are off by default; their measured cost is in docs/arguments.md.
         count_items: a function of one batch returning its items (e.g. tokens), for ``fitprof/items_per_s``:
             torch backend only, called on the batch of the step whose FLOPs are counted (the only batch a callback
             sees) and scaled to the window's samples; None (default), or another backend, logs NaN there.
@@ -304,8 +302,8 @@ class FitProfiler(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._guards.remove()
-        self._csv_loggers = _csv_loggers(sys._getframe(1))
-        self._progbars = _quiet_progbars(sys._getframe(1))
+        self._csv_loggers = _logs.csv_loggers(sys._getframe(1))
+        self._progbars = _logs.quiet_progbars(sys._getframe(1))
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         self._open_run_dir()
         rank, world = _distributed.rank_and_world(self.model, self.backend)
@@ -331,10 +329,12 @@ class FitProfiler(keras.callbacks.Callback):
         unknown = _config.unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
-        fit_callbacks = self._fit_callbacks()
-        self._time_hooks(fit_callbacks)
-        self._tb_profilers = [cb for cb in fit_callbacks if _tensorboard_profiles(cb)]
-        self._checkpoints = [cb for cb in fit_callbacks if _saves_every_n_batches(cb)]
+        found = _callbacks.fit_callbacks(self)
+        if self._hooks is not None:  # a fit that raised left them in place
+            self._hooks.uninstall()
+        self._hooks = _callbacks.time_hooks(engine, self, found, self._warn_once, threads=self._fns.threads)
+        self._tb_profilers = [cb for cb in found if _callbacks.tensorboard_profiles(cb)]
+        self._checkpoints = [cb for cb in found if _callbacks.saves_every_n_batches(cb)]
         self._start_step_timing()
         self._time_loader()
         if spe > 1:
@@ -351,40 +351,18 @@ class FitProfiler(keras.callbacks.Callback):
                 f"profiled step holds that many batches and step_time_ms is per execution, not per batch.{window}",
             )
 
-    def _time_hooks(self, callbacks: list[Any]) -> None:
-        """Time every callback's overridden hooks for the epoch's parts (fitprof's own as profiling, Keras's
-        checkpointing callbacks as saves: annotated inside a window and taken out of their step's time)."""
-        if self._hooks is not None:  # a fit that raised left them in place
-            self._hooks.uninstall()
-        engine = self._engine
-        self._hooks = CallbackHooks(
-            engine.parts,
-            own=self,
-            checkpointing=(keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore),
-            saves=Saves(begin=engine.save_begin, end=engine.save_end),
-        )
-        try:
-            self._hooks.install(callbacks)
-        except Exception as err:  # untimed hooks are other time; training goes on
-            self._warn_once("hooks", f"fitprof: could not time the callbacks' hooks ({err!r}).")
-        if self.backend == "torch":
-            with contextlib.suppress(Exception):
-                import torch
-
-                engine.parts.threads = int(torch.get_num_threads())
-
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._last_step = 0
         self._prev_samples = None
-        self._engine.epoch_start(epoch, busy=self._tensorboard_steps())
+        self._engine.epoch_start(epoch, busy=_callbacks.tensorboard_steps(self._tb_profilers, self._spe))
 
     def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         """The step that ends here (``batch``, 0-based) is timed from the previous batch begin: on TensorFlow its
         traced function (its ``IteratorGetNext`` included) and every batch-end hook; on torch and JAX also the next
         batch's fetch, which Keras runs in Python before this hook (``FetchTimer`` gives its wait on torch). A save
-        of a checkpointing callback inside the step is taken out of its time (its hooks are timed: ``_time_hooks``)."""
+        of a checkpointing callback inside the step is taken out of its time (its hooks are timed: :func:`fitprof.keras._callbacks.time_hooks`)."""
         engine = self._engine
-        if self._checkpoints and any(_saved_in_last_step(cb) for cb in self._checkpoints):
+        if self._checkpoints and any(_callbacks.saved_in_last_step(cb) for cb in self._checkpoints):
             engine.checkpoint_start()
             engine.checkpoint_end()
         timer = self._fetch_timer
@@ -422,7 +400,7 @@ class FitProfiler(keras.callbacks.Callback):
             logs.update(every_key(result.window, self.config.top_k, self._engine.world, self._window_keys()))
             logs.update(result.epoch)
             logs.update(result.trigger)
-            _no_val_columns(self._csv_loggers, logs)
+            _logs.no_val_columns(self._csv_loggers, logs)
 
     def _publish_epoch(self, epoch: int, result: Any) -> None:
         """Rank 0: the epoch's always-on figures and its triggered windows to the event file (step = epoch), each
@@ -454,8 +432,7 @@ class FitProfiler(keras.callbacks.Callback):
         self._events.close()
         self._close_mirror()
         self._csv_loggers = []  # hold no other callback (or its open file) past the fit: deepcopy / pickle
-        for progbar in self._progbars:
-            progbar.__dict__.pop("on_epoch_end", None)  # the fit is over: the class's own hook again
+        _logs.restore_progbars(self._progbars)  # the fit is over: the class's own hook again
         self._progbars = []
 
     def __del__(self) -> None:
@@ -489,28 +466,6 @@ class FitProfiler(keras.callbacks.Callback):
         if self._fns.extra_last_call and not getattr(self.model, "stop_training", False):
             counted -= self._spe
         return counted
-
-    def _tensorboard_steps(self) -> list[Busy]:
-        """The steps of this epoch a profiling ``keras.callbacks.TensorBoard`` of the fit holds.
-
-        TensorBoard profiles the fit's global train batches ``start..stop`` once (its own counter, one per
-        ``on_train_batch_begin``, 1-based from the fit's start; one per execution under ``steps_per_execution``):
-        as steps of this epoch, from the first batch of its first call to the last batch of its last. Whatever
-        the order of the callbacks, the engine leaves them to TensorBoard (two profilers cannot run at once)."""
-        spe, busy = self._spe, []
-        for tb in self._tb_profilers:
-            try:
-                done = int(tb._global_train_batch)  # batches TensorBoard counted before this epoch
-                start, stop = int(tb._start_batch), int(tb._stop_batch)
-                if getattr(tb, "_is_tracing", False):
-                    start = done + 1
-                elif start <= done:
-                    continue  # TensorBoard's profile is behind us
-            except (AttributeError, TypeError, ValueError):
-                continue
-            who = f"keras.callbacks.TensorBoard(profile_batch=({tb._start_batch}, {tb._stop_batch}))"
-            busy.append(Busy((start - done - 1) * spe + 1, (stop - done) * spe, who, "TensorBoard"))
-        return busy
 
     def _start_step_timing(self) -> None:
         """The sources of the input wait and the samples per step (see :meth:`on_train_batch_begin`)."""
@@ -642,133 +597,3 @@ class FitProfiler(keras.callbacks.Callback):
                 f"fitprof: could not find the training device ({err!r}); memory figures are read from the host.",
             )
             return "host", 0
-
-    def _fit_callbacks(self) -> list[Any]:
-        """The callbacks of the running ``fit``: Keras gives a callback no handle on the others, so find the
-        ``CallbackList`` that is calling this hook up the stack (empty when there is none)."""
-        frame = inspect.currentframe()
-        try:
-            f = frame.f_back if frame is not None else None
-            while f is not None:
-                owner = frame_locals(f).get("self")
-                if isinstance(owner, keras.callbacks.CallbackList):
-                    found = list(getattr(owner, "callbacks", []) or [])
-                    if any(cb is self for cb in found):
-                        return found
-                f = f.f_back
-        except Exception:  # a frame we cannot read: no detection, the profiler's own failure warns instead
-            pass
-        finally:
-            del frame
-        return []
-
-
-def _saves_every_n_batches(callback: Any) -> bool:
-    """Whether ``callback`` is a ``keras.callbacks.ModelCheckpoint`` that saves every N batches."""
-    freq = getattr(callback, "save_freq", None)
-    return isinstance(callback, keras.callbacks.ModelCheckpoint) and isinstance(freq, int) and freq > 0
-
-
-def _saved_in_last_step(checkpoint: Any) -> bool:
-    """Whether a ``ModelCheckpoint(save_freq=N)`` saved in the step that just ended: keras 3.15 sets its batch
-    counter back to 0 when it saves (``callbacks/model_checkpoint.py``, ``_should_save_on_batch``)."""
-    return getattr(checkpoint, "_last_batch_seen", None) is not None and not getattr(
-        checkpoint, "_batches_seen_since_last_saving", 1
-    )
-
-
-def _tb_batches(callback: Any) -> int:
-    """The train batches a ``keras.callbacks.TensorBoard`` has counted in this fit (0 when unreadable)."""
-    try:
-        return int(callback._global_train_batch)
-    except (AttributeError, TypeError, ValueError):
-        return 0
-
-
-def _tensorboard_profiles(callback: Any) -> bool:
-    """Whether ``callback`` is a ``keras.callbacks.TensorBoard`` with profiling on (``profile_batch`` != 0)."""
-    return isinstance(callback, keras.callbacks.TensorBoard) and bool(getattr(callback, "_should_trace", False))
-
-
-PROGBAR_KEYS = (
-    metrics.STEP_TIME_MS.key,
-    metrics.INPUT_PERCENT.key,
-    metrics.SAMPLES_PER_S.key,
-    metrics.EPOCH_STEP_TIME_MS_P50.key,
-)
-"""The fitprof keys Keras's progress bar shows at an epoch's end (when finite): the step time and input share of
-the window, its throughput, and the always-on median step time. Every other key, and these, stay in ``logs``, so
-``History``, ``CSVLogger`` and ``TensorBoard`` get them all; the bar line stays readable (about 40 keys, NaN
-among them, would be printed otherwise)."""
-
-
-def _quiet_progbars(frame: Any) -> list[Any]:
-    """The fit's ``keras.callbacks.ProgbarLogger`` instances (``frame``: the ``CallbackList`` that called
-    ``on_train_begin``), each given an ``on_epoch_end`` that prints only :data:`PROGBAR_KEYS` of fitprof's keys.
-
-    Keras's progress bar prints every key of ``logs`` it is handed (``Progbar.update(current, values)``; there is no
-    key filter, ``stateful_metrics`` only says how a value is averaged), and ``History`` and the bar are handed the
-    same dict. So the bar's own hook is given a copy without the other ``fitprof/*`` keys; the instance attribute is
-    removed at ``on_train_end``, the class's method takes over again."""
-    try:
-        caller = frame_locals(frame).get("self")
-        if not isinstance(caller, keras.callbacks.CallbackList):
-            return []
-        progbars = [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.ProgbarLogger)]
-    except Exception:
-        return []
-    for progbar in progbars:
-        original = type(progbar).on_epoch_end
-
-        def on_epoch_end(epoch: int, logs: dict[str, Any] | None = None, _bar: Any = progbar, _f: Any = original):
-            return _f(_bar, epoch, _progbar_logs(logs))
-
-        progbar.on_epoch_end = on_epoch_end
-    return progbars
-
-
-def _progbar_logs(logs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``logs`` without the ``fitprof/*`` keys the progress bar does not show (:data:`PROGBAR_KEYS`, finite)."""
-    if logs is None:
-        return None
-
-    def shown(key: str, value: Any) -> bool:
-        if not key.startswith("fitprof/"):
-            return True
-        try:
-            return key in PROGBAR_KEYS and math.isfinite(float(value))
-        except (TypeError, ValueError):
-            return False
-
-    return {k: v for k, v in logs.items() if shown(k, v)}
-
-
-def _csv_loggers(frame: Any) -> list[Any]:
-    """The ``keras.callbacks.CSVLogger`` instances of the fit, read from the ``CallbackList`` that called
-    ``on_train_begin`` (``frame`` is its frame); empty when the caller is something else."""
-    try:
-        caller = frame_locals(frame).get("self")
-        if not isinstance(caller, keras.callbacks.CallbackList):
-            return []
-        return [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.CSVLogger)]
-    except Exception:
-        return []
-
-
-def _no_val_columns(csv_loggers: list[Any], logs: dict[str, Any]) -> None:
-    """Keep ``val_fitprof/*`` columns out of a ``CSVLogger`` placed after FitProfiler.
-
-    At its first epoch end ``CSVLogger`` fixes its columns to the sorted keys of ``logs`` and, when none starts
-    with ``val_`` (no validation in that epoch), adds ``val_<key>`` for every key (keras 3.15
-    ``callbacks/csv_logger.py``): columns that stay ``NA`` for fitprof's keys, since validation is never
-    profiled. For each CSVLogger that has not fixed its columns yet, set them as it would, without the
-    ``val_fitprof/*`` ones. A CSVLogger placed before FitProfiler has fixed them already and is left alone."""
-    keys = sorted(logs)
-    if any(k.startswith("val_") for k in keys):
-        return  # CSVLogger adds nothing
-    for cb in csv_loggers:
-        try:
-            if cb.keys is None:
-                cb.keys = keys + [f"val_{k}" for k in keys if not k.startswith(metrics.PREFIX)]
-        except Exception:
-            continue

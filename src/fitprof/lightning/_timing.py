@@ -131,6 +131,7 @@ class StepTiming:
     def _unhook_fetch(self) -> None:
         self._hooked = None
         self._hooks.uninstall()
+        self._hooks.overrides = None  # it holds the trainer's callbacks, which a copy of this callback must not
 
 
 def _overrides(trainer: pl.Trainer) -> Any:

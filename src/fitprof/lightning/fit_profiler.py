@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Collection, Iterable
@@ -26,6 +25,7 @@ from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
+from fitprof.lightning import _trainer
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
 from fitprof.profilers.flops_torch import (
@@ -97,8 +97,8 @@ class FitProfiler(Callback):
     ``fitprof/self_ms_per_step`` and
     ``fitprof/top_op_<i>_ms`` (ms per step, the
     i-th operator by self time); with a ``TensorBoardLogger`` (rank 0) also ``fitprof/top_ops/<op name>`` and
-    the text ``fitprof/summary`` (verdict, advice, top-operator table). With several ranks the first five
-    are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
+    the text ``fitprof/summary/text_summary`` in TensorBoard (verdict, advice, top-operator table). With several
+    ranks the first five are means over the ranks that reported, ``steps_analyzed`` their sum, the top operators rank 0's own, and
     ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, their ``..._max_rank`` (global rank) and
     ``fitprof/ranks_reported`` are added (:func:`fitprof.cross_rank.combine`); the summary starts with a line
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
@@ -107,19 +107,20 @@ class FitProfiler(Callback):
     Always-on step timing (every epoch, profiled or not; :mod:`fitprof.steps`): each training step's wall time from
     one ``on_train_batch_end`` to the next (``time.perf_counter_ns``, no device synchronisation), the time inside
     Lightning's batch fetch (the ``[_TrainingEpochLoop].train_dataloader_next`` action, timed by wrapping
-    ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation or
-    a checkpoint save, and the steps of a window are excluded (README, "Always-on step timing"). At each epoch end
+    ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation
+    and the steps of a window are excluded, and a checkpoint save's time is taken out of its step
+    (docs/lightning.md, "Always-on step timing"). At each epoch end
     ``fitprof/epoch/step_time_ms_p50``, ``_p90``, ``_max``, ``fitprof/epoch/input_percent``,
     ``fitprof/epoch/samples_per_s`` and ``fitprof/epoch/steps_timed`` are logged through ``pl_module.log`` (this
     rank's own, ``sync_dist=False``), and a window's summary says when it is not representative of its epoch.
     With ``trigger="slowdown"`` a triggered window also logs ``fitprof/trigger/step``,
     ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
-    ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary``.
+    ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary/text_summary``.
 
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
             ``trainer.default_root_dir`` without a logger. A URL (``s3://``, ``gs://``, ``memory://``...; see
-            the README, "Remote log directories") is written through fsspec: the window records into a local
+            docs/files.md, "Remote log directories") is written through fsspec: the window records into a local
             staging folder, copied to the URL at the end of each profiled epoch and deleted at ``teardown``
             (``trace_paths`` and ``xplane_paths`` then name the staging copies). A filesystem that cannot be
             opened or written gives one warning; the figures are still logged.
@@ -145,7 +146,7 @@ class FitProfiler(Callback):
         profile_memory: torch only: record allocations and frees.
         with_stack: torch only: record Python and C++ stacks (the largest traces).
         with_flops: torch only: estimate FLOPs (torch 2.13 writes none to the exported trace; shapes are
-            recorded). The four are off by default; their measured cost is in the README.
+            recorded). The four are off by default; their measured cost is in docs/arguments.md.
         count_items: a function of one batch (as the batch hooks get it) returning its items, e.g.
             tokens, for ``fitprof/items_per_s``; None (default) logs NaN there. A call that raises gives one
             warning and NaN for that window. It runs at the end of each profiled step, inside fitprof's own
@@ -339,7 +340,7 @@ class FitProfiler(Callback):
             ends_after=lambda step: self._ends_after(trainer, step),
             memory_device=torch_device(getattr(trainer.strategy, "root_device", None)),
         )
-        engine.coverage.limit = _epoch_limit(trainer, self.config.first_step)
+        engine.coverage.limit = _trainer.epoch_limit(trainer, self.config.first_step)
         self._timing.fit_start(trainer)
         unknown = _config.unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
@@ -371,7 +372,7 @@ class FitProfiler(Callback):
         cfg = self.config
         profiled = self._dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
         self._session = self._shared_session(trainer, epoch) if profiled else None
-        _threads_and_workers(self._engine.parts, trainer)
+        _trainer.threads_and_workers(self._engine.parts, trainer)
         self._engine.epoch_start(epoch, next_step=next_step)
 
     @override
@@ -420,7 +421,7 @@ class FitProfiler(Callback):
         result = engine.epoch_end(
             engine.epoch,
             device_ms=self._timing.device_step_ms(self._engine.steps.step_index),
-            gather=(lambda vector: _all_gather(trainer, vector)) if _distributed() else None,
+            gather=(lambda vector: _trainer.all_gather(trainer, vector)) if _trainer.distributed() else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
         if self.verbose and engine.rank == 0:
@@ -501,7 +502,7 @@ class FitProfiler(Callback):
         """
         assert self._dir is not None
         name = session_name(self._dir, epoch)
-        if _distributed():
+        if _trainer.distributed():
             try:
                 name = str(trainer.strategy.broadcast(name, src=0))
             except Exception as err:
@@ -554,7 +555,9 @@ class FitProfiler(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 try:
-                    logger.experiment.add_text(metrics.TRIGGER_SUMMARY_TAG, text, global_step=_epoch_end_step(trainer))
+                    logger.experiment.add_text(
+                        metrics.TRIGGER_SUMMARY_TAG, text, global_step=_trainer.epoch_end_step(trainer)
+                    )
                 except Exception as err:
                     self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
 
@@ -567,9 +570,11 @@ class FitProfiler(Callback):
         for logger in trainer.loggers:
             try:
                 if pl_module is None:
-                    logger.log_metrics({**entry.scalars, "epoch": float(entry.epoch)}, step=_epoch_end_step(trainer))
+                    logger.log_metrics(
+                        {**entry.scalars, "epoch": float(entry.epoch)}, step=_trainer.epoch_end_step(trainer)
+                    )
                 if isinstance(logger, TensorBoardLogger):
-                    step = _epoch_end_step(trainer)
+                    step = _trainer.epoch_end_step(trainer)
                     for key, value in entry.op_scalars.items():
                         logger.experiment.add_scalar(key, value, global_step=step)
                     logger.experiment.add_text(SUMMARY_TAG, entry.text, global_step=step)
@@ -582,71 +587,3 @@ class FitProfiler(Callback):
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
 """The figures also shown in Lightning's progress bar (``trainer.progress_bar_metrics``)."""
-
-
-def _epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
-    """The Trainer argument that cuts the training epochs short, as the user wrote it (None: none does)."""
-    fast_dev_run = getattr(trainer, "fast_dev_run", False)
-    if fast_dev_run:
-        return f"Trainer(fast_dev_run={fast_dev_run!r}) runs {int(fast_dev_run)} training step(s)"
-    limit = getattr(trainer, "limit_train_batches", None)
-    if limit is not None and limit != 1.0:
-        return f"Trainer(limit_train_batches={limit!r})"
-    max_steps = getattr(trainer, "max_steps", -1)
-    if max_steps is not None and 0 <= max_steps < first_step:
-        return f"Trainer(max_steps={max_steps})"
-    return None
-
-
-def _epoch_end_step(trainer: pl.Trainer) -> int:
-    """The logger step of the epoch's last batch, for what fitprof writes to a logger itself: the operators by name
-    and the Markdown summaries (at the step ``pl_module.log`` gives the epoch-end scalars in ``on_train_epoch_end``),
-    and after an exception the scalars too (at the step of the last batch's ``on_step`` values).
-
-    Lightning counts the batches that stepped (``fit_loop.epoch_loop._batches_that_stepped``, per batch whatever
-    the optimizers did, so not ``global_step`` under manual optimization) and logs a batch's values at the count
-    before it: ``FitLoop`` logs epoch-end metrics with the count one back, so that they sit at the last batch's
-    step. During a validation run inside fit the last batch's count is not advanced yet, so it is the count itself.
-    Where a Lightning version lacks the count, ``trainer.global_step`` stands for it. Never below 0.
-    """
-    stepped = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "_batches_that_stepped", None)
-    count = stepped if isinstance(stepped, int) else trainer.global_step
-    return max(int(count) - (0 if trainer.validating else 1), 0)
-
-
-def _threads_and_workers(parts: Any, trainer: pl.Trainer) -> None:
-    """Tell the epoch-parts probe the intra-op threads and the training loader's workers (the CPU-contention
-    verdict weighs them against the cores); left as they were where Lightning does not say."""
-    with contextlib.suppress(Exception):
-        import torch
-
-        parts.threads = int(torch.get_num_threads())
-    with contextlib.suppress(Exception):
-        loaders = trainer.train_dataloader
-        loaders = loaders.values() if isinstance(loaders, dict) else loaders
-        loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
-        parts.workers = sum(int(getattr(dl, "num_workers", 0) or 0) for dl in loaders if dl is not None)
-
-
-def _all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:
-    """All-gather one vector per rank (index = global rank): a float64 tensor, on the CPU for gloo / MPI, on the
-    rank's device otherwise. Raises on failure."""
-    import torch
-    import torch.distributed as dist
-
-    backend = str(dist.get_backend())
-    device = torch.device("cpu") if ("gloo" in backend or "mpi" in backend) else trainer.strategy.root_device
-    local = torch.tensor(vector, dtype=torch.float64, device=device)
-    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, local)
-    return [[float(x) for x in t.cpu().tolist()] for t in gathered]
-
-
-def _distributed() -> bool:
-    """Whether ``torch.distributed`` is initialised with more than one rank."""
-    try:
-        import torch.distributed as dist
-
-        return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
-    except Exception:  # a broken process group: behave as a single process
-        return False

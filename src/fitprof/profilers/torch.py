@@ -76,7 +76,7 @@ class TorchProfiler(StepSpans):
     The window records CPU activity, plus CUDA when a CUDA device is available. Nothing else is recorded by
     default (no stacks, shapes, memory or FLOPs): a 5-step window of a small model is tens of KB gzipped. The
     four options are ``torch.profiler.profile``'s own, as Lightning's ``PyTorchProfiler`` passes them; their
-    measured cost is in the README's arguments table.
+    measured cost is in docs/arguments.md.
 
     Args:
         record_shapes: record operator input shapes (``Input Dims`` in each op's args).
@@ -438,7 +438,7 @@ def _odd_names(prof: Any) -> list[str]:
         results = prof.profiler.kineto_results
         items = results.trace_activities() if hasattr(results, "trace_activities") else results.events()
         names = {item.name() for item in items}
-    except Exception:  # private API moved: export as before
+    except Exception:  # private API moved: export without the name repair
         return []
     return sorted(n for n in names if not _PLAIN_NAME.fullmatch(n))
 
