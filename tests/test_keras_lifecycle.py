@@ -3,9 +3,12 @@ written, fit twice, fit then evaluate/predict."""
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
+import sys
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,8 @@ tf = pytest.importorskip("tensorflow")
 
 from fitprof import FitProfilerWarning  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
+from fitprof.keras._guards import fit_frame_locals, frame_locals  # noqa: E402
+from fitprof.traces import read_trace  # noqa: E402
 from host_memory import needs_statm, rss_mb  # noqa: E402
 from warned import fitprof_messages  # noqa: E402
 
@@ -446,3 +451,63 @@ def test_initial_epoch_numbers_epochs_as_keras_does(tmp_path: Path) -> None:
     acc.Reload()
     logged = acc.Tensors("fitprof/steps_analyzed")
     assert [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in logged] == [(2, 2.0), (4, 2.0)]
+
+
+def test_reading_fit_locals_leaves_no_snapshot_holding_them() -> None:
+    """``fit_frame_locals`` copies ``fit``'s locals and keeps nothing: a local rebound afterwards (the next epoch's
+    iterator) frees the old object at once, and the frame's variables are untouched. A module frame's namespace
+    (its ``f_locals`` itself) is left whole."""
+
+    class Iterator:
+        pass
+
+    model = object()
+
+    def fit(self: object) -> tuple[bool, bool]:
+        iterator = Iterator()
+        old = weakref.ref(iterator)
+        found = fit_frame_locals(self)
+        assert found["iterator"] is iterator and found["self"] is self
+        del found
+        iterator = Iterator()  # the next epoch's: the first one has no other reference
+        return old() is None, isinstance(iterator, Iterator)
+
+    assert fit(model) == (True, True)
+    namespace: dict = {"frame_locals": frame_locals, "sys": sys}
+    exec("x = 1\ncopy = frame_locals(sys._getframe())", namespace)
+    assert namespace["x"] == 1 and namespace["copy"]["x"] == 1
+
+
+@pytest.mark.slow
+def test_the_previous_epochs_iterator_is_freed_before_the_next_window(tmp_path: Path) -> None:
+    """Epoch 0's ``tf.data`` iterator is gone at epoch 1's second step, before that epoch's window opens (warm-up
+    step 3), so its teardown is never inside the profile: epoch 1's profile begins with the warm-up step's call on
+    the Python thread, no tensor deletion first (read back from the ``.xplane.pb``)."""
+    iterators: dict[int, weakref.ref] = {}
+    alive: list[bool] = []
+
+    class Watch(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            original = self.model.train_function
+
+            def recorded(iterator, *args, **kwargs):
+                iterators.setdefault(self.epoch, weakref.ref(iterator))
+                return original(iterator, *args, **kwargs)
+
+            self.model.train_function = recorded
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.epoch == 1 and batch == 1:
+                gc.collect()
+                alive.append(iterators[0]() is not None)
+
+    profiler = FitProfiler(tmp_path, profile_batch=(4, 5))
+    _model().fit(_data(8), epochs=2, verbose=0, callbacks=[Watch(), profiler])
+    assert alive == [False]
+    (xplane,) = (tmp_path / "plugins" / "profile").glob("*_epoch1/*.xplane.pb")
+    table = read_trace(xplane)
+    python = table[table["tid"] == "python"].sort_values("ts_us")
+    assert len(python) and python["name"].iloc[0] != "TFE_DeleteTensorHandle", python.head(5).to_string()

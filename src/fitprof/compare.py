@@ -43,7 +43,7 @@ import math
 import os
 import statistics
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -276,11 +276,14 @@ class Comparison:
         return next((c for c in self.figures if c.name == "step_time_ms"), None)
 
     def grew_most(self) -> Change | None:
-        """The operator whose self time per step grew most (ms), when one grew beyond its noise in most windows."""
+        """The operator whose self time per step grew most in ms per step (its percentage aside: a 0.01 ms operator
+        doubling is no news), among the changes that count: by more than :attr:`min_ms`, not within the noise (with
+        no spread known on either side, the threshold alone decides, as for the gate), ranked in most of the
+        candidate's windows. None when no operator's growth counts."""
         grown = [
             c
             for c in self.operators
-            if c.change > 0
+            if c.change > self.min_ms
             and math.isfinite(c.change)
             and c.significant is not False
             and 2 * c.candidate.n > len(self.candidate.windows)
@@ -333,7 +336,12 @@ def _why(c: Change, fail_over: float) -> str:
 
 
 def load_side(
-    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+    path: str | os.PathLike[str],
+    *,
+    max_trace_mb: float | None = None,
+    max_events: int | None = None,
+    skip: Callable[[str], None] | None = None,
+    accepts: str = "give a run directory, a report file or a trace file",
 ) -> Side:
     """Load one side: a run directory, a report file or a trace file (see the module docstring).
 
@@ -343,10 +351,14 @@ def load_side(
     Args:
         path: the run directory or file.
         max_trace_mb, max_events: bounds on a trace file (:func:`fitprof.analyze`'s).
+        skip: called with one line (``<file>: <what is wrong>``) for each report file of a run directory that
+            cannot be read, which is then left out (a run killed mid-write leaves one beside good ones); None:
+            such a file raises.
+        accepts: what the caller takes, said in the error for a folder holding no report file.
 
     Raises:
-        CompareInputError: the path is missing, holds no report file, or a file in it cannot be read (the
-            message names the file and says why).
+        CompareInputError: the path is missing, holds no report file, no readable one, or (``skip`` None) a file
+            in it cannot be read (the message names the file and says why).
     """
     from fitprof import analyze
     from fitprof.traces import TraceError
@@ -358,15 +370,26 @@ def load_side(
         if not files:
             raise CompareInputError(
                 f"{shown}: no fitprof report file below this folder (a run directory holds "
-                "plugins/fitprof/<session>.rank<r>.json); give a run directory, a report file or a trace file"
+                f"plugins/fitprof/<session>.rank<r>.json); {accepts}"
             )
-        windows, triggered = [], 0
+        windows, triggered, unreadable = [], 0, []
         for f in files:
-            doc = _read_report(f, logdir=p)
+            try:
+                doc = _read_report(f, logdir=p)
+            except CompareInputError as err:
+                if skip is None:
+                    raise
+                unreadable.append(str(err))
+                continue
             if trigger_step(doc.session or f.name.partition(".rank")[0]) is not None:
                 triggered += 1
                 continue
             windows.append(Window(doc.report, doc.epoch, doc.rank))
+        if len(unreadable) == len(files):
+            raise CompareInputError(f"{shown}: no readable report file ({'; '.join(unreadable)})")
+        if skip is not None:
+            for line in unreadable:
+                skip(line)
         if not windows:
             raise CompareInputError(f"{shown}: only windows the slowdown trigger opened; no scheduled window")
         return Side(shown, KIND_RUN, windows, triggered, epoch_values(p))
@@ -382,14 +405,15 @@ def load_side(
     return Side(shown, KIND_TRACE, [Window(report, None, report.rank)])
 
 
-def load_baseline(path: str | os.PathLike[str]) -> Side:
+def load_baseline(path: str | os.PathLike[str], skip: Callable[[str], None] | None = None) -> Side:
     """A baseline for the callbacks: a run directory or a report file (no trace: a trace would be analysed at
-    every comparison).
+    every comparison). ``skip`` as :func:`load_side`'s: each unreadable report file of a run directory beside
+    readable ones.
 
     Raises:
         CompareInputError: as :func:`load_side`, and for a trace file.
     """
-    side = load_side(path)
+    side = load_side(path, skip=skip, accepts="a baseline is a run directory or a report file")
     if side.kind == KIND_TRACE:
         raise CompareInputError(f"{side.path}: a baseline is a run directory or a report file, not a trace file")
     return side

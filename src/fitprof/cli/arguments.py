@@ -49,6 +49,12 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
         help="read the files in N parallel processes; the output is the same for any N (default: the cores, "
         f"{default_jobs()} here, when the files hold 32 MB or more, else 1)",
     )
+    add_strict_option(p)
+
+
+def add_strict_option(p: argparse.ArgumentParser) -> None:
+    """``--strict`` on a subcommand's parser: an unreadable file among readable ones is an error, not a skip
+    (:meth:`fitprof.cli.output.Output.finish`)."""
     p.add_argument(
         "--strict",
         action="store_true",

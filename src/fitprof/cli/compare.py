@@ -9,9 +9,14 @@ A side may be a URL (``s3://``, ``gs://``, ``memory://``...; fsspec and the sche
 TensorBoard event files, or the one file it names, are copied into a temporary folder and read there; every line
 printed names the URL.
 
+A report file of a run directory that cannot be read (a run killed mid-write leaves one) is skipped as
+``fitprof report`` skips it (:meth:`fitprof.cli.output.Output.skip`): one ``fitprof: warning:`` line naming it,
+and the side is the files that could be read; under ``--strict`` it is an error.
+
 Exit status: 0 nothing regressed, 1 a regression (see :mod:`fitprof.compare` for the rule), 2 bad input: a
-missing or unreadable side, bad arguments, or two sides that are not comparable (another framework, world size,
-device, batch size, or mostly different operators), which are named on stderr instead of being compared.
+missing side or one with no readable report, an unreadable file under ``--strict``, bad arguments, or two sides
+that are not comparable (another framework, world size, device, batch size, or mostly different operators), which
+are named on stderr instead of being compared.
 Framework-free.
 """
 
@@ -26,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.arguments import add_format_options
-from fitprof.cli.output import EXIT_BAD_INPUT, EXIT_OK, Output, describe
+from fitprof.cli.arguments import add_format_options, add_strict_option
+from fitprof.cli.output import EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
     DEFAULT_FAIL_OVER_PERCENT,
@@ -60,6 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("baseline", metavar="BASELINE", help="run directory, report file or trace file")
     p.add_argument("candidate", metavar="CANDIDATE", help="run directory, report file or trace file")
     add_format_options(p, FORMATS)
+    add_strict_option(p)
     p.add_argument(
         "--fail-over",
         type=_non_negative,
@@ -95,19 +101,19 @@ def run(args: argparse.Namespace, out: Output) -> int:
         for n, path in enumerate((args.baseline, args.candidate)):
             try:
                 local = _fetch(path, Path(tmp) / str(n), out) if _fs.is_remote(path) else _fs.local_path(path)
-                side = load_side(local, max_trace_mb=DEFAULT_MAX_TRACE_MB, max_events=DEFAULT_MAX_EVENTS)
+                side = load_side(local, max_trace_mb=DEFAULT_MAX_TRACE_MB, max_events=DEFAULT_MAX_EVENTS, skip=out.skip)
                 sides.append(dataclasses.replace(side, path=path))
             except CompareInputError as err:  # it names the file (a local copy: out names its URL)
                 out.error(str(err))
             except (OSError, ValueError) as err:  # a URL that cannot be read
                 out.error(describe(path, err))
         if len(sides) < 2:
-            return EXIT_BAD_INPUT
+            return out.finish(args, [])  # the skipped files too, as errors: nothing is compared
         try:
             result = compare(sides[0], sides[1], fail_over_percent=args.fail_over, min_ms=args.min_ms)
         except NotComparableError as err:
             out.error(str(err))
-            return EXIT_BAD_INPUT
+            return out.finish(args, [])
         status = out.finish(args, records(result), bad=False)
     return EXIT_REGRESSION if status == EXIT_OK and result.regressed else status
 

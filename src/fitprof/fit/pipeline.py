@@ -330,7 +330,8 @@ class WindowPipeline:
             except OSError as err:
                 self.warn("report", f"fitprof: could not write the report of epoch {epoch} ({err!r}).")
         files = [trace]
-        session_dir: Path | None = None
+        # an XSpace window (TensorFlow, JAX) lives in its session folder, which goes with it
+        session_dir: Path | None = Path(trace).parent if Path(trace).name.endswith(".xplane.pb") else None
         if trace_format(trace) == "kineto":
             worker = self.converter() if self.converter is not None else None
             xhost = rank_host(host, rank, world_size)

@@ -70,7 +70,12 @@ class EpochPublisher:
         )
         if baseline is not None and not isinstance(baseline, (str, os.PathLike)):
             raise TypeError(f"baseline must be a path (a run directory or a report file), got {baseline!r}")
-        self.baseline: Side | None = None if baseline is None else load_baseline(baseline)
+        self.baseline: Side | None = None
+        if baseline is not None:
+            self.baseline = load_baseline(
+                baseline,
+                skip=lambda line: warn(f"baseline-unreadable {line}", f"fitprof: baseline report file skipped: {line}"),
+            )
         self.warn = warn
         self.probes = probes
         self.parts = parts

@@ -13,6 +13,7 @@ import keras
 
 from fitprof.fit import Busy, FitEngine
 from fitprof.fit.hooks import CallbackHooks, Saves
+from fitprof.keras._guards import frame_locals
 
 
 def fit_callbacks(own: Any) -> list[Any]:
@@ -22,7 +23,7 @@ def fit_callbacks(own: Any) -> list[Any]:
     try:
         f = frame.f_back if frame is not None else None
         while f is not None:
-            owner = f.f_locals.get("self")
+            owner = frame_locals(f).get("self")
             if isinstance(owner, keras.callbacks.CallbackList):
                 found = list(getattr(owner, "callbacks", []) or [])
                 if any(cb is own for cb in found):

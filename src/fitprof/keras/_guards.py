@@ -11,6 +11,7 @@ then stopped at the next ``fit``'s start or when the callback is deleted.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -112,15 +113,35 @@ class Guards:
                 pass
 
 
+def frame_locals(frame: Any) -> dict[str, Any]:
+    """A copy of the local variables of ``frame`` (a frame object), leaving no reference to them in the frame.
+
+    Before Python 3.13, ``frame.f_locals`` of a function's frame is a snapshot dict that the frame keeps until it
+    is read again. Kept, the snapshot of ``fit`` would hold the previous epoch's locals, its ``tf.data`` iterator
+    among them, until the next read at a window's start, which would then drop them inside the profile: the
+    iterator's teardown (seconds with a slow pipeline) recorded before the window's steps. So the snapshot is
+    emptied after the copy: it is a cache that Python refills before each use (a trace function's call), never
+    the function's variables. A module or class body's ``f_locals`` is its namespace itself, and from 3.13 a view:
+    both are left alone.
+    """
+    snapshot = frame.f_locals
+    found = dict(snapshot)
+    if type(snapshot) is dict and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        snapshot.clear()
+    return found
+
+
 def fit_frame_locals(model: Any) -> dict[str, Any]:
     """The local variables of the running ``model.fit`` call (its frame is found on the stack by name and
-    ``self``); empty when there is none."""
+    ``self``; :func:`frame_locals`); empty when there is none."""
     frame = sys._getframe(1)
     for _ in range(64):
         if frame is None:
             break
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return dict(frame.f_locals)
+        if frame.f_code.co_name == "fit":
+            found = frame_locals(frame)
+            if found.get("self") is model:
+                return found
         frame = frame.f_back  # type: ignore[assignment]
     return {}
 

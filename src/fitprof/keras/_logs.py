@@ -9,6 +9,7 @@ from typing import Any
 import keras
 
 from fitprof import metrics
+from fitprof.keras._guards import frame_locals
 
 PROGBAR_KEYS = (
     metrics.STEP_TIME_MS.key,
@@ -31,7 +32,7 @@ def quiet_progbars(frame: Any) -> list[Any]:
     same dict. So the bar's own hook is given a copy without the other ``fitprof/*`` keys; the instance attribute is
     removed by :func:`restore_progbars`, the class's method takes over again."""
     try:
-        caller = frame.f_locals.get("self")
+        caller = frame_locals(frame).get("self")
         if not isinstance(caller, keras.callbacks.CallbackList):
             return []
         progbars = [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.ProgbarLogger)]
@@ -73,7 +74,7 @@ def csv_loggers(frame: Any) -> list[Any]:
     """The ``keras.callbacks.CSVLogger`` instances of the fit, read from the ``CallbackList`` that called
     ``on_train_begin`` (``frame`` is its frame); empty when the caller is something else."""
     try:
-        caller = frame.f_locals.get("self")
+        caller = frame_locals(frame).get("self")
         if not isinstance(caller, keras.callbacks.CallbackList):
             return []
         return [cb for cb in caller.callbacks if isinstance(cb, keras.callbacks.CSVLogger)]
