@@ -133,6 +133,15 @@ HOSTILE = textwrap.dedent(
         raise RuntimeError("conversion broke")
 
     xw.write_xspace = no_xspace  # only the .xplane.pb conversion fails
+    # the .xplane.pb is written by a background interpreter, started on this one's sys.path: plant it there too
+    import pathlib, tempfile
+    plant = pathlib.Path(tempfile.mkdtemp())
+    (plant / "sitecustomize.py").write_text(
+        "import fitprof.traces.xspace_write as xw\\n"
+        "def no_xspace(*args, **kwargs):\\n    raise RuntimeError('conversion broke')\\n"
+        "xw.write_xspace = no_xspace\\n"
+    )
+    sys.path.insert(0, str(plant))
     logged = []
     logging.getLogger("fitprof").addHandler(type("H", (logging.Handler,), {{"emit": lambda s, r: logged.append(r.getMessage())}})())
 
