@@ -86,9 +86,10 @@ def test_lightning_writes_through_fsspec_to_the_loggers_url(
     names = [p[len(root) + 1 :] for p in fs.find(root)]
     traces = [n for n in names if n.endswith(".pt.trace.json.gz")]
     xplanes = [n for n in names if n.endswith(".xplane.pb")]
-    reports = sorted(n for n in names if n.startswith("plugins/fitprof/"))
+    reports = sorted(n for n in names if n.startswith("plugins/fitprof/") and n.endswith(".json"))
     assert len(traces) == len(xplanes) == 1  # keep_last_windows=1: epoch 0's trace removed remotely too
     assert len(reports) == 2 and all(r.endswith(".rank0.json") for r in reports)
+    assert "plugins/fitprof/epochs.rank0.jsonl" in names  # the per-epoch records reach the URL too
     assert "_epoch1" in traces[0] and "_epoch1" in xplanes[0]
     copies = tmp_path_factory.mktemp("copies")
     for name in (traces[0], xplanes[0]):
@@ -109,6 +110,11 @@ def test_lightning_writes_through_fsspec_to_the_loggers_url(
     capsys.readouterr()
     assert cli_main(["report", url, "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["epoch"]) for r in records if r["record"] == "epoch"] == [
+        ("csv/version_0", 0),
+        ("csv/version_0", 1),
+    ]
+    records = [r for r in records if r["record"] == "window"]
     assert [(r["run"], r["epoch"]) for r in records] == [("csv/version_0", 0), ("csv/version_0", 1)]
     assert [r["step_time_ms"] for r in records] == pytest.approx([profiler.reports[e].step_time_ms for e in (0, 1)])
     assert all(r["report_file"].startswith(f"{run}/plugins/fitprof/") for r in records)
@@ -275,7 +281,8 @@ def test_keras_torch_writes_through_fsspec(keras_torch: tuple[dict[str, Any], Pa
     copied = result["copied"]
     assert len([n for n in copied if n.endswith(".pt.trace.json.gz")]) == 2
     assert len([n for n in copied if n.endswith(".xplane.pb")]) == 2
-    assert len([n for n in copied if n.startswith("plugins/fitprof/")]) == 2
+    assert len([n for n in copied if n.startswith("plugins/fitprof/") and n.endswith(".json")]) == 2
+    assert "plugins/fitprof/epochs.rank0.jsonl" in copied
     assert len([n for n in copied if ".tfevents." in n]) == 1  # scalars and profile in one run directory
     for epoch, step_ms in result["reports"].items():
         (trace,) = sorted(out.glob(f"*_epoch{epoch}.pt.trace.json.gz"))
@@ -366,7 +373,8 @@ def test_keras_tensorflow_writes_through_gfile(keras_tf: tuple[dict[str, Any], P
     files = result["files"]
     xplanes = [n for n in files if n.endswith(".xplane.pb")]
     assert len(xplanes) == 2 and all(n.startswith("plugins/profile/") for n in xplanes)
-    assert len([n for n in files if n.startswith("plugins/fitprof/")]) == 2
+    assert len([n for n in files if n.startswith("plugins/fitprof/") and n.endswith(".json")]) == 2
+    assert "plugins/fitprof/epochs.rank0.jsonl" in files
     assert len([n for n in files if ".tfevents." in n and "/" not in n]) == 1  # one run directory
     for epoch, step_ms in result["reports"].items():
         (copy,) = [p for p in out.iterdir() if f"_epoch{epoch}__" in p.name]
