@@ -244,11 +244,13 @@ def test_too_few_says_why_by_reason() -> None:
         rec.step(t, n)
     assert len(rec.step_ns) == 4
     assert rec.too_few(3) is None  # 12 steps: a short epoch times few by its nature
-    msg = rec.too_few(3, min_seen=12)
+    # 8 of the 12 steps were outside the warm-up and the window: what a repeating pause could have cost
+    assert rec.too_few(3, min_seen=9) is None
+    msg = rec.too_few(3, min_seen=8)
     assert msg == (
         "epoch 3 timed 4 of 12 steps (fewer than 10): 4 steps during or after validation, 3 warm-up steps (the first "
         "of the epoch), 1 step in or after a profiling window"
     )
-    assert rec.too_few(3, min_steps=4, min_seen=12) is None
+    assert rec.too_few(3, min_steps=4, min_seen=8) is None
     rec.begin_epoch(0)
     assert rec.too_few(4, min_seen=0) is None  # no step seen: nothing to say

@@ -168,7 +168,7 @@ def test_lightning_window_with_a_quoted_record_function(tmp_path: Path) -> None:
     # the 5 analysed steps and the warm-up step before them: the profiler records that step too
     assert _annotation_names(profiler.trace_paths[0]).count('load "train"\t\\ étape') == 5 + 1
     assert profiler.xplane_paths[0].is_file()
-    assert not [w for w in caught if "fitprof" in str(w.message)]
+    assert not [w for w in caught if "fitprof" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_odd_operator_names_keep_every_output_on_its_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -185,7 +185,8 @@ class StepRecorder:
 
     def too_few(self, epoch: int, min_steps: int | None = None, min_seen: int | None = None) -> str | None:
         """Why the epoch timed fewer than ``min_steps`` (None: :data:`MIN_STEPS_COMPARED`, the fewest that stand
-        for an epoch) of the ``min_seen`` or more steps it saw (None: twice ``min_steps``), e.g. ``"epoch 3 timed
+        for an epoch) of the ``min_seen`` or more steps it saw outside its warm-up steps and profiling windows
+        (None: twice ``min_steps``), e.g. ``"epoch 3 timed
         2 of 24 steps (fewer than 10): 19 steps during or after validation, 3 warm-up steps (the first of the
         epoch)"``; None otherwise. A shorter epoch times few steps by its nature (warm-up, a window), one that saw
         many and timed few lost them to a pause that repeats. Say it once per fit: the cause repeats every epoch."""
@@ -195,7 +196,8 @@ class StepRecorder:
             min_seen = 2 * min_steps
         timed = len(self.step_ns)
         seen = timed + self._excluded
-        if timed >= min_steps or seen < max(min_seen, 1):
+        by_design = self._reasons.get(WARMUP, 0) + self._reasons.get(WINDOW, 0)
+        if timed >= min_steps or seen - by_design < max(min_seen, 1):
             return None
         why = ", ".join(
             f"{n} {_REASON_WORDS.get(reason, (reason, reason))[n != 1]}"
