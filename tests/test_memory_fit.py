@@ -8,6 +8,7 @@ hands out without rounding.
 
 from __future__ import annotations
 
+import mmap
 import sys
 import warnings
 from pathlib import Path
@@ -35,6 +36,14 @@ GROWTH = metrics.EPOCH_MEMORY_GROWTH_MB.key
 
 def _memory_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if "memory" in str(w.message) and str(w.message).startswith("fitprof:")]
+
+
+def _kept_pages(n: int) -> mmap.mmap:
+    """``n`` bytes kept alive on pages of their own, every page written: a leak's growth. From the heap, a long
+    pytest process could serve it from memory other tests freed, and the process's resident memory would not grow."""
+    pages = mmap.mmap(-1, n)
+    np.frombuffer(pages, dtype=np.uint8)[:] = 1
+    return pages
 
 
 def _check(runs: dict[str, tuple[dict[str, list[float]], list[str]]]) -> None:
@@ -99,7 +108,7 @@ def _lightning_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[
                 t = torch.ones(TEMP_BYTES, dtype=torch.uint8)
                 del t
             if mode == "leak" and batch_idx == 0:
-                self.kept.append(torch.ones(LEAK_BYTES, dtype=torch.uint8))
+                self.kept.append(_kept_pages(LEAK_BYTES))
 
     trainer = _lightning_trainer(root, accelerator="cpu")
     with warnings.catch_warnings(record=True) as caught:
@@ -127,7 +136,7 @@ def _keras_run(root: Path, mode: str) -> tuple[dict[str, list[float]], list[str]
     class Plant(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             if mode == "leak":
-                kept.append(np.ones(LEAK_BYTES, dtype=np.uint8))
+                kept.append(_kept_pages(LEAK_BYTES))
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if mode == "temp":  # made and freed inside every step, as the model's own temporaries would be
