@@ -301,11 +301,13 @@ def test_xprof_pages_show_fitprofs_figures_for_the_lightning_run(
     ipa = input_pipeline_figures(pages["lightning"]["input_pipeline_analyzer"])
     assert ipa["steps"] == report.steps_analyzed == 5
     assert ipa["step_time_ms"] == pytest.approx(marker_ms, rel=0.01)
-    assert abs(ipa["input_percent"] - report.input_percent) <= 1.0
+    # xprof's input share is of its step, the whole marker: fitprof's input time over the same marker
+    marker_input_percent = 100 * report.input_ms_per_step / marker_ms
+    assert abs(ipa["input_percent"] - marker_input_percent) <= 0.5
     assert ipa["summary"]["hardware_type"] == "CPU_ONLY"
     overview = overview_figures(pages["lightning"]["overview_page"])  # xprof rounds these to 0.1 ms
     assert overview["step_time_ms"] == pytest.approx(marker_ms, rel=0.01)
-    assert abs(overview["input_percent"] - report.input_percent) <= 1.0
+    assert abs(overview["input_percent"] - marker_input_percent) <= 0.5
     ops = op_stats(pages["lightning"]["framework_op_stats"])
     assert report.top_ops and all(o.name.startswith("aten::") for o in report.top_ops[:3])
     table = fitprof.read_trace(lightning_run["xplane"])
