@@ -1,21 +1,26 @@
-"""One fit for the epoch-parts tests (``tests/test_epoch_parts_fit.py``), in its own process: the framework, the
-Keras backend and the thread count are chosen before the import.
+"""The fits of the epoch-parts tests (``tests/test_epoch_parts_fit.py``), one after another in one process: the
+framework import (several seconds) is paid once, and the framework, the Keras backend and the thread count are
+chosen before it.
 
-    python tests/epoch_parts_child.py {lightning|keras} {validation|checkpoint|callback|startup|threads} LOGDIR
+    python tests/epoch_parts_child.py {lightning|keras} LOGROOT SCENARIO [SCENARIO ...]
 
-Each scenario plants one cost and times its truth in the same run, by code of its own, not fitprof's:
+SCENARIO is one of ``validation``, ``checkpoint``, ``callback``, ``startup``, or ``threads`` (alone: it sets the
+thread count). Each fit logs under ``LOGROOT/SCENARIO`` with a new model, Trainer (or ``fit`` call) and
+:class:`FitProfiler`, plants one cost and times its truth in the same run, by code of its own, not fitprof's:
 
 * ``validation``: 4 validation batches of 40 ms each epoch; truth: a callback's validation start to end;
-* ``checkpoint``: an 80 MB state saved every 2 steps (``ModelCheckpoint``); truth: the time inside each save
-  (``trainer.save_checkpoint`` / Keras ``ModelCheckpoint._save_model``), by epoch;
+* ``checkpoint``: a state of :data:`BIG` float32 values saved every 2 steps (``ModelCheckpoint``); truth: the time
+  inside each save (``trainer.save_checkpoint`` / Keras ``ModelCheckpoint._save_model``), by epoch, and each save's
+  own time in order (``save_s``);
 * ``callback``: a callback sleeping 15 ms in ``on_train_batch_end``; truth: its own sleeps;
 * ``startup``: 2 loader workers whose ``worker_init_fn`` sleeps 0.4 s, ``persistent_workers=False``; truth: a
   callback's epoch start to first batch start;
 * ``threads``: 8 intra-op threads and 2 loader workers on a matmul model (oversubscribed on purpose).
 
 Every step also sleeps 10 ms in the model, so that the planted costs stand out of the noise of a busy machine.
-Prints ``RESULT`` and one JSON object: the ``fitprof/epoch/*`` figures each epoch logged (Lightning: the
-``CSVLogger``'s ``metrics.csv`` is read by the test; Keras: ``History``), the truths by epoch, the window's scalars.
+Prints ``RESULT`` and one JSON object, by scenario: the ``fitprof/epoch/*`` figures each epoch logged (Lightning:
+the ``CSVLogger``'s ``metrics.csv`` is read by the test; Keras: ``History``), the truths by epoch, the window's
+scalars, each save's time; or ``{"error": traceback}`` for a fit that raised, so that one broken fit never hides the others.
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ import json
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
-FRAMEWORK, SCENARIO, LOGDIR = sys.argv[1], sys.argv[2], sys.argv[3]
-THREADS = 8 if SCENARIO == "threads" else 1
+FRAMEWORK, LOGROOT, SCENARIOS = sys.argv[1], sys.argv[2], sys.argv[3:]
+if "threads" in SCENARIOS and SCENARIOS != ["threads"]:
+    raise SystemExit("threads sets the process's thread count: run it alone")
+THREADS = 8 if SCENARIOS == ["threads"] else 1
 os.environ["OMP_NUM_THREADS"] = str(THREADS)
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
@@ -42,12 +50,10 @@ STEP_SLEEP_S = 0.010
 VAL_SLEEP_S = 0.040
 CALLBACK_SLEEP_S = 0.015
 INIT_SLEEP_S = 0.4
-BIG = 20_000_000  # float32: 80 MB of state
-T = {"validation": {}, "checkpoint": {}, "callback": {}, "startup": {}, "wall": {}}
-
-
-def add(kind: str, epoch: int, seconds: float) -> None:
-    T[kind][str(epoch)] = T[kind].get(str(epoch), 0.0) + seconds
+BIG = 5_000_000
+"""The checkpointed state, in float32 values (20 MB): each save must stand well out of a step, since the test checks
+that the window's step time leaves them out. Measured at load 3 on 2 cores: steps of 14-16 ms in the window, saves
+of 47-234 ms (Lightning) and 70-222 ms (Keras); at 10 MB the saves read 27-170 ms, as short as two steps."""
 
 
 class Samples(torch.utils.data.Dataset):  # type: ignore[misc]
@@ -62,61 +68,72 @@ def slow_init(_: int) -> None:
     time.sleep(INIT_SLEEP_S)
 
 
-def loader() -> Any:
-    workers = 2 if SCENARIO in ("startup", "threads") else 0
+def loader(scenario: str) -> Any:
+    workers = 2 if scenario in ("startup", "threads") else 0
     return torch.utils.data.DataLoader(
         Samples(),
         batch_size=BATCH,
         num_workers=workers,
         persistent_workers=False,
-        worker_init_fn=slow_init if SCENARIO == "startup" else None,
+        worker_init_fn=slow_init if scenario == "startup" else None,
     )
 
 
-def work() -> None:
+def work(scenario: str) -> None:
     time.sleep(STEP_SLEEP_S)
-    if SCENARIO == "threads":
+    if scenario == "threads":
         a = torch.ones(384, 384)
         for _ in range(6):
             a = a @ a / 384
 
 
 class Clock:
-    """The truths' stamps, shared by both frameworks' truth callbacks."""
+    """One fit's truths (seconds) by kind and epoch, and each save's own time by epoch, stamped by both frameworks'
+    truth callbacks."""
 
     def __init__(self) -> None:
+        self.truth: dict[str, dict[str, float]] = {
+            k: {} for k in ("validation", "checkpoint", "callback", "startup", "wall")
+        }
+        self.save_s: dict[str, list[float]] = {}
         self.epoch = 0
         self.epoch_t0 = 0.0
         self.first = True
         self.val_t0 = 0.0
+
+    def add(self, kind: str, seconds: float) -> None:
+        by_epoch = self.truth[kind]
+        by_epoch[str(self.epoch)] = by_epoch.get(str(self.epoch), 0.0) + seconds
 
     def epoch_start(self, epoch: int) -> None:
         self.epoch, self.epoch_t0, self.first = epoch, time.perf_counter(), True
 
     def batch_start(self) -> None:
         if self.first:
-            add("startup", self.epoch, time.perf_counter() - self.epoch_t0)
+            self.add("startup", time.perf_counter() - self.epoch_t0)
             self.first = False
 
     def validation_start(self) -> None:
         self.val_t0 = time.perf_counter()
 
     def validation_end(self) -> None:
-        add("validation", self.epoch, time.perf_counter() - self.val_t0)
+        self.add("validation", time.perf_counter() - self.val_t0)
 
     def epoch_end(self) -> None:
-        add("wall", self.epoch, time.perf_counter() - self.epoch_t0)
+        self.add("wall", time.perf_counter() - self.epoch_t0)
+
+    def saved(self, t0: float) -> None:
+        seconds = time.perf_counter() - t0
+        self.add("checkpoint", seconds)
+        self.save_s.setdefault(str(self.epoch), []).append(seconds)
 
     def sleep_in_hook(self) -> None:
         t0 = time.perf_counter()
         time.sleep(CALLBACK_SLEEP_S)
-        add("callback", self.epoch, time.perf_counter() - t0)
+        self.add("callback", time.perf_counter() - t0)
 
 
-CLOCK = Clock()
-
-
-def run_lightning() -> dict[str, Any]:
+def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
     import lightning.pytorch as pl
     from lightning.pytorch.loggers import CSVLogger
 
@@ -126,11 +143,11 @@ def run_lightning() -> dict[str, Any]:
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(64, 1)
-            if SCENARIO == "checkpoint":
+            if scenario == "checkpoint":
                 self.register_buffer("big", torch.zeros(BIG))
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
-            work()
+            work(scenario)
             x, y = batch
             return torch.nn.functional.mse_loss(self.layer(x), y)
 
@@ -142,43 +159,43 @@ def run_lightning() -> dict[str, Any]:
 
     class Truth(pl.Callback):
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-            CLOCK.epoch_start(trainer.current_epoch)
+            clock.epoch_start(trainer.current_epoch)
 
         def on_train_batch_start(self, *args: Any) -> None:
-            CLOCK.batch_start()
+            clock.batch_start()
 
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
             if not trainer.sanity_checking:
-                CLOCK.validation_start()
+                clock.validation_start()
 
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
             if not trainer.sanity_checking:
-                CLOCK.validation_end()
+                clock.validation_end()
 
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-            CLOCK.epoch_end()
+            clock.epoch_end()
 
     class Sleepy(pl.Callback):
         def on_train_batch_end(self, *args: Any) -> None:
-            CLOCK.sleep_in_hook()
+            clock.sleep_in_hook()
 
-    profiler = FitProfiler(LOGDIR, verbose=False)
+    profiler = FitProfiler(logdir, verbose=False)
     callbacks: list[Any] = [Truth(), profiler]
-    if SCENARIO == "callback":
+    if scenario == "callback":
         callbacks.append(Sleepy())
-    if SCENARIO == "checkpoint":
+    if scenario == "checkpoint":
         callbacks.append(
-            pl.callbacks.ModelCheckpoint(dirpath=os.path.join(LOGDIR, "ckpt"), every_n_train_steps=2, save_top_k=-1)
+            pl.callbacks.ModelCheckpoint(dirpath=os.path.join(logdir, "ckpt"), every_n_train_steps=2, save_top_k=-1)
         )
     trainer = pl.Trainer(
         max_epochs=EPOCHS,
         callbacks=callbacks,
-        logger=CSVLogger(LOGDIR, name="csv", version=0),
+        logger=CSVLogger(logdir, name="csv", version=0),
         enable_progress_bar=False,
         enable_model_summary=False,
-        enable_checkpointing=SCENARIO == "checkpoint",
+        enable_checkpointing=scenario == "checkpoint",
         num_sanity_val_steps=0,
-        limit_val_batches=4 if SCENARIO == "validation" else 0,
+        limit_val_batches=4 if scenario == "validation" else 0,
         accelerator="cpu",
         devices=1,
     )
@@ -189,15 +206,15 @@ def run_lightning() -> dict[str, Any]:
         try:
             return save(*args, **kwargs)
         finally:
-            add("checkpoint", CLOCK.epoch, time.perf_counter() - t0)
+            clock.saved(t0)
 
     trainer.save_checkpoint = timed_save  # type: ignore[method-assign]
-    val = torch.utils.data.DataLoader(Samples(), batch_size=BATCH) if SCENARIO == "validation" else None
-    trainer.fit(Model(), loader(), val)
+    val = torch.utils.data.DataLoader(Samples(), batch_size=BATCH) if scenario == "validation" else None
+    trainer.fit(Model(), loader(scenario), val)
     return {"window": {str(e): r.scalars() for e, r in profiler.reports.items()}}
 
 
-def run_keras() -> dict[str, Any]:
+def run_keras(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
     import keras
 
     from fitprof.keras import FitProfiler
@@ -206,11 +223,11 @@ def run_keras() -> dict[str, Any]:
         def __init__(self) -> None:
             super().__init__()
             self.dense = keras.layers.Dense(1)
-            if SCENARIO == "checkpoint":
+            if scenario == "checkpoint":
                 self.big = self.add_weight(shape=(BIG,), initializer="zeros", trainable=False)
 
         def call(self, x: Any) -> Any:
-            work()
+            work(scenario)
             return self.dense(x)
 
     class SlowValidation(keras.utils.PyDataset):
@@ -223,23 +240,23 @@ def run_keras() -> dict[str, Any]:
 
     class Truth(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            CLOCK.epoch_start(epoch)
+            clock.epoch_start(epoch)
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            CLOCK.batch_start()
+            clock.batch_start()
 
         def on_test_begin(self, logs: Any = None) -> None:
-            CLOCK.validation_start()
+            clock.validation_start()
 
         def on_test_end(self, logs: Any = None) -> None:
-            CLOCK.validation_end()
+            clock.validation_end()
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            CLOCK.epoch_end()
+            clock.epoch_end()
 
     class Sleepy(keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            CLOCK.sleep_in_hook()
+            clock.sleep_in_hook()
 
     class TimedCheckpoint(keras.callbacks.ModelCheckpoint):
         def _save_model(self, *args: Any, **kwargs: Any) -> Any:
@@ -247,30 +264,41 @@ def run_keras() -> dict[str, Any]:
             try:
                 return super()._save_model(*args, **kwargs)
             finally:
-                add("checkpoint", CLOCK.epoch, time.perf_counter() - t0)
+                clock.saved(t0)
 
-    profiler = FitProfiler(LOGDIR, verbose=False)
+    profiler = FitProfiler(logdir, verbose=False)
     callbacks: list[Any] = [Truth(), profiler]
-    if SCENARIO == "callback":
+    if scenario == "callback":
         callbacks.append(Sleepy())
-    if SCENARIO == "checkpoint":
-        path = os.path.join(LOGDIR, "ckpt", "m_{epoch}_{batch}.weights.h5")
+    if scenario == "checkpoint":
+        path = os.path.join(logdir, "ckpt", "m_{epoch}_{batch}.weights.h5")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         callbacks.append(TimedCheckpoint(path, save_weights_only=True, save_freq=2))
     model = Model()
     model.compile(optimizer="sgd", loss="mse")
     hist = model.fit(
-        loader(),
+        loader(scenario),
         epochs=EPOCHS,
         verbose=0,
         callbacks=callbacks,
-        validation_data=SlowValidation() if SCENARIO == "validation" else None,
+        validation_data=SlowValidation() if scenario == "validation" else None,
     )
     history = {k: [float(v) for v in vals] for k, vals in hist.history.items() if k.startswith("fitprof/")}
     return {"history": history, "window": {str(e): r.scalars() for e, r in profiler.reports.items()}}
 
 
+def run(scenario: str) -> dict[str, Any]:
+    """One fit of ``scenario`` under ``LOGROOT/scenario``: its figures and truths, or the error it raised."""
+    clock = Clock()
+    fit = run_lightning if FRAMEWORK == "lightning" else run_keras
+    try:
+        out = fit(scenario, os.path.join(LOGROOT, scenario), clock)
+    except Exception:
+        return {"error": traceback.format_exc()}
+    out["truth"] = clock.truth
+    out["save_s"] = clock.save_s
+    return out
+
+
 if __name__ == "__main__":
-    out = run_lightning() if FRAMEWORK == "lightning" else run_keras()
-    out["truth"] = T
-    print("RESULT" + json.dumps(out))
+    print("RESULT" + json.dumps({scenario: run(scenario) for scenario in SCENARIOS}))
