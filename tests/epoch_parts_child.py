@@ -50,10 +50,12 @@ STEP_SLEEP_S = 0.010
 VAL_SLEEP_S = 0.040
 CALLBACK_SLEEP_S = 0.015
 INIT_SLEEP_S = 0.4
-BIG = 5_000_000
-"""The checkpointed state, in float32 values (20 MB): each save must stand well out of a step, since the test checks
-that the window's step time leaves them out. Measured at load 3 on 2 cores: steps of 14-16 ms in the window, saves
-of 47-234 ms (Lightning) and 70-222 ms (Keras); at 10 MB the saves read 27-170 ms, as short as two steps."""
+BIG = 10_000_000
+"""The checkpointed state, in float32 values (40 MB). The test needs the window's saves to stand well out of its
+step time: a step must be under half the saves' share of a step, which Lightning's window (2 saves in 5 steps) makes
+the tightest. Measured at load 3-7 on 2 cores: window steps of 14-25 ms; 20 MB saves of 49-452 ms, whose share left
+a margin under 2x (Lightning's window saves summed to 228-285 ms: 23-29 ms against steps of 14-16 ms); 40 MB saves of
+79-570 ms (862 ms in Lightning's window: 86 ms against a 17 ms step)."""
 
 
 class Samples(torch.utils.data.Dataset):  # type: ignore[misc]
