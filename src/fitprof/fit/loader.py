@@ -21,12 +21,21 @@ and the input wait is T(N) - S. With no workers the main process does the work: 
 wait leaves over once the workers' share (max(0, W/N - S)) is taken out, and at least the main thread's CPU time
 while the loop waited (its work in the framework's fetch path runs whatever the workers do; while the workers are the
 bound it is hidden in the wait, and only the CPU clock shows it).
+
+Worker threads (a Keras ``PyDataset(workers=N, use_multiprocessing=False)``) share the process's GIL: Python code runs
+in one thread at a time, so their CPU time is held to one core, F = 1, however many cores stand idle. Loading that
+releases the GIL (sleeps, I/O, much of numpy) scales further, so for CPU-bound loading in C this errs on the slow
+side; for Python code in ``__getitem__`` it is what threads get. Where processes would do better, the advice gives
+their count and step time too (F then from the idle cores as for process workers, before the cost of sending each
+batch between processes, which is not measured). Keras loads in the main thread with ``workers=1`` and threads, so
+threads are advised in counts of 0 or at least 2.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -88,7 +97,12 @@ class LoaderCounters:
 
 
 class LoaderSource(Protocol):
-    """What :class:`LoaderProbe` reads from a loader's timing: its worker count and its workers' counters."""
+    """What :class:`LoaderProbe` reads from a loader's timing: its worker count and its workers' counters.
+
+    A source may also have ``threads`` (bool: the workers are threads sharing this process's GIL; default False) and
+    ``label`` (str: the argument the advice names, default ``"num_workers"``) and ``queued()`` (int: batches made
+    before the epoch that wait ready for it, which the loop gets without waiting; read at each epoch's start).
+    """
 
     @property
     def workers(self) -> int:
@@ -106,6 +120,12 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def gil_enabled() -> bool:
+    """Whether this interpreter has a GIL (``sys._is_gil_enabled()``, Python 3.13+; True before it)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return True if check is None else bool(check())
 
 
 def idle_ns() -> int | None:
@@ -168,10 +188,12 @@ def workers_needed(
     w_runq: float = 0.0,
     free: float | None = None,
     most: int | None = None,
+    skip_one: bool = False,
 ) -> tuple[int, float, bool]:
     """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the step.
 
-    ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch). The count is
+    ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch); ``skip_one``
+    leaves out the count 1 (Keras loads in the main thread with one worker thread). The count is
     chosen with :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the model's CPU terms: once the
     workers' CPU time fills the cores, more workers predict no gain and are not chosen.
 
@@ -186,12 +208,13 @@ def workers_needed(
 
     # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
     # only just keeps pace re-measures slower than predicted
-    margin = [t(k, HEADROOM) for k in range(top + 1)]
-    for k, tk in enumerate(margin):
+    counts = [k for k in range(max(top, 2 if skip_one else 1) + 1) if not (skip_one and k == 1)]
+    margin = [(k, t(k, HEADROOM)) for k in counts]
+    for k, tk in margin:
         if tk - s <= WAIT_TARGET * tk:
             return k, t(k), True
-    best = min(margin)
-    k = next(k for k, tk in enumerate(margin) if tk <= best * 1.01)
+    best = min(tk for _, tk in margin)
+    k = next(k for k, tk in margin if tk <= best * 1.01)
     return k, t(k), False
 
 
@@ -217,9 +240,13 @@ class LoaderEpoch:
             process's input wait over the epoch's wall time).
         cores: the usable cores. free_cores: the cores CPU-bound workers could have had this epoch: their own CPU
             time plus the usable cores' idle time, over the epoch's wall time (None where the idle time is unknown or
-            the loading is not CPU-bound).
+            the loading is not CPU-bound); 1.0 for worker threads sharing a GIL.
         needed: the worker count advised. predicted_ns: its predicted step time.
         reached: whether ``needed`` brings the wait under the target.
+        label: the argument the advice names (``num_workers``, Keras's ``workers``).
+        threads: whether the workers are threads sharing a GIL.
+        process_needed: with threads, the process count the model advises where processes are predicted to bring
+            steps at least :data:`WAIT_TARGET` below ``predicted_ns``, else None. process_predicted_ns: its step time.
     """
 
     workers: int
@@ -237,6 +264,10 @@ class LoaderEpoch:
     needed: int
     predicted_ns: float
     reached: bool
+    label: str = "num_workers"
+    threads: bool = False
+    process_needed: int | None = None
+    process_predicted_ns: float | None = None
 
     @property
     def measured_ns(self) -> float:
@@ -266,7 +297,7 @@ class LoaderEpoch:
             if self.needed < n:
                 return (
                     f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step, workers busy "
-                    f"{self.busy_percent:.0f}%): num_workers={self.needed} would do"
+                    f"{self.busy_percent:.0f}%): {self.label}={self.needed} would do"
                 )
             return f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step)"
         if n > 0 and self.batch_ns / n < 0.8 * self.step_ns:
@@ -278,8 +309,21 @@ class LoaderEpoch:
             )
         cores_bound = not self.reached and self.predicted_ns > self.step_ns + self.main_ns * 1.01
         free = self.free_cores
-        busy_cores = f" ({free:.1f} of them free to the loader)" if free is not None and free < self.cores - 0.5 else ""
-        tail = f"only {self.cores} cores{busy_cores}: CPU-bound loading needs cheaper transforms or more cores"
+        if self.threads:
+            tail = "threads share the GIL: their CPU work runs on about one core"
+            if self.process_needed is not None and self.process_predicted_ns is not None:
+                tail += (
+                    f"; use_multiprocessing=True with {self.label}={self.process_needed} would bring steps to about "
+                    f"{self.process_predicted_ns * ms:.1f} ms (before the cost of sending batches between processes)"
+                )
+            else:
+                tail += ", and more cores than that would not help either: CPU-bound loading needs cheaper transforms"
+        else:
+            many = free is not None and free < self.cores - 0.5
+            busy_cores = f" ({free:.1f} of them free to the loader)" if many else ""
+            tail = f"only {self.cores} cores{busy_cores}: CPU-bound loading needs cheaper transforms or more cores"
+        if self.threads and self.process_needed is not None:
+            cores_bound = True
         if self.needed > n and self.predicted_ns < self.measured_ns * (1 - WAIT_TARGET):
             where = (
                 f"workers busy {self.busy_percent:.0f}%"
@@ -287,7 +331,7 @@ class LoaderEpoch:
                 else f"loading in the main process {self.busy_percent:.0f}% of the time"
             )
             head = (
-                f"num_workers={self.needed} would bring steps to about {self.predicted_ns * ms:.1f} ms (now {now:.1f} "
+                f"{self.label}={self.needed} would bring steps to about {self.predicted_ns * ms:.1f} ms (now {now:.1f} "
                 f"ms; {where}, {self.batch_ns * ms:.1f} ms a batch)"
             )
             return f"{head}; {tail}" if cores_bound else head
@@ -314,7 +358,8 @@ class LoaderProbe:
     The main loop is timed from the events: with ``step_end`` events the input wait of step k is ``step_start(k)``
     less ``step_end(k-1)`` and the rest of the step ``step_end(k)`` less ``step_start(k)``; without them (Keras) the
     time between two ``step_start`` is split with ``fetch_wait()``, the wait of the batch about to run. The first
-    ``workers + 2`` steps of an epoch (workers starting, the first burst of prefetched batches) and a step after a
+    ``workers + 2`` steps of an epoch (workers starting, the first burst of prefetched batches), the batches a source's
+    ``queued()`` says wait ready at the epoch's start, and a step after a
     validation run or a checkpoint are left out; the means come from the last whole multiple of ``max(1, workers)``
     steady steps (workers in lock-step deliver their batches in bursts of N, one long wait per burst).
 
@@ -354,6 +399,7 @@ class LoaderProbe:
         self.last: LoaderEpoch | None = None
         self._begin: LoaderCounters | None = None
         self._epoch_start_ns: int | None = None
+        self._queued = 0
         self._reset_steps()
 
     def attach(self, source: LoaderSource | None) -> None:
@@ -386,6 +432,8 @@ class LoaderProbe:
         self._epoch_start_ns = now_ns
         self._begin = self._read()
         self._idle_start = self.idle_clock()
+        queued = getattr(self.source, "queued", None)
+        self._queued = int(queued()) if callable(queued) else 0
         self.last = None
 
     def step_start(self, step: int, batch: object = None, *, now_ns: int) -> None:
@@ -442,7 +490,7 @@ class LoaderProbe:
         wall = max(1, now_ns - self._epoch_start_ns)
         idle_end = self.idle_clock()
         idle = None if idle_end is None or self._idle_start is None else max(0, idle_end - self._idle_start) / wall
-        skip = workers + 2
+        skip = workers + 2 + self._queued
         steady = [s for s in self._steps if s[0] > skip]
         whole = (len(steady) // max(1, workers)) * max(1, workers)
         steady = steady[len(steady) - whole :]
@@ -454,6 +502,8 @@ class LoaderProbe:
         rest = sum(s[2] for s in steady) / k
         rest_cpu = _sampled_mean([s[3] for s in steady])
         wait_cpu = _sampled_mean([s[4] for s in steady])
+        threads = bool(getattr(self.source, "threads", False)) and gil_enabled()
+        label = str(getattr(self.source, "label", "num_workers"))
         if workers > 0 and counts is not None and sum(counts.batches) > 0:
             batches = sum(counts.batches)
             w = sum(counts.busy_ns) / batches
@@ -464,18 +514,42 @@ class LoaderProbe:
             # time on a busy machine all the same
             cpu_bound = w_cpu + w_runq >= 0.5 * w
             free = None if idle is None or not cpu_bound else min(float(self.cores), idle + sum(counts.cpu_ns) / wall)
+            # threads: the GIL runs their Python code one at a time, whatever the cores (a thread waiting for the GIL
+            # is neither on a core nor on its run queue, so W_cpu and the run-queue wait do not show it)
+            free, process_free = (1.0, free) if threads else (free, None)
             # the main process's own per-batch work shows when the workers are fast enough; while they are the bound
             # it hides in the wait, where the main thread's CPU time still counts it
             main = max(wait - max(0.0, w / workers - rest), wait_cpu, 0.0)
         elif workers == 0 and self.source is not None:
-            w, w_cpu, w_runq, main, free = wait, 0.0, 0.0, 0.0, None
+            w, w_cpu, w_runq, main, free, process_free = wait, 0.0, 0.0, 0.0, None, None
+            if threads:  # the main thread loads: its CPU time while the loop waited is the loading's
+                w_cpu = min(wait, wait_cpu)
+                free, process_free = 1.0, None if idle is None else min(float(self.cores), idle + w_cpu * k / wall)
             busy = 100.0 * self._gap_sum / wall
         else:
             self.last = None
             return
-        needed, predicted, reached = workers_needed(
-            w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, w_runq=w_runq, free=free
-        )
+
+        def need(room: float | None, skip_one: bool) -> tuple[int, float, bool]:
+            return workers_needed(
+                w=w,
+                s=rest,
+                m=main,
+                w_cpu=w_cpu,
+                s_cpu=rest_cpu,
+                cores=self.cores,
+                w_runq=w_runq,
+                free=room,
+                skip_one=skip_one,
+            )
+
+        needed, predicted, reached = need(free, threads)
+        process_needed: int | None = None
+        process_predicted: float | None = None
+        if threads:
+            n_proc, t_proc, _ = need(process_free, False)
+            if t_proc < predicted * (1 - WAIT_TARGET):
+                process_needed, process_predicted = n_proc, t_proc
         self.last = LoaderEpoch(
             workers=workers,
             steps=k,
@@ -492,6 +566,10 @@ class LoaderProbe:
             needed=needed,
             predicted_ns=predicted,
             reached=reached,
+            label=label,
+            threads=threads,
+            process_needed=process_needed,
+            process_predicted_ns=process_predicted,
         )
 
     def epoch_figures(self) -> dict[str, float]:
