@@ -24,11 +24,14 @@ bound it is hidden in the wait, and only the CPU clock shows it).
 
 Worker threads (a Keras ``PyDataset(workers=N, use_multiprocessing=False)``) share the process's GIL: Python code runs
 in one thread at a time, so their CPU time is held to one core, F = 1, however many cores stand idle. Loading that
-releases the GIL (sleeps, I/O, much of numpy) scales further, so for CPU-bound loading in C this errs on the slow
-side; for Python code in ``__getitem__`` it is what threads get. Where processes would do better, the advice gives
-their count and step time too (F then from the idle cores as for process workers, before the cost of sending each
-batch between processes, which is not measured). Keras loads in the main thread with ``workers=1`` and threads, so
-threads are advised in counts of 0 or at least 2.
+waits (sleeps, I/O) scales as processes do. Threads whose CPU time fills :data:`GIL_BUSY` of a core are another
+matter: the loop's own Python waits for the GIL too, so S grows with the thread count and no prediction from one count
+holds for another (measured: see :data:`GIL_BUSY`); for them the count and its step time are not published, and the
+advice says so and gives a process count where processes are predicted to help (F then from the idle cores as for
+process workers, before the cost of sending each batch between processes, which is not measured). Keras loads in the
+main thread with ``workers=1`` and threads, so threads are advised in counts of 0 or at least 2. From a Keras run with
+no workers the loading's CPU time is not known (its wait is timed without the main thread's CPU clock), and the
+threads' prediction then takes the loading to wait, not compute.
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ CPU_SAMPLE_EVERY = 8
 """The main thread's CPU time (S_cpu, and its share of the wait) is read on every 8th step: ``time.thread_time_ns``
 is a system call, 3.3 us on this project's 2-core VM, and reading it at both ends of every step made the probe cost
 11.4-12.7 us a step against 3.8-4.2 us without it; sampled, 5.5-7.3 us (50,000 planted steps, load average 9)."""
+GIL_BUSY = 0.25
+"""Worker threads whose CPU time fills this share of one core are taken to be held back by the GIL, and no count is
+predicted for them. On this project's 2-core VM (load average 5.3-5.5), 2, 3 and 4 threads burning 40 ms of Python CPU
+time a batch filled 0.46, 0.44 and 0.53 of a core, the loop's step without its wait (20 ms of sleep and Keras's own
+Python, 29.7 ms with the main thread loading) stretched to 67.3, 57.6 and 39.0 ms waiting for the GIL, and the step
+times re-measured (83.2, 67.7, 48.9 ms) missed what the model predicted from 2 threads (81.7 ms for each count) by up
+to 67% (``tests/pydataset_loop.py --cpu --batch-ms 40``)."""
 HEADROOM = 1.1
 """The worker count is chosen as if each batch took this much longer (the step time it predicts is not): a count
 whose workers only just keep pace (W/N = S) re-measured up to 26% slower than predicted (Lightning, sleep-modelled
@@ -247,6 +257,7 @@ class LoaderEpoch:
         threads: whether the workers are threads sharing a GIL.
         process_needed: with threads, the process count the model advises where processes are predicted to bring
             steps at least :data:`WAIT_TARGET` below ``predicted_ns``, else None. process_predicted_ns: its step time.
+        worker_cpu_cores: the workers' CPU time over the epoch's wall time, in cores (None with no workers).
     """
 
     workers: int
@@ -268,6 +279,13 @@ class LoaderEpoch:
     threads: bool = False
     process_needed: int | None = None
     process_predicted_ns: float | None = None
+    worker_cpu_cores: float | None = None
+
+    @property
+    def gil_bound(self) -> bool:
+        """Worker threads whose CPU time fills :data:`GIL_BUSY` of a core: the GIL, which the loop's own Python waits
+        for too, sets the step time, and the model predicts no count for them."""
+        return self.threads and self.workers > 0 and (self.worker_cpu_cores or 0.0) >= GIL_BUSY
 
     @property
     def measured_ns(self) -> float:
@@ -300,6 +318,8 @@ class LoaderEpoch:
                     f"{self.busy_percent:.0f}%): {self.label}={self.needed} would do"
                 )
             return f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step)"
+        if self.gil_bound:
+            return self._gil_advice(wait_share)
         if n > 0 and self.batch_ns / n < 0.8 * self.step_ns:
             return (
                 f"the workers idle ({self.busy_percent:.0f}% busy, {self.batch_ns * ms:.1f} ms a batch each) while the "
@@ -343,6 +363,29 @@ class LoaderEpoch:
         return (
             f"the loop waits {self.wait_ns * ms:.1f} ms a step ({100 * wait_share:.0f}%) that more workers are not "
             f"predicted to remove: the main process's own per-batch work (collate, pin memory, unpickling)"
+        )
+
+    def _gil_advice(self, wait_share: float) -> str:
+        """Worker threads held back by the GIL: no count is predicted; processes where they are predicted to help."""
+        ms = 1e-6
+        if self.process_needed is not None and self.process_predicted_ns is not None:
+            way = (
+                f"use_multiprocessing=True with {self.label}={self.process_needed} is predicted to bring steps to "
+                f"about {self.process_predicted_ns * ms:.1f} ms (before the cost of sending batches between processes)"
+            )
+        else:
+            free = self.free_cores if self.free_cores is not None and self.free_cores != 1.0 else None
+            room = f"{self.cores} cores" if free is None else f"{free:.1f} cores free"
+            way = (
+                f"use_multiprocessing=True gives each worker its own interpreter, though with {room} it is not "
+                f"predicted to do better; cheaper transforms"
+            )
+        cores = self.worker_cpu_cores or 0.0
+        return (
+            f"threads share the GIL: the {self.workers} worker threads' CPU time filled {100 * cores:.0f}% of a "
+            f"core ({self.batch_cpu_ns * ms:.1f} ms a batch) and the loop's own Python waits for the GIL too (input "
+            f"wait {100 * wait_share:.0f}% of a {self.measured_ns * ms:.1f} ms step), so no thread count is predicted; "
+            f"{way}"
         )
 
 
@@ -517,11 +560,12 @@ class LoaderProbe:
             # threads: the GIL runs their Python code one at a time, whatever the cores (a thread waiting for the GIL
             # is neither on a core nor on its run queue, so W_cpu and the run-queue wait do not show it)
             free, process_free = (1.0, free) if threads else (free, None)
+            worker_cores: float | None = sum(counts.cpu_ns) / wall
             # the main process's own per-batch work shows when the workers are fast enough; while they are the bound
             # it hides in the wait, where the main thread's CPU time still counts it
             main = max(wait - max(0.0, w / workers - rest), wait_cpu, 0.0)
         elif workers == 0 and self.source is not None:
-            w, w_cpu, w_runq, main, free, process_free = wait, 0.0, 0.0, 0.0, None, None
+            w, w_cpu, w_runq, main, free, process_free, worker_cores = wait, 0.0, 0.0, 0.0, None, None, None
             if threads:  # the main thread loads: its CPU time while the loop waited is the loading's
                 w_cpu = min(wait, wait_cpu)
                 free, process_free = 1.0, None if idle is None else min(float(self.cores), idle + w_cpu * k / wall)
@@ -570,10 +614,12 @@ class LoaderProbe:
             threads=threads,
             process_needed=process_needed,
             process_predicted_ns=process_predicted,
+            worker_cpu_cores=worker_cores,
         )
 
     def epoch_figures(self) -> dict[str, float]:
-        """This epoch's ``fitprof/epoch/loader_*`` figures (NaN without a source or steady steps)."""
+        """This epoch's ``fitprof/epoch/loader_*`` figures (NaN without a source or steady steps; the worker count and
+        its step time NaN for worker threads held back by the GIL, :attr:`LoaderEpoch.gil_bound`)."""
         e = self.last
         if e is None:
             return {m.key: math.nan for m in LOADER_METRICS}
@@ -581,8 +627,8 @@ class LoaderProbe:
             LOADER_WORKERS.key: float(e.workers),
             LOADER_BUSY_PERCENT.key: e.busy_percent,
             LOADER_BATCH_MS.key: e.batch_ns * 1e-6,
-            LOADER_WORKERS_NEEDED.key: float(e.needed),
-            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: e.predicted_ns * 1e-6,
+            LOADER_WORKERS_NEEDED.key: math.nan if e.gil_bound else float(e.needed),
+            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: math.nan if e.gil_bound else e.predicted_ns * 1e-6,
         }
 
     def window_figures(self) -> dict[str, float]:
