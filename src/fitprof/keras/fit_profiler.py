@@ -574,8 +574,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._events = TBEventFile(self._run_dir)
 
     def _say_where(self, epoch: int, url: str, session_dir: Path) -> None:
-        """TensorFlow logged "Collecting XSpace to repository: <temp folder>": one line naming where it really is
-        (unless ``verbose=False``)."""
+        """TensorFlow's profiler names only its temporary folder ("Collecting XSpace to repository: <temp folder>",
+        a line :mod:`fitprof.profilers.quiet` holds back): one line naming where the profile really is (unless
+        ``verbose=False``)."""
         if self._fns.says_where and self.verbose:
             where = (
                 _fs.join(url, "plugins", "profile", session_dir.name)
