@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from fitprof.fit.loader import GIL_BUSY, LoaderCounters, LoaderProbe, workers_needed
+from fitprof.fit.loader import GIL_BUSY, LoaderCounters, LoaderProbe, StepModel
 from fitprof.profilers.pydataset import TimedPyDataset
 from keras_child import child_env, result_of
 
@@ -112,8 +112,8 @@ def test_cpu_bound_threads_are_held_by_the_gil_and_no_count_is_published() -> No
 
 
 def test_threads_are_never_advised_one_and_ready_batches_are_skipped() -> None:
-    assert workers_needed(w=9, s=10, cores=8)[0] == 1
-    assert workers_needed(w=9, s=10, cores=8, skip_one=True)[0] == 2  # Keras: one thread means the main thread
+    assert StepModel(w=9, s=10, cores=8).needed()[0] == 1
+    assert StepModel(w=9, s=10, cores=8).needed(skip_one=True)[0] == 2  # Keras: one thread means the main thread
     probe = epoch(PlantedPool(2, 40, 0.0, threads=True, queued=10), steps=40, wait_ms=10, rest_ms=10)
     # steps 15-39 kept (2 workers + 2 + 10 ready batches skipped; the 40th has no next step_start to close it), in
     # whole pairs: 24; without the ready batches skipped, 34

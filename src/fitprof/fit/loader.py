@@ -4,7 +4,7 @@
 for each batch and the rest of each step) and reads, once per epoch, what the loader's workers spent producing
 batches from a :class:`LoaderSource` (for a PyTorch ``DataLoader``: :class:`fitprof.profilers.loader.DataLoaderTiming`,
 which times each batch's fetch and collate inside the workers into shared memory). From these it predicts the step
-time with N workers (:func:`predict_step_ns`) and publishes the ``fitprof/epoch/loader_*`` figures
+time with N workers (:class:`StepModel`) and publishes the ``fitprof/epoch/loader_*`` figures
 (:data:`fitprof.metrics.LOADER_METRICS`) and one line of advice.
 
 The model, per step, all times per batch: W the worker time to produce a batch (fetch and collate, wall clock in the
@@ -41,7 +41,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from fitprof.metrics import (
@@ -155,77 +155,72 @@ def idle_ns() -> int | None:
         return None
 
 
-def predict_step_ns(
-    n: int,
-    *,
-    w: float,
-    s: float,
-    m: float = 0.0,
-    w_cpu: float = 0.0,
-    s_cpu: float = 0.0,
-    cores: int = 1,
-    free: float | None = None,
-) -> float:
-    """The predicted step time with ``n`` workers (ns, or any one unit), by the model of the module docstring.
+@dataclass(frozen=True)
+class StepModel:
+    """The model of the module docstring: what one epoch measured, per batch or per step (ns, or any one unit).
 
-    Args:
-        n: workers (0: the main process loads).
+    Attributes:
         w: worker wall time per batch. s: the step without its input wait. m: the main process's own per-batch cost.
         w_cpu: worker CPU time per batch. s_cpu: the main thread's CPU time per step. cores: usable cores (>= 1).
         free: the cores the loader's workers can have (:attr:`LoaderEpoch.free_cores`; None: all ``cores``).
 
     Raises:
-        ValueError: ``n`` below 0 or ``cores`` below 1.
+        ValueError: ``cores`` below 1.
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0 workers, got {n}")
-    if cores < 1:
-        raise ValueError(f"cores must be >= 1, got {cores}")
-    if n == 0:
-        return s + w
-    room = min(float(n), float(cores) if free is None else max(min(free, float(cores)), 1e-3))
-    return max(s + m, w / n, w_cpu / room, (w_cpu + s_cpu) / cores)
 
+    w: float
+    s: float
+    m: float = 0.0
+    w_cpu: float = 0.0
+    s_cpu: float = 0.0
+    cores: int = 1
+    free: float | None = None
 
-def workers_needed(
-    *,
-    w: float,
-    s: float,
-    m: float = 0.0,
-    w_cpu: float = 0.0,
-    s_cpu: float = 0.0,
-    cores: int = 1,
-    w_runq: float = 0.0,
-    free: float | None = None,
-    most: int | None = None,
-    skip_one: bool = False,
-) -> tuple[int, float, bool]:
-    """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the step.
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise ValueError(f"cores must be >= 1, got {self.cores}")
 
-    ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch); ``skip_one``
-    leaves out the count 1 (Keras loads in the main thread with one worker thread). The count is
-    chosen with :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the model's CPU terms: once the
-    workers' CPU time fills the cores, more workers predict no gain and are not chosen.
+    def step_ns(self, n: int) -> float:
+        """The predicted step time with ``n`` workers (0: the main process loads).
 
-    Returns:
-        ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
-        meets it, the smallest count within 1% of the best predicted time.
-    """
-    top = search_bound(w, w_cpu + w_runq, cores) if most is None else most
+        Raises:
+            ValueError: ``n`` below 0.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0 workers, got {n}")
+        if n == 0:
+            return self.s + self.w
+        cores = float(self.cores)
+        room = min(float(n), cores if self.free is None else max(min(self.free, cores), 1e-3))
+        return max(self.s + self.m, self.w / n, self.w_cpu / room, (self.w_cpu + self.s_cpu) / cores)
 
-    def t(k: int, late: float = 1.0) -> float:
-        return predict_step_ns(k, w=w * late, s=s, m=m, w_cpu=w_cpu * late, s_cpu=s_cpu, cores=cores, free=free)
+    def needed(
+        self, *, w_runq: float = 0.0, most: int | None = None, skip_one: bool = False
+    ) -> tuple[int, float, bool]:
+        """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the
+        step.
 
-    # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
-    # only just keeps pace re-measures slower than predicted
-    counts = [k for k in range(max(top, 2 if skip_one else 1) + 1) if not (skip_one and k == 1)]
-    margin = [(k, t(k, HEADROOM)) for k in counts]
-    for k, tk in margin:
-        if tk - s <= WAIT_TARGET * tk:
-            return k, t(k), True
-    best = min(tk for _, tk in margin)
-    k = next(k for k, tk in margin if tk <= best * 1.01)
-    return k, t(k), False
+        ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch); ``skip_one``
+        leaves out the count 1 (Keras loads in the main thread with one worker thread). The count is chosen with
+        :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the
+        model's CPU terms: once the workers' CPU time fills the cores, more workers predict no gain and are not chosen.
+
+        Returns:
+            ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
+            meets it, the smallest count within 1% of the best predicted time.
+        """
+        top = search_bound(self.w, self.w_cpu + w_runq, self.cores) if most is None else most
+        # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
+        # only just keeps pace re-measures slower than predicted
+        late = replace(self, w=self.w * HEADROOM, w_cpu=self.w_cpu * HEADROOM)
+        counts = [k for k in range(max(top, 2 if skip_one else 1) + 1) if not (skip_one and k == 1)]
+        margin = [(k, late.step_ns(k)) for k in counts]
+        for k, tk in margin:
+            if tk - self.s <= WAIT_TARGET * tk:
+                return k, self.step_ns(k), True
+        best = min(tk for _, tk in margin)
+        k = next(k for k, tk in margin if tk <= best * 1.01)
+        return k, self.step_ns(k), False
 
 
 def search_bound(w: float, w_wants_cpu: float, cores: int) -> int:
@@ -292,10 +287,10 @@ class LoaderEpoch:
         """The measured mean step time over the steady steps, S + G."""
         return self.step_ns + self.wait_ns
 
-    def predict(self, n: int) -> float:
-        """The predicted step time with ``n`` workers, ns."""
-        return predict_step_ns(
-            n,
+    @property
+    def model(self) -> StepModel:
+        """The model these figures give."""
+        return StepModel(
             w=self.batch_ns,
             s=self.step_ns,
             m=self.main_ns,
@@ -304,6 +299,10 @@ class LoaderEpoch:
             cores=self.cores,
             free=self.free_cores,
         )
+
+    def predict(self, n: int) -> float:
+        """The predicted step time with ``n`` workers, ns."""
+        return self.model.step_ns(n)
 
     def advice(self) -> str:
         """One line: how many workers, the cores bound, or the main process as the bottleneck."""
@@ -574,24 +573,12 @@ class LoaderProbe:
             self.last = None
             return
 
-        def need(room: float | None, skip_one: bool) -> tuple[int, float, bool]:
-            return workers_needed(
-                w=w,
-                s=rest,
-                m=main,
-                w_cpu=w_cpu,
-                s_cpu=rest_cpu,
-                cores=self.cores,
-                w_runq=w_runq,
-                free=room,
-                skip_one=skip_one,
-            )
-
-        needed, predicted, reached = need(free, threads)
+        model = StepModel(w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, free=free)
+        needed, predicted, reached = model.needed(w_runq=w_runq, skip_one=threads)
         process_needed: int | None = None
         process_predicted: float | None = None
         if threads:
-            n_proc, t_proc, _ = need(process_free, False)
+            n_proc, t_proc, _ = replace(model, free=process_free).needed(w_runq=w_runq)
             if t_proc < predicted * (1 - WAIT_TARGET):
                 process_needed, process_predicted = n_proc, t_proc
         self.last = LoaderEpoch(
