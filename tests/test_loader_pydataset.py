@@ -109,6 +109,13 @@ def test_cpu_bound_threads_are_held_by_the_gil_and_no_count_is_published() -> No
     advice = threads.advice()
     assert advice is not None and advice.startswith("threads share the GIL: the 2 worker threads' CPU time filled")
     assert "use_multiprocessing=True with workers=5 is predicted to bring steps to about 10.0 ms" in advice
+    # a 40 ms step that threads and processes alike cannot beat: no process count is named, nor a gain promised
+    slow = epoch(PlantedPool(2, 40, 15, threads=True), steps=40, wait_ms=10, rest_ms=40)
+    assert slow.last is not None and slow.last.gil_bound and slow.last.process_needed is None
+    assert (slow.advice() or "").endswith(
+        "try use_multiprocessing=True, which gives each worker its own interpreter (not predicted: the step measured "
+        "here includes the loop's wait for the GIL), or cheaper transforms"
+    )
 
 
 def test_threads_are_never_advised_one_and_ready_batches_are_skipped() -> None:

@@ -373,11 +373,9 @@ class LoaderEpoch:
                 f"about {self.process_predicted_ns * ms:.1f} ms (before the cost of sending batches between processes)"
             )
         else:
-            free = self.free_cores if self.free_cores is not None and self.free_cores != 1.0 else None
-            room = f"{self.cores} cores" if free is None else f"{free:.1f} cores free"
             way = (
-                f"use_multiprocessing=True gives each worker its own interpreter, though with {room} it is not "
-                f"predicted to do better; cheaper transforms"
+                "try use_multiprocessing=True, which gives each worker its own interpreter (not predicted: the step "
+                "measured here includes the loop's wait for the GIL), or cheaper transforms"
             )
         cores = self.worker_cpu_cores or 0.0
         return (
