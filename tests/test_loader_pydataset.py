@@ -3,10 +3,13 @@ processes (fitprof.profilers.pydataset), the threads' GIL in the probe's model (
 checked by re-measuring a Keras fit (torch backend, in a child process) with that many workers.
 
 Sleep-modelled work (tests/pydataset_loop.py): a layer sleeps 20 ms a step as a host waits for its GPU, each batch's
-``__getitem__`` sleeps 120 ms and times itself under a lock: the truth of the busy share. Tolerances are the issue's:
-20% for the prediction, 10 pp for the busy share. Measured at this scale on the 2-core VM (load average 4.2-5.0):
-predictions from one process 60.2/40.1/30.1 ms against 59.8/40.6/31.6 re-measured with 2, 3, 4 processes; from the main
-thread loading, 61.5/41.0/30.8 against 59.8/41.2/30.2 with 2, 3, 4 threads; busy share within 0.8 pp of the truth.
+``__getitem__`` sleeps 160 ms and times itself under a lock: the truth of the busy share. Tolerances are the issue's:
+20% for the prediction, 10 pp for the busy share. Why 160 ms: the step without its wait is the sleep plus Keras's own
+Python, which stretches on a busy machine. At 120 ms a batch (load 4.2-5.0) the predictions from one process were
+60.2/40.1/30.1 ms against 59.8/40.6/31.6 re-measured with 2, 3, 4 processes, and from the main thread loading
+61.5/41.0/30.8 against 59.8/41.2/30.2 with 2, 3, 4 threads, busy shares within 0.8 pp; but at load 5.8 a base run's
+step reached 41 ms, above 4 processes' 30 ms a batch, and 4 processes re-measured 34.0 ms against 41.0 predicted.
+At 160 ms, W/N (80, 53, 40 ms) stays above that step.
 """
 
 from __future__ import annotations
@@ -137,9 +140,10 @@ class Sleeper:
         self.truth = 0
         self.lock = threading.Lock()
         self.num_batches = 99
+        self.tell = False  # a batch also carries the time the dataset took to make it
 
     def __getstate__(self) -> dict[str, Any]:  # a spawn worker gets the dataset pickled, without the lock
-        return {"ns": self.ns, "num_batches": self.num_batches}
+        return {"ns": self.ns, "num_batches": self.num_batches, "tell": self.tell}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, made={}, truth=0, lock=threading.Lock())
@@ -148,10 +152,11 @@ class Sleeper:
         t0 = time.perf_counter_ns()
         time.sleep(self.ns * 1e-9)
         out = [i]
+        took = time.perf_counter_ns() - t0
         with self.lock:
             self.made[i] = out
-            self.truth += time.perf_counter_ns() - t0
-        return out
+            self.truth += took
+        return [i, took] if self.tell else out
 
 
 def timed(dataset: Any, workers: int, lock: Any) -> TimedPyDataset:
@@ -192,13 +197,17 @@ def _install(table: dict[str, Any]) -> None:  # as Keras's init_pool_generator i
 @pytest.mark.slow
 def test_spawn_process_workers_get_the_proxy_pickled_and_report_back() -> None:
     ctx = multiprocessing.get_context("spawn")
-    proxy = timed(Sleeper(20), 2, ctx.Lock())
+    ds = Sleeper(20)
+    ds.tell = True
+    proxy = timed(ds, 2, ctx.Lock())
     with ctx.Pool(2, initializer=_install, initargs=({"ds": proxy},)) as pool:
         got = pool.map(_get, range(8), chunksize=1)
-    assert got == [[i] for i in range(8)]
+    assert [b[0] for b in got] == list(range(8))
+    truth = sum(b[1] for b in got)  # what the dataset timed itself, in the workers
     s = list(proxy.shared)
-    assert sum(s[8:10]) == 8 and s[1] == 2  # slots: flag, claims, busy x2, CPU x2, run queue x2, batches x2
-    assert 8 * 20 * MS <= sum(s[2:4]) <= 8 * 60 * MS  # 20 ms sleeps, timed in the workers
+    # slots: flag, claims, busy x2, CPU x2, run queue x2, batches x2; a worker that started late may have had no task
+    assert sum(s[8:10]) == 8 and 1 <= s[1] <= 2 and sum(1 for b in s[8:10] if b) == s[1]
+    assert truth <= sum(s[2:4]) <= truth + 8 * 5 * MS
 
 
 # --------------------------------------------------------------------- Keras fits, re-measured (child process)
@@ -209,8 +218,9 @@ SCRIPT = textwrap.dedent(
     import pydataset_loop as loop
     from fitprof.profilers import pydataset
 
-    out = {{"threads": [loop.fit(n, processes=False, logdir={logdir!r}) for n in (1, 2, 3, 4)],
-            "processes": [loop.fit(n, processes=True, logdir={logdir!r}) for n in (1, 2, 3, 4)]}}
+    kw = dict(logdir={logdir!r}, batch_ms=160.0)
+    out = {{"threads": [loop.fit(n, processes=False, **kw) for n in (1, 2, 3, 4)],
+            "processes": [loop.fit(n, processes=True, **kw) for n in (1, 2, 3, 4)]}}
 
     def refuse(adapter):
         raise RuntimeError("planted")
@@ -244,7 +254,7 @@ def test_the_prediction_holds_when_re_measured(tmp_path: Path) -> None:
         h = base["history"]
         # one thread: Keras loads in the main thread (no workers to time); one process: a worker
         assert h["fitprof/epoch/loader_workers"] == (0 if mode == "threads" else 1)
-        assert h["fitprof/epoch/loader_batch_ms"] >= 120.0
+        assert h["fitprof/epoch/loader_batch_ms"] >= 160.0
         assert h["fitprof/epoch/loader_workers_needed"] >= 4  # sleeping workers: more than the 2 cores pay off
         assert base["advice"].startswith(f"workers={int(h['fitprof/epoch/loader_workers_needed'])} would bring")
         for n in (2, 3, 4):
@@ -253,7 +263,7 @@ def test_the_prediction_holds_when_re_measured(tmp_path: Path) -> None:
             assert abs(want - got) <= 0.2 * got, (mode, n, want, got)
             assert again["history"]["fitprof/epoch/loader_workers"] == n
             assert abs(again["history"]["fitprof/epoch/loader_busy_percent"] - again["truth_busy"]) <= 10.0
-            assert abs(again["history"]["fitprof/epoch/loader_batch_ms"] - again["truth_batch_ms"]) <= 0.1 * 120
+            assert abs(again["history"]["fitprof/epoch/loader_batch_ms"] - again["truth_batch_ms"]) <= 0.1 * 160
         two = runs[2]  # from 2 threads (2 processes), timed in the workers: 3 and 4
         for n in (3, 4):
             want, got = two["predict"][str(n)], runs[n]["step_ms"]
