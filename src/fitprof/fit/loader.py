@@ -3,9 +3,10 @@
 :class:`LoaderProbe` is a probe (:mod:`fitprof.fit.probes`): it times the main loop from the fit's events (the wait
 for each batch and the rest of each step) and reads, once per epoch, what the loader's workers spent producing
 batches from a :class:`LoaderSource` (for a PyTorch ``DataLoader``: :class:`fitprof.profilers.loader.DataLoaderTiming`,
-which times each batch's fetch and collate inside the workers into shared memory). From these it predicts the step
-time with N workers (:class:`StepModel`) and publishes the ``fitprof/epoch/loader_*`` figures
-(:data:`fitprof.metrics.LOADER_METRICS`) and one line of advice.
+which times each batch's fetch and collate inside the workers into shared memory; for a Keras ``PyDataset``:
+:class:`fitprof.profilers.pydataset.PyDatasetTiming`, each ``__getitem__`` in the worker threads or processes). From
+these it predicts the step time with N workers (:class:`StepModel`) and publishes the ``fitprof/epoch/loader_*``
+figures (:data:`fitprof.metrics.LOADER_METRICS`) and one line of advice.
 
 The model, per step, all times per batch: W the worker time to produce a batch (fetch and collate, wall clock in the
 worker), W_cpu its CPU time, S the main loop's time between receiving a batch and asking for the next (the step
