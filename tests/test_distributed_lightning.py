@@ -213,7 +213,7 @@ def _launch(logdir: Path, *extra: str) -> dict[str, Any]:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the rank it started
         out, _ = proc.communicate()
         pytest.fail(f"the DDP run did not finish in {TIMEOUT_S} s (deadlock?); output:\n{out[-4000:]}")
-    return {"logdir": logdir, "run": logdir / RUN, "rc": proc.returncode, "out": out, "s": time.perf_counter() - t0}
+    return {"logdir": logdir, "rc": proc.returncode, "out": out, "s": time.perf_counter() - t0}
 
 
 @pytest.fixture(scope="module")
