@@ -28,17 +28,19 @@ def test_a_missing_chromium_skips_each_browser_test_with_its_reason(tmp_path: Pa
         "PYTHONPATH": os.pathsep.join(map(str, paths)),
     }
 
-    def pytest_browser(option: str) -> subprocess.CompletedProcess[str]:
-        """``pytest -q <option>`` on the browser tests, in a child without Chromium."""
-        command = [sys.executable, "-m", "pytest", "-q", option, "-p", "no:cacheprovider", "tests/test_browser.py"]
-        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-
-    proc = pytest_browser("-rs")
+    # One child: -vv gives each test's own line with its outcome and its whole reason (COLUMNS: on one line), -rs
+    # the summary's reasons, and the header "collected N items" (a module-level skip collects none).
+    env["COLUMNS"] = "1000"
+    command = [sys.executable, "-m", "pytest", "-vv", "-rs", "-p", "no:cacheprovider", "tests/test_browser.py"]
+    proc = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    collected = pytest_browser("--collect-only")
-    tests = [line for line in collected.stdout.splitlines() if "::test_" in line]
-    assert len(tests) >= 5, collected.stdout
+    collected = re.search(r"collected (\d+) items?", proc.stdout)
+    assert collected and int(collected.group(1)) >= 5, proc.stdout
+    tests = [line for line in proc.stdout.splitlines() if line.startswith("tests/test_browser.py::test_")]
+    assert len(tests) == int(collected.group(1)), proc.stdout
+    reason = f"FITPROF_CHROMIUM={nowhere} is not an executable Chromium"
+    assert all(f" SKIPPED ({reason})" in line for line in tests), proc.stdout
     skipped = re.search(r"(\d+) skipped", proc.stdout)
     assert skipped and int(skipped.group(1)) == len(tests), proc.stdout
     reasons = [line for line in proc.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert reasons and all(f"FITPROF_CHROMIUM={nowhere} is not an executable Chromium" in r for r in reasons)
+    assert reasons and all(reason in r for r in reasons), proc.stdout

@@ -1,15 +1,18 @@
 """Lightning FitProfiler under DDP (2 CPU processes, gloo): per-rank traces and report files, one session folder
 shared by the ranks, one set of cross-rank scalars from rank 0, a planted slow rank named, a rank whose analysis
-fails, and ``fitprof report`` on the run.
+fails, ``fitprof report`` on the run, ``trigger="slowdown"`` across the ranks, and a world of one.
 
-One real DDP run per module: this file is also the training script. Lightning's ``ddp`` strategy re-launches
+One real DDP launch per module: this file is also the training script. Lightning's ``ddp`` strategy re-launches
 the script it runs in (``sys.argv``) for every other rank, so the test starts
-``python tests/test_distributed_lightning.py --logdir DIR`` in a subprocess (its own process group, killed on
-timeout, so a deadlock fails the test instead of hanging it).
+``python tests/test_distributed_lightning.py --logdir DIR --fits plain,trigger,one`` in a subprocess (its own
+process group, killed on timeout, so a deadlock fails the test instead of hanging it). Each rank runs the fits in
+order, each into its own folder ``DIR/<fit>``: the launched process group serves both two-rank fits (Lightning
+starts the other rank once; a later ``Trainer`` in the same script joins the group already there), then rank 0
+alone runs the world of one in a new process group of one.
 
-The planted problems: rank 1's ``Dataset.__getitem__`` sleeps 20 ms per batch (the straggler), and in epoch 1
-rank 1's analysis raises (``fitprof.analyze`` patched in the script), so that rank sends an empty vector to the
-all-gather while rank 0 sends its figures.
+The planted problems: rank 1's ``Dataset.__getitem__`` sleeps 20 ms per batch (the straggler; in the trigger fit
+it slows down mid-epoch instead), and in epoch 1 rank 1's analysis raises (``fitprof.analyze`` patched in the
+script), so that rank sends an empty vector to the all-gather while rank 0 sends its figures.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ PROFILE_BATCH = (3, 5)  # a 3-step window
 EPOCHS = 2
 FAILING = (1, 1)  # (rank, epoch) whose analysis raises
 RUN = "ddp/version_0"  # TensorBoardLogger(save_dir=DIR, name="ddp", version=0)
-TIMEOUT_S = 300
+TIMEOUT_S = 600  # the launch, all its fits
 TRIGGER_BATCHES = 48  # per rank and epoch, in the run with trigger="slowdown"
 TRIGGER_SLOW_FROM = 30  # rank 1 slower from this batch on; the trigger needs 16 clean steps, it gets 22
 TRIGGER_SLEEP_S = [0.0]  # per batch on rank 1; sized in the run (3x the trigger's threshold from its own step times)
+FITS = ("plain", "trigger", "one")  # the two-rank fit, the two-rank fit with trigger="slowdown", a world of one
 
 
 # ---------------------------------------------------------------------------------------------- the training run
@@ -58,9 +62,15 @@ def _train(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "gpu"])
-    parser.add_argument("--trigger", action="store_true", help="trigger='slowdown', rank 1 slowed down mid-epoch")
+    parser.add_argument(
+        "--fits",
+        default="plain",
+        help=f"comma-separated, run in this order, each into LOGDIR/<fit>: {', '.join(FITS)}",
+    )
     parser.add_argument("--devices", type=int, default=2, help="ranks (on gpu: at most one per GPU)")
     args = parser.parse_args(argv)
+    fits = args.fits.split(",")
+    assert set(fits) <= set(FITS) and ("one" not in fits or fits[-1] == "one"), fits
     torch.set_num_threads(1)  # two ranks on two cores
     # gpu: NCCL, one rank per GPU (two at most; one GPU gives a world of one, which has no cross-rank figures)
     devices = args.devices if args.accelerator == "cpu" else min(args.devices, torch.cuda.device_count())
@@ -75,10 +85,12 @@ def _train(argv: list[str]) -> None:
 
     fitprof.analyze = analyze  # the callback imports it at call time
 
+    trigger = [False]  # whether the fit running now is the trigger fit
+
     class Data(RegressionData):
         def wait(self, i: int) -> None:
             if torch.distributed.is_initialized() and torch.distributed.get_rank() == SLOW_RANK:
-                if not args.trigger:
+                if not trigger[0]:
                     time.sleep(SLEEP_PER_BATCH_S / BATCH_SIZE)
                 elif TRIGGER_SLEEP_S[0]:
                     # Every sample of every batch from the sizing on (set at the end of step TRIGGER_SLOW_FROM - 2,
@@ -110,52 +122,81 @@ def _train(argv: list[str]) -> None:
                 if trainer.current_epoch == 0:
                     TRIGGER_SLEEP_S[0] = self.sleep_s = max(0.1, 3 * (median + 8 * 1.4826 * mad) / 1e3)
 
-    profiler = FitProfiler(profile_batch=PROFILE_BATCH, trigger="slowdown" if args.trigger else None)
-    sizer = SizeTheSlowdown()
-    trainer = pl.Trainer(
-        accelerator=args.accelerator,
-        devices=devices,
-        strategy="ddp",
-        max_epochs=EPOCHS,
-        logger=TensorBoardLogger(args.logdir, name="ddp", version=0),
-        callbacks=[sizer, profiler] if args.trigger else [profiler],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        log_every_n_steps=1,
-    )
-    batches = TRIGGER_BATCHES if args.trigger else BATCHES_PER_RANK
-    data = DataLoader(Data(2 * batches * BATCH_SIZE), batch_size=BATCH_SIZE)
-    trainer.fit(Model(), data)
-    seen = {
-        "rank": trainer.global_rank,
-        "epochs_done": trainer.current_epoch,
-        "reports": sorted(profiler.reports),
-        "cross_rank": {str(e): v for e, v in profiler.cross_rank.items()},
-        "world_size": trainer.world_size,
-        "triggered": [[epoch, event.step] for epoch, event, _ in profiler.triggered],
-    }
-    if args.trigger:  # what the trigger saw, for the message when it did not fire
-        trig = profiler._engine.trigger
-        seen["trigger_state"] = {
-            "step_ms": [round((b - a) / 1e6, 2) for a, b in zip(sizer.all_ends, sizer.all_ends[1:], strict=False)],
-            "sleep_s": sizer.sleep_s,
-            "threshold_ms": None if trig is None else trig.threshold_ms,
-            "baseline_ms": None if trig is None else trig.baseline_ms,
-            "clean_steps": profiler._engine._trig_steps_total,
+    def run(fit: str) -> None:
+        """One fit into ``LOGDIR/<fit>``, and what the callback saw in ``callback_rank<R>.json`` there."""
+        logdir = Path(args.logdir, fit)
+        trigger[0] = fit == "trigger"
+        profiler = FitProfiler(profile_batch=PROFILE_BATCH, trigger="slowdown" if trigger[0] else None)
+        sizer = SizeTheSlowdown()
+        trainer = pl.Trainer(
+            accelerator=args.accelerator,
+            devices=1 if fit == "one" else devices,
+            strategy="ddp",
+            max_epochs=EPOCHS,
+            logger=TensorBoardLogger(logdir, name="ddp", version=0),
+            callbacks=[sizer, profiler] if trigger[0] else [profiler],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            log_every_n_steps=1,
+        )
+        batches = TRIGGER_BATCHES if trigger[0] else BATCHES_PER_RANK
+        data = DataLoader(Data(2 * batches * BATCH_SIZE), batch_size=BATCH_SIZE)
+        trainer.fit(Model(), data)
+        seen = {
+            "rank": trainer.global_rank,
+            "epochs_done": trainer.current_epoch,
+            "reports": sorted(profiler.reports),
+            "cross_rank": {str(e): v for e, v in profiler.cross_rank.items()},
+            "world_size": trainer.world_size,
+            "triggered": [[epoch, event.step] for epoch, event, _ in profiler.triggered],
         }
-    Path(args.logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
+        if trigger[0]:  # what the trigger saw, for the message when it did not fire
+            trig = profiler._engine.trigger
+            seen["trigger_state"] = {
+                "step_ms": [round((b - a) / 1e6, 2) for a, b in zip(sizer.all_ends, sizer.all_ends[1:], strict=False)],
+                "sleep_s": sizer.sleep_s,
+                "threshold_ms": None if trig is None else trig.threshold_ms,
+                "baseline_ms": None if trig is None else trig.baseline_ms,
+                "clean_steps": profiler._engine._trig_steps_total,
+            }
+        Path(logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
+
+    for fit in fits:
+        if fit == "one" and torch.distributed.is_initialized():
+            # A world of one after the two-rank fits: rank 0 alone, in a new process group of one on a new port
+            # (Lightning joins a group already there, whatever its size).
+            if torch.distributed.get_rank() != 0:
+                break
+            torch.distributed.destroy_process_group()
+            with socket.socket() as free:
+                free.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(free.getsockname()[1])
+        run(fit)
 
 
 # --------------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Run the script once with 2 DDP ranks; return its log dir, exit status, output and wall time."""
+def launch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Run the script once with 2 DDP ranks and every fit of :data:`FITS`; return its log dir, exit status, output
+    and wall time."""
     pytest.importorskip("lightning.pytorch")
     torch = pytest.importorskip("torch")
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
-    return _launch(tmp_path_factory.mktemp("ddp"))
+    return _launch(tmp_path_factory.mktemp("ddp"), "--fits", ",".join(FITS))
+
+
+def _fit(launch: dict[str, Any], fit: str) -> dict[str, Any]:
+    """One fit of the launch: its own log dir and run folder, the launch's exit status and output."""
+    assert launch["rc"] == 0, launch["out"][-4000:]
+    return {**launch, "logdir": launch["logdir"] / fit, "run": launch["logdir"] / fit / RUN}
+
+
+@pytest.fixture(scope="module")
+def ddp_run(launch: dict[str, Any]) -> dict[str, Any]:
+    """The two-rank fit with rank 1 slow throughout."""
+    return _fit(launch, "plain")
 
 
 def _launch(logdir: Path, *extra: str) -> dict[str, Any]:
@@ -172,7 +213,7 @@ def _launch(logdir: Path, *extra: str) -> dict[str, Any]:
         os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the rank it started
         out, _ = proc.communicate()
         pytest.fail(f"the DDP run did not finish in {TIMEOUT_S} s (deadlock?); output:\n{out[-4000:]}")
-    return {"logdir": logdir, "run": logdir / RUN, "rc": proc.returncode, "out": out, "s": time.perf_counter() - t0}
+    return {"logdir": logdir, "rc": proc.returncode, "out": out, "s": time.perf_counter() - t0}
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +257,8 @@ def test_the_run_finishes_on_both_ranks(ddp_run: dict[str, Any], run_dir: Path) 
     assert seen[0]["cross_rank"] == seen[1]["cross_rank"]
     assert seen[0]["cross_rank"]["0"]["fitprof/ranks_reported"] == 2
     assert seen[0]["cross_rank"]["1"]["fitprof/ranks_reported"] == 1
-    assert "[rank 1] fitprof: could not analyse" in ddp_run["out"]  # rank 1's problem is not swallowed
+    # rank 1's problem is not swallowed (the trigger fit plants the same failure: the path says which fit's)
+    assert f"[rank 1] fitprof: could not analyse {ddp_run['run']}{os.sep}" in ddp_run["out"], ddp_run["out"][-4000:]
 
 
 @pytest.mark.slow
@@ -396,12 +438,11 @@ def _check_world(logdir: Path, backend: str) -> int:
 
 
 @pytest.mark.slow
-def test_a_world_of_one_runs_without_cross_rank_figures(tmp_path: Path) -> None:
-    """DDP with one rank (what one GPU gives the NCCL run below), on the CPU: a process group of one."""
-    pytest.importorskip("lightning.pytorch")
-    run = _launch(tmp_path, "--devices", "1")
-    assert run["rc"] == 0, run["out"][-4000:]
-    assert _check_world(tmp_path, "gloo") == 1
+def test_a_world_of_one_runs_without_cross_rank_figures(launch: dict[str, Any]) -> None:
+    """DDP with one rank (what one GPU gives the NCCL run below), on the CPU: a process group of one (rank 0's,
+    after the two-rank fits)."""
+    one = _fit(launch, "one")
+    assert _check_world(one["logdir"], "gloo") == 1
 
 
 @pytest.mark.gpu
@@ -413,7 +454,7 @@ def test_nccl_gather_on_gpus(tmp_path: Path) -> None:
     kernels on the device and in ``collective_percent``; one GPU gives a world of one (no cross-rank figures)."""
     run = _launch(tmp_path, "--accelerator", "gpu")
     assert run["rc"] == 0, run["out"][-4000:]
-    _check_world(tmp_path, "nccl")
+    _check_world(tmp_path / "plain", "nccl")
 
 
 if __name__ == "__main__":
@@ -422,15 +463,11 @@ if __name__ == "__main__":
 
 # ------------------------------------------------------------------------------- trigger="slowdown" under DDP
 @pytest.fixture(scope="module")
-def trigger_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A second 2-rank run with ``trigger="slowdown"``: rank 1's input slows down from batch ``TRIGGER_SLOW_FROM``
-    of epoch 0 (rank 0 waits for it in the gradient all-reduce, so it may trigger too, at its own step), plus rank
-    1's planted analysis failure in epoch 1."""
-    pytest.importorskip("lightning.pytorch")
-    torch = pytest.importorskip("torch")
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    return _launch(tmp_path_factory.mktemp("ddp_trigger"), "--trigger")
+def trigger_run(launch: dict[str, Any]) -> dict[str, Any]:
+    """The two-rank fit with ``trigger="slowdown"``: rank 1's input slows down from batch ``TRIGGER_SLOW_FROM`` of
+    epoch 0 (rank 0 waits for it in the gradient all-reduce, so it may trigger too, at its own step), plus rank 1's
+    planted analysis failure in epoch 1."""
+    return _fit(launch, "trigger")
 
 
 @pytest.mark.slow
