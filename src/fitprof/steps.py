@@ -168,18 +168,27 @@ class StepRecorder:
             The step's wall time in ns when it is clean (recorded), None when it is excluded or is the first
             boundary seen (no previous stamp).
         """
+        # Every training step runs this: plain comparisons, no helper calls.
         last, self._last_ns = self._last_ns, now_ns
-        taken, self._taken = self._taken, 0
+        taken = self._taken
+        if taken:
+            self._taken = 0
         if self._skip > 0 or last is None:
             why = self._reason if self._skip > 0 else WARMUP
             self._reasons[why] = self._reasons.get(why, 0) + 1
             self._skip = max(self._skip - 1, 0)
             self._excluded += 1
             return None
-        dt = max(now_ns - last - taken, 0)
+        dt = now_ns - last - taken
+        if dt < 0:
+            dt = 0
         self.step_ns.append(dt)
         self.step_index.append(index)
-        self._input_ns.append(_NO_INPUT if input_ns is None else max(int(input_ns), 0))
+        if input_ns is None:
+            self._input_ns.append(_NO_INPUT)
+        else:
+            wait = int(input_ns)
+            self._input_ns.append(wait if wait > 0 else 0)
         self._samples.append(_NO_SAMPLES if samples is None else int(samples))
         return dt
 

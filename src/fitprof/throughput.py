@@ -318,6 +318,7 @@ class WorkLog:
         """Counts one step's FLOPs (``start()``, ``stop() -> float``, ``running``, ``note``), e.g.
         :class:`fitprof.profilers.flops_torch.TorchFlopCount`; None: FLOPs are not counted here."""
         self._counted_batch: Any = None
+        self._counting = False  # count_flops started the counter: stop_count, called every step, has work
         self.device_name = ""
         """The accelerator's name ("" on a CPU); set by the adapter once per fit."""
         self.dtype = ""
@@ -399,10 +400,14 @@ class WorkLog:
         """Start counting the FLOPs of the step that begins now (its ``batch``); :meth:`stop_count` ends it."""
         if self.counter is not None:
             self._counted_batch = batch
+            self._counting = True
             self.counter.start()
 
     def stop_count(self) -> None:
         """The counted step ended: record its FLOPs and samples (a no-op when nothing is being counted)."""
+        if not self._counting:
+            return
+        self._counting = False
         if self.counter is None or not self.counter.running:
             return
         flops = self.counter.stop()
