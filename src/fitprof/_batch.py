@@ -49,6 +49,10 @@ def batch_size(batch: Any, _depth: int = 0) -> int | None:
     if cls is tuple or cls is list:  # the usual (inputs, targets): a plain sequence has no shape of its own
         if _depth >= _MAX_DEPTH:
             return None
+        if batch:  # its first item, most often the inputs' array: read here, one call fewer every step
+            n = _leading_dim(batch[0])
+            if n is not None:
+                return n
         items: Any = batch
     else:
         n = _leading_dim(batch)

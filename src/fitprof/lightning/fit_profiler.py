@@ -392,7 +392,8 @@ class FitProfiler(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
-        self._work.stop_count()  # the FLOP-count step ended (a no-op otherwise)
+        if self._work.counting:  # the FLOP-count step ended
+            self._work.stop_count()
         now = time.perf_counter_ns()  # one stamp for the fetch timer and the engine (the engine's clock)
         wait = self._timing.step_end(now)
         engine = self._engine
