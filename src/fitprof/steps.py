@@ -310,6 +310,8 @@ class SlowdownTrigger:
 
     Attributes:
         events: every :class:`TriggerEvent` of the run so far.
+        threshold_ns: the current threshold (ns; ``inf`` until the baseline holds ``min_baseline`` steps), read-only
+            (:attr:`threshold_ms` in ms).
     """
 
     def __init__(
@@ -352,7 +354,7 @@ class SlowdownTrigger:
         self._base: deque[int] = deque(maxlen=baseline_steps)
         self._run: list[int] = []
         self._since_refresh = 0
-        self._threshold_ns = math.inf
+        self.threshold_ns = math.inf
         self._median_ns = math.nan
         self._last_fire: int | None = None
 
@@ -362,7 +364,7 @@ class SlowdownTrigger:
         self._base.clear()
         self._run = []
         self._since_refresh = 0
-        self._threshold_ns = math.inf
+        self.threshold_ns = math.inf
         self._median_ns = math.nan
 
     def reset(self) -> None:
@@ -379,18 +381,18 @@ class SlowdownTrigger:
     @property
     def threshold_ms(self) -> float:
         """The current threshold (ms); ``inf`` until the baseline holds ``min_baseline`` steps."""
-        return self._threshold_ns / 1e6
+        return self.threshold_ns / 1e6
 
     def _recompute(self) -> None:
         self._since_refresh = 0
         if len(self._base) < self.min_baseline:
-            self._threshold_ns = math.inf
+            self.threshold_ns = math.inf
             return
         values = sorted(self._base)
         median = _median_sorted(values)
         mad = _median_sorted(sorted(abs(v - median) for v in values))
         self._median_ns = median
-        self._threshold_ns = median + max(self.mad_k * _MAD_TO_SIGMA * mad, self.rel * median)
+        self.threshold_ns = median + max(self.mad_k * _MAD_TO_SIGMA * mad, self.rel * median)
 
     def observe(self, step_ns: int, step: int, *, allowed: bool = True) -> TriggerEvent | None:
         """Feed one clean step's wall time (ns) and its number; the :class:`TriggerEvent` when it fires now.
@@ -404,7 +406,7 @@ class SlowdownTrigger:
         if len(self.events) >= self.max_windows:
             return None  # spent: no more work per step
         fired = None
-        if step_ns > self._threshold_ns:
+        if step_ns > self.threshold_ns:
             self._run.append(step_ns)
             if len(self._run) >= self.consecutive and allowed and self._may_fire(step):
                 run = sorted(self._run)
@@ -412,17 +414,17 @@ class SlowdownTrigger:
                     step=step,
                     step_time_ms=_median_sorted(run) / 1e6,
                     baseline_ms=self._median_ns / 1e6,
-                    threshold_ms=self._threshold_ns / 1e6,
+                    threshold_ms=self.threshold_ns / 1e6,
                 )
                 self.events.append(fired)
                 self._last_fire = step
                 self.reset_run()
                 return fired
-        else:
+        elif self._run:  # the run of slow steps is broken (most steps: no run, nothing to allocate)
             self._run = []
         self._base.append(step_ns)
         self._since_refresh += 1
-        if self._since_refresh >= self.refresh or self._threshold_ns == math.inf:
+        if self._since_refresh >= self.refresh or self.threshold_ns == math.inf:
             self._recompute()
         return fired
 

@@ -626,12 +626,13 @@ class FitEngine:
     # ------------------------------------------------------------------------------------------- triggered
     def _feed_trigger(self, dt: int | None, n: int) -> TriggerEvent | None:
         """Feed a clean step to the slowdown trigger; the firing, numbered as step ``n`` of the epoch."""
-        if dt is None or self.trigger is None:
+        trigger = self.trigger
+        if dt is None or trigger is None:
             return None
         self._trig_steps_total += 1
         # Only a slow step can fire it: the longer check whether a window may open now is made for those only.
-        allowed = dt <= self.trigger.threshold_ms * 1e6 or self._may_trigger(n)
-        event = self.trigger.observe(dt, self._trig_steps_total, allowed=allowed)
+        allowed = dt <= trigger.threshold_ns or self._may_trigger(n)
+        event = trigger.observe(dt, self._trig_steps_total, allowed=allowed)
         if event is None:
             return None
         self._fired = event  # the trigger's own record, to withdraw if the window proves a false alarm
