@@ -49,7 +49,10 @@ def batch_size(batch: Any, _depth: int = 0) -> int | None:
     if cls is tuple or cls is list:  # the usual (inputs, targets): a plain sequence has no shape of its own
         if _depth >= _MAX_DEPTH:
             return None
-        if batch:  # its first item, most often the inputs' array: read here, one call fewer every step
+        if batch:  # its first item, most often the inputs' array: read here, with no call when its shape is a tuple
+            shape = getattr(batch[0], "shape", None)
+            if isinstance(shape, tuple) and shape and type(shape[0]) is int and shape[0] >= 0:  # numpy, torch.Size
+                return shape[0]
             n = _leading_dim(batch[0])
             if n is not None:
                 return n

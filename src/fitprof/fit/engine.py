@@ -481,8 +481,18 @@ class FitEngine:
                 self.probes.failed(method, err)
         if self._at_end:
             window = self.window
-            if window is None:
-                self._boundary_body(step + 1, now, input_ns, batch_size(batch) if samples is None else samples, batch)
+            if window is None:  # the usual step: _boundary_body(step + 1, ...) with no window open, written out
+                if step > self._seen:
+                    self._seen = step
+                if samples is None:
+                    samples = batch_size(batch)
+                dt = self.steps.step(now, step, input_ns=input_ns, samples=samples)
+                self._now = now
+                fired = self._feed_trigger(dt, step) if self.trigger is not None else None
+                if fired is not None:
+                    self._open_triggered(step + 1, fired)
+                elif self.armed and self.plan.warm_up <= step + 1 <= self.config.last_step:
+                    self._open_scheduled(step + 1)
                 return
             window.begin_overhead()  # the hook's own time is fitprof's, never the step's
             try:
