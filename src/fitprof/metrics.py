@@ -311,13 +311,15 @@ EPOCH_RUN_WAIT_PERCENT = Metric(
 )
 _LOADER = (
     " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
-    "`DataLoader`'s fetch of each batch, its samples and its collate, timed inside each worker into shared memory); "
-    "NaN where the callback has no such loader or the epoch had no steady steps."
+    "`DataLoader`'s fetch of each batch, its samples and its collate, or a Keras `PyDataset`'s `__getitem__`, timed "
+    "inside each worker process or thread into shared memory); NaN where the callback has no such loader or the "
+    "epoch had no steady steps."
 )
 LOADER_WORKERS = Metric(
     EPOCH_PREFIX + "loader_workers",
     "workers",
-    "The training loader's worker processes (`num_workers`); 0 when the main process loads the batches." + _LOADER,
+    "The training loader's worker processes (`num_workers`), or a `PyDataset`'s worker threads or processes "
+    "(`workers`); 0 when the main process loads the batches (as Keras does with one worker thread)." + _LOADER,
 )
 LOADER_BUSY_PERCENT = Metric(
     EPOCH_PREFIX + "loader_busy_percent",
@@ -341,18 +343,21 @@ LOADER_WORKERS_NEEDED = Metric(
     "max(S + M, W/N, W_cpu/min(N, F), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
     "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
     "the current N, at least the main thread's CPU time while the loop waited), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
-    "(`fitprof.fit.loader.predict_step_ns`), F the cores CPU-bound workers could have had (their CPU time plus the "
+    "(`fitprof.fit.loader.StepModel`), F the cores CPU-bound workers could have had (their CPU time plus the "
     "usable cores' idle time from `/proc/stat`, over the epoch's wall time; other processes hold the rest; F = cores "
-    "for loading that is not CPU-bound). The count is chosen as if "
+    "for loading that is not CPU-bound; F = 1 for worker threads, which share the GIL). The count is chosen as if "
     "batches took 10% longer (a count whose workers only just keep pace makes the loop wait at every late batch); "
-    "when no count up to the bound reaches the target, the smallest within 1% of the best." + _LOADER,
+    "when no count up to the bound reaches the target, the smallest within 1% of the best. A thread count of 1 is "
+    "never given (Keras loads in the main thread). NaN for worker threads whose CPU time fills a quarter of a core or "
+    "more: the loop's own Python waits for the same GIL, so its step grows with the thread count and no count is "
+    "predicted." + _LOADER,
 )
 LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
     EPOCH_PREFIX + "step_time_if_enough_workers_ms",
     "ms",
     "The predicted step time with `loader_workers_needed` workers (the model above). A prediction, checked by "
-    "re-measuring with that many workers in `tests/test_loader_torch.py` and `benchmarks/loader_prediction.py`."
-    + _LOADER,
+    "re-measuring with that many workers in `tests/test_loader_torch.py`, `tests/test_loader_pydataset.py` and "
+    "`benchmarks/loader_prediction.py`; NaN where `loader_workers_needed` is." + _LOADER,
 )
 LOADER_METRICS: tuple[Metric, ...] = (
     LOADER_WORKERS,
@@ -487,7 +492,7 @@ EPOCH_PARTS_METRICS: tuple[Metric, ...] = (
 TRIGGER_METRICS: tuple[Metric, ...] = (TRIGGER_STEP, TRIGGER_STEP_TIME_MS, TRIGGER_BASELINE_MS)
 """The figures of one triggered window, logged at the end of the epoch it was taken in."""
 
-ALL: tuple[Metric, ...] = (
+BASE_METRICS: tuple[Metric, ...] = (
     STEP_TIME_MS,
     INPUT_PERCENT,
     HTOD_MS_PER_STEP,
@@ -496,13 +501,12 @@ ALL: tuple[Metric, ...] = (
     HTOD_EXPOSED_PERCENT,
     COLLECTIVE_EXPOSED_PERCENT,
     STEPS_ANALYZED,
-    TOP_OP_RANKED,
-    STEP_TIME_IF_NO_INPUT_MS,
-    STEP_TIME_IF_NO_HTOD_MS,
-    STEP_TIME_IF_NO_COLLECTIVES_MS,
     SPEEDUP_IF_NO_INPUT,
     SPEEDUP_IF_NO_HTOD,
     SPEEDUP_IF_NO_COLLECTIVES,
+    STEP_TIME_IF_NO_INPUT_MS,
+    STEP_TIME_IF_NO_HTOD_MS,
+    STEP_TIME_IF_NO_COLLECTIVES_MS,
     SAMPLES_PER_S,
     ITEMS_PER_S,
     FLOPS_PER_STEP,
@@ -510,6 +514,12 @@ ALL: tuple[Metric, ...] = (
     MFU,
     SELF_MS_PER_STEP,
     CHECKPOINT_MS_PER_STEP,
+)
+"""The figures every analysed window logs, whatever its operators, in the order they are logged."""
+
+ALL: tuple[Metric, ...] = (
+    *BASE_METRICS,
+    TOP_OP_RANKED,
     VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
@@ -521,29 +531,7 @@ ALL: tuple[Metric, ...] = (
     *CHURN_METRICS,
 )
 
-BASE_KEYS: tuple[str, ...] = (
-    STEP_TIME_MS.key,
-    INPUT_PERCENT.key,
-    HTOD_MS_PER_STEP.key,
-    HTOD_PERCENT.key,
-    COLLECTIVE_PERCENT.key,
-    HTOD_EXPOSED_PERCENT.key,
-    COLLECTIVE_EXPOSED_PERCENT.key,
-    STEPS_ANALYZED.key,
-    SPEEDUP_IF_NO_INPUT.key,
-    SPEEDUP_IF_NO_HTOD.key,
-    SPEEDUP_IF_NO_COLLECTIVES.key,
-    STEP_TIME_IF_NO_INPUT_MS.key,
-    STEP_TIME_IF_NO_HTOD_MS.key,
-    STEP_TIME_IF_NO_COLLECTIVES_MS.key,
-    SAMPLES_PER_S.key,
-    ITEMS_PER_S.key,
-    FLOPS_PER_STEP.key,
-    FLOPS_PER_S.key,
-    MFU.key,
-    SELF_MS_PER_STEP.key,
-    CHECKPOINT_MS_PER_STEP.key,
-)
+BASE_KEYS: tuple[str, ...] = tuple(m.key for m in BASE_METRICS)
 """The keys every analysed window logs, whatever its operators."""
 
 

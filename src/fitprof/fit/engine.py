@@ -58,6 +58,7 @@ from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
     Gather,
+    WindowPipeline,
     epoch_scalars,
     trigger_scalars,
 )
@@ -150,15 +151,19 @@ class FitEngine:
         self._on_step_end = self.probes.methods("step_end")
         self._at_start = boundary == "step_start"
         self._at_end = boundary == "step_end"
+        # The scheduled and the triggered windows each keep their own results and trace retention.
+        scheduled, triggered = (
+            WindowPipeline(
+                top_k=config.top_k,
+                max_trace_mb=max_trace_mb,
+                keep_last_windows=keep_last_windows,
+                warn=warn,
+                converter=self._converter,
+            )
+            for _ in range(2)
+        )
         self.publisher = EpochPublisher(
-            top_k=config.top_k,
-            max_trace_mb=max_trace_mb,
-            keep_last_windows=keep_last_windows,
-            warn=warn,
-            converter=self._converter,
-            probes=self.probes,
-            parts=self.parts,
-            baseline=baseline,
+            scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline
         )
         self.pipeline, self.trigger_pipeline = self.publisher.pipeline, self.publisher.trigger_pipeline
         self.baseline: Side | None = self.publisher.baseline
