@@ -8,12 +8,21 @@ import pytest
 from fitprof._batch import batch_size
 
 
+class Shaped:
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
 @pytest.mark.parametrize(
     ("batch", "expected"),
     [
         (np.zeros((32, 4)), 32),
         ((np.zeros((7, 3)), np.zeros(7)), 7),
         ([np.zeros((5,)), np.zeros((5, 2))], 5),
+        ((np.zeros((7, 3)), np.zeros(2)), 7),  # the first array decides, not the last
+        ([np.float32(1.0), np.zeros((4, 2))], 4),  # a scalar first: the next item's
+        (((np.zeros((3,)),), np.zeros((5,))), 3),  # nested first: depth first
+        ([Shaped((-1, 2)), np.zeros((6,))], 6),  # a negative leading dimension is no batch size: the next item's
         ({"input_ids": np.zeros((3, 128)), "labels": np.zeros((3,))}, 3),
         ({"meta": "x", "x": (np.zeros((9, 2)),)}, 9),
         (np.float32(1.0), None),

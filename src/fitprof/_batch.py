@@ -14,10 +14,13 @@ def _leading_dim(x: Any) -> int | None:
     shape = getattr(x, "shape", None)
     if shape is None:
         return None
-    try:
-        dims = tuple(shape)
-    except TypeError:  # a shape that is not a sequence (an unknown-rank TensorShape)
-        return None
+    if isinstance(shape, tuple):  # numpy's shape, torch.Size: read as it is (this runs every training step)
+        dims = shape
+    else:
+        try:
+            dims = tuple(shape)
+        except TypeError:  # a shape that is not a sequence (an unknown-rank TensorShape)
+            return None
     if not dims:
         return None  # a scalar has no batch axis
     first = dims[0]
@@ -42,17 +45,30 @@ def batch_size(batch: Any, _depth: int = 0) -> int | None:
         known leading dimension (a scalar, a string, an unknown symbolic batch size, nesting deeper than 8).
         Never raises.
     """
-    n = _leading_dim(batch)
-    if n is not None:
-        return n
-    if _depth >= _MAX_DEPTH or isinstance(batch, (str, bytes)):
-        return None
-    if isinstance(batch, Mapping):
-        items: Any = batch.values()
-    elif isinstance(batch, (tuple, list)):
-        items = batch
+    cls = type(batch)
+    if cls is tuple or cls is list:  # the usual (inputs, targets): a plain sequence has no shape of its own
+        if _depth >= _MAX_DEPTH:
+            return None
+        if batch:  # its first item, most often the inputs' array: read here, with no call when its shape is a tuple
+            shape = getattr(batch[0], "shape", None)
+            if isinstance(shape, tuple) and shape and type(shape[0]) is int and shape[0] >= 0:  # numpy, torch.Size
+                return shape[0]
+            n = _leading_dim(batch[0])
+            if n is not None:
+                return n
+        items: Any = batch
     else:
-        return None
+        n = _leading_dim(batch)
+        if n is not None:
+            return n
+        if _depth >= _MAX_DEPTH or isinstance(batch, (str, bytes)):
+            return None
+        if isinstance(batch, Mapping):
+            items = batch.values()
+        elif isinstance(batch, (tuple, list)):
+            items = batch
+        else:
+            return None
     for item in items:
         n = batch_size(item, _depth + 1)
         if n is not None:

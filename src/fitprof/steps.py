@@ -168,18 +168,27 @@ class StepRecorder:
             The step's wall time in ns when it is clean (recorded), None when it is excluded or is the first
             boundary seen (no previous stamp).
         """
+        # Every training step runs this: plain comparisons, no helper calls.
         last, self._last_ns = self._last_ns, now_ns
-        taken, self._taken = self._taken, 0
+        taken = self._taken
+        if taken:
+            self._taken = 0
         if self._skip > 0 or last is None:
             why = self._reason if self._skip > 0 else WARMUP
             self._reasons[why] = self._reasons.get(why, 0) + 1
             self._skip = max(self._skip - 1, 0)
             self._excluded += 1
             return None
-        dt = max(now_ns - last - taken, 0)
+        dt = now_ns - last - taken
+        if dt < 0:
+            dt = 0
         self.step_ns.append(dt)
         self.step_index.append(index)
-        self._input_ns.append(_NO_INPUT if input_ns is None else max(int(input_ns), 0))
+        if input_ns is None:
+            self._input_ns.append(_NO_INPUT)
+        else:
+            wait = int(input_ns)
+            self._input_ns.append(wait if wait > 0 else 0)
         self._samples.append(_NO_SAMPLES if samples is None else int(samples))
         return dt
 
@@ -301,6 +310,8 @@ class SlowdownTrigger:
 
     Attributes:
         events: every :class:`TriggerEvent` of the run so far.
+        threshold_ns: the current threshold (ns; ``inf`` until the baseline holds ``min_baseline`` steps), read-only
+            (:attr:`threshold_ms` in ms).
     """
 
     def __init__(
@@ -343,7 +354,7 @@ class SlowdownTrigger:
         self._base: deque[int] = deque(maxlen=baseline_steps)
         self._run: list[int] = []
         self._since_refresh = 0
-        self._threshold_ns = math.inf
+        self.threshold_ns = math.inf
         self._median_ns = math.nan
         self._last_fire: int | None = None
 
@@ -353,7 +364,7 @@ class SlowdownTrigger:
         self._base.clear()
         self._run = []
         self._since_refresh = 0
-        self._threshold_ns = math.inf
+        self.threshold_ns = math.inf
         self._median_ns = math.nan
 
     def reset(self) -> None:
@@ -370,18 +381,18 @@ class SlowdownTrigger:
     @property
     def threshold_ms(self) -> float:
         """The current threshold (ms); ``inf`` until the baseline holds ``min_baseline`` steps."""
-        return self._threshold_ns / 1e6
+        return self.threshold_ns / 1e6
 
     def _recompute(self) -> None:
         self._since_refresh = 0
         if len(self._base) < self.min_baseline:
-            self._threshold_ns = math.inf
+            self.threshold_ns = math.inf
             return
         values = sorted(self._base)
         median = _median_sorted(values)
         mad = _median_sorted(sorted(abs(v - median) for v in values))
         self._median_ns = median
-        self._threshold_ns = median + max(self.mad_k * _MAD_TO_SIGMA * mad, self.rel * median)
+        self.threshold_ns = median + max(self.mad_k * _MAD_TO_SIGMA * mad, self.rel * median)
 
     def observe(self, step_ns: int, step: int, *, allowed: bool = True) -> TriggerEvent | None:
         """Feed one clean step's wall time (ns) and its number; the :class:`TriggerEvent` when it fires now.
@@ -395,7 +406,7 @@ class SlowdownTrigger:
         if len(self.events) >= self.max_windows:
             return None  # spent: no more work per step
         fired = None
-        if step_ns > self._threshold_ns:
+        if step_ns > self.threshold_ns:
             self._run.append(step_ns)
             if len(self._run) >= self.consecutive and allowed and self._may_fire(step):
                 run = sorted(self._run)
@@ -403,17 +414,17 @@ class SlowdownTrigger:
                     step=step,
                     step_time_ms=_median_sorted(run) / 1e6,
                     baseline_ms=self._median_ns / 1e6,
-                    threshold_ms=self._threshold_ns / 1e6,
+                    threshold_ms=self.threshold_ns / 1e6,
                 )
                 self.events.append(fired)
                 self._last_fire = step
                 self.reset_run()
                 return fired
-        else:
+        elif self._run:  # the run of slow steps is broken (most steps: no run, nothing to allocate)
             self._run = []
         self._base.append(step_ns)
         self._since_refresh += 1
-        if self._since_refresh >= self.refresh or self._threshold_ns == math.inf:
+        if self._since_refresh >= self.refresh or self.threshold_ns == math.inf:
             self._recompute()
         return fired
 

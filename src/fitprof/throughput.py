@@ -318,6 +318,9 @@ class WorkLog:
         """Counts one step's FLOPs (``start()``, ``stop() -> float``, ``running``, ``note``), e.g.
         :class:`fitprof.profilers.flops_torch.TorchFlopCount`; None: FLOPs are not counted here."""
         self._counted_batch: Any = None
+        self.counting = False
+        """:meth:`count_flops` started the counter and :meth:`stop_count` has not ended it yet (read every step,
+        where ``stop_count`` has nothing to do on all but one)."""
         self.device_name = ""
         """The accelerator's name ("" on a CPU); set by the adapter once per fit."""
         self.dtype = ""
@@ -399,10 +402,14 @@ class WorkLog:
         """Start counting the FLOPs of the step that begins now (its ``batch``); :meth:`stop_count` ends it."""
         if self.counter is not None:
             self._counted_batch = batch
+            self.counting = True
             self.counter.start()
 
     def stop_count(self) -> None:
         """The counted step ended: record its FLOPs and samples (a no-op when nothing is being counted)."""
+        if not self.counting:
+            return
+        self.counting = False
         if self.counter is None or not self.counter.running:
             return
         flops = self.counter.stop()

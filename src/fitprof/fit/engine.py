@@ -146,6 +146,11 @@ class FitEngine:
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
+        # The per-step events go straight to the probes that take them (no lookup by name every step).
+        self._on_step_start = self.probes.methods("step_start")
+        self._on_step_end = self.probes.methods("step_end")
+        self._at_start = boundary == "step_start"
+        self._at_end = boundary == "step_end"
         # The scheduled and the triggered windows each keep their own results and trace retention.
         scheduled, triggered = (
             WindowPipeline(
@@ -436,29 +441,63 @@ class FitEngine:
 
     # ----------------------------------------------------------------------------------------------- steps
     def step_start(
-        self, step: int, batch: Any = None, *, input_ns: int | None = None, samples: int | None = None
+        self,
+        step: int,
+        batch: Any = None,
+        *,
+        input_ns: int | None = None,
+        samples: int | None = None,
+        now_ns: int | None = None,
     ) -> None:
         """Step ``step`` begins (its batch, when the hook has it). With ``boundary="step_start"`` the previous step
-        ended here: ``input_ns`` / ``samples`` are that step's input wait and batch size."""
-        now = self.clock()
-        self.probes.call("step_start", step, batch, now_ns=now)
-        if self.boundary == "step_start":
+        ended here: ``input_ns`` / ``samples`` are that step's input wait and batch size. ``now_ns``: the adapter's
+        reading of the engine's clock for this event, when it has one (None: read here)."""
+        # Every training step runs this and step_end: the common path (no window open) calls as little as it can.
+        now = self.clock() if now_ns is None else now_ns
+        for method in self._on_step_start:
+            try:
+                method(step, batch, now_ns=now)
+            except Exception as err:
+                self.probes.failed(method, err)
+        if self._at_start:
             self._boundary(step, now, input_ns, samples, batch)
         elif self.window is None:
-            self._seen = max(self._seen, step)
-            self._maybe_count(step, batch)
+            if step > self._seen:
+                self._seen = step
+            if self._count_pending:
+                self._maybe_count(step, batch)
 
     def step_end(
-        self, step: int, batch: Any = None, *, input_ns: int | None = None, samples: int | None = None
+        self,
+        step: int,
+        batch: Any = None,
+        *,
+        input_ns: int | None = None,
+        samples: int | None = None,
+        now_ns: int | None = None,
     ) -> None:
         """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size, by default
-        :func:`fitprof._batch.batch_size` of ``batch``)."""
-        now = self.clock()
-        self.probes.call("step_end", step, batch, now_ns=now)
-        if self.boundary == "step_end":
+        :func:`fitprof._batch.batch_size` of ``batch``); ``now_ns`` as in :meth:`step_start`."""
+        now = self.clock() if now_ns is None else now_ns
+        for method in self._on_step_end:
+            try:
+                method(step, batch, now_ns=now)
+            except Exception as err:
+                self.probes.failed(method, err)
+        if self._at_end:
             window = self.window
-            if window is None:
-                self._boundary(step + 1, now, input_ns, batch_size(batch) if samples is None else samples, batch)
+            if window is None:  # the usual step: _boundary_body(step + 1, ...) with no window open, written out
+                if step > self._seen:
+                    self._seen = step
+                if samples is None:
+                    samples = batch_size(batch)
+                dt = self.steps.step(now, step, input_ns=input_ns, samples=samples)
+                self._now = now
+                fired = self._feed_trigger(dt, step) if self.trigger is not None else None
+                if fired is not None:
+                    self._open_triggered(step + 1, fired)
+                elif self.armed and self.plan.warm_up <= step + 1 <= self.config.last_step:
+                    self._open_scheduled(step + 1)
                 return
             window.begin_overhead()  # the hook's own time is fitprof's, never the step's
             try:
@@ -473,7 +512,7 @@ class FitEngine:
     def _boundary(self, k: int, now: int, input_ns: int | None, samples: int | None, batch: Any) -> None:
         """Step ``k - 1`` ended at ``now`` and step ``k`` is next: time it, feed the trigger, mark, close or open."""
         window = self.window
-        if window is not None and self.boundary == "step_start":
+        if window is not None and self._at_start:
             window.begin_overhead()  # all of this hook's work is fitprof's own
             try:
                 self._boundary_body(k, now, input_ns, samples, batch)
@@ -484,13 +523,18 @@ class FitEngine:
 
     def _boundary_body(self, k: int, now: int, input_ns: int | None, samples: int | None, batch: Any) -> None:
         n = k - 1
-        self._seen = max(self._seen, k if self.boundary == "step_start" else n)
+        at_start = self._at_start
+        seen = k if at_start else n
+        if seen > self._seen:
+            self._seen = seen
         dt = self.steps.step(now, n, input_ns=input_ns, samples=samples)
         self._now = now
-        fired = self._feed_trigger(dt, n) if self.window is None else None
-        if self.window is not None and self.boundary == "step_start":
+        window = self.window
+        fired = self._feed_trigger(dt, n) if window is None and self.trigger is not None else None
+        if window is not None and at_start:
             self._end_marker(k)  # the step that ended here: its marker closes before anything else happens
-        if self.window is not None:
+            window = self.window  # None when the marker failed and the window was dropped
+        if window is not None:
             if self._event is not None:
                 self._advance_triggered(k)
             else:
@@ -500,7 +544,7 @@ class FitEngine:
             self._open_triggered(k, fired)
         elif self.armed and self.plan.warm_up <= k <= self.config.last_step:
             self._open_scheduled(k)
-        if self.window is None and self.boundary == "step_start":
+        if at_start and self.window is None:
             self._maybe_count(k, batch)
 
     def _maybe_count(self, step: int, batch: Any) -> None:
@@ -597,12 +641,13 @@ class FitEngine:
     # ------------------------------------------------------------------------------------------- triggered
     def _feed_trigger(self, dt: int | None, n: int) -> TriggerEvent | None:
         """Feed a clean step to the slowdown trigger; the firing, numbered as step ``n`` of the epoch."""
-        if dt is None or self.trigger is None:
+        trigger = self.trigger
+        if dt is None or trigger is None:
             return None
         self._trig_steps_total += 1
         # Only a slow step can fire it: the longer check whether a window may open now is made for those only.
-        allowed = dt <= self.trigger.threshold_ms * 1e6 or self._may_trigger(n)
-        event = self.trigger.observe(dt, self._trig_steps_total, allowed=allowed)
+        allowed = dt <= trigger.threshold_ns or self._may_trigger(n)
+        event = trigger.observe(dt, self._trig_steps_total, allowed=allowed)
         if event is None:
             return None
         self._fired = event  # the trigger's own record, to withdraw if the window proves a false alarm

@@ -398,9 +398,19 @@ class EpochParts:
         phase = self._phase
         if phase == _IDLE:
             return
-        self._acc[self._nest[-1][0] if self._nest else phase] += now - self._t
+        acc = self._acc
+        acc[self._nest[-1][0] if self._nest else phase] += now - self._t
         self._t = now
-        self._end_step()
+        # _end_step, written out: Lightning ends every step here
+        steps_ns = acc[TRAIN_STEPS]
+        took, self._step_mark = steps_ns - self._step_mark, steps_ns
+        self._steps += 1
+        if self._window:
+            self._window_ns += took
+            self._window_n += 1
+        else:
+            self._step_ns.append(took)
+        self._first_step = False
         self._phase = _GAP
 
     def _end_step(self) -> None:

@@ -464,9 +464,6 @@ class LoaderProbe:
         self._pending_wait: int | None = None
         self._had_end = False
 
-    def _cpu(self, sampled: bool) -> int | None:
-        return self.cpu_clock() if sampled else None
-
     # --------------------------------------------------------------------------------------------------- events
     def epoch_start(self, epoch: int, *, now_ns: int) -> None:
         self._reset_steps()
@@ -477,20 +474,23 @@ class LoaderProbe:
         self._queued = int(queued()) if callable(queued) else 0
         self.last = None
 
+    # step_start and step_end run every training step: the CPU clock read and the append are written out.
     def step_start(self, step: int, batch: object = None, *, now_ns: int) -> None:
-        self._seen += 1
-        k = self._seen % CPU_SAMPLE_EVERY
+        seen = self._seen = self._seen + 1
+        k = seen % CPU_SAMPLE_EVERY
         if self._had_end:
-            cpu = self._cpu(k == 0)
-            wait = None if self._last_end is None else now_ns - self._last_end
+            cpu = self.cpu_clock() if k == 0 else None
+            last_end = self._last_end
+            wait = None if last_end is None else now_ns - last_end
             # the main thread's own work while the loop waited
             self._wait_cpu = cpu - self._end_cpu if cpu is not None and self._end_cpu is not None else -1
         else:  # no step_end: the previous step ends here, its rest is the period less this batch's wait
-            cpu = self._cpu(k in (0, 1))
+            cpu = self.cpu_clock() if k in (0, 1) else None
             wait = self.fetch_wait() if self.fetch_wait is not None else None
             if self._last_start is not None and self._pending_wait is not None and wait is not None:
                 used = cpu - self._last_cpu if cpu is not None and self._last_cpu is not None else -1
-                self._keep(self._seen - 1, self._pending_wait, now_ns - self._last_start - wait, used, -1)
+                rest = now_ns - self._last_start - wait
+                self._steps.append((seen - 1, self._pending_wait, rest if rest > 0 else 0, used, -1))
         if wait is not None:
             self._gap_sum += wait
         self._pending_wait = wait
@@ -499,18 +499,18 @@ class LoaderProbe:
 
     def step_end(self, step: int, batch: object = None, *, now_ns: int) -> None:
         k = self._seen % CPU_SAMPLE_EVERY
-        cpu = self._cpu(k in (0, CPU_SAMPLE_EVERY - 1))  # a sampled step's end, or the end before one
+        # a sampled step's end, or the end before one
+        cpu = self.cpu_clock() if k == 0 or k == CPU_SAMPLE_EVERY - 1 else None
         self._had_end = True
-        if self._last_start is not None and self._pending_wait is not None:
+        last_start, pending = self._last_start, self._pending_wait
+        if last_start is not None and pending is not None:
             used = cpu - self._last_cpu if cpu is not None and self._last_cpu is not None else -1
-            self._keep(self._seen, self._pending_wait, now_ns - self._last_start, used, self._wait_cpu)
+            rest = now_ns - last_start
+            self._steps.append((self._seen, pending, rest if rest > 0 else 0, used, self._wait_cpu))
         self._end_cpu = cpu
         self._pending_wait = None
         self._last_start = None
         self._last_end = now_ns
-
-    def _keep(self, index: int, wait: int, rest: int, cpu: int, wait_cpu: int) -> None:
-        self._steps.append((index, wait, max(0, rest), cpu, wait_cpu))
 
     def _interrupt(self, *, now_ns: int) -> None:
         """Validation or a checkpoint: the step around it and the next wait are not steady."""

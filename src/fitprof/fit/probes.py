@@ -91,7 +91,12 @@ class Probes:
             try:
                 method(*args, now_ns=now_ns)
             except Exception as err:
-                self._failed(method, err)
+                self.failed(method, err)
+
+    def methods(self, event: str) -> tuple[Callable[..., Any], ...]:
+        """The bound ``event`` methods of the probes that define it, in order: for a caller that sends that event
+        every step and calls them itself, each inside its own ``try`` that hands a failure to :meth:`failed`."""
+        return self._by_event[event]
 
     def figures(self, kind: str) -> dict[str, float]:
         """The merged ``epoch_figures()`` or ``window_figures()`` (``kind`` "epoch" or "window") of every probe
@@ -105,10 +110,11 @@ class Probes:
                 for key, value in dict(method()).items():
                     out[str(key)] = float(value)
             except Exception as err:
-                self._failed(method, err)
+                self.failed(method, err)
         return out
 
-    def _failed(self, method: Any, err: Exception) -> None:
+    def failed(self, method: Any, err: Exception) -> None:
+        """Warn once that ``method``'s probe raised ``err`` (its figures are left out)."""
         owner = type(getattr(method, "__self__", method)).__name__
         self._warn(f"probe-{owner}", f"fitprof: the probe {owner} failed ({err!r}); its figures are left out.")
 

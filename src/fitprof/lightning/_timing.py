@@ -74,16 +74,20 @@ class StepTiming:
             self._cuda_events = [_cuda_event()] if next_step == 1 else [None]
         self._prev_end_ns = time.perf_counter_ns() if next_step == 1 else None
 
-    def step_start(self) -> None:
-        self._fetched_ns = time.perf_counter_ns()
+    def step_start(self) -> int:
+        """A step's batch is here: its stamp (``time.perf_counter_ns``), which the adapter hands on to the engine."""
+        now = self._fetched_ns = time.perf_counter_ns()
+        return now
 
-    def step_end(self) -> int | None:
-        """A step ended: its input wait (ns; None when unknown)."""
-        now = time.perf_counter_ns()
+    def step_end(self, now: int) -> int | None:
+        """A step ended at ``now`` (``time.perf_counter_ns``, read once by the adapter for this and the engine): its
+        input wait (ns; None when unknown)."""
         fetched, self._fetched_ns = self._fetched_ns, None
         prev, self._prev_end_ns = self._prev_end_ns, now
-        if self._hooked is not None:  # the exact time inside the fetch
-            wait: int | None = self._hooks.take_fetch()
+        wait: int | None
+        if self._hooked is not None:  # the exact time inside the fetch (take_fetch, written out: every step)
+            hooks = self._hooks
+            wait, hooks.fetch_ns = hooks.fetch_ns, 0
         else:  # the gap from the last step's end to this one's start (fetch, transfer, hooks)
             wait = None if fetched is None or prev is None else fetched - prev
         if self._cuda_events is not None and not self._cuda_capped:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
@@ -385,23 +386,27 @@ class FitProfiler(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._timing.step_start()  # the batch is here: the time since the last step end was input
+        now: int | None = self._timing.step_start()  # the batch is here: the time since the last step end was input
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
             self._begin_epoch(trainer, next_step=batch_idx + 1)
-        self._engine.step_start(batch_idx + 1, batch)
+            now = None  # the epoch began after that stamp: the engine reads its clock again
+        self._engine.step_start(batch_idx + 1, batch, now_ns=now)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT, batch: Any, batch_idx: int
     ) -> None:
-        self._work.stop_count()  # the FLOP-count step ended (a no-op otherwise)
-        wait = self._timing.step_end()
+        if self._work.counting:  # the FLOP-count step ended
+            self._work.stop_count()
+        now = time.perf_counter_ns()  # one stamp for the fetch timer and the engine (the engine's clock)
+        wait = self._timing.step_end(now)
+        engine = self._engine
         if wait is not None:
-            self._engine.parts.input_wait(wait)
+            engine.parts.input_wait(wait)
         self._last_ended = batch_idx + 1
-        self._engine.step_end(batch_idx + 1, batch, input_ns=wait)
+        engine.step_end(batch_idx + 1, batch, input_ns=wait, now_ns=now)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
