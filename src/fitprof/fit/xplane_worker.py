@@ -8,8 +8,10 @@ itself. Converting a 10^5-event window costs seconds of Python work, so the epoc
   its data loading. The process is a fresh interpreter (``python -m fitprof.fit.xplane_worker``), never a fork of the
   training process (forking a process that holds torch or TensorFlow threads is unsafe), and it does not import the
   user's ``__main__`` (``multiprocessing``'s ``spawn`` and ``forkserver`` do, and would run an unguarded training
-  script a second time). It runs at low priority (``os.nice(10)``), is started at the first conversion and is kept
-  until the end of the ``fit``.
+  script a second time). It runs at low priority (``os.nice(10)``), is started when a fit that profiles Kineto
+  windows starts (:meth:`XplaneWorker.start`: spawning it at an epoch's end would add the spawn to the time the
+  training loop waits there; it loads the converter while the first epoch trains) or else at the first conversion,
+  and is kept until the end of the ``fit``.
 * **Bounded queue, never blocking:** one conversion runs and at most :data:`MAX_WAITING` wait. A window that ends
   while the queue is full pushes out the oldest waiting one (the newest windows are the ones worth seeing); the
   pushed-out window keeps its trace, report and figures, and one warning a fit names it. A waiting conversion whose
@@ -127,6 +129,15 @@ class XplaneWorker:
         return any(path in (job.trace, job.target) for job in self.pending())
 
     # ---------------------------------------------------------------------------------------------- submit
+    def start(self) -> None:
+        """Start the process now, if it is not running (a fit's start, before any window). Never raises: a process
+        that cannot start is started again, and the failure reported, at the first conversion."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            with contextlib.suppress(OSError):
+                self._start()
+
     def submit(self, job: Job) -> None:
         """Queue one conversion; never waits for the process (module docstring for the queue policy)."""
         self.poll()
@@ -278,8 +289,8 @@ class XplaneWorker:
             self._waiting.clear()
             proc, self._proc = self._proc, None
         self.poll()
-        if proc is not None:
-            self._stop(proc, kill=bool(undone))
+        if proc is not None:  # a process that was never given a job holds nothing: no need to wait for its exit
+            self._stop(proc, kill=bool(undone) or not self._next_id)
         for job in undone:
             _remove_partial(job.target)
             if job.on_done is not None:
