@@ -13,7 +13,9 @@ Two workloads: ``tiny`` (an 8-layer MLP, a window of a few thousand events) and 
 
     python benchmarks/epoch_end_gap.py --repeats 3 [--workloads tiny big] [--src A B ...]
 
-Prints one row per workload and mode (median gap over the repeats, ms) and the extra gaps against ``none``.
+Prints one row per workload and mode (median gap over the repeats, ms) and the extra gaps against ``none``; then
+the same for the gap's CPU time in the training thread (``time.thread_time``), which others' load on the machine
+stretches far less than the wall time.
 ``--src``: run the ``fitprof`` mode once per source tree given (each child with ``PYTHONPATH`` set to it, e.g. the
 ``src`` of two checkouts, before and after a change), interleaved with the other modes in every repeat; the
 children of ``none`` and ``torch`` get the first one.
@@ -63,16 +65,20 @@ def child(mode: str, workload: str, out: str) -> None:
     class Gap(pl.Callback):
         def __init__(self) -> None:
             self.last_end: float | None = None
+            self.last_cpu = 0.0
             self.gaps: list[float] = []
+            self.cpu: list[float] = []
             self.epoch_of_end = -1
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             self.last_end = time.perf_counter()
+            self.last_cpu = time.thread_time()
             self.epoch_of_end = trainer.current_epoch
 
         def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
             if self.last_end is not None and trainer.current_epoch != self.epoch_of_end:
                 self.gaps.append(time.perf_counter() - self.last_end)
+                self.cpu.append(time.thread_time() - self.last_cpu)
 
     class TorchOwn(pl.Callback):
         def __init__(self, where: Path) -> None:
@@ -128,6 +134,7 @@ def child(mode: str, workload: str, out: str) -> None:
         json.dumps(
             {
                 "gap_s": gap.gaps[0],
+                "gap_cpu_s": gap.cpu[0],
                 "events": events,
                 "stop_export_s": getattr(own, "stop_export_s", None),
                 "load": os.getloadavg()[0],
@@ -168,9 +175,9 @@ def main() -> None:
     load = os.getloadavg()
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load after each child: "
           f"{min(loads):.2f}-{max(loads):.2f}")  # fmt: skip
-    for workload in args.workloads:
-        med = {run: statistics.median(r["gap_s"] for r in results[(workload, run)]) * 1e3 for run in runs}
-        gaps = {label[run]: [round(r["gap_s"] * 1e3, 1) for r in results[(workload, run)]] for run in runs}
+    for workload, field in ((w, f) for w in args.workloads for f in ("gap_s", "gap_cpu_s")):
+        med = {run: statistics.median(r[field] for r in results[(workload, run)]) * 1e3 for run in runs}
+        gaps = {label[run]: [round(r[field] * 1e3, 1) for r in results[(workload, run)]] for run in runs}
         none, torch_own = med[runs[0]], med[runs[1]]
         extra_t = torch_own - none
         fitprof = ", ".join(
@@ -179,7 +186,8 @@ def main() -> None:
             for run in runs[2:]
         )
         print(
-            f"{workload}: gap ms median none {none:.1f}, torch stop+export {torch_own:.1f} (extra {extra_t:.1f} ms); "
+            f"{workload} {'wall' if field == 'gap_s' else 'CPU'}: gap ms median none {none:.1f}, torch stop+export "
+            f"{torch_own:.1f} (extra {extra_t:.1f} ms); "
             f"{fitprof}; all gaps {gaps}"
         )
 
