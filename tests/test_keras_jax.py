@@ -81,16 +81,16 @@ SCRIPT = textwrap.dedent(
             self.begins = []
 
     # A slow input, fit twice with the same callback (one window per epoch each time).
-    data, clock, profiler = Slow(12), Clock(), FitProfiler(logdir + "/slow", profile_batch=(4, 10))
+    data, before, clock = Slow(12), Clock(), Clock()
+    profiler = FitProfiler(logdir + "/slow", profile_batch=(4, 10))
     m = model()
-    m.fit(data, epochs=2, verbose=0, callbacks=[profiler, clock])
-    begins = dict(clock.begins)  # the last epoch's batch starts
+    m.fit(data, epochs=2, verbose=0, callbacks=[before, profiler, clock])
     made = [t1 - t0 for _, t0, t1 in data.made[-12:]]  # the last epoch's batches, in the order fit took them
-    # Steps 4-9 (0-based batches 3-8), from begin(4) to begin(10): inside the window, whose start and stop
-    # (in the profiler's hooks of steps 4 and 11, before this clock's) are left out.
-    wall = begins[9] - begins[3]
-    out["truth_pct"] = 100 * sum(made[3:9]) / wall
-    out["truth_step_ms"] = 1e3 * wall / 6
+    # The window's 7 steps (0-based batches 3-9): from step 4's begin after the profiler's hook (which starts the
+    # window) to step 11's begin before it (which stops it), so neither is in the truth, as in fitprof's steps.
+    wall = dict(before.begins)[10] - dict(clock.begins)[3]
+    out["truth_pct"] = 100 * sum(made[3:10]) / wall
+    out["truth_step_ms"] = 1e3 * wall / 7
     out["slow"] = {{str(e): r.scalars() for e, r in profiler.reports.items()}}
     hist = m.fit(data, epochs=1, verbose=0, callbacks=[profiler])
     out["refit"] = {{str(e): r.scalars() for e, r in profiler.reports.items()}}

@@ -487,7 +487,7 @@ EPOCH_PARTS_METRICS: tuple[Metric, ...] = (
 TRIGGER_METRICS: tuple[Metric, ...] = (TRIGGER_STEP, TRIGGER_STEP_TIME_MS, TRIGGER_BASELINE_MS)
 """The figures of one triggered window, logged at the end of the epoch it was taken in."""
 
-ALL: tuple[Metric, ...] = (
+BASE_METRICS: tuple[Metric, ...] = (
     STEP_TIME_MS,
     INPUT_PERCENT,
     HTOD_MS_PER_STEP,
@@ -496,13 +496,12 @@ ALL: tuple[Metric, ...] = (
     HTOD_EXPOSED_PERCENT,
     COLLECTIVE_EXPOSED_PERCENT,
     STEPS_ANALYZED,
-    TOP_OP_RANKED,
-    STEP_TIME_IF_NO_INPUT_MS,
-    STEP_TIME_IF_NO_HTOD_MS,
-    STEP_TIME_IF_NO_COLLECTIVES_MS,
     SPEEDUP_IF_NO_INPUT,
     SPEEDUP_IF_NO_HTOD,
     SPEEDUP_IF_NO_COLLECTIVES,
+    STEP_TIME_IF_NO_INPUT_MS,
+    STEP_TIME_IF_NO_HTOD_MS,
+    STEP_TIME_IF_NO_COLLECTIVES_MS,
     SAMPLES_PER_S,
     ITEMS_PER_S,
     FLOPS_PER_STEP,
@@ -510,6 +509,12 @@ ALL: tuple[Metric, ...] = (
     MFU,
     SELF_MS_PER_STEP,
     CHECKPOINT_MS_PER_STEP,
+)
+"""The figures every analysed window logs, whatever its operators, in the order they are logged."""
+
+ALL: tuple[Metric, ...] = (
+    *BASE_METRICS,
+    TOP_OP_RANKED,
     VS_BASELINE_STEP_TIME_PERCENT,
     TOP_OP,
     *EPOCH_METRICS,
@@ -521,29 +526,7 @@ ALL: tuple[Metric, ...] = (
     *CHURN_METRICS,
 )
 
-BASE_KEYS: tuple[str, ...] = (
-    STEP_TIME_MS.key,
-    INPUT_PERCENT.key,
-    HTOD_MS_PER_STEP.key,
-    HTOD_PERCENT.key,
-    COLLECTIVE_PERCENT.key,
-    HTOD_EXPOSED_PERCENT.key,
-    COLLECTIVE_EXPOSED_PERCENT.key,
-    STEPS_ANALYZED.key,
-    SPEEDUP_IF_NO_INPUT.key,
-    SPEEDUP_IF_NO_HTOD.key,
-    SPEEDUP_IF_NO_COLLECTIVES.key,
-    STEP_TIME_IF_NO_INPUT_MS.key,
-    STEP_TIME_IF_NO_HTOD_MS.key,
-    STEP_TIME_IF_NO_COLLECTIVES_MS.key,
-    SAMPLES_PER_S.key,
-    ITEMS_PER_S.key,
-    FLOPS_PER_STEP.key,
-    FLOPS_PER_S.key,
-    MFU.key,
-    SELF_MS_PER_STEP.key,
-    CHECKPOINT_MS_PER_STEP.key,
-)
+BASE_KEYS: tuple[str, ...] = tuple(m.key for m in BASE_METRICS)
 """The keys every analysed window logs, whatever its operators."""
 
 

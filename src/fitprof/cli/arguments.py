@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from fitprof.cli._parallel import default_jobs
 from fitprof.cli.render import FORMATS
@@ -21,15 +22,26 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """``text`` as a finite number > 0, else :class:`argparse.ArgumentTypeError` naming it."""
+def _number(text: str, allowed: str, ok: Callable[[float], bool]) -> float:
+    """``text`` as a finite number for which ``ok`` holds, else :class:`argparse.ArgumentTypeError` saying
+    ``allowed`` and naming it."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text!r}") from None
+    if not math.isfinite(value) or not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {allowed}, got {text}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """``text`` as a finite number > 0, else :class:`argparse.ArgumentTypeError` naming it."""
+    return _number(text, "a number > 0", lambda value: value > 0)
+
+
+def non_negative_float(text: str) -> float:
+    """``text`` as a finite number >= 0, else :class:`argparse.ArgumentTypeError` naming it."""
+    return _number(text, "a number >= 0", lambda value: value >= 0)
 
 
 def add_format_options(p: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.arguments import add_format_options, add_strict_option
+from fitprof.cli.arguments import add_format_options, add_strict_option, non_negative_float
 from fitprof.cli.output import EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
@@ -68,7 +67,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_strict_option(p)
     p.add_argument(
         "--fail-over",
-        type=_non_negative,
+        type=non_negative_float,
         default=DEFAULT_FAIL_OVER_PERCENT,
         metavar="PCT",
         help="fail when the step time, or an operator's self time per step, grew by more than PCT percent "
@@ -76,22 +75,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--min-ms",
-        type=_non_negative,
+        type=non_negative_float,
         default=DEFAULT_MIN_MS,
         metavar="MS",
         help=f"an operator must also grow by more than MS ms per step to fail (default: {DEFAULT_MIN_MS:g})",
     )
     p.set_defaults(run=run)
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
-    return value
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

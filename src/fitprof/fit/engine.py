@@ -59,6 +59,7 @@ from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import (
     EpochLog,
     Gather,
+    WindowPipeline,
     epoch_scalars,
     trigger_scalars,
 )
@@ -146,15 +147,19 @@ class FitEngine:
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
+        # The scheduled and the triggered windows each keep their own results and trace retention.
+        scheduled, triggered = (
+            WindowPipeline(
+                top_k=config.top_k,
+                max_trace_mb=max_trace_mb,
+                keep_last_windows=keep_last_windows,
+                warn=warn,
+                converter=self._converter,
+            )
+            for _ in range(2)
+        )
         self.publisher = EpochPublisher(
-            top_k=config.top_k,
-            max_trace_mb=max_trace_mb,
-            keep_last_windows=keep_last_windows,
-            warn=warn,
-            converter=self._converter,
-            probes=self.probes,
-            parts=self.parts,
-            baseline=baseline,
+            scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline
         )
         self.pipeline, self.trigger_pipeline = self.publisher.pipeline, self.publisher.trigger_pipeline
         self.baseline: Side | None = self.publisher.baseline

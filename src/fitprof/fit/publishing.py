@@ -17,7 +17,6 @@ from fitprof.fit.epoch_parts import EpochParts
 from fitprof.fit.events import EpochResult, Triggered
 from fitprof.fit.pipeline import EpochLog, Gather, WindowPipeline, compare_windows, trigger_line
 from fitprof.fit.probes import Probes
-from fitprof.fit.xplane_worker import XplaneWorker
 from fitprof.profilers.base import ProfileWindow
 from fitprof.report_files import append_epoch_record
 from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
@@ -28,9 +27,9 @@ class EpochPublisher:
     """The epoch-end publishing of one :class:`~fitprof.fit.engine.FitEngine`.
 
     Args:
-        top_k, max_trace_mb, keep_last_windows: the pipelines' limits (:class:`~fitprof.fit.pipeline.WindowPipeline`).
+        pipeline, trigger_pipeline: the scheduled and the triggered windows' :class:`~fitprof.fit.pipeline.WindowPipeline`,
+            each with its own results and trace retention.
         warn: the adapter's warn-once channel.
-        converter: the background ``.xplane.pb`` writer, made when first asked for.
         probes: the engine's probes, whose window figures join the scheduled window's.
         parts: the engine's epoch-parts probe (the framework's name, the epoch's verdicts).
         baseline: a run directory or report file of an earlier run (:func:`fitprof.compare.load_baseline`).
@@ -48,26 +47,15 @@ class EpochPublisher:
 
     def __init__(
         self,
+        pipeline: WindowPipeline,
+        trigger_pipeline: WindowPipeline,
         *,
-        top_k: int,
-        max_trace_mb: float | None,
-        keep_last_windows: int | None,
         warn: WarnOnce,
-        converter: Callable[[], XplaneWorker],
         probes: Probes,
         parts: EpochParts,
         baseline: str | os.PathLike[str] | None,
     ) -> None:
-        self.pipeline, self.trigger_pipeline = (
-            WindowPipeline(
-                top_k=top_k,
-                max_trace_mb=max_trace_mb,
-                keep_last_windows=keep_last_windows,
-                warn=warn,
-                converter=converter,
-            )
-            for _ in range(2)
-        )
+        self.pipeline, self.trigger_pipeline = pipeline, trigger_pipeline
         if baseline is not None and not isinstance(baseline, (str, os.PathLike)):
             raise TypeError(f"baseline must be a path (a run directory or a report file), got {baseline!r}")
         self.baseline: Side | None = None

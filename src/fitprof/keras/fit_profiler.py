@@ -17,6 +17,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.config import check_arguments
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog, every_key
@@ -28,7 +29,7 @@ from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
 from fitprof.profilers.memory import keras_device
-from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
+from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
 
 log = logging.getLogger(__name__)
 
@@ -164,17 +165,29 @@ class FitProfiler(keras.callbacks.Callback):
         baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        self.count_items = _config.check_count_items(count_items)
-        self.trigger = _config.check_trigger(trigger, trigger_max_windows, trigger_min_spacing)
         log_dir = _config.normalize_log_dir(log_dir)
-        self.verbose = _config.check_flag("verbose", verbose)
-        self.torch_options = _config.torch_options(
-            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops
+        args = check_arguments(
+            profile_batch=profile_batch,
+            every_n_epochs=every_n_epochs,
+            top_k=top_k,
+            max_trace_mb=max_trace_mb,
+            keep_last_windows=keep_last_windows,
+            ranks=ranks,
+            verbose=verbose,
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            count_items=count_items,
+            trigger=trigger,
+            trigger_max_windows=trigger_max_windows,
+            trigger_min_spacing=trigger_min_spacing,
+            probes=probes,
+            baseline=baseline,
         )
-        self.ranks = _config.check_ranks(ranks)
-        self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
-        self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
-        self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        self.config, self.verbose, self.ranks, self.trigger = args.config, args.verbose, args.ranks, args.trigger
+        self.torch_options, self.count_items = args.torch_options, args.count_items
+        self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
         self.backend = keras.backend.backend()
         fns = BACKENDS.get(self.backend)
         if fns is None:
@@ -193,21 +206,14 @@ class FitProfiler(keras.callbacks.Callback):
         # torch backend fed a DataLoader: its workers (fitprof/epoch/loader_*); the wait is the fetch timer's
         self._loader = LoaderProbe(fetch_wait=self._fetch_wait)
         self._loader_timing: Any = None
-        slowdown = None
-        if self.trigger is not None:
-            slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
         self._engine = FitEngine(
-            self.config,
+            args.config,
             new_window=self._new_window,
             warn=self._warn_once,
             boundary="step_start",
-            max_trace_mb=self.max_trace_mb,
-            keep_last_windows=self.keep_last_windows,
-            ranks=self.ranks,
-            trigger=slowdown,
             work=self._work,
-            probes=(self._loader, *probes),
-            baseline=baseline,
+            probes=(self._loader, *args.probes),
+            **args.engine_settings(),
         )
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         self._run_dir = self.log_dir  # where the windows and the event file write (the staging folder for a URL)
@@ -565,8 +571,9 @@ class FitProfiler(keras.callbacks.Callback):
             self._events = TBEventFile(self._run_dir)
 
     def _say_where(self, epoch: int, url: str, session_dir: Path) -> None:
-        """TensorFlow logged "Collecting XSpace to repository: <temp folder>": one line naming where it really is
-        (unless ``verbose=False``)."""
+        """TensorFlow's profiler names only its temporary folder ("Collecting XSpace to repository: <temp folder>",
+        a line :mod:`fitprof.profilers.quiet` holds back): one line naming where the profile really is (unless
+        ``verbose=False``)."""
         if self._fns.says_where and self.verbose:
             where = (
                 _fs.join(url, "plugins", "profile", session_dir.name)

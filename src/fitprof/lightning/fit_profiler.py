@@ -21,6 +21,7 @@ from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.config import check_arguments
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import EpochLog
@@ -38,7 +39,7 @@ from fitprof.profilers.flops_torch import (
 from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, loaders_in
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
-from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
+from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
 
 log = logging.getLogger(__name__)
@@ -228,37 +229,42 @@ class FitProfiler(Callback):
         baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        self.count_items = _config.check_count_items(count_items)
-        self.trigger = _config.check_trigger(trigger, trigger_max_windows, trigger_min_spacing)
-        self.ranks = _config.check_ranks(ranks)
-        self.verbose = _config.check_flag("verbose", verbose)
-        self.torch_options = _config.torch_options(
-            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops
-        )
         self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
-        self.config = _config.make_config(profile_batch, every_n_epochs, top_k)
-        self.max_trace_mb = _config.check_optional_limit("max_trace_mb", max_trace_mb, integer=False)
-        self.keep_last_windows = _config.check_optional_limit("keep_last_windows", keep_last_windows, integer=True)
+        args = check_arguments(
+            profile_batch=profile_batch,
+            every_n_epochs=every_n_epochs,
+            top_k=top_k,
+            max_trace_mb=max_trace_mb,
+            keep_last_windows=keep_last_windows,
+            ranks=ranks,
+            verbose=verbose,
+            record_shapes=record_shapes,
+            profile_memory=profile_memory,
+            with_stack=with_stack,
+            with_flops=with_flops,
+            count_items=count_items,
+            trigger=trigger,
+            trigger_max_windows=trigger_max_windows,
+            trigger_min_spacing=trigger_min_spacing,
+            probes=probes,
+            baseline=baseline,
+        )
+        self.config, self.verbose, self.ranks, self.trigger = args.config, args.verbose, args.ranks, args.trigger
+        self.torch_options, self.count_items = args.torch_options, args.count_items
+        self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
         self._warn_rank = WarnOnce()
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
         self._loader_timing: DataLoaderTiming | None = None
-        slowdown = None
-        if self.trigger is not None:
-            slowdown = SlowdownTrigger(max_windows=trigger_max_windows, min_spacing=trigger_min_spacing)
         self._engine = FitEngine(
-            self.config,
+            args.config,
             new_window=self._new_window,
             warn=self._warn_rank,
             boundary="step_end",
-            max_trace_mb=self.max_trace_mb,
-            keep_last_windows=self.keep_last_windows,
-            ranks=self.ranks,
-            trigger=slowdown,
             work=self._work,
-            probes=(self._loader, *probes),
-            baseline=baseline,
+            probes=(self._loader, *args.probes),
+            **args.engine_settings(),
         )
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it

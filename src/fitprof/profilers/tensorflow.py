@@ -12,6 +12,7 @@ from fitprof._atomic import move_into_place, temporary_name
 from fitprof._fs import OBJECT_STORES, scheme
 from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
 from fitprof.profilers.base import StepSpans
+from fitprof.profilers.quiet import quiet_profiler_lines
 from fitprof.traces._table import OVERHEAD_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class TFProfileWindow(StepSpans):
     def start(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix=self._TMP_PREFIX)
         try:
-            self._start_profiler(self._tmp)
+            with quiet_profiler_lines():
+                self._start_profiler(self._tmp)
         except Exception as err:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -143,7 +145,8 @@ class TFProfileWindow(StepSpans):
         self.end_step()
         tmp, self._tmp = self._tmp, None
         try:
-            self._stop_profiler()
+            with quiet_profiler_lines():
+                self._stop_profiler()
         except Exception as err:
             raise RuntimeError(f"{self._PROFILER} could not stop: {err}") from err
         finally:
@@ -179,7 +182,8 @@ class TFProfileWindow(StepSpans):
         self._step = self._overhead = None
         self._annotations = []
         try:
-            self._stop_profiler(save=False)
+            with quiet_profiler_lines():
+                self._stop_profiler(save=False)
         except Exception:
             pass
         if self._tmp:

@@ -39,6 +39,7 @@ from fitprof._atomic import writing
 from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, session_name
 from fitprof._warn import WarnOnce
 from fitprof.profilers.base import StepSpans, WindowBusy
+from fitprof.profilers.quiet import quiet_profiler_lines
 from fitprof.traces._repair import name_list, repair_names
 from fitprof.traces._table import OVERHEAD_ANNOTATION, VALIDATION_ANNOTATION
 
@@ -154,11 +155,12 @@ class TorchProfiler(StepSpans):
                 with_stack=self.with_stack,
                 with_flops=self.with_flops,
             )
-            prof.start()
+            with quiet_profiler_lines():
+                prof.start()
         except Exception as err:
             self.warn_once("start", f"fitprof: could not start the torch profiler ({err!r}); window skipped.")
             if prof is not None and profiler_running():  # half-started: undo what we did
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(Exception), quiet_profiler_lines():
                     prof.stop()
             return False
         self._prof = prof
@@ -268,7 +270,8 @@ class TorchProfiler(StepSpans):
         prof, self._prof = self._prof, None
         path, self._path = self._path, None
         try:
-            prof.stop()
+            with quiet_profiler_lines():
+                prof.stop()
         except Exception as err:
             self.warn_once("stop", f"fitprof: stopping the torch profiler failed ({err!r}); window dropped.")
             return None
