@@ -11,9 +11,14 @@ Three modes, each in a fresh process, interleaved (A B C A B C ...):
 Two workloads: ``tiny`` (an 8-layer MLP, a window of a few thousand events) and ``big`` (a model that runs about
 4,000 small operators a step, a window of about 10^5 events). CPU only, ``torch.set_num_threads(1)``.
 
-    python benchmarks/epoch_end_gap.py --repeats 3 [--workloads tiny big]
+    python benchmarks/epoch_end_gap.py --repeats 3 [--workloads tiny big] [--src A B ...]
 
-Prints one row per workload and mode (median gap over the repeats, ms) and the extra gaps against ``none``.
+Prints one row per workload and mode (median gap over the repeats, ms) and the extra gaps against ``none``; then
+the same for the gap's CPU time in the training thread (``time.thread_time``), which others' load on the machine
+stretches far less than the wall time.
+``--src``: run the ``fitprof`` mode once per source tree given (each child with ``PYTHONPATH`` set to it, e.g. the
+``src`` of two checkouts, before and after a change), interleaved with the other modes in every repeat; the
+children of ``none`` and ``torch`` get the first one.
 """
 
 from __future__ import annotations
@@ -60,16 +65,20 @@ def child(mode: str, workload: str, out: str) -> None:
     class Gap(pl.Callback):
         def __init__(self) -> None:
             self.last_end: float | None = None
+            self.last_cpu = 0.0
             self.gaps: list[float] = []
+            self.cpu: list[float] = []
             self.epoch_of_end = -1
 
         def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
             self.last_end = time.perf_counter()
+            self.last_cpu = time.thread_time()
             self.epoch_of_end = trainer.current_epoch
 
         def on_train_batch_start(self, trainer: Any, *args: Any) -> None:
             if self.last_end is not None and trainer.current_epoch != self.epoch_of_end:
                 self.gaps.append(time.perf_counter() - self.last_end)
+                self.cpu.append(time.thread_time() - self.last_cpu)
 
     class TorchOwn(pl.Callback):
         def __init__(self, where: Path) -> None:
@@ -125,6 +134,7 @@ def child(mode: str, workload: str, out: str) -> None:
         json.dumps(
             {
                 "gap_s": gap.gaps[0],
+                "gap_cpu_s": gap.cpu[0],
                 "events": events,
                 "stop_export_s": getattr(own, "stop_export_s", None),
                 "load": os.getloadavg()[0],
@@ -137,33 +147,48 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workloads", nargs="+", default=["tiny", "big"])
+    parser.add_argument("--src", nargs="+", default=[], help="source trees to compare (PYTHONPATH of each child)")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "WORKLOAD", "OUT"))
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
-    modes = ["none", "torch", "fitprof"]
-    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    srcs = [str(Path(s).resolve()) for s in args.src]
+    runs = [("none", srcs[:1]), ("torch", srcs[:1])] + [("fitprof", [s]) for s in srcs or [""]]
+    runs = [(mode, src[0] if src and src[0] else "") for mode, src in runs]
+    label = {run: run[0] if len(srcs) < 2 or run[0] != "fitprof" else f"fitprof@{run[1]}" for run in runs}
+    results: dict[tuple[str, tuple[str, str]], list[dict[str, Any]]] = {}
+    base = {**os.environ, "OMP_NUM_THREADS": "1"}
+    loads = []
     for workload in args.workloads:
         for _ in range(args.repeats):
-            for mode in modes:
+            for run in runs:
+                mode, src = run
+                env = {**base, "PYTHONPATH": src} if src else base
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
                     out = fh.name
                 subprocess.run([sys.executable, __file__, "--child", mode, workload, out], check=True, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-                results.setdefault((workload, mode), []).append(json.loads(Path(out).read_text()))
+                results.setdefault((workload, run), []).append(json.loads(Path(out).read_text()))
+                loads.append(os.getloadavg()[0])
                 os.unlink(out)
     load = os.getloadavg()
-    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    for workload in args.workloads:
-        med = {m: statistics.median(r["gap_s"] for r in results[(workload, m)]) * 1e3 for m in modes}
-        gaps = {m: [round(r["gap_s"] * 1e3, 1) for r in results[(workload, m)]] for m in modes}
-        extra_t, extra_f = med["torch"] - med["none"], med["fitprof"] - med["none"]
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load after each child: "
+          f"{min(loads):.2f}-{max(loads):.2f}")  # fmt: skip
+    for workload, field in ((w, f) for w in args.workloads for f in ("gap_s", "gap_cpu_s")):
+        med = {run: statistics.median(r[field] for r in results[(workload, run)]) * 1e3 for run in runs}
+        gaps = {label[run]: [round(r[field] * 1e3, 1) for r in results[(workload, run)]] for run in runs}
+        none, torch_own = med[runs[0]], med[runs[1]]
+        extra_t = torch_own - none
+        fitprof = ", ".join(
+            f"{label[run]} {med[run]:.1f} (extra {med[run] - none:.1f} ms, "
+            f"{(med[run] - none) / extra_t if extra_t > 0 else float('nan'):.2f}x torch's)"
+            for run in runs[2:]
+        )
         print(
-            f"{workload}: gap ms median none {med['none']:.1f}, torch stop+export {med['torch']:.1f}, fitprof "
-            f"{med['fitprof']:.1f}; extra: torch {extra_t:.1f} ms, fitprof {extra_f:.1f} ms "
-            f"({extra_f / extra_t if extra_t > 0 else float('nan'):.2f}x torch's); all gaps {gaps}"
+            f"{workload} {'wall' if field == 'gap_s' else 'CPU'}: gap ms median none {none:.1f}, torch stop+export "
+            f"{torch_own:.1f} (extra {extra_t:.1f} ms); "
+            f"{fitprof}; all gaps {gaps}"
         )
 
 

@@ -176,14 +176,24 @@ class Rig:
             pipeline.converter = None
 
     def fit(
-        self, epochs: int = 1, steps: int = 8, *, step_ms: Any = 10.0, every_step: Any = None, log: Any = None
+        self,
+        epochs: int = 1,
+        steps: int = 8,
+        *,
+        step_ms: Any = 10.0,
+        every_step: Any = None,
+        log: Any = None,
+        warm_up: bool = False,
     ) -> list[Any]:
         """Drive one fit of ``epochs`` epochs of ``steps`` steps, each ``step_ms`` long (a number, or a function
         of the step's global index); ``every_step(engine, epoch, step)`` runs at each step's start; ``log`` gets
-        each profiled epoch's :class:`~fitprof.fit.pipeline.EpochLog`. Returns each epoch's result."""
+        each profiled epoch's :class:`~fitprof.fit.pipeline.EpochLog`; ``warm_up``: the adapters' call of
+        ``engine.warm_up(kineto=True)`` after ``fit_start``. Returns each epoch's result."""
         engine, results, index = self.engine, [], 0
         ends = self.boundary == "step_end"
         engine.fit_start(log_dir=self.log_dir, ends_after=(lambda s: s >= steps) if ends else None)
+        if warm_up:
+            engine.warm_up(kineto=True)
         for epoch in range(epochs):
             engine.epoch_start(epoch)
             for step in range(1, steps + 1):

@@ -448,3 +448,25 @@ def test_under_steps_per_execution_the_default_window_analyses_five_calls(tmp_pa
     given = Rig(tmp_path / "given", (6, 10), boundary="step_start")  # the user's window counts batches
     _fit_in_calls(given, spe=5, calls=12)
     assert [e[1] for e in given.events("mark")] == [6]
+
+
+@pytest.mark.parametrize("profile_batch", [(3, 5), 0])
+def test_warm_up_starts_the_converter_before_the_first_window(tmp_path: Path, profile_batch: Any) -> None:
+    rig = Rig(tmp_path, profile_batch)
+    seen: list[tuple[int | None, int]] = []  # at each step: the converter's process, the windows opened so far
+
+    def every_step(engine: Any, epoch: int, step: int) -> None:
+        worker = engine._xplane
+        seen.append((None if worker is None else worker.pid, len(rig.windows)))
+
+    rig.fit(epochs=1, steps=8, every_step=every_step, warm_up=True)
+    assert "fitprof.traces.kineto" in sys.modules
+    if profile_batch == 0:  # a fit that profiles nothing starts no process
+        assert seen == [(None, 0)] * 8 and rig.engine.pipeline.xplane_paths == {}
+        return
+    assert seen[0][0] is not None and seen[0][1] == 0  # running before the first window opened
+    assert len({pid for pid, _ in seen}) == 1
+    xplanes = rig.engine.pipeline.xplane_paths
+    assert set(xplanes) == {0} and xplanes[0].is_file()  # the window's .xplane.pb, written by that process
+    assert rig.engine._xplane is None  # stopped at the end of the fit
+    assert rig.messages == []

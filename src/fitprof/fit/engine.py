@@ -33,6 +33,7 @@ framework's hooks, named once by ``boundary``:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import logging
 import math
@@ -139,7 +140,7 @@ class FitEngine:
         self.work = work
         self.clock = clock
         self.xplane_timeout_s = xplane_timeout_s
-        self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from the first window to fit_end
+        self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from warm_up to fit_end
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
         self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
@@ -270,8 +271,23 @@ class FitEngine:
             self.warn("never", never)
         self.probes.call("fit_end", now_ns=self.clock())
 
+    def warm_up(self, *, kineto: bool) -> None:
+        """Load before the fit's first step what the end of its first profiled epoch would otherwise load while the
+        training loop waits: the trace reader of the windows' format (``kineto``: Kineto traces, else XSpace) and,
+        for Kineto traces, the background ``.xplane.pb`` process (:meth:`XplaneWorker.start`). Call it after
+        :meth:`fit_start`; nothing happens when this rank profiles nothing in this fit. Never raises."""
+        if self.log_dir is None or not self.profiles_rank or not (self.config.enabled or self.trigger is not None):
+            return
+        try:
+            importlib.import_module("fitprof.traces.kineto" if kineto else "fitprof.traces.xspace")
+            if kineto:
+                self._converter().start()
+        except Exception as err:  # the first epoch end loads them instead
+            _log.debug("fitprof: could not prepare the window analysis at the fit's start (%r)", err)
+
     def _converter(self) -> XplaneWorker:
-        """The background ``.xplane.pb`` writer of this fit, made at the first window that needs it."""
+        """The background ``.xplane.pb`` writer of this fit, made at :meth:`warm_up` or at the first window that
+        needs it."""
         if self._xplane is None:
             self._xplane = XplaneWorker(self.warn, timeout_s=self.xplane_timeout_s)
         return self._xplane

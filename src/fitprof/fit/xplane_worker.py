@@ -5,11 +5,15 @@ itself. Converting a 10^5-event window costs seconds of Python work, so the epoc
 :class:`XplaneWorker` and training goes on:
 
 * **A process, not a thread:** the conversion is Python work that would hold the GIL against the training loop and
-  its data loading. The process is a fresh interpreter (``python -m fitprof.fit.xplane_worker``), never a fork of the
+  its data loading. The process is a fresh interpreter running this file (:data:`_BOOT`), never a fork of the
   training process (forking a process that holds torch or TensorFlow threads is unsafe), and it does not import the
   user's ``__main__`` (``multiprocessing``'s ``spawn`` and ``forkserver`` do, and would run an unguarded training
-  script a second time). It runs at low priority (``os.nice(10)``), is started at the first conversion and is kept
-  until the end of the ``fit``.
+  script a second time). It runs at low priority (``os.nice(10)``), is started when a fit that profiles Kineto
+  windows starts (:meth:`XplaneWorker.start`: spawning it at an epoch's end would add the spawn, 7-25 ms of wall
+  time measured on a busy 2-core machine, to the time the training loop waits there) or else at the first
+  conversion, and is kept until the end of the ``fit``. It starts on the standard library alone (about 0.05 s of
+  CPU) and loads the converter (fitprof and pandas, about 0.8 s) at its first job, so that loading never competes
+  with the steps before the first window's end.
 * **Bounded queue, never blocking:** one conversion runs and at most :data:`MAX_WAITING` wait. A window that ends
   while the queue is full pushes out the oldest waiting one (the newest windows are the ones worth seeing); the
   pushed-out window keeps its trace, report and figures, and one warning a fit names it. A waiting conversion whose
@@ -84,7 +88,7 @@ class XplaneWorker:
     Args:
         warn: the adapter's warn-once ``(key, message)``; called only from the training thread.
         timeout_s: how long :meth:`finish` waits (s).
-        command: the worker's command line (default: this interpreter running this module).
+        command: the worker's command line (default: this interpreter running this file, :data:`_BOOT`).
 
     Attributes:
         skipped: the epochs whose conversion was replaced by a newer window's.
@@ -100,7 +104,7 @@ class XplaneWorker:
     ) -> None:
         self.warn = warn
         self.timeout_s = timeout_s
-        self.command = command or [sys.executable, "-m", "fitprof.fit.xplane_worker"]
+        self.command = command or [sys.executable, "-c", _BOOT, os.path.abspath(__file__)]
         self.skipped: list[int] = []
         self.lost: list[int] = []
         self._lock = threading.Condition()
@@ -127,6 +131,15 @@ class XplaneWorker:
         return any(path in (job.trace, job.target) for job in self.pending())
 
     # ---------------------------------------------------------------------------------------------- submit
+    def start(self) -> None:
+        """Start the process now, if it is not running (a fit's start, before any window). Never raises: a process
+        that cannot start is started again, and the failure reported, at the first conversion."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            with contextlib.suppress(OSError):
+                self._start()
+
     def submit(self, job: Job) -> None:
         """Queue one conversion; never waits for the process (module docstring for the queue policy)."""
         self.poll()
@@ -278,8 +291,8 @@ class XplaneWorker:
             self._waiting.clear()
             proc, self._proc = self._proc, None
         self.poll()
-        if proc is not None:
-            self._stop(proc, kill=bool(undone))
+        if proc is not None:  # a process that was never given a job holds nothing: no need to wait for its exit
+            self._stop(proc, kill=bool(undone) or not self._next_id)
         for job in undone:
             _remove_partial(job.target)
             if job.on_done is not None:
@@ -322,12 +335,15 @@ def _remove_partial(target: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- process
+_BOOT = "import runpy, sys; runpy.run_path(sys.argv.pop(1), run_name='__main__')"
+"""How the process runs this file: as a script, so that it starts without importing the ``fitprof.fit`` package
+(``python -m fitprof.fit.xplane_worker`` would import it, and with it pandas, before the first line of ``main``)."""
+
+
 def main() -> None:
     """The worker process: one JSON job a line on stdin, one JSON answer a line on stdout; exits at end of input."""
     with contextlib.suppress(OSError, AttributeError):
         os.nice(NICE)
-    from fitprof.traces.xspace_write import write_xspace
-
     out = sys.stdout.buffer
     for raw in sys.stdin.buffer:
         try:
@@ -336,6 +352,10 @@ def main() -> None:
             continue
         answer: dict[str, Any] = {"id": job.get("id")}
         try:
+            # Imported at the first job, not at the start: fitprof and pandas take about 0.8 s of CPU to load, which
+            # a process started with the fit would spend while the first epoch's steps (its window among them) run.
+            from fitprof.traces.xspace_write import write_xspace
+
             path = write_xspace(job["trace"], job["run_dir"], job["session"], host=job["host"])
             answer.update(ok=True, path=str(path))
         except Exception as err:

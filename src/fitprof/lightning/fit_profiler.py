@@ -348,6 +348,7 @@ class FitProfiler(Callback):
             memory_device=torch_device(getattr(trainer.strategy, "root_device", None)),
         )
         engine.coverage.limit = _trainer.epoch_limit(trainer, self.config.first_step)
+        engine.warm_up(kineto=True)  # the reader and the .xplane.pb process now, not at the first window's end
         self._timing.fit_start(trainer)
         unknown = _config.unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
