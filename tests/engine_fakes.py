@@ -170,6 +170,10 @@ class Rig:
             work=self.work,
             **kwargs,
         )
+        # The .xplane.pb is written in the training thread here: starting the background converter's process cost
+        # about 1.5 s a fit, most of this file's time; tests/test_xplane_worker.py tests that process.
+        for pipeline in (self.engine.pipeline, self.engine.trigger_pipeline):
+            pipeline.converter = None
 
     def fit(
         self, epochs: int = 1, steps: int = 8, *, step_ms: Any = 10.0, every_step: Any = None, log: Any = None
