@@ -12,6 +12,15 @@ share against the truth the dataset and collate time themselves, and the exposed
 (the step without its input wait, what `fitprof/step_time_if_no_input_ms` predicts).
 
     python benchmarks/loader_prediction.py --repeats 3
+
+``--source pydataset-threads`` / ``pydataset-processes``: the same check for a Keras fit (torch backend, in a child
+process per repeat: ``tests/pydataset_loop.py``) on a ``PyDataset(workers=N, use_multiprocessing=...)``, the step a
+layer sleeping ``--step-ms``, each batch's ``__getitem__`` sleeping ``--batch-ms`` (``cpu``: burning that much CPU
+time in Python, ``--cpu-batch-ms``); re-measured by the epoch's ``samples_per_s``, one epoch after a model built on
+arrays (a model built from the dataset leaves Keras's enqueuer holding batches for epoch 0). Threads with ``--base 1``:
+Keras loads in the main thread, timed as the input wait.
+
+    python benchmarks/loader_prediction.py --source pydataset-processes --repeats 3 --modes sleep
 """
 
 from __future__ import annotations
@@ -20,10 +29,12 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -43,6 +54,13 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=6.0)
     parser.add_argument("--ctx", default="fork", choices=["fork", "spawn", "forkserver"])
     parser.add_argument("--json", type=Path, help="write every run here")
+    parser.add_argument(
+        "--source", default="dataloader", choices=["dataloader", "pydataset-threads", "pydataset-processes"]
+    )
+    parser.add_argument("--batch-ms", type=float, default=120.0, help="PyDataset, sleep mode: ms a batch")
+    parser.add_argument("--cpu-batch-ms", type=float, default=40.0, help="PyDataset, cpu mode: CPU ms a batch")
+    parser.add_argument("--keras-step-ms", type=float, default=20.0, help="PyDataset: the step's sleep")
+    parser.add_argument("--keras-steps", type=int, default=40, help="PyDataset: steps of the epoch")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -50,6 +68,10 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}, cores {len(os.sched_getaffinity(0))}, {time.strftime('%Y-%m-%d %H:%M')}"
     )
     rows: list[dict[str, object]] = []
+    if args.source != "dataloader":
+        rows = pydataset_rows(args)
+        table(rows, args)
+        return
     for mode in args.modes:
         item = args.cpu_item_ms if mode == "cpu" else args.item_ms
         for r in range(args.repeats):
@@ -107,6 +129,10 @@ def main() -> None:
                     flush=True,
                 )
                 print(f"  advice (N={args.base}): {e.advice()}; needed {e.needed}", flush=True)
+    table(rows, args)
+
+
+def table(rows: list[dict[str, object]], args: argparse.Namespace) -> None:
     print()
     print(
         "| mode | N | predicted ms (median) | re-measured ms (median) | error range | within 20% | busy − truth (pp) |"
@@ -126,6 +152,72 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def pydataset_rows(args: argparse.Namespace) -> list[dict[str, object]]:
+    """Each repeat and mode: one child running the fits base, 2, base, 3, base, 4 (``--workers``) in that order."""
+    processes = args.source == "pydataset-processes"
+    loop = Path(__file__).resolve().parents[1] / "tests" / "pydataset_loop.py"
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    rows: list[dict[str, object]] = []
+    for mode in args.modes:
+        batch = args.cpu_batch_ms if mode == "cpu" else args.batch_ms
+        for r in range(args.repeats):
+            order = [k for n in args.workers for k in (args.base, n)]
+            cmd = [sys.executable, str(loop), "--workers", *map(str, order), "--logdir", "/tmp/fitprof-bench-pyds"]
+            cmd += ["--steps", str(args.keras_steps), "--batch-ms", str(batch), "--step-ms", str(args.keras_step_ms)]
+            cmd += ["--processes"] * processes + ["--cpu"] * (mode == "cpu")
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+            if proc.returncode != 0:
+                raise SystemExit(proc.stderr[-3000:])
+            fits: list[dict[str, Any]] = json.loads(
+                next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))[len("RESULT") :]
+            )
+            for base, again in zip(fits[0::2], fits[1::2], strict=True):
+                n = again["workers"]
+                predicted = base["predict"][str(n)]
+                h, ha = base["history"], again["history"]
+                rows.append(
+                    {
+                        "mode": mode,
+                        "repeat": r,
+                        "base": args.base,
+                        "n": n,
+                        "source": args.source,
+                        "base_step_ms": base["step_ms"],
+                        "batch_ms": h["fitprof/epoch/loader_batch_ms"],
+                        "batch_cpu_ms": base["batch_cpu_ms"],
+                        "worker_cpu_cores": base["worker_cpu_cores"],
+                        "rest_ms": base["rest_ms"],
+                        "predicted_ms": predicted,
+                        "published_ms": h["fitprof/epoch/step_time_if_enough_workers_ms"],
+                        "measured_ms": again["step_ms"],
+                        "error_percent": 100.0 * (predicted - again["step_ms"]) / again["step_ms"],
+                        "busy_percent": ha["fitprof/epoch/loader_busy_percent"],
+                        "truth_busy_percent": again["truth_busy"],
+                        "again_rest_ms": again["rest_ms"],
+                        "again_worker_cpu_cores": again["worker_cpu_cores"],
+                        "needed": base["needed"],
+                        "advice": base["advice"],
+                        "again_advice": again["advice"],
+                        "load": again["load"],
+                    }
+                )
+                x = rows[-1]
+                print(
+                    f"{args.source} {mode:5s} r{r} N={n}: predicted {predicted:6.1f} ms, re-measured "
+                    f"{again['step_ms']:6.1f} ms ({x['error_percent']:+5.1f}%); busy {x['busy_percent']:5.1f}% vs "
+                    f"truth {again['truth_busy']:5.1f}%  [base N={args.base}: {base['step_ms']:.1f} ms, W "
+                    f"{x['batch_ms']:.1f} ms (CPU {base['batch_cpu_ms']:.1f}), S {base['rest_ms']:.1f} ms; N={n}: S "
+                    f"{again['rest_ms']:.1f} ms, worker CPU {again['worker_cpu_cores'] or 0:.2f} cores; load "
+                    f"{again['load']:.1f}]",
+                    flush=True,
+                )
+                print(f"  advice (N={args.base}): {base['advice']}", flush=True)
+                print(f"  advice (N={n}): {again['advice']}", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -15,10 +15,9 @@ from fitprof.fit.loader import (
     WAIT_TARGET,
     LoaderCounters,
     LoaderProbe,
-    predict_step_ns,
+    StepModel,
     search_bound,
     usable_cores,
-    workers_needed,
 )
 
 MS = 1_000_000
@@ -106,23 +105,23 @@ def drive(
 
 def test_the_model_and_the_count() -> None:
     # W = 40 ms a batch, S = 10 ms: 1 worker 40, 2 -> 20, 3 -> 13.3, 4 -> 10 (the step's own time), 0 -> 50
-    assert predict_step_ns(0, w=40, s=10) == 50
-    assert [predict_step_ns(n, w=40, s=10, cores=8) for n in (1, 2, 4, 8)] == [40, 20, 10, 10]
-    assert predict_step_ns(3, w=40, s=10, cores=8) == pytest.approx(40 / 3)
+    assert StepModel(w=40, s=10).step_ns(0) == 50
+    assert [StepModel(w=40, s=10, cores=8).step_ns(n) for n in (1, 2, 4, 8)] == [40, 20, 10, 10]
+    assert StepModel(w=40, s=10, cores=8).step_ns(3) == pytest.approx(40 / 3)
     # the main process's own cost M stays whatever the workers do
-    assert predict_step_ns(8, w=40, s=10, m=3, cores=8) == 13
+    assert StepModel(w=40, s=10, m=3, cores=8).step_ns(8) == 13
     # CPU-bound loading on 2 cores: 4 workers run no faster than 2
-    assert predict_step_ns(4, w=40, s=10, w_cpu=40, cores=2) == 20
+    assert StepModel(w=40, s=10, w_cpu=40, cores=2).step_ns(4) == 20
     # and the main thread's own CPU shares those cores
-    assert predict_step_ns(4, w=40, s=10, w_cpu=40, s_cpu=10, cores=2) == 25
+    assert StepModel(w=40, s=10, w_cpu=40, s_cpu=10, cores=2).step_ns(4) == 25
     # chosen with 10% headroom: 44/5 = 8.8 ms a batch against the 10 ms step (4 workers would only just keep pace)
-    assert workers_needed(w=40, s=10, cores=8) == (5, 10, True)
-    assert workers_needed(w=1, s=100, cores=8) == (0, 101, True)  # 1% wait: no worker needed
-    n, t, reached = workers_needed(w=40, s=10, w_cpu=40, cores=2)
+    assert StepModel(w=40, s=10, cores=8).needed() == (5, 10, True)
+    assert StepModel(w=1, s=100, cores=8).needed() == (0, 101, True)  # 1% wait: no worker needed
+    n, t, reached = StepModel(w=40, s=10, w_cpu=40, cores=2).needed()
     assert (n, t, reached) == (2, 20, False)
     assert search_bound(40, 40, 2) == 2 and search_bound(40, 1, 2) == 8
     with pytest.raises(ValueError, match="n must be >= 0 workers, got -1"):
-        predict_step_ns(-1, w=1, s=1)
+        StepModel(w=1, s=1).step_ns(-1)
     with pytest.raises(ValueError, match="cores must be >= 1, got 0"):
         LoaderProbe(cores=0)
     assert usable_cores() >= 1

@@ -311,13 +311,15 @@ EPOCH_RUN_WAIT_PERCENT = Metric(
 )
 _LOADER = (
     " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
-    "`DataLoader`'s fetch of each batch, its samples and its collate, timed inside each worker into shared memory); "
-    "NaN where the callback has no such loader or the epoch had no steady steps."
+    "`DataLoader`'s fetch of each batch, its samples and its collate, or a Keras `PyDataset`'s `__getitem__`, timed "
+    "inside each worker process or thread into shared memory); NaN where the callback has no such loader or the "
+    "epoch had no steady steps."
 )
 LOADER_WORKERS = Metric(
     EPOCH_PREFIX + "loader_workers",
     "workers",
-    "The training loader's worker processes (`num_workers`); 0 when the main process loads the batches." + _LOADER,
+    "The training loader's worker processes (`num_workers`), or a `PyDataset`'s worker threads or processes "
+    "(`workers`); 0 when the main process loads the batches (as Keras does with one worker thread)." + _LOADER,
 )
 LOADER_BUSY_PERCENT = Metric(
     EPOCH_PREFIX + "loader_busy_percent",
@@ -341,18 +343,21 @@ LOADER_WORKERS_NEEDED = Metric(
     "max(S + M, W/N, W_cpu/min(N, F), (W_cpu + S_cpu)/cores) (with 0 workers S + W): S the steady steps' time "
     "without their input wait, M the main process's own per-batch wait (the measured wait less max(0, W/N - S) at "
     "the current N, at least the main thread's CPU time while the loop waited), W_cpu and S_cpu the CPU times of a batch and of a step's main thread "
-    "(`fitprof.fit.loader.predict_step_ns`), F the cores CPU-bound workers could have had (their CPU time plus the "
+    "(`fitprof.fit.loader.StepModel`), F the cores CPU-bound workers could have had (their CPU time plus the "
     "usable cores' idle time from `/proc/stat`, over the epoch's wall time; other processes hold the rest; F = cores "
-    "for loading that is not CPU-bound). The count is chosen as if "
+    "for loading that is not CPU-bound; F = 1 for worker threads, which share the GIL). The count is chosen as if "
     "batches took 10% longer (a count whose workers only just keep pace makes the loop wait at every late batch); "
-    "when no count up to the bound reaches the target, the smallest within 1% of the best." + _LOADER,
+    "when no count up to the bound reaches the target, the smallest within 1% of the best. A thread count of 1 is "
+    "never given (Keras loads in the main thread). NaN for worker threads whose CPU time fills a quarter of a core or "
+    "more: the loop's own Python waits for the same GIL, so its step grows with the thread count and no count is "
+    "predicted." + _LOADER,
 )
 LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
     EPOCH_PREFIX + "step_time_if_enough_workers_ms",
     "ms",
     "The predicted step time with `loader_workers_needed` workers (the model above). A prediction, checked by "
-    "re-measuring with that many workers in `tests/test_loader_torch.py` and `benchmarks/loader_prediction.py`."
-    + _LOADER,
+    "re-measuring with that many workers in `tests/test_loader_torch.py`, `tests/test_loader_pydataset.py` and "
+    "`benchmarks/loader_prediction.py`; NaN where `loader_workers_needed` is." + _LOADER,
 )
 LOADER_METRICS: tuple[Metric, ...] = (
     LOADER_WORKERS,

@@ -3,9 +3,10 @@
 :class:`LoaderProbe` is a probe (:mod:`fitprof.fit.probes`): it times the main loop from the fit's events (the wait
 for each batch and the rest of each step) and reads, once per epoch, what the loader's workers spent producing
 batches from a :class:`LoaderSource` (for a PyTorch ``DataLoader``: :class:`fitprof.profilers.loader.DataLoaderTiming`,
-which times each batch's fetch and collate inside the workers into shared memory). From these it predicts the step
-time with N workers (:func:`predict_step_ns`) and publishes the ``fitprof/epoch/loader_*`` figures
-(:data:`fitprof.metrics.LOADER_METRICS`) and one line of advice.
+which times each batch's fetch and collate inside the workers into shared memory; for a Keras ``PyDataset``:
+:class:`fitprof.profilers.pydataset.PyDatasetTiming`, each ``__getitem__`` in the worker threads or processes). From
+these it predicts the step time with N workers (:class:`StepModel`) and publishes the ``fitprof/epoch/loader_*``
+figures (:data:`fitprof.metrics.LOADER_METRICS`) and one line of advice.
 
 The model, per step, all times per batch: W the worker time to produce a batch (fetch and collate, wall clock in the
 worker), W_cpu its CPU time, S the main loop's time between receiving a batch and asking for the next (the step
@@ -21,15 +22,27 @@ and the input wait is T(N) - S. With no workers the main process does the work: 
 wait leaves over once the workers' share (max(0, W/N - S)) is taken out, and at least the main thread's CPU time
 while the loop waited (its work in the framework's fetch path runs whatever the workers do; while the workers are the
 bound it is hidden in the wait, and only the CPU clock shows it).
+
+Worker threads (a Keras ``PyDataset(workers=N, use_multiprocessing=False)``) share the process's GIL: Python code runs
+in one thread at a time, so their CPU time is held to one core, F = 1, however many cores stand idle. Loading that
+waits (sleeps, I/O) scales as processes do. Threads whose CPU time fills :data:`GIL_BUSY` of a core are another
+matter: the loop's own Python waits for the GIL too, so S grows with the thread count and no prediction from one count
+holds for another (measured: see :data:`GIL_BUSY`); for them the count and its step time are not published, and the
+advice says so and gives a process count where processes are predicted to help (F then from the idle cores as for
+process workers, before the cost of sending each batch between processes, which is not measured). Keras loads in the
+main thread with ``workers=1`` and threads, so threads are advised in counts of 0 or at least 2. From a Keras run with
+no workers the loading's CPU time is not known (its wait is timed without the main thread's CPU clock), and the
+threads' prediction then takes the loading to wait, not compute.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from fitprof.metrics import (
@@ -47,6 +60,13 @@ CPU_SAMPLE_EVERY = 8
 """The main thread's CPU time (S_cpu, and its share of the wait) is read on every 8th step: ``time.thread_time_ns``
 is a system call, 3.3 us on this project's 2-core VM, and reading it at both ends of every step made the probe cost
 11.4-12.7 us a step against 3.8-4.2 us without it; sampled, 5.5-7.3 us (50,000 planted steps, load average 9)."""
+GIL_BUSY = 0.25
+"""Worker threads whose CPU time fills this share of one core are taken to be held back by the GIL, and no count is
+predicted for them. On this project's 2-core VM (load average 5.3-5.5), 2, 3 and 4 threads burning 40 ms of Python CPU
+time a batch filled 0.46, 0.44 and 0.53 of a core, the loop's step without its wait (20 ms of sleep and Keras's own
+Python, 29.7 ms with the main thread loading) stretched to 67.3, 57.6 and 39.0 ms waiting for the GIL, and the step
+times re-measured (83.2, 67.7, 48.9 ms) missed what the model predicted from 2 threads (81.7 ms for each count) by up
+to 67% (``tests/pydataset_loop.py --cpu --batch-ms 40``)."""
 HEADROOM = 1.1
 """The worker count is chosen as if each batch took this much longer (the step time it predicts is not): a count
 whose workers only just keep pace (W/N = S) re-measured up to 26% slower than predicted (Lightning, sleep-modelled
@@ -88,7 +108,12 @@ class LoaderCounters:
 
 
 class LoaderSource(Protocol):
-    """What :class:`LoaderProbe` reads from a loader's timing: its worker count and its workers' counters."""
+    """What :class:`LoaderProbe` reads from a loader's timing: its worker count and its workers' counters.
+
+    A source may also have ``threads`` (bool: the workers are threads sharing this process's GIL; default False) and
+    ``label`` (str: the argument the advice names, default ``"num_workers"``) and ``queued()`` (int: batches made
+    before the epoch that wait ready for it, which the loop gets without waiting; read at each epoch's start).
+    """
 
     @property
     def workers(self) -> int:
@@ -108,6 +133,12 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def gil_enabled() -> bool:
+    """Whether this interpreter has a GIL (``sys._is_gil_enabled()``, Python 3.13+; True before it)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return True if check is None else bool(check())
+
+
 def idle_ns() -> int | None:
     """Idle time (idle and iowait) summed over the cores this process may use since boot, ns, from Linux's
     ``/proc/stat`` (its per-core lines, in clock ticks); None where that file is missing or unreadable."""
@@ -125,74 +156,72 @@ def idle_ns() -> int | None:
         return None
 
 
-def predict_step_ns(
-    n: int,
-    *,
-    w: float,
-    s: float,
-    m: float = 0.0,
-    w_cpu: float = 0.0,
-    s_cpu: float = 0.0,
-    cores: int = 1,
-    free: float | None = None,
-) -> float:
-    """The predicted step time with ``n`` workers (ns, or any one unit), by the model of the module docstring.
+@dataclass(frozen=True)
+class StepModel:
+    """The model of the module docstring: what one epoch measured, per batch or per step (ns, or any one unit).
 
-    Args:
-        n: workers (0: the main process loads).
+    Attributes:
         w: worker wall time per batch. s: the step without its input wait. m: the main process's own per-batch cost.
         w_cpu: worker CPU time per batch. s_cpu: the main thread's CPU time per step. cores: usable cores (>= 1).
         free: the cores the loader's workers can have (:attr:`LoaderEpoch.free_cores`; None: all ``cores``).
 
     Raises:
-        ValueError: ``n`` below 0 or ``cores`` below 1.
+        ValueError: ``cores`` below 1.
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0 workers, got {n}")
-    if cores < 1:
-        raise ValueError(f"cores must be >= 1, got {cores}")
-    if n == 0:
-        return s + w
-    room = min(float(n), float(cores) if free is None else max(min(free, float(cores)), 1e-3))
-    return max(s + m, w / n, w_cpu / room, (w_cpu + s_cpu) / cores)
 
+    w: float
+    s: float
+    m: float = 0.0
+    w_cpu: float = 0.0
+    s_cpu: float = 0.0
+    cores: int = 1
+    free: float | None = None
 
-def workers_needed(
-    *,
-    w: float,
-    s: float,
-    m: float = 0.0,
-    w_cpu: float = 0.0,
-    s_cpu: float = 0.0,
-    cores: int = 1,
-    w_runq: float = 0.0,
-    free: float | None = None,
-    most: int | None = None,
-) -> tuple[int, float, bool]:
-    """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the step.
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise ValueError(f"cores must be >= 1, got {self.cores}")
 
-    ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch). The count is
-    chosen with :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the model's CPU terms: once the
-    workers' CPU time fills the cores, more workers predict no gain and are not chosen.
+    def step_ns(self, n: int) -> float:
+        """The predicted step time with ``n`` workers (0: the main process loads).
 
-    Returns:
-        ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
-        meets it, the smallest count within 1% of the best predicted time.
-    """
-    top = search_bound(w, w_cpu + w_runq, cores) if most is None else most
+        Raises:
+            ValueError: ``n`` below 0.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0 workers, got {n}")
+        if n == 0:
+            return self.s + self.w
+        cores = float(self.cores)
+        room = min(float(n), cores if self.free is None else max(min(self.free, cores), 1e-3))
+        return max(self.s + self.m, self.w / n, self.w_cpu / room, (self.w_cpu + self.s_cpu) / cores)
 
-    def t(k: int, late: float = 1.0) -> float:
-        return predict_step_ns(k, w=w * late, s=s, m=m, w_cpu=w_cpu * late, s_cpu=s_cpu, cores=cores, free=free)
+    def needed(
+        self, *, w_runq: float = 0.0, most: int | None = None, skip_one: bool = False
+    ) -> tuple[int, float, bool]:
+        """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the
+        step.
 
-    # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
-    # only just keeps pace re-measures slower than predicted
-    margin = [t(k, HEADROOM) for k in range(top + 1)]
-    for k, tk in enumerate(margin):
-        if tk - s <= WAIT_TARGET * tk:
-            return k, t(k), True
-    best = min(margin)
-    k = next(k for k, tk in enumerate(margin) if tk <= best * 1.01)
-    return k, t(k), False
+        ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch); ``skip_one``
+        leaves out the count 1 (Keras loads in the main thread with one worker thread). The count is chosen with
+        :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the
+        model's CPU terms: once the workers' CPU time fills the cores, more workers predict no gain and are not chosen.
+
+        Returns:
+            ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
+            meets it, the smallest count within 1% of the best predicted time.
+        """
+        top = search_bound(self.w, self.w_cpu + w_runq, self.cores) if most is None else most
+        # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
+        # only just keeps pace re-measures slower than predicted
+        late = replace(self, w=self.w * HEADROOM, w_cpu=self.w_cpu * HEADROOM)
+        counts = [k for k in range(max(top, 2 if skip_one else 1) + 1) if not (skip_one and k == 1)]
+        margin = [(k, late.step_ns(k)) for k in counts]
+        for k, tk in margin:
+            if tk - self.s <= WAIT_TARGET * tk:
+                return k, self.step_ns(k), True
+        best = min(tk for _, tk in margin)
+        k = next(k for k, tk in margin if tk <= best * 1.01)
+        return k, self.step_ns(k), False
 
 
 def search_bound(w: float, w_wants_cpu: float, cores: int) -> int:
@@ -217,9 +246,14 @@ class LoaderEpoch:
             process's input wait over the epoch's wall time).
         cores: the usable cores. free_cores: the cores CPU-bound workers could have had this epoch: their own CPU
             time plus the usable cores' idle time, over the epoch's wall time (None where the idle time is unknown or
-            the loading is not CPU-bound).
+            the loading is not CPU-bound); 1.0 for worker threads sharing a GIL.
         needed: the worker count advised. predicted_ns: its predicted step time.
         reached: whether ``needed`` brings the wait under the target.
+        label: the argument the advice names (``num_workers``, Keras's ``workers``).
+        threads: whether the workers are threads sharing a GIL.
+        process_needed: with threads, the process count the model advises where processes are predicted to bring
+            steps at least :data:`WAIT_TARGET` below ``predicted_ns``, else None. process_predicted_ns: its step time.
+        worker_cpu_cores: the workers' CPU time over the epoch's wall time, in cores (None with no workers).
     """
 
     workers: int
@@ -237,16 +271,27 @@ class LoaderEpoch:
     needed: int
     predicted_ns: float
     reached: bool
+    label: str = "num_workers"
+    threads: bool = False
+    process_needed: int | None = None
+    process_predicted_ns: float | None = None
+    worker_cpu_cores: float | None = None
+
+    @property
+    def gil_bound(self) -> bool:
+        """Worker threads whose CPU time fills :data:`GIL_BUSY` of a core: the GIL, which the loop's own Python waits
+        for too, sets the step time, and the model predicts no count for them."""
+        return self.threads and self.workers > 0 and (self.worker_cpu_cores or 0.0) >= GIL_BUSY
 
     @property
     def measured_ns(self) -> float:
         """The measured mean step time over the steady steps, S + G."""
         return self.step_ns + self.wait_ns
 
-    def predict(self, n: int) -> float:
-        """The predicted step time with ``n`` workers, ns."""
-        return predict_step_ns(
-            n,
+    @property
+    def model(self) -> StepModel:
+        """The model these figures give."""
+        return StepModel(
             w=self.batch_ns,
             s=self.step_ns,
             m=self.main_ns,
@@ -255,6 +300,10 @@ class LoaderEpoch:
             cores=self.cores,
             free=self.free_cores,
         )
+
+    def predict(self, n: int) -> float:
+        """The predicted step time with ``n`` workers, ns."""
+        return self.model.step_ns(n)
 
     def advice(self) -> str:
         """One line: how many workers, the cores bound, or the main process as the bottleneck."""
@@ -266,9 +315,11 @@ class LoaderEpoch:
             if self.needed < n:
                 return (
                     f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step, workers busy "
-                    f"{self.busy_percent:.0f}%): num_workers={self.needed} would do"
+                    f"{self.busy_percent:.0f}%): {self.label}={self.needed} would do"
                 )
             return f"the loader keeps up (input wait {100 * wait_share:.0f}% of a {now:.1f} ms step)"
+        if self.gil_bound:
+            return self._gil_advice(wait_share)
         if n > 0 and self.batch_ns / n < 0.8 * self.step_ns:
             return (
                 f"the workers idle ({self.busy_percent:.0f}% busy, {self.batch_ns * ms:.1f} ms a batch each) while the "
@@ -278,8 +329,21 @@ class LoaderEpoch:
             )
         cores_bound = not self.reached and self.predicted_ns > self.step_ns + self.main_ns * 1.01
         free = self.free_cores
-        busy_cores = f" ({free:.1f} of them free to the loader)" if free is not None and free < self.cores - 0.5 else ""
-        tail = f"only {self.cores} cores{busy_cores}: CPU-bound loading needs cheaper transforms or more cores"
+        if self.threads:
+            tail = "threads share the GIL: their CPU work runs on about one core"
+            if self.process_needed is not None and self.process_predicted_ns is not None:
+                tail += (
+                    f"; use_multiprocessing=True with {self.label}={self.process_needed} would bring steps to about "
+                    f"{self.process_predicted_ns * ms:.1f} ms (before the cost of sending batches between processes)"
+                )
+            else:
+                tail += ", and more cores than that would not help either: CPU-bound loading needs cheaper transforms"
+        else:
+            many = free is not None and free < self.cores - 0.5
+            busy_cores = f" ({free:.1f} of them free to the loader)" if many else ""
+            tail = f"only {self.cores} cores{busy_cores}: CPU-bound loading needs cheaper transforms or more cores"
+        if self.threads and self.process_needed is not None:
+            cores_bound = True
         if self.needed > n and self.predicted_ns < self.measured_ns * (1 - WAIT_TARGET):
             where = (
                 f"workers busy {self.busy_percent:.0f}%"
@@ -287,7 +351,7 @@ class LoaderEpoch:
                 else f"loading in the main process {self.busy_percent:.0f}% of the time"
             )
             head = (
-                f"num_workers={self.needed} would bring steps to about {self.predicted_ns * ms:.1f} ms (now {now:.1f} "
+                f"{self.label}={self.needed} would bring steps to about {self.predicted_ns * ms:.1f} ms (now {now:.1f} "
                 f"ms; {where}, {self.batch_ns * ms:.1f} ms a batch)"
             )
             return f"{head}; {tail}" if cores_bound else head
@@ -299,6 +363,27 @@ class LoaderEpoch:
         return (
             f"the loop waits {self.wait_ns * ms:.1f} ms a step ({100 * wait_share:.0f}%) that more workers are not "
             f"predicted to remove: the main process's own per-batch work (collate, pin memory, unpickling)"
+        )
+
+    def _gil_advice(self, wait_share: float) -> str:
+        """Worker threads held back by the GIL: no count is predicted; processes where they are predicted to help."""
+        ms = 1e-6
+        if self.process_needed is not None and self.process_predicted_ns is not None:
+            way = (
+                f"use_multiprocessing=True with {self.label}={self.process_needed} is predicted to bring steps to "
+                f"about {self.process_predicted_ns * ms:.1f} ms (before the cost of sending batches between processes)"
+            )
+        else:
+            way = (
+                "try use_multiprocessing=True, which gives each worker its own interpreter (not predicted: the step "
+                "measured here includes the loop's wait for the GIL), or cheaper transforms"
+            )
+        cores = self.worker_cpu_cores or 0.0
+        return (
+            f"threads share the GIL: the {self.workers} worker threads' CPU time filled {100 * cores:.0f}% of a "
+            f"core ({self.batch_cpu_ns * ms:.1f} ms a batch) and the loop's own Python waits for the GIL too (input "
+            f"wait {100 * wait_share:.0f}% of a {self.measured_ns * ms:.1f} ms step), so no thread count is predicted; "
+            f"{way}"
         )
 
 
@@ -314,7 +399,8 @@ class LoaderProbe:
     The main loop is timed from the events: with ``step_end`` events the input wait of step k is ``step_start(k)``
     less ``step_end(k-1)`` and the rest of the step ``step_end(k)`` less ``step_start(k)``; without them (Keras) the
     time between two ``step_start`` is split with ``fetch_wait()``, the wait of the batch about to run. The first
-    ``workers + 2`` steps of an epoch (workers starting, the first burst of prefetched batches) and a step after a
+    ``workers + 2`` steps of an epoch (workers starting, the first burst of prefetched batches), the batches a source's
+    ``queued()`` says wait ready at the epoch's start, and a step after a
     validation run or a checkpoint are left out; the means come from the last whole multiple of ``max(1, workers)``
     steady steps (workers in lock-step deliver their batches in bursts of N, one long wait per burst).
 
@@ -354,6 +440,7 @@ class LoaderProbe:
         self.last: LoaderEpoch | None = None
         self._begin: LoaderCounters | None = None
         self._epoch_start_ns: int | None = None
+        self._queued = 0
         self._reset_steps()
 
     def attach(self, source: LoaderSource | None) -> None:
@@ -386,6 +473,8 @@ class LoaderProbe:
         self._epoch_start_ns = now_ns
         self._begin = self._read()
         self._idle_start = self.idle_clock()
+        queued = getattr(self.source, "queued", None)
+        self._queued = int(queued()) if callable(queued) else 0
         self.last = None
 
     def step_start(self, step: int, batch: object = None, *, now_ns: int) -> None:
@@ -442,7 +531,7 @@ class LoaderProbe:
         wall = max(1, now_ns - self._epoch_start_ns)
         idle_end = self.idle_clock()
         idle = None if idle_end is None or self._idle_start is None else max(0, idle_end - self._idle_start) / wall
-        skip = workers + 2
+        skip = workers + 2 + self._queued
         steady = [s for s in self._steps if s[0] > skip]
         whole = (len(steady) // max(1, workers)) * max(1, workers)
         steady = steady[len(steady) - whole :]
@@ -454,6 +543,8 @@ class LoaderProbe:
         rest = sum(s[2] for s in steady) / k
         rest_cpu = _sampled_mean([s[3] for s in steady])
         wait_cpu = _sampled_mean([s[4] for s in steady])
+        threads = bool(getattr(self.source, "threads", False)) and gil_enabled()
+        label = str(getattr(self.source, "label", "num_workers"))
         if workers > 0 and counts is not None and sum(counts.batches) > 0:
             batches = sum(counts.batches)
             w = sum(counts.busy_ns) / batches
@@ -464,18 +555,31 @@ class LoaderProbe:
             # time on a busy machine all the same
             cpu_bound = w_cpu + w_runq >= 0.5 * w
             free = None if idle is None or not cpu_bound else min(float(self.cores), idle + sum(counts.cpu_ns) / wall)
+            # threads: the GIL runs their Python code one at a time, whatever the cores (a thread waiting for the GIL
+            # is neither on a core nor on its run queue, so W_cpu and the run-queue wait do not show it)
+            free, process_free = (1.0, free) if threads else (free, None)
+            worker_cores: float | None = sum(counts.cpu_ns) / wall
             # the main process's own per-batch work shows when the workers are fast enough; while they are the bound
             # it hides in the wait, where the main thread's CPU time still counts it
             main = max(wait - max(0.0, w / workers - rest), wait_cpu, 0.0)
         elif workers == 0 and self.source is not None:
-            w, w_cpu, w_runq, main, free = wait, 0.0, 0.0, 0.0, None
+            w, w_cpu, w_runq, main, free, process_free, worker_cores = wait, 0.0, 0.0, 0.0, None, None, None
+            if threads:  # the main thread loads: its CPU time while the loop waited is the loading's
+                w_cpu = min(wait, wait_cpu)
+                free, process_free = 1.0, None if idle is None else min(float(self.cores), idle + w_cpu * k / wall)
             busy = 100.0 * self._gap_sum / wall
         else:
             self.last = None
             return
-        needed, predicted, reached = workers_needed(
-            w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, w_runq=w_runq, free=free
-        )
+
+        model = StepModel(w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, free=free)
+        needed, predicted, reached = model.needed(w_runq=w_runq, skip_one=threads)
+        process_needed: int | None = None
+        process_predicted: float | None = None
+        if threads:
+            n_proc, t_proc, _ = replace(model, free=process_free).needed(w_runq=w_runq)
+            if t_proc < predicted * (1 - WAIT_TARGET):
+                process_needed, process_predicted = n_proc, t_proc
         self.last = LoaderEpoch(
             workers=workers,
             steps=k,
@@ -492,10 +596,16 @@ class LoaderProbe:
             needed=needed,
             predicted_ns=predicted,
             reached=reached,
+            label=label,
+            threads=threads,
+            process_needed=process_needed,
+            process_predicted_ns=process_predicted,
+            worker_cpu_cores=worker_cores,
         )
 
     def epoch_figures(self) -> dict[str, float]:
-        """This epoch's ``fitprof/epoch/loader_*`` figures (NaN without a source or steady steps)."""
+        """This epoch's ``fitprof/epoch/loader_*`` figures (NaN without a source or steady steps; the worker count and
+        its step time NaN for worker threads held back by the GIL, :attr:`LoaderEpoch.gil_bound`)."""
         e = self.last
         if e is None:
             return {m.key: math.nan for m in LOADER_METRICS}
@@ -503,8 +613,8 @@ class LoaderProbe:
             LOADER_WORKERS.key: float(e.workers),
             LOADER_BUSY_PERCENT.key: e.busy_percent,
             LOADER_BATCH_MS.key: e.batch_ns * 1e-6,
-            LOADER_WORKERS_NEEDED.key: float(e.needed),
-            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: e.predicted_ns * 1e-6,
+            LOADER_WORKERS_NEEDED.key: math.nan if e.gil_bound else float(e.needed),
+            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: math.nan if e.gil_bound else e.predicted_ns * 1e-6,
         }
 
     def window_figures(self) -> dict[str, float]:

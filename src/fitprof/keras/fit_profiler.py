@@ -507,11 +507,21 @@ class FitProfiler(keras.callbacks.Callback):
         return None if timer is None else timer.wait_ns
 
     def _time_loader(self) -> None:
-        """On torch, fed a ``DataLoader``: time its workers (:mod:`fitprof.profilers.loader`). Keras starts them at
-        each epoch's first batch (after ``on_epoch_begin``), so every epoch's workers are timed."""
+        """On torch, fed a ``DataLoader``: time its workers (:mod:`fitprof.profilers.loader`); fed a ``PyDataset``:
+        time its worker threads or processes (:mod:`fitprof.profilers.pydataset`). Keras starts either at each
+        epoch's first batch (after ``on_epoch_begin``), so every epoch's workers are timed."""
         if self._fns.fetch_timer is None:
             return
         adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
+        if _is_py_dataset_adapter(adapter):
+            try:
+                from fitprof.profilers.pydataset import PyDatasetTiming
+
+                self._loader_timing = PyDatasetTiming.attach(adapter)
+                self._loader.attach(self._loader_timing)
+            except Exception as err:  # never in the way of training: the loader figures stay NaN
+                self._warn_once("loader", f"fitprof: the PyDataset's workers are not timed ({err!r}).")
+            return
         get = getattr(adapter, "get_torch_dataloader", None)
         if get is None:
             return
@@ -604,3 +614,13 @@ class FitProfiler(keras.callbacks.Callback):
                 f"fitprof: could not find the training device ({err!r}); memory figures are read from the host.",
             )
             return "host", 0
+
+
+def _is_py_dataset_adapter(adapter: Any) -> bool:
+    """Whether ``adapter`` is Keras's adapter of a ``PyDataset`` (whose torch ``DataLoader`` has no workers: the
+    ``PyDataset``'s own threads or processes produce the batches)."""
+    try:
+        from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+    except ImportError:  # another Keras layout: its PyDataset workers go untimed
+        return False
+    return isinstance(adapter, PyDatasetAdapter)
