@@ -84,12 +84,25 @@ def clip(spans: list[Interval], to: list[Interval]) -> list[Interval]:
 
 
 def subtract(spans: list[Interval], minus: list[Interval]) -> list[Interval]:
-    out = []
-    for s, e in spans:
-        pieces = [(s, e)]
-        for a, b in minus:
-            pieces = [p for lo, hi in pieces for p in ((lo, min(hi, a)), (max(lo, b), hi)) if p[1] > p[0]]
-        out += pieces
+    """The parts of ``spans`` outside every interval of ``minus``: one walk over both in start order (a trace's
+    tens of thousands of kernels make a span-by-interval loop take tens of seconds)."""
+    cut = union(minus)
+    if not cut:
+        return union(spans)
+    out: list[Interval] = []
+    j = 0
+    for s, e in sorted(spans):
+        while j < len(cut) and cut[j][1] <= s:  # ends before this span and so before every later one
+            j += 1
+        lo, k = s, j
+        while k < len(cut) and cut[k][0] < e:
+            a, b = cut[k]
+            if a > lo:
+                out.append((lo, a))
+            lo = max(lo, b)
+            k += 1
+        if e > lo:
+            out.append((lo, e))
     return union(out)
 
 

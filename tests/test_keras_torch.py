@@ -22,6 +22,9 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     import keras
+    from keras.src.backend.torch.trainer import TorchEpochIterator
+
+    keras_next = TorchEpochIterator.__dict__.get("__next__")  # Keras's own (inherited: None), before any fit
     sys.path.insert(0, {examples!r})
     import keras_digits
     from fitprof.keras import FitProfiler
@@ -35,11 +38,11 @@ SCRIPT = textwrap.dedent(
     profiler = FitProfiler({logdir!r}, profile_batch=(3, 6))
     model = keras_digits.build_model()
     hist = model.fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[profiler])
-    print("RESULT" + json.dumps({{
+    digits_run = {{
         "reports": {{str(e): r.scalars() for e, r in profiler.reports.items()}},
         "history_keys": sorted(hist.history),
         "traces": {{str(e): str(p) for e, p in profiler.trace_paths.items()}},
-    }}))
+    }}
     """
 )
 
@@ -48,12 +51,22 @@ DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter"
 
 
 @pytest.fixture(scope="module")
-def torch_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    logdir = tmp_path_factory.mktemp("keras_torch")
+def torch_child(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One child process on the torch backend (importing Keras and torch costs most of a child's time): the
+    digits fit of :data:`SCRIPT` in ``<tmp>/digits``, then the hostile fits of :data:`HOSTILE` in ``<tmp>/hostile``,
+    which take tensorboard away and break the conversion for the rest of the process."""
+    root = tmp_path_factory.mktemp("keras_torch")
     examples = Path(__file__).resolve().parents[1] / "examples"
-    code = SCRIPT.format(examples=str(examples), logdir=str(logdir))
+    code = SCRIPT.format(examples=str(examples), logdir=str(root / "digits")) + HOSTILE.format(
+        logdir=str(root / "hostile")
+    )
     result, _ = run_result(["-c", code], env=child_env(KERAS_BACKEND="torch"))
-    return {"logdir": logdir, **result}
+    return {"root": root, **result}
+
+
+@pytest.fixture(scope="module")
+def torch_run(torch_child: dict) -> dict:
+    return {"logdir": torch_child["root"] / "digits", **torch_child["digits"]}
 
 
 @pytest.mark.slow
@@ -114,7 +127,11 @@ def test_each_window_reads_the_same_from_its_trace_and_its_xplane(torch_run: dic
 HOSTILE = textwrap.dedent(
     """
     import gc, json, logging, sys, warnings
-    sys.modules["tensorboard"] = None  # a Keras-torch user without tensorboard installed
+    # a Keras-torch user without tensorboard installed: every tensorboard module the digits fit loaded is dropped,
+    # and importing one fails as a missing package does
+    for name in [m for m in sys.modules if m == "tensorboard" or m.startswith("tensorboard.")]:
+        del sys.modules[name]
+    sys.modules["tensorboard"] = None
     import numpy as np
     import keras
     import torch
@@ -122,9 +139,6 @@ HOSTILE = textwrap.dedent(
     import fitprof.traces.xspace_write as xw
     from fitprof.keras import FitProfiler
     from fitprof.profilers.torch import profiler_running
-    from keras.src.backend.torch.trainer import TorchEpochIterator
-
-    keras_next = TorchEpochIterator.__dict__.get("__next__")  # Keras's own (inherited: None), before any fit
 
     def keras_own():
         return TorchEpochIterator.__dict__.get("__next__") is keras_next
@@ -202,17 +216,17 @@ HOSTILE = textwrap.dedent(
         hist = model().fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[third])
     out["w_error_history"] = hist.history.get("fitprof/steps_analyzed")
     out["logged"] = logged
-    print("RESULT" + json.dumps(out))
+    print("RESULT" + json.dumps({{"digits": digits_run, "hostile": out}}))
     """
 )
 
 
 @pytest.mark.slow
-def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(tmp_path: Path) -> None:
+def test_no_tensorboard_broken_conversion_data_error_and_warnings_as_errors(torch_child: dict) -> None:
     """Keras on torch without tensorboard, with a failing .xplane.pb conversion: the figures reach History, the
     Kineto traces stay readable, one warning each; an error in the user's data stops the torch profiler; with
     fitprof's warnings turned into errors training still ends and the warnings go to logging."""
-    out, _ = run_result(["-c", HOSTILE.format(logdir=str(tmp_path))], env=child_env(KERAS_BACKEND="torch"))
+    out, tmp_path = torch_child["hostile"], torch_child["root"] / "hostile"
     assert out["history"] == [3.0, 3.0]
     categories = {c for c, _ in out["warnings"]}
     messages = [m for _, m in out["warnings"]]

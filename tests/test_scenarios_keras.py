@@ -292,6 +292,15 @@ def _model(spe: int, *, fresh: bool) -> Any:
     return _MODELS[spe]
 
 
+def _in_thread(cb: Any) -> Any:
+    """``cb`` writing its ``.xplane.pb`` in the training thread: on the torch backend the background converter's
+    process (tested in ``tests/test_xplane_worker.py`` and ``tests/test_keras_torch.py``) cost about 2 s a fit,
+    most of this file's time; these rows check which windows are profiled, not how the file is written."""
+    for pipeline in (cb._engine.pipeline, cb._engine.trigger_pipeline):
+        pipeline.converter = None
+    return cb
+
+
 def _run_row(row: Row, folder: Path) -> dict[str, Any]:
     """Run one row's scenario (in the child, with Keras imported) and return what was observed."""
     import copy
@@ -322,12 +331,13 @@ def _run_row(row: Row, folder: Path) -> dict[str, Any]:
     cb = FitProfiler(log_dir=str(folder / "fp"), **row.cb)
     if row.copy in ("deepcopy-before", "pickle-before"):
         cb = copy.deepcopy(cb) if row.copy == "deepcopy-before" else pickle.loads(pickle.dumps(cb))
+    cb = _in_thread(cb)
     callbacks: list[Any] = [cb]
     if row.other in ("tensorboard-after", "tensorboard-before"):
         tb = keras.callbacks.TensorBoard(str(folder / "tb"), profile_batch=row.tb, write_graph=False)
         callbacks = [cb, tb] if row.other == "tensorboard-after" else [tb, cb]
     if row.other in ("fitprof-after", "fitprof-before"):
-        second = FitProfiler(log_dir=str(folder / "fp2"), **row.cb)
+        second = _in_thread(FitProfiler(log_dir=str(folder / "fp2"), **row.cb))
         callbacks = [cb, second] if row.other == "fitprof-after" else [second, cb]
     if row.extra == "terminate-on-nan":
         callbacks.append(keras.callbacks.TerminateOnNaN())
@@ -379,7 +389,7 @@ def _run_row(row: Row, folder: Path) -> dict[str, Any]:
         seen["tb_copy"] = [float(make_ndarray(e.tensor_proto)) for e in copies]
         seen["step_time_ms"] = [r.step_time_ms for _, r in sorted(cb.reports.items())]
     if row.copy in ("deepcopy-after", "pickle-after"):
-        copied = copy.deepcopy(cb) if row.copy == "deepcopy-after" else pickle.loads(pickle.dumps(cb))
+        copied = _in_thread(copy.deepcopy(cb) if row.copy == "deepcopy-after" else pickle.loads(pickle.dumps(cb)))
         seen["copy_reports"] = {str(e): r.steps_analyzed for e, r in copied.reports.items()}
         model.fit(**data(), verbose=0, callbacks=[copied], **fit_kwargs)
         seen["copy_refit_reports"] = {str(e): r.steps_analyzed for e, r in copied.reports.items()}
