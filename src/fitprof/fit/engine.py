@@ -470,11 +470,7 @@ class FitEngine:
         reading of the engine's clock for this event, when it has one (None: read here)."""
         # Every training step runs this and step_end: the common path (no window open) calls as little as it can.
         now = self.clock() if now_ns is None else now_ns
-        for method in self._on_step_start:
-            try:
-                method(step, batch, now_ns=now)
-            except Exception as err:
-                self.probes.failed(method, err)
+        self._send(self._on_step_start, step, batch, now)
         if self._at_start:
             self._boundary(step, now, input_ns, samples, batch)
         elif self.window is None:
@@ -495,11 +491,7 @@ class FitEngine:
         """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size, by default
         :func:`fitprof._batch.batch_size` of ``batch``); ``now_ns`` as in :meth:`step_start`."""
         now = self.clock() if now_ns is None else now_ns
-        for method in self._on_step_end:
-            try:
-                method(step, batch, now_ns=now)
-            except Exception as err:
-                self.probes.failed(method, err)
+        self._send(self._on_step_end, step, batch, now)
         if self._at_end:
             window = self.window
             if window is None:  # the usual step: _boundary_body(step + 1, ...) with no window open, written out
@@ -524,6 +516,15 @@ class FitEngine:
                 self._boundary(step + 1, now, input_ns, samples, batch)
             finally:
                 window.end_overhead()  # a no-op once the window stopped
+
+    def _send(self, methods: tuple[Any, ...], step: int, batch: Any, now: int) -> None:
+        """Each probe's step event (``methods``: :meth:`~fitprof.fit.probes.Probes.methods`, built once); a probe that
+        raises is reported once and the others still run."""
+        for method in methods:
+            try:
+                method(step, batch, now_ns=now)
+            except Exception as err:
+                self.probes.failed(method, err)
 
     def _boundary(self, k: int, now: int, input_ns: int | None, samples: int | None, batch: Any) -> None:
         """Step ``k - 1`` ended at ``now`` and step ``k`` is next: time it, feed the trigger, mark, close or open."""

@@ -370,15 +370,12 @@ class EpochParts:
         """A training step starts (its batch is fetched): the time since the previous step's end was that step's
         fetch and the loop's own work. Where the framework sends no step end (Keras), the previous step ends
         here."""
-        now = self._clock() if now_ns is None else now_ns
-        phase = self._phase
+        phase = self._step_event(now_ns)
         if phase == _IDLE:
             return
-        acc = self._acc
-        acc[self._nest[-1][0] if self._nest else phase] += now - self._t
-        self._t = now
         if phase == TRAIN_STEPS:
             self._end_step()
+        acc = self._acc
         gap = acc[_GAP]
         if gap:
             acc[_GAP] = 0
@@ -394,24 +391,18 @@ class EpochParts:
 
     def step_end(self, step: int = 0, batch: object = None, now_ns: int | None = None) -> None:
         """A training step ends (its optimizer step is done)."""
-        now = self._clock() if now_ns is None else now_ns
-        phase = self._phase
-        if phase == _IDLE:
+        if self._step_event(now_ns) == _IDLE:
             return
-        acc = self._acc
-        acc[self._nest[-1][0] if self._nest else phase] += now - self._t
-        self._t = now
-        # _end_step, written out: Lightning ends every step here
-        steps_ns = acc[TRAIN_STEPS]
-        took, self._step_mark = steps_ns - self._step_mark, steps_ns
-        self._steps += 1
-        if self._window:
-            self._window_ns += took
-            self._window_n += 1
-        else:
-            self._step_ns.append(took)
-        self._first_step = False
+        self._end_step()
         self._phase = _GAP
+
+    def _step_event(self, now_ns: int | None) -> int:
+        """The time since the last event, charged to the running phase (the innermost timed hook's, when one runs);
+        returns that phase (``_IDLE``: none runs, nothing is charged)."""
+        phase = self._phase
+        if phase != _IDLE:
+            self._charge(self._clock() if now_ns is None else now_ns)
+        return phase
 
     def _end_step(self) -> None:
         steps_ns = self._acc[TRAIN_STEPS]
