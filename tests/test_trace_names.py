@@ -203,3 +203,42 @@ def test_odd_operator_names_keep_every_output_on_its_lines(tmp_path: Path, capsy
     assert len(rows) == len(report.top_ops)
     assert "| pipe\\|name |" in "\n".join(rows) and "| two\\nlines |" in "\n".join(rows)
     assert "| tab\\tname |" in "\n".join(rows)
+
+
+def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``with_stack`` only ``record_function`` names can be odd: the export checks the names entered while
+    the window ran and never builds torch's activity list; torch's own ``record_function`` is as it was after the
+    window. With ``with_stack`` every recorded name is checked."""
+    original = record_function.__enter__
+    calls: list[bool] = []
+    real = _torch._odd_names
+
+    def spy(prof: object, names: object = None) -> list[str]:
+        calls.append(names is None)
+        return real(prof, names)
+
+    monkeypatch.setattr(_torch, "_odd_names", spy)
+    window = TorchProfileWindow(warn=WarnOnce(print))
+    assert window.start(tmp_path, "s", rank=0)
+    x = torch.randn(32, 32)
+    for step in range(1, STEPS + 1):
+        window.begin_step(step)
+        with record_function('load "train"'):
+            (x @ x).relu_()
+    path = window.stop()
+    assert path is not None and calls == [False]
+    assert record_function.__enter__ is original
+    names = _annotation_names(path)
+    assert names.count('load "train"') == STEPS
+
+    stacked = TorchProfileWindow(warn=WarnOnce(print), with_stack=True)
+    assert stacked.start(tmp_path, "t", rank=0)
+    assert record_function.__enter__ is original  # nothing to watch: every name is checked
+    stacked.begin_step(1)
+    with record_function("C:\\data"):
+        (x @ x).relu_()
+    path = stacked.stop()
+    assert path is not None and calls == [False, True]
+    assert _annotation_names(path).count("C:\\data") == 1

@@ -71,6 +71,57 @@ def profiler_running() -> bool:
         return False
 
 
+class _EnteredNames:
+    """The names entered through ``record_function`` while at least one of fitprof's windows is open.
+
+    Torch records three kinds of names: operator names (C++ schema names such as ``aten::mm``), device kernel and
+    runtime names, and the names Python code gives: ``record_function`` spans (users' annotations, fitprof's own,
+    the ``DataLoader`` and optimizer spans torch opens itself) and, with ``with_stack``, Python frames. Only the
+    names Python gives can hold what torch's C++ trace writer mangles (:func:`_odd_names`), so a window without
+    ``with_stack`` checks just these instead of asking the profiler for every recorded event
+    (``trace_activities()``: 139 ms plus 45 ms to read the names of a 78k-event window, one Python object an
+    event).
+
+    While installed, ``record_function.__enter__`` adds the span's name to a set first (one set insertion a span;
+    the class is torch's own, so every caller's spans are seen). A name given past ``record_function``
+    (``torch.ops.profiler._record_function_enter_new`` called directly, C++ ``RECORD_FUNCTION``) is not seen: the
+    C++ writer then writes it as it does without fitprof, and the reader repairs a quote it left unescaped
+    (:func:`fitprof.traces._repair.repair_names`).
+    """
+
+    def __init__(self) -> None:
+        self.names: set[Any] = set()
+        self._users = 0
+        self._original: Any = None
+
+    def install(self) -> None:
+        self._users += 1
+        if self._users > 1:
+            return
+        original = self._original = record_function.__enter__
+        add = self.names.add
+
+        def enter(rf: Any) -> Any:
+            add(rf.name)
+            return original(rf)
+
+        enter.__wrapped__ = original  # type: ignore[attr-defined]
+        record_function.__enter__ = enter  # type: ignore[method-assign]
+
+    def uninstall(self) -> set[Any]:
+        """Stop watching (when no other window is open); the names seen since the first window opened."""
+        seen = set(self.names)
+        self._users = max(self._users - 1, 0)
+        if self._users == 0 and self._original is not None:
+            record_function.__enter__ = self._original  # type: ignore[method-assign]
+            self._original = None
+            self.names.clear()
+        return seen
+
+
+_ENTERED = _EnteredNames()
+
+
 class TorchProfiler(StepSpans):
     """Start, mark and stop one torch.profiler session at a time (the mechanics under :class:`TorchProfileWindow`).
 
@@ -116,6 +167,7 @@ class TorchProfiler(StepSpans):
         self.trace_path: Path | None = None
         self.step_num: int | None = None
         self.temporary = False
+        self._watching = False
 
     # ----------------------------------------------------------------------------------------------- state
     @property
@@ -164,6 +216,9 @@ class TorchProfiler(StepSpans):
                     prof.stop()
             return False
         self._prof = prof
+        if not self.with_stack:  # with stacks, Python frames name events too: every name is checked at export
+            _ENTERED.install()
+            self._watching = True
         self._path = Path(directory) / kineto_trace_name(session, rank)
         self.step_num = None
         return True
@@ -242,6 +297,13 @@ class TorchProfiler(StepSpans):
                 self.warn_once("mark", f"fitprof: could not close an annotation ({err!r}).")
 
     # ------------------------------------------------------------------------------------------------ stop
+    def _unwatch(self) -> set[Any] | None:
+        """The names :class:`_EnteredNames` saw for this window (None: it did not watch, every name is checked)."""
+        if not self._watching:
+            return None
+        self._watching = False
+        return _ENTERED.uninstall()
+
     def stop(self, *, export: bool = True, drop_open_step: bool = False) -> Path | None:
         """Close open spans, stop the profiler this object started and export its trace.
 
@@ -275,19 +337,21 @@ class TorchProfiler(StepSpans):
         except Exception as err:
             self.warn_once("stop", f"fitprof: stopping the torch profiler failed ({err!r}); window dropped.")
             return None
+        finally:  # after the stop: a span entered up to then, in any thread, is seen
+            names = self._unwatch()
         if not export or path is None:
             return None
         self.temporary = False
         inexact: list[str] = []
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            inexact = _export_gzipped(prof, path, drop=dropped)
+            inexact = _export_gzipped(prof, path, drop=dropped, names=names)
         except Exception as err:
             # log_dir cannot be written (read-only, full disk): analyse from a temporary copy instead, so the
             # figures still reach the loggers; the caller deletes it (``temporary`` is True).
             fallback = Path(tempfile.mkdtemp(prefix="fitprof-")) / path.name
             try:
-                inexact = _export_gzipped(prof, fallback, drop=dropped)
+                inexact = _export_gzipped(prof, fallback, drop=dropped, names=names)
             except Exception:
                 self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
                 shutil.rmtree(fallback.parent, ignore_errors=True)
@@ -428,7 +492,7 @@ _PLAIN_NAME = re.compile(r"[ !#-\[\]-~]*")
 """A name torch's C++ trace writer keeps as it is: printable ASCII without ``"`` and ``\\``."""
 
 
-def _odd_names(prof: Any) -> list[str]:
+def _odd_names(prof: Any, names: Any = None) -> list[str]:
     """The recorded event names that torch's C++ Chrome-trace writer cannot write as they are, sorted.
 
     That writer (``export_chrome_trace`` without ``use_python_export``, torch 2.13) leaves ``"`` unescaped
@@ -436,7 +500,10 @@ def _odd_names(prof: Any) -> list[str]:
     another control character or a non-ASCII character (pytorch/pytorch#146900). The names come from the
     profiler's own activity list; [] when it cannot be read. Cost, measured on a 4,025-event window (5 steps of
     an 8-layer MLP, 2 busy CPU cores, 12 interleaved repeats): the export's median went from 95 ms to 115 ms.
+    ``names``: the only names that can need it (:class:`_EnteredNames`), checked instead of the activity list.
     """
+    if names is not None:
+        return sorted(n for n in names if isinstance(n, str) and not _PLAIN_NAME.fullmatch(n))
     try:
         results = prof.profiler.kineto_results
         items = results.trace_activities() if hasattr(results, "trace_activities") else results.events()
@@ -455,7 +522,7 @@ def _python_export_available(prof: Any) -> bool:
         return False
 
 
-def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None) -> list[str]:
+def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: Any = None) -> list[str]:
     """Export the Chrome trace to ``path`` (``.gz``), every event name intact, without the complete events called
     ``drop`` (a step the epoch cut short).
 
@@ -469,10 +536,13 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None) -> list[s
     ``"`` it leaves unescaped is escaped) so that the trace is valid JSON; those names are returned, as that
     writer has also changed their ``\\``, control and non-ASCII characters.
 
+    ``names``: the names that can need the Python writer (:class:`_EnteredNames`); None checks every recorded
+    name.
+
     Returns:
         The names that could not be written exactly ([] when every name was).
     """
-    odd = _odd_names(prof)
+    odd = _odd_names(prof, names)
     fd, tmp = tempfile.mkstemp(suffix=".json", prefix="fitprof-", dir=path.parent)
     os.close(fd)
     try:
