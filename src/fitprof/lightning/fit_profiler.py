@@ -535,7 +535,14 @@ class FitProfiler(Callback):
     ) -> None:
         """Log through ``pl_module.log`` on every rank with the values given (``sync_dist=False``: gathered
         already, or this rank's own), so they reach ``trainer.callback_metrics`` (``EarlyStopping``,
-        ``ModelCheckpoint(monitor=...)``) and every logger on rank 0, each row with its epoch."""
+        ``ModelCheckpoint(monitor=...)``) and every logger on rank 0, each row with its epoch.
+
+        Each key is logged once an epoch, so every reduction gives the value itself; ``reduce_fx="max"`` keeps
+        Lightning's result object to one state (the default mean adds a batch-size count, created, moved and
+        updated at every call). Measured for 53 keys, CPU of the training thread, interleaved in one process
+        (``benchmarks/lightning_log_cost.py --reduce-fx mean max``): 0.47 ms a call instead of 0.60 in the first
+        epoch, 0.31-0.34 instead of 0.34-0.37 later. Most of what is left is Lightning's own, whatever the
+        arguments: moving the result object to the value's device walks its attributes at every call."""
         if pl_module is None:
             return
         try:
@@ -548,6 +555,7 @@ class FitProfiler(Callback):
                     on_epoch=True,
                     sync_dist=False,
                     batch_size=1,
+                    reduce_fx="max",
                 )
         except Exception as err:
             self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
