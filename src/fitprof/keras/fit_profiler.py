@@ -325,6 +325,8 @@ class FitProfiler(keras.callbacks.Callback):
             memory_device=self._memory_device(),
         )
         engine.warm_up(kineto=self.backend == "torch")  # not at the first window's end, which training waits for
+        if rank == 0:
+            self._events.warm_up()  # likewise: its first write is at the first epoch's end
         self._work.begin_fit(self.model, world)
         if self._fns.non_chief_abort and rank > 0 and engine.profiles_rank:
             self._warn_once(

@@ -1,0 +1,84 @@
+"""fitprof's own TensorBoard event file (:mod:`fitprof.keras._tbevents`): read back through tensorboard's reader,
+which checks every record's CRC; written without importing TensorFlow, installed or not."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+from tensorboard.util import tensor_util
+
+from fitprof.keras import _tbevents
+
+
+def _read(run: Path) -> EventAccumulator:
+    (path,) = run.glob("events.out.tfevents.*.fitprof")
+    acc = EventAccumulator(str(path), size_guidance={"tensors": 0})
+    acc.Reload()
+    return acc
+
+
+@pytest.mark.parametrize("c_crc", [True, False], ids=["google_crc32c", "tensorboard-crc"])
+def test_scalars_and_text_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, c_crc: bool) -> None:
+    if c_crc:
+        pytest.importorskip("google_crc32c")
+    else:  # without the C extension: tensorboard's own CRC
+        real = builtins.__import__
+
+        def no_c(name: str, *args: Any, **kwargs: Any) -> Any:
+            if name == "google_crc32c":
+                raise ImportError(name)
+            return real(name, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "__import__", no_c)
+    events = _tbevents.TBEventFile(tmp_path / "run")
+    events.warm_up()
+    assert not (tmp_path / "run").exists()  # nothing written yet: no empty event file
+    for epoch in (0, 2):
+        events.scalars({"fitprof/step_time_ms": 12.5 + epoch, "fitprof/top_ops/aten::mm": 0.25}, step=epoch)
+        events.text("fitprof/summary", f"**epoch {epoch}** données", step=epoch)
+        events.flush()
+    events.close()
+    acc = _read(tmp_path / "run")
+    steps = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors("fitprof/step_time_ms")]
+    assert steps == [(0, 12.5), (2, 14.5)]
+    assert [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors("fitprof/top_ops/aten::mm")] == [
+        0.25,
+        0.25,
+    ]
+    texts = [tensor_util.make_ndarray(e.tensor_proto).item().decode() for e in acc.Tensors("fitprof/summary")]
+    assert texts == ["**epoch 0** données", "**epoch 2** données"]
+
+
+def test_the_masked_crc_is_tensorboards() -> None:
+    crc = _tbevents._masked_crc()
+    for data in (b"", b"\x00" * 8, os.urandom(1000), "données".encode()):
+        assert crc(data) == masked_crc32c(data)
+
+
+@pytest.mark.slow
+def test_writing_imports_no_tensorflow(tmp_path: Path) -> None:
+    """Keras on torch with TensorFlow installed: writing the figures never loads TensorFlow (seconds of the
+    training thread at the first profiled epoch's end)."""
+    pytest.importorskip("tensorflow")
+    code = (
+        "import sys; from fitprof.keras._tbevents import TBEventFile; e = TBEventFile(sys.argv[1]); "
+        "e.scalars({'fitprof/a': 1.0}, step=0); e.text('fitprof/summary', 'x', step=0); e.close(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tensorflow')[:3])"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "torch"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+    assert list(tmp_path.glob("events.out.tfevents.*.fitprof"))
