@@ -10,8 +10,10 @@ Three modes, each in a fresh process, interleaved (A B C A B C ...):
 
 Two workloads: ``tiny`` (an 8-layer MLP, a window of a few thousand events) and ``big`` (a model that runs about
 4,000 small operators a step, a window of about 10^5 events). CPU only, ``torch.set_num_threads(1)``.
+``--framework keras``: the same with Keras 3 on torch (``KERAS_BACKEND=torch``, fitprof's Keras ``FitProfiler``; the
+``big`` workload's small operators run in a layer's ``call``).
 
-    python benchmarks/epoch_end_gap.py --repeats 3 [--workloads tiny big] [--src A B ...]
+    python benchmarks/epoch_end_gap.py --repeats 3 [--workloads tiny big] [--src A B ...] [--framework keras]
 
 Prints one row per workload and mode (median gap over the repeats, ms) and the extra gaps against ``none``; then
 the same for the gap's CPU time in the training thread (``time.thread_time``), which others' load on the machine
@@ -35,6 +37,105 @@ from pathlib import Path
 from typing import Any
 
 STEPS = 6
+
+
+def keras_child(mode: str, workload: str, out: str) -> None:
+    os.environ["KERAS_BACKEND"] = "torch"
+    import keras
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)  # not keras.utils.set_random_seed: it imports TensorFlow where installed, which a fit on
+    np.random.seed(0)  # torch otherwise never loads (fitprof's first event-file write must not either)
+
+    class SmallOps(keras.layers.Layer):
+        def call(self, h: Any) -> Any:
+            for _ in range(800 if workload == "big" else 0):  # many small operators: a window of about 10^5 events
+                h = h * 0.999 + 0.001
+            return h
+
+    model = keras.Sequential([keras.Input((64,)), *[keras.layers.Dense(64) for _ in range(8)], SmallOps()])
+    model.compile(optimizer="sgd", loss="mse")
+    x = np.random.randn(STEPS * 16, 64).astype("float32")
+    y = np.random.randn(STEPS * 16, 64).astype("float32")
+
+    class Gap(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.last_end: float | None = None
+            self.last_cpu = 0.0
+            self.gaps: list[float] = []
+            self.cpu: list[float] = []
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self.last_end, self.last_cpu, self.end_epoch = time.perf_counter(), time.thread_time(), self.epoch
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if self.last_end is not None and self.epoch != self.end_epoch:
+                self.gaps.append(time.perf_counter() - self.last_end)
+                self.cpu.append(time.thread_time() - self.last_cpu)
+
+    class TorchOwn(keras.callbacks.Callback):
+        def __init__(self, where: Path) -> None:
+            super().__init__()
+            self.where = where
+            self.prof: Any = None
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            if self.epoch == 0 and batch == 0:
+                self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                self.prof.start()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if self.prof is not None:
+                prof, self.prof = self.prof, None
+                t0 = time.perf_counter()
+                prof.stop()
+                prof.export_chrome_trace(str(self.where / "own.pt.trace.json"))
+                self.stop_export_s = time.perf_counter() - t0
+
+    tmp = Path(tempfile.mkdtemp(prefix="gap-"))
+    gap = Gap()
+    callbacks: list[Any] = [gap]  # first: the last batch's end is timed before any profiler's hook runs
+    own = None
+    if mode == "fitprof":
+        from fitprof.keras import FitProfiler
+
+        callbacks.append(FitProfiler(log_dir=str(tmp), profile_batch=(2, STEPS), every_n_epochs=2))
+    elif mode == "torch":
+        own = TorchOwn(tmp)
+        callbacks.append(own)
+    model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
+    _write_result(out, tmp, gap.gaps[0], gap.cpu[0], getattr(own, "stop_export_s", None))
+
+
+def _write_result(out: str, tmp: Path, gap_s: float, gap_cpu_s: float, stop_export_s: float | None) -> None:
+    events = 0
+    for trace in tmp.glob("*.pt.trace.json*"):  # the window's size, in complete events
+        import gzip
+
+        with (gzip.open if trace.suffix == ".gz" else open)(trace, "rb") as fh:
+            events = sum(1 for e in json.loads(fh.read())["traceEvents"] if e.get("ph") == "X")
+    Path(out).write_text(
+        json.dumps(
+            {
+                "gap_s": gap_s,
+                "gap_cpu_s": gap_cpu_s,
+                "events": events,
+                "stop_export_s": stop_export_s,
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
 
 
 def child(mode: str, workload: str, out: str) -> None:
@@ -124,23 +225,7 @@ def child(mode: str, workload: str, out: str) -> None:
         num_sanity_val_steps=0,
     )
     trainer.fit(Net(), loader)
-    events = 0
-    for trace in tmp.glob("*.pt.trace.json*"):  # the window's size, in complete events
-        import gzip
-
-        with (gzip.open if trace.suffix == ".gz" else open)(trace, "rb") as fh:
-            events = sum(1 for e in json.loads(fh.read())["traceEvents"] if e.get("ph") == "X")
-    Path(out).write_text(
-        json.dumps(
-            {
-                "gap_s": gap.gaps[0],
-                "gap_cpu_s": gap.cpu[0],
-                "events": events,
-                "stop_export_s": getattr(own, "stop_export_s", None),
-                "load": os.getloadavg()[0],
-            }
-        )
-    )
+    _write_result(out, tmp, gap.gaps[0], gap.cpu[0], getattr(own, "stop_export_s", None))
 
 
 def main() -> None:
@@ -148,10 +233,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workloads", nargs="+", default=["tiny", "big"])
     parser.add_argument("--src", nargs="+", default=[], help="source trees to compare (PYTHONPATH of each child)")
+    parser.add_argument("--framework", choices=["lightning", "keras"], default="lightning")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "WORKLOAD", "OUT"))
     args = parser.parse_args()
     if args.child:
-        child(*args.child)
+        (keras_child if args.framework == "keras" else child)(*args.child)
         return
     srcs = [str(Path(s).resolve()) for s in args.src]
     runs = [("none", srcs[:1]), ("torch", srcs[:1])] + [("fitprof", [s]) for s in srcs or [""]]
@@ -167,13 +253,13 @@ def main() -> None:
                 env = {**base, "PYTHONPATH": src} if src else base
                 with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
                     out = fh.name
-                subprocess.run([sys.executable, __file__, "--child", mode, workload, out], check=True, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                subprocess.run([sys.executable, __file__, "--framework", args.framework, "--child", mode, workload, out],
+                               check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
                 results.setdefault((workload, run), []).append(json.loads(Path(out).read_text()))
                 loads.append(os.getloadavg()[0])
                 os.unlink(out)
     load = os.getloadavg()
-    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load after each child: "
+    print(f"{args.framework}; load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1-minute load after each child: "
           f"{min(loads):.2f}-{max(loads):.2f}")  # fmt: skip
     for workload, field in ((w, f) for w in args.workloads for f in ("gap_s", "gap_cpu_s")):
         med = {run: statistics.median(r[field] for r in results[(workload, run)]) * 1e3 for run in runs}
