@@ -476,3 +476,43 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
         assert path.name in str(info.value)
     with pytest.raises(TraceError, match=r"nope\.pt\.trace\.json"):
         fitprof.analyze(tmp_path / "nope.pt.trace.json")
+
+
+def test_a_handed_over_text_is_read_once_and_only_for_its_unchanged_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window's writer hands the reader the trace's plain text (``_limits.hand_over``): the next read of that
+    very file takes it instead of inflating, with the same table; a later read, or a read of a file changed since,
+    inflates the file."""
+    import os
+
+    from fitprof.traces import _limits
+
+    source = SHIPPED_KINETO[0]
+    text = gzip.decompress(source.read_bytes())
+    path = tmp_path / source.name
+    path.write_bytes(gzip.compress(text, compresslevel=1))
+    expected = read_kineto(source)
+    inflated: list[Path] = []
+    real = _limits._inflate
+
+    def spy(fh: Any, where: Path, *args: Any, **kwargs: Any) -> bytearray:
+        inflated.append(where)
+        return real(fh, where, *args, **kwargs)
+
+    monkeypatch.setattr(_limits, "_inflate", spy)
+    _limits.hand_over(path, bytearray(text))
+    pd.testing.assert_frame_equal(read_kineto(path), expected)
+    assert inflated == []
+    pd.testing.assert_frame_equal(read_kineto(path), expected)  # once only
+    assert inflated == [path]
+
+    _limits.hand_over(path, bytearray(b'{"traceEvents": []}'))  # then the file changes: its text is not used
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    pd.testing.assert_frame_equal(read_kineto(path), expected)
+    assert inflated == [path, path]
+    _limits.hand_over(path, bytearray(b'{"traceEvents": []}'))  # another file's text is dropped, never reused
+    read_kineto(source)
+    pd.testing.assert_frame_equal(read_kineto(path), expected)
+    assert _limits._handed is None

@@ -232,6 +232,12 @@ def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
     assert record_function.__enter__ is original
     names = _annotation_names(path)
     assert names.count('load "train"') == STEPS
+    # the plain text is handed to the reader, which the epoch's analysis calls next: the same text as the file's
+    from fitprof.traces import _limits
+
+    assert _limits._handed is not None and _limits._handed[0] == _limits._key(path.stat())
+    assert bytes(_limits._handed[1]) == gzip.decompress(path.read_bytes())
+    assert fitprof.analyze(path).steps_analyzed == STEPS and _limits._handed is None
 
     stacked = TorchProfileWindow(warn=WarnOnce(print), with_stack=True)
     assert stacked.start(tmp_path, "t", rank=0)
