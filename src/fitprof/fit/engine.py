@@ -726,15 +726,12 @@ class FitEngine:
         """Stop the open window without keeping it (one warning naming ``reason``)."""
         if self._event is None:
             self.armed = False  # the scheduled window: this epoch opens no other
-        window, self.window = self.window, None
-        self._event = None
+        window = self.window
         self.warn("mark", f"fitprof: {reason}; the window of epoch {self.epoch} was dropped.")
-        if window is not None:
-            with contextlib.suppress(Exception):
-                window.abort()
-            if window.session_dir is not None:
-                with contextlib.suppress(OSError):
-                    window.session_dir.rmdir()  # no empty session in the Profile tab
+        self.abort()
+        if window is not None and window.session_dir is not None:
+            with contextlib.suppress(OSError):
+                window.session_dir.rmdir()  # no empty session in the Profile tab
 
     # ------------------------------------------------------------------------------------ validation etc.
     def validation_start(self) -> None:
