@@ -38,7 +38,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 from fitprof import steps as _steps
@@ -174,7 +173,6 @@ class FitEngine:
         self.ends_after: Callable[[int], bool] = _never
         self.epoch = -1
         self._reset_epoch()
-        self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
         self._now = 0
         self._save_annotated = False  # a save's fitprof/checkpoint annotation is open in the window
 
@@ -231,7 +229,6 @@ class FitEngine:
         self.epoch_steps = {}
         self.triggers.begin_fit()
         self.steps = StepRecorder()
-        self._closed = None
         self.probes.call("fit_start", now_ns=self.clock())
 
     @property
@@ -337,26 +334,24 @@ class FitEngine:
             self._open_scheduled(next_step)
 
     def _yield_to_others(self) -> bool:
-        """Leave this epoch's window to another profiler that holds any of its steps (one warning); a profile that
-        ends on the warm-up step only costs the window its warm-up step. True when the window is given up."""
-        cfg, plan = self.config, self.plan
-        for other in self.busy:
-            if plan.warm_up <= other.last < cfg.first_step:
-                self.plan = plan = schedule.Plan(cfg.first_step, plan.count_step)
-                continue
-            if schedule.overlaps(other.first, other.last, cfg.first_step, cfg.last_step):
-                self.armed = False
-                if self.coverage.blocked is None:
-                    self.coverage.blocked = f"{other.who} profiles the same steps"
-                self.warn(
-                    "busy",
-                    f"fitprof: {other.who} profiles the same steps as the window of epoch {self.epoch} "
-                    f"(profile_batch={cfg.first_step},{cfg.last_step}); two profilers cannot run at once, so fitprof "
-                    f"leaves those steps to {other.name} and profiles no window in that epoch. Give the two callbacks "
-                    "different steps to get both profiles.",
-                )
-                return True
-        return False
+        """Leave this epoch's window to another profiler that holds any of its steps (:func:`schedule.yield_to`; one
+        warning). True when the window is given up."""
+        cfg = self.config
+        self.plan, taker = schedule.yield_to(self.plan, cfg, [(b.first, b.last) for b in self.busy])
+        if taker is None:
+            return False
+        other = self.busy[taker]
+        self.armed = False
+        if self.coverage.blocked is None:
+            self.coverage.blocked = f"{other.who} profiles the same steps"
+        self.warn(
+            "busy",
+            f"fitprof: {other.who} profiles the same steps as the window of epoch {self.epoch} "
+            f"(profile_batch={cfg.first_step},{cfg.last_step}); two profilers cannot run at once, so fitprof "
+            f"leaves those steps to {other.name} and profiles no window in that epoch. Give the two callbacks "
+            "different steps to get both profiles.",
+        )
+        return True
 
     def epoch_end(
         self,
@@ -396,9 +391,7 @@ class FitEngine:
         self.publisher.contention = None if parts is None else contention(parts, self.parts.framework)
         result = EpochResult(figures=figures, profiled=self.profiled)
         if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
-            if self._closed is not None:
-                result.session_dir = self._closed[0].session_dir
-            result.window = self._publish(epoch, gather, log)
+            self.publisher.scheduled(epoch, result, work=self.work, gather=gather, log=log)
         result.epoch = {**epoch_scalars(figures), **self.probes.figures("epoch")}
         result.triggered, result.trigger = self.triggers.publish(epoch, self.publisher)
         self.profiled = False
@@ -430,7 +423,6 @@ class FitEngine:
         return {
             **self.__dict__,
             "window": None,
-            "_closed": None,
             "ends_after": _never,
             "_xplane": None,
         }
@@ -718,7 +710,7 @@ class FitEngine:
             window.abort()
             return
         if event is None:
-            self._closed = (window, trace)
+            self.publisher.keep(window, trace)
         else:
             self.triggers.closed(self.epoch, window, trace, event)
 
@@ -782,14 +774,6 @@ class FitEngine:
                 self.window.end_annotation()
         self._save_annotated = False
         self.steps.take_out(ns)
-
-    # ------------------------------------------------------------------------------------------ publishing
-    def _publish(self, epoch: int, gather: Gather | None, log: Callable[[EpochLog], None]) -> dict[str, float]:
-        closed, self._closed = self._closed, None
-        work = None if closed is None or self.work is None else self.work.work()
-        return self.publisher.window(
-            epoch, closed, work=work, gather=gather, log=log, epoch_steps=self.epoch_steps.get(epoch)
-        )
 
 
 def _never(step: int) -> bool:
