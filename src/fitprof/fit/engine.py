@@ -665,10 +665,10 @@ class FitEngine:
         if not self._marked and ends:
             self._close(drop_open_step=False)  # only its warm-up step ran: dropped
             return
-        self.triggers.times.append(self._now)
+        done = self.triggers.boundary(k, self._now)
         if not self._marked:
             self._mark_first(k)
-        elif k > self.triggers.last or ends:
+        elif done or ends:
             self._close(drop_open_step=False)
         else:
             self._mark(k)

@@ -37,8 +37,6 @@ class TriggeredWindows:
         published: one ``(epoch, event, report or None)`` per triggered window of this fit, in order.
         false_alarms: ``(epoch, step)`` of each triggered window that proved a false alarm -> its steps' median wall
             time (ms).
-        last: the last analysed step of the open triggered window.
-        times: the boundary times (ns) of the open triggered window's analysed steps, from its first on.
     """
 
     def __init__(self, trigger: SlowdownTrigger | None, *, length: int) -> None:
@@ -46,8 +44,8 @@ class TriggeredWindows:
         self.length = length
         self.published: list[tuple[int, TriggerEvent, BottleneckReport | None]] = []
         self.false_alarms: dict[tuple[int, int], float] = {}
-        self.last = 0
-        self.times: list[int] = []
+        self._last = 0  # the last analysed step of the open window
+        self._times: list[int] = []  # the open window's step boundaries (ns), from its first analysed step on
         self._pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []  # stopped this epoch, published at its end
         self._fired: Any = None  # the trigger's own record of the firing whose window is open
         self._steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
@@ -63,7 +61,7 @@ class TriggeredWindows:
 
     def begin_epoch(self) -> None:
         """An epoch begins (a new iterator, maybe a new learning rate): the trigger starts a fresh baseline."""
-        self.last = 0
+        self._last = 0
         if self.trigger is not None:
             self.trigger.reset_run()
 
@@ -84,9 +82,15 @@ class TriggeredWindows:
 
     def opened(self, k: int, spe: int) -> None:
         """A triggered window opened before step ``k``, its warm-up step: the next :attr:`length` steps (calls of
-        ``spe`` batches) are analysed, so it closes at the boundary after step :attr:`last`."""
-        self.last = k + spe * self.length
-        self.times = []
+        ``spe`` batches) are analysed."""
+        self._last = k + spe * self.length
+        self._times = []
+
+    def boundary(self, k: int, now: int) -> bool:
+        """Step boundary ``k`` of the open window, at ``now`` (ns), from its first analysed step on: kept for
+        judging its steps' wall times; whether its analysed steps are done (it closes here)."""
+        self._times.append(now)
+        return k > self._last
 
     def closed(self, epoch: int, window: ProfileWindow, trace: Path, event: TriggerEvent) -> None:
         """A triggered window stopped with its trace: judged (:meth:`_judge`) and kept for its epoch's end."""
@@ -100,7 +104,7 @@ class TriggeredWindows:
         ``min_spacing`` gap, and the window's line says so. Judged as the window closes, so that a real slowdown
         soon after can still fire in this epoch. Wall times include the profiler's own cost, so a window is never
         called a false alarm for being cheap to profile."""
-        durations = sorted(b - a for a, b in itertools.pairwise(self.times))
+        durations = sorted(b - a for a, b in itertools.pairwise(self._times))
         if not durations or self.trigger is None or self._fired is None:
             return
         mid = len(durations) // 2
