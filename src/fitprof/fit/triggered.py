@@ -34,6 +34,7 @@ class TriggeredWindows:
     Attributes:
         trigger: as given.
         length: the analysed steps (calls) of a triggered window.
+        steps_fed: the clean steps fed to the trigger this fit (its step numbering).
         published: one ``(epoch, event, report or None)`` per triggered window of this fit, in order.
         false_alarms: ``(epoch, step)`` of each triggered window that proved a false alarm -> its steps' median wall
             time (ms).
@@ -48,14 +49,14 @@ class TriggeredWindows:
         self._times: list[int] = []  # the open window's step boundaries (ns), from its first analysed step on
         self._pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []  # stopped this epoch, published at its end
         self._fired: Any = None  # the trigger's own record of the firing whose window is open
-        self._steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
+        self.steps_fed = 0
 
     def begin_fit(self) -> None:
         """A ``fit`` begins: forget the last fit's windows, firings and false alarms."""
         self.published = []
         self.false_alarms = {}
         self._pending = []
-        self._steps_total = 0
+        self.steps_fed = 0
         if self.trigger is not None:
             self.trigger.reset()
 
@@ -72,9 +73,9 @@ class TriggeredWindows:
         trigger = self.trigger
         if dt is None or trigger is None:
             return None
-        self._steps_total += 1
+        self.steps_fed += 1
         allowed = dt <= trigger.threshold_ns or may_open(n)
-        fired = trigger.observe(dt, self._steps_total, allowed=allowed)
+        fired = trigger.observe(dt, self.steps_fed, allowed=allowed)
         if fired is None:
             return None
         self._fired = fired  # the trigger's own record, to withdraw if the window proves a false alarm
