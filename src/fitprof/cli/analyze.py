@@ -24,7 +24,7 @@ from fitprof import _fs, analyze
 from fitprof.analysis import BottleneckReport
 from fitprof.cli._dask import DEFAULT_CONNECT_TIMEOUT_S, SchedulerError, scheduler_map
 from fitprof.cli._parallel import auto_jobs, ordered_map
-from fitprof.cli.arguments import add_output_options, positive_float, positive_int
+from fitprof.cli.arguments import add_number_option, add_output_options, positive_float, positive_int
 from fitprof.cli.output import EXIT_BAD_INPUT, BadInput, Output, describe
 from fitprof.cli.records import make_record, spreads
 from fitprof.cli.render import RECORD_TRACE
@@ -43,20 +43,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     ana.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
     add_output_options(ana)
-    ana.add_argument("--top-k", type=positive_int, default=5, metavar="N", help="operators to rank (default: 5)")
-    ana.add_argument(
-        "--max-trace-mb",
-        type=positive_float,
-        default=DEFAULT_MAX_TRACE_MB,
-        metavar="MB",
-        help=f"refuse a trace bigger than MB, inflated for a .gz (default: {DEFAULT_MAX_TRACE_MB:g})",
+    add_number_option(ana, "--top-k N", positive_int, 5, "operators to rank")
+    add_number_option(
+        ana,
+        "--max-trace-mb MB",
+        positive_float,
+        DEFAULT_MAX_TRACE_MB,
+        "refuse a trace bigger than MB, inflated for a .gz",
     )
-    ana.add_argument(
-        "--max-events",
-        type=positive_int,
-        default=DEFAULT_MAX_EVENTS,
-        metavar="N",
-        help=f"refuse a trace with more than N events (default: {DEFAULT_MAX_EVENTS:,})",
+    add_number_option(
+        ana, "--max-events N", positive_int, DEFAULT_MAX_EVENTS, "refuse a trace with more than N events", shown=","
     )
     ana.add_argument(
         "--scheduler",
@@ -65,12 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the files (a shared filesystem or URLs) and send back only the per-file reports; needs "
         "pip install 'fitprof[dask]'; not with --jobs",
     )
-    ana.add_argument(
-        "--scheduler-timeout",
-        type=positive_float,
-        default=DEFAULT_CONNECT_TIMEOUT_S,
-        metavar="S",
-        help=f"give up reaching the scheduler after S seconds (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
+    add_number_option(
+        ana,
+        "--scheduler-timeout S",
+        positive_float,
+        DEFAULT_CONNECT_TIMEOUT_S,
+        "give up reaching the scheduler after S seconds",
     )
     ana.set_defaults(run=run)
 

@@ -1,5 +1,5 @@
-"""The argument types and the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``,
-``--strict``)."""
+"""The argument types, the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``,
+``--strict``) and the one way a numeric option is declared (:func:`add_number_option`)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,21 @@ def positive_float(text: str) -> float:
 def non_negative_float(text: str) -> float:
     """``text`` as a finite number >= 0, else :class:`argparse.ArgumentTypeError` naming it."""
     return _number(text, "a number >= 0", lambda value: value >= 0)
+
+
+def add_number_option(
+    p: argparse.ArgumentParser,
+    usage: str,
+    kind: Callable[[str], float] | Callable[[str], int],
+    default: float,
+    help: str,
+    shown: str = "g",
+) -> None:
+    """A numeric option on a subcommand's parser, ``usage`` as its help shows it (``"--top-k N"``: the flag and its
+    metavar): ``kind`` checks the text (:func:`positive_int`, ...), and the help ends with ``(default: ...)``, the
+    default formatted by ``shown`` (``"g"``, ``","``), so that what the help says is the default the parser uses."""
+    flag, metavar = usage.split()
+    p.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{help} (default: {default:{shown}})")
 
 
 def add_format_options(p: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:

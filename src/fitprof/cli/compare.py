@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.arguments import add_format_options, add_strict_option, non_negative_float
+from fitprof.cli.arguments import add_format_options, add_number_option, add_strict_option, non_negative_float
 from fitprof.cli.output import EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
@@ -65,20 +65,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("candidate", metavar="CANDIDATE", help="run directory, report file or trace file")
     add_format_options(p, FORMATS)
     add_strict_option(p)
-    p.add_argument(
-        "--fail-over",
-        type=non_negative_float,
-        default=DEFAULT_FAIL_OVER_PERCENT,
-        metavar="PCT",
-        help="fail when the step time, or an operator's self time per step, grew by more than PCT percent "
-        f"beyond the noise (default: {DEFAULT_FAIL_OVER_PERCENT:g})",
+    add_number_option(
+        p,
+        "--fail-over PCT",
+        non_negative_float,
+        DEFAULT_FAIL_OVER_PERCENT,
+        "fail when the step time, or an operator's self time per step, grew by more than PCT percent beyond the noise",
     )
-    p.add_argument(
-        "--min-ms",
-        type=non_negative_float,
-        default=DEFAULT_MIN_MS,
-        metavar="MS",
-        help=f"an operator must also grow by more than MS ms per step to fail (default: {DEFAULT_MIN_MS:g})",
+    add_number_option(
+        p,
+        "--min-ms MS",
+        non_negative_float,
+        DEFAULT_MIN_MS,
+        "an operator must also grow by more than MS ms per step to fail",
     )
     p.set_defaults(run=run)
 
