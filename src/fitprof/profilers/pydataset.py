@@ -26,6 +26,7 @@ then loads in the main thread) nothing is wrapped and :attr:`PyDatasetTiming.wor
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -245,6 +246,89 @@ class PyDatasetTiming:
         except Exception as err:  # pragma: no cover - an enqueuer that refuses the attribute: the flag is off
             log.debug("fitprof: PyDataset timing not detached: %r", err)
         self.enqueuer = None
+
+
+class BatchWait:
+    """The main side's wait for each ``PyDataset`` batch where Keras pulls it inside the step (TensorFlow, JAX).
+
+    On TensorFlow and JAX Keras asks for a batch inside ``train_function``, after ``on_train_batch_begin``: TensorFlow
+    through ``tf.data.Dataset.from_generator`` over the adapter's generator (``py_dataset_adapter.get_tf_dataset``;
+    with workers its prefetching is switched off, so the step waits for the generator), JAX through the adapter's
+    numpy iterator. Both iterate the generator that ``PyDatasetAdapter._get_iterator`` makes at each epoch (over the
+    enqueuer's ``get()`` with workers, over ``__getitem__`` in the main thread without). :meth:`install` sets timed
+    copies of those generator methods on the adapter instance (TensorFlow's dataset holds the bound
+    ``_get_iterator``, which looks them up on the instance at each epoch): each ``next()`` of the generator is timed
+    with ``time.perf_counter_ns`` into a running total. The batch is yielded as the generator made it.
+
+    Which step a wait belongs to: a wait measured between two ``on_train_batch_begin`` calls is the wait of the
+    step that ran between them, which :meth:`take` (the total since the last call) gives. The generator runs in a
+    ``tf.data`` thread on TensorFlow; one thread adds, the main thread reads, so no lock is needed.
+
+    Args:
+        adapter: Keras's ``PyDatasetAdapter`` of this fit.
+        plain: also time the generators without an enqueuer (the main thread loads: JAX); False where the framework
+            pulls those batches ahead in the background (TensorFlow's ``prefetch(AUTOTUNE)``), so no wait is seen.
+    """
+
+    _METHODS = ("_finite_enqueuer_generator", "_infinite_enqueuer_generator")
+    _PLAIN = ("_finite_generator", "_infinite_generator")
+
+    def __init__(self, adapter: Any, *, plain: bool) -> None:
+        self.adapter = adapter
+        self.names = self._METHODS + (self._PLAIN if plain else ())
+        self.total_ns = 0
+        self._read_ns = 0
+        self._on = False
+
+    def install(self) -> bool:
+        """Set the timed generators on the adapter instance; False (nothing set) where the adapter lacks one."""
+        adapter = self.adapter
+        if any(not callable(getattr(adapter, name, None)) for name in self.names):
+            return False
+        for name in self.names:
+            if name not in vars(adapter):
+                setattr(adapter, name, self._timed(getattr(adapter, name)))
+        self._on = True
+        return True
+
+    def _timed(self, make: Any) -> Any:
+        def generator(*args: Any, **kwargs: Any) -> Any:
+            inner = make(*args, **kwargs)
+            try:
+                while True:
+                    t0 = time.perf_counter_ns()
+                    try:
+                        batch = next(inner)
+                    except StopIteration:
+                        return
+                    finally:
+                        if self._on:
+                            self.total_ns += time.perf_counter_ns() - t0
+                    yield batch
+            finally:
+                inner.close()
+
+        generator._fitprof_wait = self  # type: ignore[attr-defined]
+        return generator
+
+    def take(self) -> int:
+        """The wait (ns) since the last call: the step that ran since the last ``on_train_batch_begin``."""
+        total = self.total_ns
+        wait, self._read_ns = total - self._read_ns, total
+        return wait
+
+    def uninstall(self) -> None:
+        """Remove the timed generators from the adapter instance (the class's own again); never raises. A generator
+        already running goes on untimed."""
+        self._on = False
+        adapter, self.adapter = self.adapter, None
+        if adapter is None:
+            return
+        for name in self.names:
+            own = vars(adapter).get(name)
+            if getattr(own, "_fitprof_wait", None) is self:
+                with contextlib.suppress(Exception):
+                    delattr(adapter, name)
 
 
 def _table() -> dict[Any, Any] | None:
