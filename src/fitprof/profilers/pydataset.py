@@ -248,6 +248,9 @@ class PyDatasetTiming:
         self.enqueuer = None
 
 
+_MISSING = object()
+
+
 class BatchWait:
     """The main side's wait for each ``PyDataset`` batch where Keras pulls it inside the step (TensorFlow, JAX).
 
@@ -279,15 +282,17 @@ class BatchWait:
         self.total_ns = 0
         self._read_ns = 0
         self._on = False
+        self._before: dict[str, Any] = {}  # what the instance held before (its own attribute, or none)
 
     def install(self) -> bool:
-        """Set the timed generators on the adapter instance; False (nothing set) where the adapter lacks one."""
+        """Set the timed generators on the adapter instance (over another callback's, if it set its own first);
+        False (nothing set) where the adapter lacks one."""
         adapter = self.adapter
         if any(not callable(getattr(adapter, name, None)) for name in self.names):
             return False
         for name in self.names:
-            if name not in vars(adapter):
-                setattr(adapter, name, self._timed(getattr(adapter, name)))
+            self._before[name] = vars(adapter).get(name, _MISSING)
+            setattr(adapter, name, self._timed(getattr(adapter, name)))
         self._on = True
         return True
 
@@ -318,17 +323,24 @@ class BatchWait:
         return wait
 
     def uninstall(self) -> None:
-        """Remove the timed generators from the adapter instance (the class's own again); never raises. A generator
+        """Put back what :meth:`install` replaced on the adapter instance, where it still holds this timing's own
+        generators (one set above them later stays, and these pass through untimed); never raises. A generator
         already running goes on untimed."""
         self._on = False
         adapter, self.adapter = self.adapter, None
         if adapter is None:
             return
         for name in self.names:
-            own = vars(adapter).get(name)
-            if getattr(own, "_fitprof_wait", None) is self:
-                with contextlib.suppress(Exception):
+            if getattr(vars(adapter).get(name), "_fitprof_wait", None) is not self:
+                continue
+            before = self._before.get(name, _MISSING)
+            while getattr(before, "_fitprof_wait", None) is not None and before._fitprof_wait.adapter is None:
+                before = before._fitprof_wait._before.get(name, _MISSING)  # a timing removed below this one: skip it
+            with contextlib.suppress(Exception):
+                if before is _MISSING:
                     delattr(adapter, name)
+                else:
+                    setattr(adapter, name, before)
 
 
 def _table() -> dict[Any, Any] | None:
