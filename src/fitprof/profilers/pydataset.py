@@ -22,6 +22,10 @@ lock, so two workers of overlapping pools sharing a slot still add correctly.
 :meth:`PyDatasetTiming.detach` switches the timing off (a shared flag checked before each batch) and puts the user's
 dataset back into the enqueuer (and the table). With no enqueuer (``workers=0``, or ``workers=1`` with threads: Keras
 then loads in the main thread) nothing is wrapped and :attr:`PyDatasetTiming.workers` is 0.
+
+The main side's wait for each batch: on torch Keras fetches it in Python before ``on_train_batch_begin`` (timed by
+``fitprof.keras._torch_backend.FetchTimer``); TensorFlow and JAX pull it inside ``train_function``, and
+:class:`BatchWait` times it around the adapter's generator.
 """
 
 from __future__ import annotations
