@@ -338,7 +338,8 @@ _LOADER = (
     " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
     "`DataLoader`'s fetch of each batch, its samples and its collate, or a Keras `PyDataset`'s `__getitem__`, timed "
     "inside each worker process or thread into shared memory); NaN where the callback has no such loader or the "
-    "epoch had no steady steps."
+    "epoch had no steady steps. Several train loaders (Lightning's `CombinedLoader`, a list or dict) are read "
+    "together: workers summed, the busy share over all of them, the batch time per step (one batch from each)."
 )
 LOADER_WORKERS = Metric(
     EPOCH_PREFIX + "loader_workers",
@@ -359,7 +360,8 @@ LOADER_BATCH_MS = Metric(
     EPOCH_PREFIX + "loader_batch_ms",
     "ms per batch",
     "W: the workers' wall time per batch produced this epoch (their summed busy time over the batches they "
-    "produced). With 0 workers: the mean input wait of the steady steps." + _LOADER,
+    "produced; several loaders feeding each step: over the steps' worth of batches). With 0 workers: the mean input "
+    "wait of the steady steps." + _LOADER,
     group="loader",
 )
 LOADER_WORKERS_NEEDED = Metric(

@@ -41,6 +41,8 @@ class Backend:
         non_chief_abort: the profiler can abort a non-chief worker when a window stops (TensorFlow 2.21).
         retraces_collectives: counting FLOPs retraces the step, which allocates collective keys under a
             multi-worker strategy.
+        prefetches_plain_batches: a ``PyDataset`` without workers is pulled ahead in the background
+            (``tf.data``'s ``prefetch``), so the step's wait for it is not the loading's time.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Backend:
     says_where: bool = False
     non_chief_abort: bool = False
     retraces_collectives: bool = False
+    prefetches_plain_batches: bool = False
 
 
 def _tf_window(run_dir: str, *, epoch: int, rank: int, world: int, suffix: str, **_: Any) -> ProfileWindow:
@@ -111,6 +114,7 @@ BACKENDS: dict[str, Backend] = {
         says_where=True,
         non_chief_abort=True,
         retraces_collectives=True,
+        prefetches_plain_batches=True,
     ),
     "torch": dataclasses.replace(
         _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True
