@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.arguments import add_format_options, add_number_option, add_strict_option, non_negative_float
+from fitprof.cli.arguments import (
+    NumberOption,
+    add_format_options,
+    add_number_options,
+    add_strict_option,
+    non_negative_float,
+)
 from fitprof.cli.output import EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
@@ -51,6 +57,23 @@ EXIT_REGRESSION = 1
 FORMATS = ("table", "markdown", "json")
 
 
+THRESHOLDS = (
+    NumberOption(
+        "--fail-over PCT",
+        non_negative_float,
+        DEFAULT_FAIL_OVER_PERCENT,
+        "fail when the step time, or an operator's self time per step, grew by more than PCT percent beyond the noise",
+    ),
+    NumberOption(
+        "--min-ms MS",
+        non_negative_float,
+        DEFAULT_MIN_MS,
+        "an operator must also grow by more than MS ms per step to fail",
+    ),
+)
+"""When a change is a regression (:func:`fitprof.compare.compare`)."""
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``compare`` subcommand to the command's subparsers."""
     p = sub.add_parser(
@@ -65,20 +88,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("candidate", metavar="CANDIDATE", help="run directory, report file or trace file")
     add_format_options(p, FORMATS)
     add_strict_option(p)
-    add_number_option(
-        p,
-        "--fail-over PCT",
-        non_negative_float,
-        DEFAULT_FAIL_OVER_PERCENT,
-        "fail when the step time, or an operator's self time per step, grew by more than PCT percent beyond the noise",
-    )
-    add_number_option(
-        p,
-        "--min-ms MS",
-        non_negative_float,
-        DEFAULT_MIN_MS,
-        "an operator must also grow by more than MS ms per step to fail",
-    )
+    add_number_options(p, THRESHOLDS)
     p.set_defaults(run=run)
 
 
