@@ -29,7 +29,7 @@ from fitprof.cli import analyze as cli_analyze
 from fitprof.cli import compare as cli_compare
 from fitprof.cli import main
 from fitprof.cli.arguments import NumberOption, non_negative_float, positive_float, positive_int
-from fitprof.cli.command import build_parser
+from fitprof.cli.command import COMMANDS, build_parser
 from fitprof.metrics import top_op_key
 from fitprof.report_files import clean_json as _clean
 from fitprof.report_files import write_report_file
@@ -638,6 +638,22 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2, argv
         assert "usage:" in err and "Traceback" not in err
+
+
+def test_each_command_is_wired_from_its_module(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``fitprof --help`` lists each subcommand of ``COMMANDS`` in order with its ``HELP``; its own ``--help`` says
+    its ``DESCRIPTION``; and a call runs its ``run`` (a missing input is its own error, exit 2)."""
+    rc, top, _ = run_cli(capsys, "--help")
+    assert rc == 0
+    flat_top = " ".join(top.split())
+    places = [flat_top.index(f"{name} {command.HELP}") for name, command in COMMANDS.items()]
+    assert places == sorted(places)
+    for name, command in COMMANDS.items():
+        rc, out, _ = run_cli(capsys, name, "--help")
+        assert rc == 0 and out.startswith(f"usage: fitprof {name} ")
+        assert " ".join(command.DESCRIPTION.split()) in " ".join(out.split())
+    rc, _, err = run_cli(capsys, "report", tmp_path / "missing")
+    assert rc == 2 and err.strip() == f"fitprof: error: {tmp_path / 'missing'}: no such folder"
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,16 @@ from fitprof.cli.render import RECORD_TRACE
 from fitprof.traces import TraceError
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
+HELP = "analyse trace files (.xplane.pb, .pt.trace.json[.gz]) or plugins/profile/<session> folders"
+"""The line ``fitprof --help`` gives ``analyze``."""
+
+DESCRIPTION = (
+    "Analyse trace files, recorded by fitprof or not: *.xplane.pb, *.pt.trace.json, "
+    "*.json.gz, or a plugins/profile/<session> folder (its *.xplane.pb files). One row per file; "
+    "with several ranks' traces, also the spread across ranks and the slowest rank."
+)
+"""What ``fitprof analyze --help`` says it does."""
+
 LIMITS = (
     NumberOption("--top-k N", positive_int, 5, "operators to rank"),
     NumberOption(
@@ -46,27 +56,19 @@ SCHEDULER_TIMEOUT = NumberOption(
 """How long ``--scheduler`` waits to reach the cluster; listed after it."""
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``analyze`` subcommand to the command's subparsers."""
-    ana = sub.add_parser(
-        "analyze",
-        help="analyse trace files (.xplane.pb, .pt.trace.json[.gz]) or plugins/profile/<session> folders",
-        description="Analyse trace files, recorded by fitprof or not: *.xplane.pb, *.pt.trace.json, "
-        "*.json.gz, or a plugins/profile/<session> folder (its *.xplane.pb files). One row per file; "
-        "with several ranks' traces, also the spread across ranks and the slowest rank.",
-    )
-    ana.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
-    add_output_options(ana)
-    add_number_options(ana, LIMITS)
-    ana.add_argument(
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``analyze`` arguments: the traces, the output options, the limits and the Dask cluster."""
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
+    add_output_options(p)
+    add_number_options(p, LIMITS)
+    p.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         help="analyse each file on the Dask cluster whose scheduler is ADDRESS (tcp://host:8786); its workers read "
         "the files (a shared filesystem or URLs) and send back only the per-file reports; needs "
         "pip install 'fitprof[dask]'; not with --jobs",
     )
-    add_number_options(ana, [SCHEDULER_TIMEOUT])
-    ana.set_defaults(run=run)
+    add_number_options(p, [SCHEDULER_TIMEOUT])
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

@@ -57,6 +57,17 @@ EXIT_REGRESSION = 1
 FORMATS = ("table", "markdown", "json")
 
 
+HELP = "compare a candidate run with a baseline; exit 1 on a regression (a CI gate)"
+"""The line ``fitprof --help`` gives ``compare``."""
+
+DESCRIPTION = (
+    "Compare the figures and operators of CANDIDATE with BASELINE, each a run directory (its "
+    "report files), a report file or a trace file. A change counts when it passes --fail-over and the run-to-run "
+    "spread the runs' windows show. Exit status: 0 no regression, 1 regression, 2 bad input or sides that "
+    "are not comparable."
+)
+"""What ``fitprof compare --help`` says it does."""
+
 THRESHOLDS = (
     NumberOption(
         "--fail-over PCT",
@@ -74,22 +85,13 @@ THRESHOLDS = (
 """When a change is a regression (:func:`fitprof.compare.compare`)."""
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``compare`` subcommand to the command's subparsers."""
-    p = sub.add_parser(
-        "compare",
-        help="compare a candidate run with a baseline; exit 1 on a regression (a CI gate)",
-        description="Compare the figures and operators of CANDIDATE with BASELINE, each a run directory (its "
-        "report files), a report file or a trace file. A change counts when it passes --fail-over and the run-to-run "
-        "spread the runs' windows show. Exit status: 0 no regression, 1 regression, 2 bad input or sides that "
-        "are not comparable.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``compare`` arguments: the two sides, the output options and the thresholds."""
     p.add_argument("baseline", metavar="BASELINE", help="run directory, report file or trace file")
     p.add_argument("candidate", metavar="CANDIDATE", help="run directory, report file or trace file")
     add_format_options(p, FORMATS)
     add_strict_option(p)
     add_number_options(p, THRESHOLDS)
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
