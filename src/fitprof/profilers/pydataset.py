@@ -141,7 +141,10 @@ class TimedPyDataset:
         except Exception as err:  # timing must never stop a worker: this batch goes untimed
             log.debug("fitprof: PyDataset worker slot not claimed: %r", err)
             return self.dataset[index]
-        t0, c0, q0 = time.perf_counter_ns(), time.thread_time_ns(), waited()
+        # The wall clock last, right before the batch: reading the run queue is a file read, which a loaded machine
+        # can preempt, and that wait is not the batch's.
+        c0, q0 = time.thread_time_ns(), waited()
+        t0 = time.perf_counter_ns()
         try:
             return self.dataset[index]
         finally:
