@@ -43,6 +43,7 @@ class Backend:
             multi-worker strategy.
         prefetches_plain_batches: a ``PyDataset`` without workers is pulled ahead in the background
             (``tf.data``'s ``prefetch``), so the step's wait for it is not the loading's time.
+        kineto_trace: a window writes a Kineto trace (``torch.profiler``), which fitprof's trace reader analyses.
     """
 
     name: str
@@ -61,6 +62,7 @@ class Backend:
     non_chief_abort: bool = False
     retraces_collectives: bool = False
     prefetches_plain_batches: bool = False
+    kineto_trace: bool = False
 
 
 def _tf_window(run_dir: str, *, epoch: int, rank: int, world: int, suffix: str, **_: Any) -> ProfileWindow:
@@ -117,7 +119,7 @@ BACKENDS: dict[str, Backend] = {
         prefetches_plain_batches=True,
     ),
     "torch": dataclasses.replace(
-        _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True
+        _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True, kineto_trace=True
     ),
     "jax": Backend("jax", "JAX", _jax_window, _throughput.jax_device_and_dtype),
 }

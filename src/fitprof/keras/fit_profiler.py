@@ -326,7 +326,7 @@ class FitProfiler(keras.callbacks.Callback):
             ends_after=self._ends_after,
             memory_device=self._memory_device(),
         )
-        engine.warm_up(kineto=self.backend == "torch")  # not at the first window's end, which training waits for
+        engine.warm_up(kineto=self._fns.kineto_trace)  # not at the first window's end, which training waits for
         self._work.begin_fit(self.model, world)
         if self._fns.non_chief_abort and rank > 0 and engine.profiles_rank:
             self._warn_once(
