@@ -26,8 +26,12 @@ lint: install
 	$(BIN)/ruff format --check src tests examples benchmarks
 	$(BIN)/mypy
 
+# Two pytest workers: most of the suite's time is child processes and sleep-modelled waits, which leave a core
+# idle; each test module runs in one worker (its module-scoped child runs once). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest -q --durations=20 tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 tests
 
 # The device check (benchmarks/gpu_check.py): on a CUDA GPU, with torch, lightning, tensorboard and fitprof's core
 # dependencies already installed (no venv, no network). GPU_CHECK_ARGS="--dry" runs its logic on the CPU.

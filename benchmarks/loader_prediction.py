@@ -13,14 +13,18 @@ share against the truth the dataset and collate time themselves, and the exposed
 
     python benchmarks/loader_prediction.py --repeats 3
 
-``--source pydataset-threads`` / ``pydataset-processes``: the same check for a Keras fit (torch backend, in a child
-process per repeat: ``tests/pydataset_loop.py``) on a ``PyDataset(workers=N, use_multiprocessing=...)``, the step a
-layer sleeping ``--step-ms``, each batch's ``__getitem__`` sleeping ``--batch-ms`` (``cpu``: burning that much CPU
-time in Python, ``--cpu-batch-ms``); re-measured by the epoch's ``samples_per_s``, one epoch after a model built on
+``--source pydataset-threads`` / ``pydataset-processes``: the same check for a Keras fit (``--keras-backend``, torch
+unless given, in a child process per repeat: ``tests/pydataset_loop.py``) on a ``PyDataset(workers=N,
+use_multiprocessing=...)``, the step a layer sleeping ``--keras-step-ms`` (TensorFlow and JAX: a sleep at each batch's
+end, as their traced step cannot sleep), each batch's ``__getitem__`` sleeping ``--batch-ms`` (``cpu``: burning that much CPU
+time in Python, ``--cpu-batch-ms``); re-measured by the epoch's ``samples_per_s`` (TensorFlow and JAX, where a
+``PyDataset``'s batch size is unknown to Keras: the mean time between batch starts over the epoch's second half), one
+epoch after a model built on
 arrays (a model built from the dataset leaves Keras's enqueuer holding batches for epoch 0). Threads with ``--base 1``:
 Keras loads in the main thread, timed as the input wait.
 
     python benchmarks/loader_prediction.py --source pydataset-processes --repeats 3 --modes sleep
+    python benchmarks/loader_prediction.py --source pydataset-threads --keras-backend jax --base 2 --modes sleep
 """
 
 from __future__ import annotations
@@ -61,6 +65,9 @@ def main() -> None:
     parser.add_argument("--cpu-batch-ms", type=float, default=40.0, help="PyDataset, cpu mode: CPU ms a batch")
     parser.add_argument("--keras-step-ms", type=float, default=20.0, help="PyDataset: the step's sleep")
     parser.add_argument("--keras-steps", type=int, default=40, help="PyDataset: steps of the epoch")
+    parser.add_argument(
+        "--keras-backend", default="torch", choices=["torch", "tensorflow", "jax"], help="PyDataset: Keras's backend"
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -159,7 +166,7 @@ def pydataset_rows(args: argparse.Namespace) -> list[dict[str, object]]:
     processes = args.source == "pydataset-processes"
     loop = Path(__file__).resolve().parents[1] / "tests" / "pydataset_loop.py"
     src = str(Path(__file__).resolve().parents[1] / "src")
-    env = dict(os.environ, KERAS_BACKEND="torch", OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, KERAS_BACKEND=args.keras_backend, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     rows: list[dict[str, object]] = []
     for mode in args.modes:
@@ -186,6 +193,7 @@ def pydataset_rows(args: argparse.Namespace) -> list[dict[str, object]]:
                         "base": args.base,
                         "n": n,
                         "source": args.source,
+                        "backend": args.keras_backend,
                         "base_step_ms": base["step_ms"],
                         "batch_ms": h["fitprof/epoch/loader_batch_ms"],
                         "batch_cpu_ms": base["batch_cpu_ms"],
@@ -207,7 +215,7 @@ def pydataset_rows(args: argparse.Namespace) -> list[dict[str, object]]:
                 )
                 x = rows[-1]
                 print(
-                    f"{args.source} {mode:5s} r{r} N={n}: predicted {predicted:6.1f} ms, re-measured "
+                    f"{args.source} ({args.keras_backend}) {mode:5s} r{r} N={n}: predicted {predicted:6.1f} ms, re-measured "
                     f"{again['step_ms']:6.1f} ms ({x['error_percent']:+5.1f}%); busy {x['busy_percent']:5.1f}% vs "
                     f"truth {again['truth_busy']:5.1f}%  [base N={args.base}: {base['step_ms']:.1f} ms, W "
                     f"{x['batch_ms']:.1f} ms (CPU {base['batch_cpu_ms']:.1f}), S {base['rest_ms']:.1f} ms; N={n}: S "

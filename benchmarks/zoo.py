@@ -106,6 +106,7 @@ class Result:
     tbprof_pct: float = float("nan")
     busy_pct: float = float("nan")  # fitprof's share of the step that compute covers (device busy, else host ops)
     on_device: bool = False
+    contention: str = ""  # the report's CPU-contention reason ("" when the epoch did not wait for a core)
     extra: dict[str, Any] = field(default_factory=dict)
     later: list[tuple[float, float]] = field(default_factory=list)
     """(truth %, fitprof %) of the windows of epochs 1, 2, ... of the same run (``--epochs``)."""
@@ -397,6 +398,7 @@ def keras_scenario(
         truth_how=how,
         fitprof_pct=report.input_percent,
         verdict=report.verdict,
+        contention=report.contention,
         busy_pct=_busy_pct(report),
         on_device=math.isfinite(report.device_busy_percent),
         step_ms=report.step_time_ms,
@@ -659,6 +661,7 @@ def lightning_scenario(
         truth_how="main-process DataLoader __next__ spans / wall",
         fitprof_pct=report.input_percent,
         verdict=report.verdict,
+        contention=report.contention,
         busy_pct=_busy_pct(report),
         on_device=math.isfinite(report.device_busy_percent),
         step_ms=report.step_time_ms,

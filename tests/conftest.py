@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under ``pytest -n N`` each worker (and every process it starts) gets a temporary folder of its own: tests check
+    # that fitprof left nothing in the system's temporary folder, which the other workers' fits would race.
+    _tmp = Path(tempfile.gettempdir()) / f"pytest-{os.environ['PYTEST_XDIST_WORKER']}-{os.getpid()}"
+    _tmp.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(_tmp)
+    tempfile.tempdir = str(_tmp)
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 TESTS = ROOT / "tests"
@@ -98,6 +107,11 @@ def _cuda_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # ``pytest -n N --dist loadgroup`` (``make test``): a module's tests run in one worker, so a module-scoped child
+    # process or launch runs once; the modules that share the session's Keras digits run share a worker too.
+    digits = {item.path for item in items if "keras_digits_fast" in getattr(item, "fixturenames", ())}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("keras_digits" if item.path in digits else item.path.stem))
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
@@ -114,7 +128,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
-    """Under CI, missing shared fixtures fail the run even when no selected test asked for them."""
+    """Under CI, missing shared fixtures fail the run even when no selected test asked for them. A worker of
+    ``pytest -n N`` removes its temporary folder."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and tempfile.tempdir and Path(tempfile.tempdir).name.startswith("pytest-"):
+        shutil.rmtree(tempfile.tempdir, ignore_errors=True)
     if in_ci() and missing_shared() and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

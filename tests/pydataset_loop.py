@@ -1,9 +1,9 @@
-"""A Keras fit (torch backend) on a ``PyDataset`` with modelled work, profiled by ``FitProfiler``, and its truth.
+"""A Keras fit on a ``PyDataset`` with modelled work, profiled by ``FitProfiler``, and its truth.
 
-The step sleeps (a layer: a host waiting for its GPU); each batch's ``__getitem__`` sleeps ``batch_ms`` (or burns that
+The step sleeps (a host waiting for its GPU: a layer on torch, the batch's end on TensorFlow and JAX); each batch's ``__getitem__`` sleeps ``batch_ms`` (or burns that
 much CPU time in Python, ``cpu=True``) and adds its own wall time and one batch to a shared truth array under a lock:
 the truth the probe's busy share is compared with. Keras picks its backend at import, so this module sets
-``KERAS_BACKEND=torch`` and must be imported before Keras (a child process: ``tests/test_loader_pydataset.py``,
+``KERAS_BACKEND`` (torch unless set) and must be imported before Keras (a child process: ``tests/test_loader_pydataset.py``,
 ``benchmarks/loader_prediction.py --source pydataset``). Run as a script it prints ``RESULT`` and the JSON of
 :func:`fit` for each ``workers`` given: ``python tests/pydataset_loop.py --workers 1 2 --processes``.
 """
@@ -21,18 +21,21 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-os.environ["KERAS_BACKEND"] = "torch"
+os.environ.setdefault("KERAS_BACKEND", "torch")
 warnings.filterwarnings("ignore")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
 from fitprof.keras import FitProfiler  # noqa: E402
 from fitprof.profilers.pydataset import TimedPyDataset  # noqa: E402
+from step_pulls import STEP_PULLS_BATCH_MS, STEP_PULLS_STEP_MS  # noqa: E402
 
-assert keras.backend.backend() == "torch", keras.backend.backend()
-torch.set_num_threads(1)
+BACKEND = keras.backend.backend()
+if BACKEND == "torch":
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def burn(ns: int) -> None:
@@ -80,17 +83,37 @@ class Wait(keras.layers.Layer):
 
 
 class Clock(keras.callbacks.Callback):
-    """The epoch's wall time and the truth array's counts at its start."""
+    """The epoch's wall time, the truth array's counts at its start and each batch's start; ``step_ms`` > 0: the
+    host's wait for its GPU, slept at each batch's end (TensorFlow and JAX trace the model's ``call``, so a sleeping
+    layer would sleep only while traced)."""
 
-    def __init__(self, truth: Any) -> None:
+    def __init__(self, truth: Any, step_ms: float = 0.0) -> None:
         super().__init__()
-        self.truth = truth
+        self.truth, self.step_s = truth, step_ms * 1e-3
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        from fitprof.keras._guards import fit_frame_locals
+
+        self.adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-        self.before, self.t0 = list(self.truth), time.perf_counter_ns()
+        self.before, self.t0, self.begins = list(self.truth), time.perf_counter_ns(), []
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        self.begins.append(time.perf_counter_ns())
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.step_s:
+            time.sleep(self.step_s)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self.wall = time.perf_counter_ns() - self.t0
+
+    def steady_step_ms(self) -> float:
+        """The mean time from one batch's start to the next over the epoch's second half (its first half holds the
+        workers' start and the batches made before the epoch)."""
+        b = self.begins[len(self.begins) // 2 :]
+        return (b[-1] - b[0]) * 1e-6 / (len(b) - 1)
 
 
 def fit(
@@ -116,11 +139,12 @@ def fit(
     lock = multiprocessing.Lock()
     ds = Batches(steps, batch_ms, truth, lock, cpu=cpu, workers=workers, use_multiprocessing=processes)
     attrs = dict(vars(ds))
-    model = keras.Sequential([keras.Input((8,)), Wait(step_ms), keras.layers.Dense(1)])
+    in_layer = BACKEND == "torch"
+    model = keras.Sequential([keras.Input((8,)), *([Wait(step_ms)] if in_layer else []), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
     model.fit(np.zeros((2, 8), np.float32), np.zeros((2, 1), np.float32), epochs=1, verbose=0)
     cb = FitProfiler(f"{logdir}/w{workers}{'p' if processes else 't'}", profile_batch=0, verbose=False)
-    clock = Clock(truth)
+    clock = Clock(truth, 0.0 if in_layer else step_ms)
     hist = model.fit(ds, epochs=epochs, verbose=0, callbacks=[clock, cb])
     h = {k: v[-1] for k, v in hist.history.items() if k.startswith("fitprof/epoch/")}
     done = [a - b for a, b in zip(truth, clock.before, strict=True)]
@@ -134,7 +158,8 @@ def fit(
         "history": h,
         "truth_busy": 100.0 * done[0] / (workers * clock.wall) if workers else None,
         "truth_batch_ms": done[0] * 1e-6 / max(1, done[1]),
-        "step_ms": 2 * 1000.0 / h["fitprof/epoch/samples_per_s"],
+        "step_ms": 2 * 1000.0 / h["fitprof/epoch/samples_per_s"] if in_layer else clock.steady_step_ms(),
+        "clock_step_ms": clock.steady_step_ms(),
         "predict": {n: e.predict(n) * 1e-6 for n in predict} if e else None,
         "needed": e.needed if e else None,
         "process_needed": e.process_needed if e else None,
@@ -145,8 +170,19 @@ def fit(
         "advice": cb._loader.advice(),
         "dataset_left_alone": type(ds) is Batches and vars(ds) == attrs,
         "table_left_alone": not any(isinstance(v, TimedPyDataset) for v in table.values()),
+        # the adapter's generator methods are the class's own again (TensorFlow and JAX time the wait around them)
+        "adapter_left_alone": not any(callable(v) for v in vars(clock.adapter).values()),
         "load": os.getloadavg()[0],
+        "backend": BACKEND,
     }
+
+
+def step_pulls(logdir: str) -> dict[str, Any]:
+    """TensorFlow and JAX, where the step pulls its batch: 2, 3 and 4 worker threads (16 steps each) and one thread
+    (Keras loads in the main thread; 8 steps), for :func:`step_pulls.check_step_pulls`. Run in a child whose Keras backend is
+    set, after anything that counts warnings (this module ignores them)."""
+    kw: dict[str, Any] = dict(processes=False, logdir=logdir, batch_ms=STEP_PULLS_BATCH_MS, step_ms=STEP_PULLS_STEP_MS)
+    return {"threads": [fit(n, steps=16, **kw) for n in (2, 3, 4)], "main": fit(1, steps=8, **kw)}
 
 
 def main() -> None:

@@ -149,7 +149,10 @@ def _check(result: Any) -> None:
     )
     assert low <= result.error_pp <= high, detail
     if min(abs(result.truth_pct - t) for t in (10.0, 20.0)) > max(-low, high):
-        assert result.verdict == result.expected_verdict, detail
+        if result.verdict == "cpu-contended":  # a loaded machine: the epoch waited for a core; the trace's own verdict
+            assert f"the trace alone says {result.expected_verdict})" in result.contention, detail  # is kept in it
+        else:
+            assert result.verdict == result.expected_verdict, detail
     assert result.step_ms == pytest.approx(result.truth_step_ms, rel=STEP_TIME_REL), detail
 
 

@@ -152,3 +152,32 @@ def test_the_module_map_matches_the_imports() -> None:
         if extra:
             wrong[name] = sorted(extra)
     assert not wrong, f"imports not in docs/ARCHITECTURE.md: {wrong}"
+
+
+BACKEND_NAMES = {"tensorflow", "jax", "torch"}
+
+
+def _backend_comparisons(path: Path) -> list[int]:
+    """The lines of ``path`` that compare a value with a Keras backend's name (``x == "torch"``, ``x in ("jax",)``)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            values = [node.left, *node.comparators]
+            consts = [v for v in values if isinstance(v, ast.Constant)]
+            consts += [e for v in values if isinstance(v, (ast.Tuple, ast.List, ast.Set)) for e in v.elts]
+            if any(isinstance(c, ast.Constant) and c.value in BACKEND_NAMES for c in consts):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_keras_adapter_chooses_its_backend_from_the_table() -> None:
+    """The backend is chosen once (``keras/_backends.py``); what differs between backends is a field of its row, so
+    the package compares backend names in a few places only: the strategy checks of ``_distributed.py`` and the
+    torch-only conv dtype."""
+    found = {
+        f"{p.relative_to(SRC)}:{line}"
+        for p in sorted((SRC / "fitprof" / "keras").glob("*.py"))
+        if p.name != "_backends.py"
+        for line in _backend_comparisons(p)
+    }
+    assert len(found) <= 4, sorted(found)

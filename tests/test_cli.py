@@ -4,6 +4,7 @@ Keras example run and on built log folders, the plot, and every kind of bad inpu
 
 from __future__ import annotations
 
+import argparse
 import csv
 import dataclasses
 import functools
@@ -24,7 +25,11 @@ import pytest
 import fitprof
 from fitprof import analyze_table, read_trace
 from fitprof.analysis import one_line
+from fitprof.cli import analyze as cli_analyze
+from fitprof.cli import compare as cli_compare
 from fitprof.cli import main
+from fitprof.cli.arguments import NumberOption, non_negative_float, positive_float, positive_int
+from fitprof.cli.command import COMMANDS, build_parser
 from fitprof.metrics import top_op_key
 from fitprof.report_files import clean_json as _clean
 from fitprof.report_files import write_report_file
@@ -32,6 +37,7 @@ from planted import write_run_trace, xus
 from shared_fixtures import DDP_RANKS, KERAS_XSPACE, LIGHTNING_CPU, SHARED_KINETO, shared_kineto
 
 REPORT_FIELDS = tuple(fitprof.BottleneckReport.__dataclass_fields__)
+NUMBER_KINDS = (positive_int, positive_float, non_negative_float)
 DATALOADER_NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 # rank / world_size from each trace's distributedInfo (see tests/data/README.md, ../shared/fixtures/README.md)
 FIXTURE_RANKS = {
@@ -632,6 +638,50 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         rc, _, err = run_cli(capsys, *argv)
         assert rc == 2, argv
         assert "usage:" in err and "Traceback" not in err
+
+
+def test_each_command_is_wired_from_its_module(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``fitprof --help`` lists each subcommand of ``COMMANDS`` in order with its ``HELP``; its own ``--help`` says
+    its ``DESCRIPTION``; and a call runs its ``run`` (a missing input is its own error, exit 2)."""
+    rc, top, _ = run_cli(capsys, "--help")
+    assert rc == 0
+    flat_top = " ".join(top.split())
+    places = [flat_top.index(f"{name} {command.HELP}") for name, command in COMMANDS.items()]
+    assert places == sorted(places)
+    for name, command in COMMANDS.items():
+        rc, out, _ = run_cli(capsys, name, "--help")
+        assert rc == 0 and out.startswith(f"usage: fitprof {name} ")
+        assert " ".join(command.DESCRIPTION.split()) in " ".join(out.split())
+    rc, _, err = run_cli(capsys, "report", tmp_path / "missing")
+    assert rc == 2 and err.strip() == f"fitprof: error: {tmp_path / 'missing'}: no such folder"
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [("analyze", (*cli_analyze.LIMITS, cli_analyze.SCHEDULER_TIMEOUT)), ("compare", cli_compare.THRESHOLDS)],
+)
+def test_number_options_help_states_the_parsers_default(
+    capsys: pytest.CaptureFixture[str], command: str, options: tuple[NumberOption, ...]
+) -> None:
+    """Each numeric option of a subcommand's table: ``--help`` ends its line with the default the parser fills in
+    when the option is not given, and every numeric option the subcommand takes (``--jobs`` aside) is in its table."""
+    rc, out, _ = run_cli(capsys, command, "--help")
+    assert rc == 0
+    flat = " ".join(out.split())  # argparse wraps the help to the terminal's width
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    given = {a.option_strings[0]: a for a in sub._actions if a.option_strings}
+    numeric = {flag for flag, a in given.items() if a.type in NUMBER_KINDS and flag != "--jobs"}
+    assert numeric == {o.usage.split()[0] for o in options}
+    positionals = ["x"] * (2 if command == "compare" else 1)
+    defaults = vars(sub.parse_args(positionals))
+    for option in options:
+        flag, metavar = option.usage.split()
+        action = given[flag]
+        assert (action.metavar, action.type) == (metavar, option.kind)
+        assert defaults[action.dest] == option.default
+        shown = f"{defaults[action.dest]:{option.shown}}"
+        assert f"{flag} {metavar} {option.help} (default: {shown})" in flat, flag
 
 
 # ------------------------------------------------------------------------------------- the console script

@@ -158,7 +158,7 @@ def _train(argv: list[str]) -> None:
                 "sleep_s": sizer.sleep_s,
                 "threshold_ms": None if trig is None else trig.threshold_ms,
                 "baseline_ms": None if trig is None else trig.baseline_ms,
-                "clean_steps": profiler._engine._trig_steps_total,
+                "clean_steps": profiler._engine.triggers.steps_fed,
             }
         Path(logdir, f"callback_rank{trainer.global_rank}.json").write_text(json.dumps(seen))
 

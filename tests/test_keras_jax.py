@@ -113,6 +113,11 @@ SCRIPT = textwrap.dedent(
     out["never"] = [str(w.message) for w in caught if issubclass(w.category, FitProfilerWarning)]
     out["never_history"] = sorted(hist.history)
 
+    # A PyDataset with worker threads: the loader figures and their prediction, re-measured (tests/pydataset_loop.py).
+    sys.path.insert(0, {tests!r})
+    import pydataset_loop
+    out["pydataset_loader"] = pydataset_loop.step_pulls(logdir + "/loader")
+
     # The digits example with --slow-input, as `python examples/keras_digits.py` runs it; a failure is reported
     # to its own test.
     import contextlib, io, traceback
@@ -134,7 +139,7 @@ SLEEP_MS = 15
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     logdir = tmp_path_factory.mktemp("keras_jax")
-    script = SCRIPT.format(sleep_ms=SLEEP_MS, examples=str(ROOT / "examples"))
+    script = SCRIPT.format(sleep_ms=SLEEP_MS, examples=str(ROOT / "examples"), tests=str(ROOT / "tests"))
     result, _ = run_result(["-c", script, str(logdir)], env=child_env(KERAS_BACKEND="jax"))
     return {"logdir": logdir, **result}
 
@@ -241,3 +246,11 @@ def test_samples_per_s_from_keras_sample_count_and_no_flops_on_jax(jax_run: dict
         summed_s = scalars["fitprof/step_time_ms"] * scalars["fitprof/steps_analyzed"] / 1000.0
         assert scalars["fitprof/samples_per_s"] == pytest.approx(32 * scalars["fitprof/steps_analyzed"] / summed_s)
         assert math.isnan(scalars["fitprof/flops_per_step"]) and math.isnan(scalars["fitprof/mfu"])
+
+
+def test_pydataset_workers_are_timed_where_the_step_pulls_its_batch(jax_run: dict[str, Any]) -> None:
+    """The loader figures of a ``PyDataset(workers=N)`` on JAX, which pulls each batch inside ``train_function``: the
+    wait is timed around the adapter's generator, and the prediction holds for 2, 3 and 4 threads re-measured."""
+    from step_pulls import check_step_pulls
+
+    check_step_pulls(jax_run["pydataset_loader"], "jax")

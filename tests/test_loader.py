@@ -19,6 +19,7 @@ from fitprof.fit.loader import (
     search_bound,
     usable_cores,
 )
+from fitprof.profilers.loader import LoaderSet
 
 MS = 1_000_000
 
@@ -307,3 +308,54 @@ def test_counters_of_a_restarted_worker_count_from_zero() -> None:
     before = LoaderCounters((100, 50), (10, 5), (4, 2))
     after = LoaderCounters((130, 20), (12, 2), (5, 1))  # worker 1 restarted: its counter went down
     assert after.minus(before) == LoaderCounters((30, 20), (2, 2), (1, 1))
+
+
+class FakeTiming(FakeSource):
+    """One loader's timing (:class:`fitprof.profilers.loader.DataLoaderTiming`'s face): planted counters."""
+
+    def __init__(self, loader: str, workers: int, batch_ms: float) -> None:
+        super().__init__(workers, batch_ms)
+        self.loader, self.detached = loader, False
+
+    def detach(self) -> None:
+        self.detached = True
+
+
+class EachStep:
+    """Several loaders, one batch from each a step (Lightning's ``CombinedLoader``, mode ``max_size_cycle``)."""
+
+    def __init__(self, *timings: FakeTiming) -> None:
+        self.timings = timings
+
+    def produce(self, batches: int) -> None:
+        for t in self.timings:
+            t.produce(batches)
+
+
+def test_several_loaders_combine_into_one_step() -> None:
+    """Two loaders (1 worker of 40 ms a batch, 1 of 20 ms) feed each step one batch each: the workers are summed,
+    the batch time is per combined step (60 ms), the busy share is over both workers; taking turns (``sequential``)
+    the batch time is per batch. A loader no longer wanted is detached when its replacement is added."""
+    old, a, b = FakeTiming("old", 1, 40), FakeTiming("a", 1, 40), FakeTiming("b", 1, 20)
+    loaders = LoaderSet()
+    loaders.add(old)
+    loaders.add(a, lambda loader: loader != "old")
+    assert old.detached and not a.detached and loaders.timings == [a]
+    loaders.add(b, lambda loader: loader in ("a", "b"))
+    assert loaders.workers == 2 and loaders.batches_per_step == 2
+    probe = LoaderProbe(loaders, cores=2)
+    end = drive(probe, EachStep(a, b), steps=40, wait_ms=30, rest_ms=10)  # type: ignore[arg-type]
+    figures = probe.epoch_figures()
+    assert figures["fitprof/epoch/loader_workers"] == 2
+    assert figures["fitprof/epoch/loader_batch_ms"] == pytest.approx(60)
+    assert figures["fitprof/epoch/loader_busy_percent"] == pytest.approx(100 * 40 * 60 / (2 * end / MS))
+    turns = LoaderSet(sequential=lambda: True)
+    c, d = FakeTiming("c", 1, 40), FakeTiming("d", 1, 20)
+    turns.add(c)
+    turns.add(d)
+    assert turns.batches_per_step == 1
+    probe = LoaderProbe(turns, cores=2)
+    drive(probe, EachStep(c, d), steps=40, wait_ms=30, rest_ms=10)  # type: ignore[arg-type]
+    assert probe.epoch_figures()["fitprof/epoch/loader_batch_ms"] == pytest.approx(30)
+    loaders.detach()
+    assert a.detached and b.detached and loaders.workers == 0 and loaders.read() is None

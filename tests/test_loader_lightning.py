@@ -12,6 +12,7 @@ share 2.2-4.8 pp above the truth (Lightning's epoch hooks, the truth's clock, ar
 
 from __future__ import annotations
 
+import csv
 import ctypes
 import multiprocessing
 import time
@@ -23,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
+from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from fitprof.lightning import FitProfiler  # noqa: E402
@@ -141,3 +143,103 @@ def test_no_workers(tmp_path: Path) -> None:
     assert m["fitprof/epoch/loader_workers"] == 0
     assert m["fitprof/epoch/loader_batch_ms"] >= BATCH * ITEM_MS  # the main process's wait is the loading
     assert m["fitprof/epoch/loader_workers_needed"] >= 2
+
+
+class CountedCollate(ModelledCollate):
+    """:class:`ModelledCollate` that also counts the batches it makes (``count``, a shared value with its lock):
+    Lightning calls ``iter()`` twice on a train loader it has just set up, and the first iterator's workers make
+    batches the loop never gets."""
+
+    def __init__(self, truth: Any, count: Any) -> None:
+        super().__init__(0.0, truth)
+        self.count = count
+
+    def __call__(self, samples: list[Any]) -> Any:
+        out = super().__call__(samples)
+        with self.count.get_lock():
+            self.count.value += 1
+        return out
+
+
+class TwoLoaders(pl.LightningModule):
+    """Two train loaders in a dict (one worker each: 2 samples of ``A_MS``, of ``B_MS``), made again at every epoch
+    (``reload_dataloaders_every_n_epochs=1``); each sample times itself into its loader's truth array."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+        self.steps = steps
+        ctx = multiprocessing.get_context("fork")
+        self.truths = {"a": ctx.RawArray(ctypes.c_int64, 9), "b": ctx.RawArray(ctypes.c_int64, 9)}
+        self.counts = {"a": ctx.Value(ctypes.c_int64, 0), "b": ctx.Value(ctypes.c_int64, 0)}
+        self.made: list[dict[str, DataLoader]] = []
+
+    def train_dataloader(self) -> Any:
+        loaders = {
+            name: DataLoader(
+                ModelledDataset(self.steps * BATCH, ms, self.truths[name]),
+                batch_size=BATCH,
+                num_workers=1,
+                collate_fn=CountedCollate(self.truths[name], self.counts[name]),
+                multiprocessing_context="fork",
+            )
+            for name, ms in (("a", A_MS), ("b", B_MS))
+        }
+        self.made.append(loaders)
+        return loaders
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        time.sleep(STEP_MS * 1e-3)
+        return self.layer(batch["a"]).sum() + self.layer(batch["b"]).sum()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+A_MS, B_MS = 30.0, 20.0
+
+
+def test_reloaded_and_several_loaders_are_all_timed(tmp_path: Path) -> None:
+    """Two loaders feeding each step, made again at the second epoch: that epoch's figures come from the new loaders'
+    workers, both of them (2 workers; the worker time per step is both batches', 2 x 30 + 2 x 20 ms, and the busy
+    share is both workers' against the truth the samples time themselves), and every loader of the fit gets its
+    ``worker_init_fn`` back."""
+    torch.set_num_threads(1)
+    steps = 16
+    module = TwoLoaders(steps)
+    cb, clock = FitProfiler(log_dir=str(tmp_path), profile_batch=0, verbose=False), EpochClock()
+    before: list[int] = []
+
+    class Snapshot(pl.Callback):
+        def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            before[:] = [*module.truths["a"], *module.truths["b"], module.counts["a"].value, module.counts["b"].value]
+
+    trainer = pl.Trainer(
+        max_epochs=2,
+        reload_dataloaders_every_n_epochs=1,
+        logger=CSVLogger(tmp_path, name="csv"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[cb, clock, Snapshot()],
+    )
+    trainer.fit(module)
+    assert len(module.made) == 2  # the second epoch ran on new loaders
+    after = [*module.truths["a"], *module.truths["b"], module.counts["a"].value, module.counts["b"].value]
+    done = [a - b for a, b in zip(after, before, strict=True)]
+    worker_ns = sum(done[1:9]) + sum(done[10:18])  # slot 0 of each: the main process
+    combined = (done[18] + done[19]) / 2  # steps' worth of batches made, one from each loader a step
+    with open(next(tmp_path.glob("csv/*/metrics.csv")), encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    last = [r for r in rows if r["epoch"] == "1" and r.get("fitprof/epoch/loader_workers")]
+    assert len(last) == 1, rows  # the second epoch's figures, logged (a NaN figure is not)
+    m = {k: float(v) for k, v in last[0].items() if k.startswith("fitprof/epoch/") and v}
+    assert m["fitprof/epoch/loader_workers"] == 2
+    assert abs(m["fitprof/epoch/loader_busy_percent"] - 100.0 * worker_ns / (2 * (clock.end - clock.start))) <= 10.0
+    assert combined >= steps
+    per_step = worker_ns * 1e-6 / combined
+    assert per_step >= BATCH * (A_MS + B_MS)
+    assert abs(m["fitprof/epoch/loader_batch_ms"] - per_step) <= 0.1 * per_step
+    for loaders in module.made:
+        assert all(loader.worker_init_fn is None for loader in loaders.values())

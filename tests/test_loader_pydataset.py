@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from fitprof.fit.loader import GIL_BUSY, LoaderCounters, LoaderProbe, StepModel
-from fitprof.profilers.pydataset import TimedPyDataset
+from fitprof.profilers.pydataset import BatchWait, TimedPyDataset
 from keras_child import child_env, result_of
 
 MS = 1_000_000
@@ -194,6 +194,55 @@ _TABLE: dict[str, Any] = {}
 
 def _install(table: dict[str, Any]) -> None:  # as Keras's init_pool_generator installs its table in each worker
     _TABLE.update(table)
+
+
+class FakeAdapter:
+    """Keras's ``PyDatasetAdapter`` as TensorFlow's ``from_generator`` and JAX's iterator use it: ``_get_iterator``
+    looks the generator methods up on the instance at each epoch; each batch takes ``ms`` to come."""
+
+    def __init__(self, batches: int, ms: float, *, enqueuer: bool = True) -> None:
+        self.batches, self.ms, self.enqueuer = batches, ms, enqueuer
+
+    def _get_iterator(self) -> Any:
+        return self._finite_enqueuer_generator() if self.enqueuer else self._finite_generator()
+
+    def _make(self) -> Any:
+        for i in range(self.batches):
+            time.sleep(self.ms * 1e-3)
+            yield [i]
+
+    _finite_enqueuer_generator = _infinite_enqueuer_generator = _make
+    _finite_generator = _infinite_generator = _make
+
+
+def test_the_wait_for_a_batch_pulled_inside_the_step_is_timed_and_given_back() -> None:
+    """``BatchWait`` times each ``next()`` of the adapter's generator (TensorFlow and JAX pull the batch inside the
+    step): ``take`` gives the wait since the last call, the batches are the generator's own objects, a second
+    callback's timing stacks over the first, and ``uninstall`` leaves the instance as it was."""
+    adapter = FakeAdapter(4, 20)
+    first, second = BatchWait(adapter, plain=False), BatchWait(adapter, plain=False)
+    assert first.install() and second.install()
+    assert "_finite_generator" not in vars(adapter)  # plain=False: the main thread's loading is not timed
+    it = adapter._get_iterator()
+    assert first.take() == 0
+    batch = next(it)
+    assert batch == [0]
+    w1, w2 = first.take(), second.take()
+    assert 20 * MS <= w1 <= 20 * MS + 15 * MS and w1 <= w2  # the outer (second) timing holds the inner one
+    time.sleep(0.03)  # the step's own time is not the wait
+    assert list(it) == [[1], [2], [3]]
+    assert 3 * 20 * MS <= first.take() <= 3 * 20 * MS + 30 * MS and first.take() == 0
+    first.uninstall()  # the second timing's generators stay on top, the first passes through
+    assert vars(adapter)["_finite_enqueuer_generator"]._fitprof_wait is second
+    assert list(adapter._get_iterator()) == [[0], [1], [2], [3]] and first.take() == 0 and second.take() > 0
+    second.uninstall()
+    assert not any(callable(v) for v in vars(adapter).values())
+    plain = FakeAdapter(2, 1, enqueuer=False)
+    wait = BatchWait(plain, plain=True)
+    assert wait.install() and list(plain._get_iterator()) == [[0], [1]] and wait.take() >= 2 * MS
+    wait.uninstall()
+    assert not any(callable(v) for v in vars(plain).values())
+    assert not BatchWait(object(), plain=False).install()  # another Keras layout: nothing set
 
 
 @pytest.mark.slow

@@ -142,13 +142,15 @@ def test_predicted_step_time_holds_when_re_measured() -> None:
     assert (one.probe.advice() or "").startswith(f"num_workers={one.probe.needed} would bring steps to about")
 
 
-def test_attach_on_iter_picks_the_wanted_loader_and_goes() -> None:
-    """The class-level ``DataLoader.__iter__`` wrapper attaches to the first loader ``wanted`` accepts, right
-    before it iterates, and is gone after uninstall (no processes: 0 workers)."""
+def test_attach_on_iter_picks_each_wanted_loader_once() -> None:
+    """The class-level ``DataLoader.__iter__`` wrapper attaches to each loader ``wanted`` accepts, right before it
+    first iterates: a second train loader, and one that appears later (a reload), too; it is gone after uninstall
+    (no processes: 0 workers)."""
     own = DataLoader.__dict__["__iter__"]
-    other, wanted = _loader(0), _loader(0)
+    other, wanted, second = _loader(0), _loader(0), _loader(0)
+    train = [wanted, second]
     found: list[DataLoaderTiming] = []
-    hook = AttachOnIter(lambda loader: loader is wanted, found.append)
+    hook = AttachOnIter(lambda loader: any(loader is x for x in train), found.append)
     hook.install()
     try:
         assert DataLoader.__dict__["__iter__"] is not own
@@ -157,6 +159,13 @@ def test_attach_on_iter_picks_the_wanted_loader_and_goes() -> None:
         assert len(list(wanted)) == 8 and [t.loader for t in found] == [wanted]
         list(wanted)
         assert len(found) == 1  # found once, then only passing calls through
+        list(second)
+        assert [t.loader for t in found] == [wanted, second]
+        reloaded = _loader(0)  # the next epoch's loader
+        train[:] = [reloaded]
+        list(reloaded)
+        list(wanted)  # no longer wanted, and already seen
+        assert [t.loader for t in found] == [wanted, second, reloaded]
     finally:
         hook.uninstall()
     assert DataLoader.__dict__["__iter__"] is own

@@ -400,7 +400,22 @@ def _child(out: Path) -> None:
     import keras
 
     backend = keras.backend.backend()
-    write_results(out, {row.id: functools.partial(_run_row, row) for row in ROWS if backend in row.backends})
+    runs: dict[str, Any] = {row.id: functools.partial(_run_row, row) for row in ROWS if backend in row.backends}
+    if backend == "tensorflow":  # last: the loop module ignores warnings, which the rows count
+        runs[PYDATASET_LOADER] = _pydataset_loader
+    write_results(out, runs)
+
+
+PYDATASET_LOADER = "pydataset-loader"
+"""The run of :func:`pydataset_loop.step_pulls` in the TensorFlow child (it needs a Keras child of its own backend,
+and this one is started anyway)."""
+
+
+def _pydataset_loader(folder: Path) -> dict[str, Any]:
+    import pydataset_loop
+
+    result: dict[str, Any] = pydataset_loop.step_pulls(str(folder))
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------- the tests
@@ -438,6 +453,21 @@ def test_scenario(row: Row, backend_run: tuple[str, dict]) -> None:
     if row.copy in ("deepcopy-after", "pickle-after"):
         assert seen["copy_reports"] == seen["reports"]  # the reports survive the copy
         assert seen["copy_refit_reports"] == seen["reports"]  # and the copy profiles a new fit the same way
+
+
+@pytest.mark.slow
+def test_pydataset_workers_are_timed_where_the_step_pulls_its_batch(backend_run: tuple[str, dict]) -> None:
+    """The loader figures of a ``PyDataset(workers=N)`` on TensorFlow, which pulls each batch inside the traced step
+    (``tf.data.Dataset.from_generator``): the wait is timed around the adapter's generator, and the prediction holds
+    for 2, 3 and 4 threads re-measured (tests/step_pulls.py)."""
+    from step_pulls import check_step_pulls
+
+    backend, results = backend_run
+    if backend != "tensorflow":
+        pytest.skip("torch: tests/test_loader_pydataset.py")
+    seen = results[PYDATASET_LOADER]
+    assert "error" not in seen, seen.get("error")
+    check_step_pulls(seen, backend)
 
 
 if __name__ == "__main__":  # the child process: every row of the backend KERAS_BACKEND names

@@ -365,7 +365,17 @@ def test_lightning_cli_appends_the_callback_by_its_import_path(tmp_path: Path) -
         "--trainer.callbacks.profile_batch=2,4",
         f"--trainer.callbacks.log_dir={tmp_path / 'fp'}",
     ]
-    cli = LightningCLI(_Tiny, Data, args=args, save_config_callback=None)
+    # LightningCLI seeds with ``workers=True``, which sets these for the whole process: later fits in this process
+    # would get Lightning's own ``worker_init_fn`` on their loaders.
+    seed_env = {name: os.environ.get(name) for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
+    try:
+        cli = LightningCLI(_Tiny, Data, args=args, save_config_callback=None)
+    finally:
+        for name, value in seed_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     (cb,) = [c for c in cli.trainer.callbacks if isinstance(c, FitProfiler)]
     assert cb.profile_batch == (2, 4)
     assert {e: r.steps_analyzed for e, r in cb.reports.items()} == {0: 3}

@@ -12,11 +12,19 @@ PREFIX = "fitprof/"
 
 @dataclass(frozen=True)
 class Metric:
-    """One logged scalar: its key, its unit and what it is computed from."""
+    """One logged scalar: its key, its unit, what it is computed from, and the group of figures it is logged with
+    (:func:`in_group`; "" for a window's figures, listed in :data:`BASE_METRICS`)."""
 
     key: str
     unit: str
     definition: str
+    group: str = ""
+
+
+def in_group(name: str) -> tuple[Metric, ...]:
+    """The metrics of group ``name``, in the order they are defined in this module (the order they are logged in);
+    a figure joins its group where it is defined."""
+    return tuple(m for m in list(globals().values()) if isinstance(m, Metric) and m.group == name)
 
 
 STEP_TIME_MS = Metric(
@@ -201,13 +209,15 @@ EPOCH_STEP_TIME_MS_P50 = Metric(
     "Median wall time of a training step, from one step boundary to the next (Lightning: `on_train_batch_end` to "
     "`on_train_batch_end`, so it holds the batch fetch and the host-to-device copy); no device synchronisation."
     + _CLEAN,
+    group="epoch",
 )
 EPOCH_STEP_TIME_MS_P90 = Metric(
     EPOCH_PREFIX + "step_time_ms_p90",
     "ms",
     "90th percentile of the step wall time (numpy's linear interpolation)." + _CLEAN,
+    group="epoch",
 )
-EPOCH_STEP_TIME_MS_MAX = Metric(EPOCH_PREFIX + "step_time_ms_max", "ms", "The slowest step." + _CLEAN)
+EPOCH_STEP_TIME_MS_MAX = Metric(EPOCH_PREFIX + "step_time_ms_max", "ms", "The slowest step." + _CLEAN, group="epoch")
 EPOCH_INPUT_PERCENT = Metric(
     EPOCH_PREFIX + "input_percent",
     "% of step time (0-100)",
@@ -215,17 +225,20 @@ EPOCH_INPUT_PERCENT = Metric(
     "N-1 to `on_train_batch_start` of step N: the batch fetch, `DataLoader` and collate included, and the "
     "host-to-device copy), summed, over the summed step time. Measured by wall clock without a profiler, so "
     "it is the exact wait, not a sample; absent where the adapter cannot see the fetch." + _CLEAN,
+    group="epoch",
 )
 EPOCH_SAMPLES_PER_S = Metric(
     EPOCH_PREFIX + "samples_per_s",
     "samples/s",
     "Samples over seconds, summed over the steps whose batch size is known (`fitprof._batch.batch_size`: the "
     "leading dimension of the batch's first array)." + _CLEAN,
+    group="epoch",
 )
 EPOCH_STEPS_TIMED = Metric(
     EPOCH_PREFIX + "steps_timed",
     "steps",
     "The clean steps the `fitprof/epoch/*` figures come from." + _CLEAN,
+    group="epoch",
 )
 _SPAN = (
     " The epoch's span runs from the previous epoch's end (fitprof's epoch-end hook) to this epoch's end, the first "
@@ -238,6 +251,7 @@ EPOCH_WALL_S = Metric(
     "s",
     "Wall time of the epoch, by `time.perf_counter_ns` at the callback's epoch events; the sum of `train_steps_s`, "
     "`validation_s`, `checkpoint_s`, `callbacks_s`, `startup_s`, `profiling_s` and `other_s`." + _SPAN,
+    group="epoch parts",
 )
 EPOCH_TRAIN_STEPS_S = Metric(
     EPOCH_PREFIX + "train_steps_s",
@@ -246,6 +260,7 @@ EPOCH_TRAIN_STEPS_S = Metric(
     "`on_train_batch_begin`) to its end, plus the gap from the previous step's end (its batch fetch, the loop's "
     "own work), less the time of other callbacks' hooks, saves and fitprof inside them, and less a profiling "
     "window's extra cost (see `profiling_s`)." + _PART,
+    group="epoch parts",
 )
 EPOCH_INPUT_S = Metric(
     EPOCH_PREFIX + "input_s",
@@ -253,54 +268,63 @@ EPOCH_INPUT_S = Metric(
     "The batch-fetch wait inside `train_steps_s` (not a separate part): Lightning's "
     "`[_TrainingEpochLoop].train_dataloader_next`, Keras's fetch on the torch backend; the first step's fetch is "
     "`startup_s`. Absent where the adapter cannot see the fetch (Keras on TensorFlow and JAX).",
+    group="epoch parts",
 )
 EPOCH_VALIDATION_S = Metric(
     EPOCH_PREFIX + "validation_s",
     "s",
     "Time inside validation runs (`on_validation_start` to `on_validation_end`, Keras `on_test_begin` to "
     "`on_test_end`), less checkpoint saves, other callbacks' hooks and fitprof's hooks inside them." + _PART,
+    group="epoch parts",
 )
 EPOCH_CHECKPOINT_S = Metric(
     EPOCH_PREFIX + "checkpoint_s",
     "s",
     "Time inside checkpoint saves: the hooks of checkpointing callbacks (Lightning `ModelCheckpoint`, Keras "
     "`ModelCheckpoint` and `BackupAndRestore`), with every hook they call." + _PART,
+    group="epoch parts",
 )
 EPOCH_CALLBACKS_S = Metric(
     EPOCH_PREFIX + "callbacks_s",
     "s",
     "Time inside other callbacks' hooks (Lightning: the `[Callback]<name>.<hook>` profiler actions; Keras: each "
     "callback's hook in the fit's callback list), the innermost hook counted once." + _PART,
+    group="epoch parts",
 )
 EPOCH_STARTUP_S = Metric(
     EPOCH_PREFIX + "startup_s",
     "s",
     "From the epoch's start to its first step's start: loader workers spawned (`worker_init_fn` included), the "
     "iterator built, the first batch fetched." + _PART,
+    group="epoch parts",
 )
 EPOCH_PROFILING_S = Metric(
     EPOCH_PREFIX + "profiling_s",
     "s",
     "fitprof's own time: its hooks (window start, stop and export, analysis), plus a profiling window's extra "
     "cost: the time of the steps it held less as many of the epoch's median step outside windows." + _PART,
+    group="epoch parts",
 )
 EPOCH_OTHER_S = Metric(
     EPOCH_PREFIX + "other_s",
     "s",
     "The rest of the epoch: the framework's loop between the last step and validation or the epoch's end, the "
     "time between two epochs outside any hook." + _PART,
+    group="epoch parts",
 )
 EPOCH_CPU_PERCENT = Metric(
     EPOCH_PREFIX + "cpu_percent",
     "% of wall time (can exceed 100)",
     "User plus system CPU time of the training process's threads (`getrusage(RUSAGE_SELF)`) over the epoch's "
     "wall time, times 100; loader worker processes not counted." + _SPAN,
+    group="epoch parts",
 )
 EPOCH_INVOLUNTARY_SWITCHES_PER_S = Metric(
     EPOCH_PREFIX + "involuntary_switches_per_s",
     "1/s",
     "Context switches the scheduler forced on the training process's threads (`ru_nivcsw`) per second of the "
     "epoch's wall time: many with little CPU time means threads waited for a core." + _SPAN,
+    group="epoch parts",
 )
 EPOCH_RUN_WAIT_PERCENT = Metric(
     EPOCH_PREFIX + "run_wait_percent",
@@ -308,18 +332,21 @@ EPOCH_RUN_WAIT_PERCENT = Metric(
     "Time the training thread was ready to run but waited for a core (`/proc/thread-self/schedstat`, Linux) over "
     "the epoch's wall time, times 100; 20 or more makes the epoch CPU-contended. Absent where Linux does not give "
     "it." + _SPAN,
+    group="epoch parts",
 )
 _LOADER = (
     " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
     "`DataLoader`'s fetch of each batch, its samples and its collate, or a Keras `PyDataset`'s `__getitem__`, timed "
     "inside each worker process or thread into shared memory); NaN where the callback has no such loader or the "
-    "epoch had no steady steps."
+    "epoch had no steady steps. Several train loaders (Lightning's `CombinedLoader`, a list or dict) are read "
+    "together: workers summed, the busy share over all of them, the batch time per step (one batch from each)."
 )
 LOADER_WORKERS = Metric(
     EPOCH_PREFIX + "loader_workers",
     "workers",
     "The training loader's worker processes (`num_workers`), or a `PyDataset`'s worker threads or processes "
     "(`workers`); 0 when the main process loads the batches (as Keras does with one worker thread)." + _LOADER,
+    group="loader",
 )
 LOADER_BUSY_PERCENT = Metric(
     EPOCH_PREFIX + "loader_busy_percent",
@@ -327,12 +354,15 @@ LOADER_BUSY_PERCENT = Metric(
     "Time the workers spent producing batches (fetch and collate, wall clock in the worker) over the workers' count "
     "times the epoch's wall time (epoch start to epoch end); the rest they idled (a full prefetch queue, or start-up). "
     "With 0 workers: the main process's input wait over the epoch's wall time." + _LOADER,
+    group="loader",
 )
 LOADER_BATCH_MS = Metric(
     EPOCH_PREFIX + "loader_batch_ms",
     "ms per batch",
     "W: the workers' wall time per batch produced this epoch (their summed busy time over the batches they "
-    "produced). With 0 workers: the mean input wait of the steady steps." + _LOADER,
+    "produced; several loaders feeding each step: over the steps' worth of batches). With 0 workers: the mean input "
+    "wait of the steady steps." + _LOADER,
+    group="loader",
 )
 LOADER_WORKERS_NEEDED = Metric(
     EPOCH_PREFIX + "loader_workers_needed",
@@ -351,6 +381,7 @@ LOADER_WORKERS_NEEDED = Metric(
     "never given (Keras loads in the main thread). NaN for worker threads whose CPU time fills a quarter of a core or "
     "more: the loop's own Python waits for the same GIL, so its step grows with the thread count and no count is "
     "predicted." + _LOADER,
+    group="loader",
 )
 LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
     EPOCH_PREFIX + "step_time_if_enough_workers_ms",
@@ -358,15 +389,8 @@ LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS = Metric(
     "The predicted step time with `loader_workers_needed` workers (the model above). A prediction, checked by "
     "re-measuring with that many workers in `tests/test_loader_torch.py`, `tests/test_loader_pydataset.py` and "
     "`benchmarks/loader_prediction.py`; NaN where `loader_workers_needed` is." + _LOADER,
+    group="loader",
 )
-LOADER_METRICS: tuple[Metric, ...] = (
-    LOADER_WORKERS,
-    LOADER_BUSY_PERCENT,
-    LOADER_BATCH_MS,
-    LOADER_WORKERS_NEEDED,
-    LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS,
-)
-"""The training loader's figures, logged at every epoch end by the loader probe."""
 TRIGGER_PREFIX = PREFIX + "trigger/"
 TRIGGER_SUMMARY_TAG = TRIGGER_PREFIX + "summary"
 """TensorBoard text tag of each triggered window's summary (the Text tab), in both callbacks."""
@@ -374,17 +398,20 @@ TRIGGER_STEP = Metric(
     TRIGGER_PREFIX + "step",
     "step (1-based, in the epoch)",
     'The step after which the slowdown trigger fired (`trigger="slowdown"`); its window opens at the next step.',
+    group="trigger",
 )
 TRIGGER_STEP_TIME_MS = Metric(
     TRIGGER_PREFIX + "step_time_ms",
     "ms",
     "Median wall time of the run of slow steps that fired the trigger (`fitprof.steps.TriggerEvent`).",
+    group="trigger",
 )
 TRIGGER_BASELINE_MS = Metric(
     TRIGGER_PREFIX + "baseline_ms",
     "ms",
     "The baseline the slow steps were compared with: the median of the last clean steps' wall times "
     "(`fitprof.steps.SlowdownTrigger`, `baseline_steps`).",
+    group="trigger",
 )
 _MB = " 1 MB = 1e6 bytes."
 _MEMORY_WHERE = (
@@ -399,12 +426,14 @@ MEMORY_PEAK_MB = Metric(
     "MB",
     "The most memory the framework held on the training device during the profiled window (the peak is reset "
     "when the window opens and read when it stops)." + _MEMORY_WHERE + _MB,
+    group="memory",
 )
 MEMORY_RESERVED_PEAK_MB = Metric(
     PREFIX + "memory_reserved_peak_mb",
     "MB",
     "The allocator's reserved peak during the window, its cache included: CUDA `torch.cuda.max_memory_reserved`, "
     "JAX `peak_bytes_reserved`; NaN where the framework does not say (TensorFlow, the host)." + _MB,
+    group="memory",
 )
 MEMORY_HEADROOM_PERCENT = Metric(
     PREFIX + "memory_headroom_percent",
@@ -414,6 +443,7 @@ MEMORY_HEADROOM_PERCENT = Metric(
     "(Linux) the process's resident memory plus `MemAvailable` from `/proc/meminfo` at the read (what it could "
     "hold, other processes' memory left out), elsewhere the physical RAM; NaN on TensorFlow (no capacity given). "
     "Under 10% fitprof warns once.",
+    group="memory",
 )
 EPOCH_MEMORY_PEAK_MB = Metric(
     EPOCH_PREFIX + "memory_peak_mb",
@@ -421,12 +451,14 @@ EPOCH_MEMORY_PEAK_MB = Metric(
     "`memory_peak_mb` over the whole epoch, profiled or not: the peak is reset at the epoch's start and read at "
     "its end (and around a window; the epoch's peak is the largest read). Read a few times an epoch, never per "
     "step." + _MB,
+    group="epoch memory",
 )
 EPOCH_MEMORY_IN_USE_MB = Metric(
     EPOCH_PREFIX + "memory_in_use_mb",
     "MB",
     "Memory held at the epoch's end: CUDA `torch.cuda.memory_allocated`, TensorFlow `get_memory_info()['current']`, "
     "JAX `bytes_in_use`, the host (Linux) `VmRSS`; NaN where the host gives no current figure (not Linux)." + _MB,
+    group="epoch memory",
 )
 EPOCH_MEMORY_GROWTH_MB = Metric(
     EPOCH_PREFIX + "memory_growth_mb",
@@ -434,63 +466,45 @@ EPOCH_MEMORY_GROWTH_MB = Metric(
     "`memory_in_use_mb` at this epoch's end minus the previous epoch's (NaN for the first epoch of a fit). "
     "When it is at least 10 MB in each of 3 epochs in a row, fitprof warns once that something keeps tensors "
     "alive." + _MB,
+    group="epoch memory",
 )
 EPOCH_MEMORY_HEADROOM_PERCENT = Metric(
     EPOCH_PREFIX + "memory_headroom_percent",
     "% of capacity (0-100)",
     "`memory_headroom_percent` at the epoch's peak (`fitprof/epoch/memory_peak_mb`). Under 10% fitprof warns once.",
+    group="epoch memory",
 )
-MEMORY_METRICS: tuple[Metric, ...] = (MEMORY_PEAK_MB, MEMORY_RESERVED_PEAK_MB, MEMORY_HEADROOM_PERCENT)
-"""The memory figures of a profiled window (`fitprof.fit.memory.MemoryProbe.window_figures`)."""
-EPOCH_MEMORY_METRICS: tuple[Metric, ...] = (
-    EPOCH_MEMORY_PEAK_MB,
-    EPOCH_MEMORY_IN_USE_MB,
-    EPOCH_MEMORY_GROWTH_MB,
-    EPOCH_MEMORY_HEADROOM_PERCENT,
-)
-"""The memory figures of every epoch (`fitprof.fit.memory.MemoryProbe.epoch_figures`)."""
 ALLOCS_PER_STEP = Metric(
     PREFIX + "allocs_per_step",
     "allocations per step",
     "Memory allocations on the training device inside the analysed steps, divided by their number: the trace's "
     "`[memory]` events with `Bytes > 0` (torch `profile_memory=True`; CUDA events where the trace has any, CPU "
     "events otherwise), less those inside validation and fitprof's own spans. NaN without memory events.",
+    group="churn",
 )
 ALLOC_MB_PER_STEP = Metric(
     PREFIX + "alloc_mb_per_step",
     "MB per step",
     "The bytes those allocations asked for, summed, divided by the number of steps: the allocator's churn. NaN "
     "without memory events." + _MB,
+    group="churn",
 )
-CHURN_METRICS: tuple[Metric, ...] = (ALLOCS_PER_STEP, ALLOC_MB_PER_STEP)
-"""The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
 
-EPOCH_METRICS: tuple[Metric, ...] = (
-    EPOCH_STEP_TIME_MS_P50,
-    EPOCH_STEP_TIME_MS_P90,
-    EPOCH_STEP_TIME_MS_MAX,
-    EPOCH_INPUT_PERCENT,
-    EPOCH_SAMPLES_PER_S,
-    EPOCH_STEPS_TIMED,
-)
+
+EPOCH_METRICS: tuple[Metric, ...] = in_group("epoch")
 """The whole-epoch step-timing figures, logged at every epoch end, profiled or not."""
-EPOCH_PARTS_METRICS: tuple[Metric, ...] = (
-    EPOCH_WALL_S,
-    EPOCH_TRAIN_STEPS_S,
-    EPOCH_INPUT_S,
-    EPOCH_VALIDATION_S,
-    EPOCH_CHECKPOINT_S,
-    EPOCH_CALLBACKS_S,
-    EPOCH_STARTUP_S,
-    EPOCH_PROFILING_S,
-    EPOCH_OTHER_S,
-    EPOCH_CPU_PERCENT,
-    EPOCH_INVOLUNTARY_SWITCHES_PER_S,
-    EPOCH_RUN_WAIT_PERCENT,
-)
+EPOCH_PARTS_METRICS: tuple[Metric, ...] = in_group("epoch parts")
 """Where each epoch's wall time went and its CPU use (`fitprof.fit.epoch_parts`), logged at every epoch end."""
-TRIGGER_METRICS: tuple[Metric, ...] = (TRIGGER_STEP, TRIGGER_STEP_TIME_MS, TRIGGER_BASELINE_MS)
+LOADER_METRICS: tuple[Metric, ...] = in_group("loader")
+"""The training loader's figures, logged at every epoch end by the loader probe."""
+TRIGGER_METRICS: tuple[Metric, ...] = in_group("trigger")
 """The figures of one triggered window, logged at the end of the epoch it was taken in."""
+MEMORY_METRICS: tuple[Metric, ...] = in_group("memory")
+"""The memory figures of a profiled window (`fitprof.fit.memory.MemoryProbe.window_figures`)."""
+EPOCH_MEMORY_METRICS: tuple[Metric, ...] = in_group("epoch memory")
+"""The memory figures of every epoch (`fitprof.fit.memory.MemoryProbe.epoch_figures`)."""
+CHURN_METRICS: tuple[Metric, ...] = in_group("churn")
+"""The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
 
 BASE_METRICS: tuple[Metric, ...] = (
     STEP_TIME_MS,

@@ -24,55 +24,51 @@ from fitprof import _fs, analyze
 from fitprof.analysis import BottleneckReport
 from fitprof.cli._dask import DEFAULT_CONNECT_TIMEOUT_S, SchedulerError, scheduler_map
 from fitprof.cli._parallel import auto_jobs, ordered_map
-from fitprof.cli.arguments import add_output_options, positive_float, positive_int
+from fitprof.cli.arguments import NumberOption, add_number_options, add_output_options, positive_float, positive_int
 from fitprof.cli.output import EXIT_BAD_INPUT, BadInput, Output, describe
 from fitprof.cli.records import make_record, spreads
 from fitprof.cli.render import RECORD_TRACE
 from fitprof.traces import TraceError
 from fitprof.traces._limits import DEFAULT_MAX_EVENTS, DEFAULT_MAX_TRACE_MB
 
+HELP = "analyse trace files (.xplane.pb, .pt.trace.json[.gz]) or plugins/profile/<session> folders"
+"""The line ``fitprof --help`` gives ``analyze``."""
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``analyze`` subcommand to the command's subparsers."""
-    ana = sub.add_parser(
-        "analyze",
-        help="analyse trace files (.xplane.pb, .pt.trace.json[.gz]) or plugins/profile/<session> folders",
-        description="Analyse trace files, recorded by fitprof or not: *.xplane.pb, *.pt.trace.json, "
-        "*.json.gz, or a plugins/profile/<session> folder (its *.xplane.pb files). One row per file; "
-        "with several ranks' traces, also the spread across ranks and the slowest rank.",
-    )
-    ana.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
-    add_output_options(ana)
-    ana.add_argument("--top-k", type=positive_int, default=5, metavar="N", help="operators to rank (default: 5)")
-    ana.add_argument(
-        "--max-trace-mb",
-        type=positive_float,
-        default=DEFAULT_MAX_TRACE_MB,
-        metavar="MB",
-        help=f"refuse a trace bigger than MB, inflated for a .gz (default: {DEFAULT_MAX_TRACE_MB:g})",
-    )
-    ana.add_argument(
-        "--max-events",
-        type=positive_int,
-        default=DEFAULT_MAX_EVENTS,
-        metavar="N",
-        help=f"refuse a trace with more than N events (default: {DEFAULT_MAX_EVENTS:,})",
-    )
-    ana.add_argument(
+DESCRIPTION = (
+    "Analyse trace files, recorded by fitprof or not: *.xplane.pb, *.pt.trace.json, "
+    "*.json.gz, or a plugins/profile/<session> folder (its *.xplane.pb files). One row per file; "
+    "with several ranks' traces, also the spread across ranks and the slowest rank."
+)
+"""What ``fitprof analyze --help`` says it does."""
+
+LIMITS = (
+    NumberOption("--top-k N", positive_int, 5, "operators to rank"),
+    NumberOption(
+        "--max-trace-mb MB", positive_float, DEFAULT_MAX_TRACE_MB, "refuse a trace bigger than MB, inflated for a .gz"
+    ),
+    NumberOption("--max-events N", positive_int, DEFAULT_MAX_EVENTS, "refuse a trace with more than N events", ","),
+)
+"""What ``analyze`` ranks and the bounds it reads a trace within (:mod:`fitprof.traces._limits`)."""
+
+SCHEDULER_TIMEOUT = NumberOption(
+    "--scheduler-timeout S", positive_float, DEFAULT_CONNECT_TIMEOUT_S, "give up reaching the scheduler after S seconds"
+)
+"""How long ``--scheduler`` waits to reach the cluster; listed after it."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``analyze`` arguments: the traces, the output options, the limits and the Dask cluster."""
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace files or session folders")
+    add_output_options(p)
+    add_number_options(p, LIMITS)
+    p.add_argument(
         "--scheduler",
         metavar="ADDRESS",
         help="analyse each file on the Dask cluster whose scheduler is ADDRESS (tcp://host:8786); its workers read "
         "the files (a shared filesystem or URLs) and send back only the per-file reports; needs "
         "pip install 'fitprof[dask]'; not with --jobs",
     )
-    ana.add_argument(
-        "--scheduler-timeout",
-        type=positive_float,
-        default=DEFAULT_CONNECT_TIMEOUT_S,
-        metavar="S",
-        help=f"give up reaching the scheduler after S seconds (default: {DEFAULT_CONNECT_TIMEOUT_S:g})",
-    )
-    ana.set_defaults(run=run)
+    add_number_options(p, [SCHEDULER_TIMEOUT])
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

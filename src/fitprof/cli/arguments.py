@@ -1,11 +1,13 @@
-"""The argument types and the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``,
-``--strict``)."""
+"""The argument types, the options every ``fitprof`` subcommand shares (``--format``, ``--out``, ``--jobs``,
+``--strict``) and the one way a numeric option is declared: a :class:`NumberOption` row in its subcommand's table,
+put on the parser by :func:`add_number_options`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fitprof.cli._parallel import default_jobs
 from fitprof.cli.render import FORMATS
@@ -42,6 +44,40 @@ def positive_float(text: str) -> float:
 def non_negative_float(text: str) -> float:
     """``text`` as a finite number >= 0, else :class:`argparse.ArgumentTypeError` naming it."""
     return _number(text, "a number >= 0", lambda value: value >= 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class NumberOption:
+    """One numeric option of a subcommand: a row of its table, so that its flag, check, default and help are
+    declared once and the help states the default the parser uses.
+
+    Attributes:
+        usage: the flag and its metavar as the help shows them (``"--top-k N"``).
+        kind: checks the text (:func:`positive_int`, :func:`positive_float`, :func:`non_negative_float`).
+        default: the value when the option is not given.
+        help: what the option does; the help line adds ``(default: ...)``.
+        shown: the format spec of the default in the help (``"g"``; ``","`` groups thousands).
+    """
+
+    usage: str
+    kind: Callable[[str], float] | Callable[[str], int]
+    default: float
+    help: str
+    shown: str = "g"
+
+
+def add_number_options(p: argparse.ArgumentParser, options: Iterable[NumberOption]) -> None:
+    """Each of ``options`` on a subcommand's parser, in order (the order ``--help`` lists them in); the help of
+    each ends with ``(default: ...)``, its default formatted by its ``shown``."""
+    for option in options:
+        flag, metavar = option.usage.split()
+        p.add_argument(
+            flag,
+            type=option.kind,
+            default=option.default,
+            metavar=metavar,
+            help=f"{option.help} (default: {option.default:{option.shown}})",
+        )
 
 
 def add_format_options(p: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:

@@ -1,8 +1,9 @@
 """The ``fitprof`` command's entry point: the parser, its subcommands, and the URL arguments copied to local files
 before a subcommand runs.
 
-Each subcommand is a module of this package with ``register(subparsers)``, which adds its parser and sets
-``run=<function(args, out) -> exit status>`` as its default; :data:`COMMANDS` lists them.
+Each subcommand is a module of this package (a :class:`Command`): its help line and description, the arguments it
+adds to its parser, and the function that runs it; :data:`COMMANDS` names them, and :func:`build_parser` makes
+each one's parser.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from fitprof import _fs
 from fitprof.cli import analyze, compare, report
@@ -23,15 +24,25 @@ from fitprof.report_files import is_epoch_file, is_report_file
 TRACE_SUFFIXES = (".xplane.pb", ".pt.trace.json", ".pt.trace.json.gz")
 """The trace files a folder URL given to ``analyze`` is searched for (:func:`fitprof.cli.analyze.folder_traces`)."""
 
-Subparsers = argparse._SubParsersAction  # the type ``add_subparsers`` returns
 
-COMMANDS: tuple[Callable[[Subparsers[argparse.ArgumentParser]], None], ...] = (
-    report.register,
-    analyze.register,
-    compare.register,
-)
-"""The subcommands' ``register`` functions, in the order ``fitprof --help`` lists them. A new subcommand is a
-module with a ``register`` and one line here."""
+class Command(Protocol):
+    """What a subcommand's module holds."""
+
+    HELP: str
+    """Its line in ``fitprof --help``."""
+    DESCRIPTION: str
+    """What its own ``--help`` says it does."""
+
+    def add_arguments(self, p: argparse.ArgumentParser) -> None:
+        """Add its arguments to its parser."""
+
+    def run(self, args: argparse.Namespace, out: Output) -> int:
+        """Run it on the parsed ``args``, printing through ``out``; the exit status."""
+
+
+COMMANDS: dict[str, Command] = {"report": report, "analyze": analyze, "compare": compare}
+"""The subcommands by name, in the order ``fitprof --help`` lists them. A new subcommand is a module holding what
+:class:`Command` names, and one entry here."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for register in COMMANDS:
-        register(sub)
+    for name, command in COMMANDS.items():
+        p = sub.add_parser(name, help=command.HELP, description=command.DESCRIPTION)
+        command.add_arguments(p)
+        p.set_defaults(run=command.run)
     return parser

@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from fitprof import _fs
-from fitprof.cli.arguments import add_format_options, add_strict_option, non_negative_float
+from fitprof.cli.arguments import (
+    NumberOption,
+    add_format_options,
+    add_number_options,
+    add_strict_option,
+    non_negative_float,
+)
 from fitprof.cli.output import EXIT_OK, Output, describe
 from fitprof.cli.render import RECORD_COMPARE, RECORD_FIGURE, RECORD_OPERATOR
 from fitprof.compare import (
@@ -51,36 +57,41 @@ EXIT_REGRESSION = 1
 FORMATS = ("table", "markdown", "json")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``compare`` subcommand to the command's subparsers."""
-    p = sub.add_parser(
-        "compare",
-        help="compare a candidate run with a baseline; exit 1 on a regression (a CI gate)",
-        description="Compare the figures and operators of CANDIDATE with BASELINE, each a run directory (its "
-        "report files), a report file or a trace file. A change counts when it passes --fail-over and the run-to-run "
-        "spread the runs' windows show. Exit status: 0 no regression, 1 regression, 2 bad input or sides that "
-        "are not comparable.",
-    )
+HELP = "compare a candidate run with a baseline; exit 1 on a regression (a CI gate)"
+"""The line ``fitprof --help`` gives ``compare``."""
+
+DESCRIPTION = (
+    "Compare the figures and operators of CANDIDATE with BASELINE, each a run directory (its "
+    "report files), a report file or a trace file. A change counts when it passes --fail-over and the run-to-run "
+    "spread the runs' windows show. Exit status: 0 no regression, 1 regression, 2 bad input or sides that "
+    "are not comparable."
+)
+"""What ``fitprof compare --help`` says it does."""
+
+THRESHOLDS = (
+    NumberOption(
+        "--fail-over PCT",
+        non_negative_float,
+        DEFAULT_FAIL_OVER_PERCENT,
+        "fail when the step time, or an operator's self time per step, grew by more than PCT percent beyond the noise",
+    ),
+    NumberOption(
+        "--min-ms MS",
+        non_negative_float,
+        DEFAULT_MIN_MS,
+        "an operator must also grow by more than MS ms per step to fail",
+    ),
+)
+"""When a change is a regression (:func:`fitprof.compare.compare`)."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``compare`` arguments: the two sides, the output options and the thresholds."""
     p.add_argument("baseline", metavar="BASELINE", help="run directory, report file or trace file")
     p.add_argument("candidate", metavar="CANDIDATE", help="run directory, report file or trace file")
     add_format_options(p, FORMATS)
     add_strict_option(p)
-    p.add_argument(
-        "--fail-over",
-        type=non_negative_float,
-        default=DEFAULT_FAIL_OVER_PERCENT,
-        metavar="PCT",
-        help="fail when the step time, or an operator's self time per step, grew by more than PCT percent "
-        f"beyond the noise (default: {DEFAULT_FAIL_OVER_PERCENT:g})",
-    )
-    p.add_argument(
-        "--min-ms",
-        type=non_negative_float,
-        default=DEFAULT_MIN_MS,
-        metavar="MS",
-        help=f"an operator must also grow by more than MS ms per step to fail (default: {DEFAULT_MIN_MS:g})",
-    )
-    p.set_defaults(run=run)
+    add_number_options(p, THRESHOLDS)
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

@@ -33,23 +33,25 @@ from fitprof.report_files import (
     read_report_file,
 )
 
+HELP = "one row per run, epoch and rank of the fitprof runs below LOGDIR"
+"""The line ``fitprof --help`` gives ``report``."""
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``report`` subcommand to the command's subparsers."""
-    rep = sub.add_parser(
-        "report",
-        help="one row per run, epoch and rank of the fitprof runs below LOGDIR",
-        description="Print the bottleneck figures the fitprof callbacks logged for every run below LOGDIR "
-        "(folders holding plugins/fitprof/<session>.rank<r>.json), one row per run, epoch and rank.",
-    )
-    rep.add_argument("logdir", metavar="LOGDIR", help="a log folder (searched at any depth)")
-    add_output_options(rep)
-    rep.add_argument(
+DESCRIPTION = (
+    "Print the bottleneck figures the fitprof callbacks logged for every run below LOGDIR "
+    "(folders holding plugins/fitprof/<session>.rank<r>.json), one row per run, epoch and rank."
+)
+"""What ``fitprof report --help`` says it does."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``report`` arguments: the log folder, the output options and ``--plot``."""
+    p.add_argument("logdir", metavar="LOGDIR", help="a log folder (searched at any depth)")
+    add_output_options(p)
+    p.add_argument(
         "--plot",
         metavar="FILE.png",
         help="also save the step-time breakdown per epoch (stacked: input wait, host-to-device, other/compute)",
     )
-    rep.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace, out: Output) -> int:

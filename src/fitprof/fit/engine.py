@@ -34,16 +34,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import itertools
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, Literal
 
-from fitprof import metrics
 from fitprof import steps as _steps
 from fitprof._batch import batch_size
 from fitprof._config import ProfileConfig, profiles_rank
@@ -54,17 +50,12 @@ from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side
 from fitprof.fit import schedule
 from fitprof.fit.epoch_parts import EpochParts, contention
-from fitprof.fit.events import Busy, EpochResult, Triggered, Work
+from fitprof.fit.events import Busy, EpochResult, Work
 from fitprof.fit.memory import MemoryProbe
-from fitprof.fit.pipeline import (
-    EpochLog,
-    Gather,
-    WindowPipeline,
-    epoch_scalars,
-    trigger_scalars,
-)
+from fitprof.fit.pipeline import EpochLog, Gather, WindowPipeline, epoch_scalars
 from fitprof.fit.probes import Probe, Probes
 from fitprof.fit.publishing import EpochPublisher
+from fitprof.fit.triggered import TriggeredWindows
 from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
 from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
@@ -108,7 +99,8 @@ class FitEngine:
             ``fit_start``; ``trigger_pipeline`` the triggered windows'.
         steps: the always-on step recorder of the current or last epoch.
         epoch_steps: each epoch's always-on figures (0-based epoch -> figures).
-        triggered: one ``(epoch, event, report or None)`` per triggered window of this fit, in order.
+        triggers: the triggered windows' bookkeeping (:class:`~fitprof.fit.triggered.TriggeredWindows`);
+            ``triggered`` and ``false_alarms`` are its records of this fit.
         coverage: what this fit covered.
         window: the open window, None between windows.
     """
@@ -137,6 +129,9 @@ class FitEngine:
         self.boundary = boundary
         self.ranks = ranks
         self.trigger = trigger
+        # The triggered windows' bookkeeping (firings, their steps, false alarms, publishing); a triggered window
+        # is as long as the profile_batch window, 5 steps when that is off.
+        self.triggers = TriggeredWindows(trigger, length=config.num_steps if config.enabled else 5)
         self.work = work
         self.clock = clock
         self.xplane_timeout_s = xplane_timeout_s
@@ -171,7 +166,6 @@ class FitEngine:
         self.coverage = FitCoverage(config)
         self.steps = StepRecorder()
         self.epoch_steps: dict[int, EpochSteps] = {}
-        self.triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = []
         self.window: ProfileWindow | None = None
         self.log_dir: str | None = None
         self.rank, self.world = 0, 1
@@ -179,14 +173,7 @@ class FitEngine:
         self.ends_after: Callable[[int], bool] = _never
         self.epoch = -1
         self._reset_epoch()
-        self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
-        self._trig_pending: list[tuple[ProfileWindow, Path, TriggerEvent]] = []
-        self._trig_times: list[int] = []  # boundary times (ns) of the open triggered window's analysed steps
-        self._fired: Any = None  # the trigger's own record of the firing whose window is open
         self._now = 0
-        self.false_alarms: dict[tuple[int, int], float] = {}
-        """(epoch, step) of each triggered window that proved a false alarm -> its steps' median wall time (ms)."""
-        self._trig_steps_total = 0  # clean steps fed to the trigger this fit (its step numbering)
         self._save_annotated = False  # a save's fitprof/checkpoint annotation is open in the window
 
     def _reset_epoch(self) -> None:
@@ -196,7 +183,6 @@ class FitEngine:
         self.busy: list[Busy] = []
         self._marked = 0  # the last step marked in the open window (0: none yet, its warm-up step runs)
         self._event: TriggerEvent | None = None  # the firing whose window is open
-        self._trig_last = 0  # the last analysed step of the open triggered window
         self._count_pending = False
         self._seen = 0  # the last step seen in this epoch
         self._validating = False
@@ -241,19 +227,23 @@ class FitEngine:
         self.coverage.begin_fit()
         self.coverage.left_out = not self.profiles_rank
         self.epoch_steps = {}
-        self.triggered = []
+        self.triggers.begin_fit()
         self.steps = StepRecorder()
-        self._closed = None
-        self._trig_pending = []
-        self._trig_steps_total = 0
-        self.false_alarms = {}
-        if self.trigger is not None:
-            self.trigger.reset()
         self.probes.call("fit_start", now_ns=self.clock())
 
     @property
     def profiles_rank(self) -> bool:
         return profiles_rank(self.ranks, self.rank)
+
+    @property
+    def triggered(self) -> list[tuple[int, TriggerEvent, BottleneckReport | None]]:
+        """One ``(epoch, event, report or None)`` per triggered window of this fit, in order."""
+        return self.triggers.published
+
+    @property
+    def false_alarms(self) -> dict[tuple[int, int], float]:
+        """``(epoch, step)`` of each triggered window that proved a false alarm -> its steps' median wall time (ms)."""
+        return self.triggers.false_alarms
 
     @property
     def started_here(self) -> bool:
@@ -316,8 +306,7 @@ class FitEngine:
             self.steps.begin_epoch(now)
         else:  # the first boundary only sets the origin
             self.steps.begin_epoch(None)
-        if self.trigger is not None:
-            self.trigger.reset_run()  # a new epoch (new iterator, maybe a new learning rate): a fresh baseline
+        self.triggers.begin_epoch()
         if self.work is not None:
             self.work.epoch_start()
         if self.log_dir is not None:
@@ -345,26 +334,24 @@ class FitEngine:
             self._open_scheduled(next_step)
 
     def _yield_to_others(self) -> bool:
-        """Leave this epoch's window to another profiler that holds any of its steps (one warning); a profile that
-        ends on the warm-up step only costs the window its warm-up step. True when the window is given up."""
-        cfg, plan = self.config, self.plan
-        for other in self.busy:
-            if plan.warm_up <= other.last < cfg.first_step:
-                self.plan = plan = schedule.Plan(cfg.first_step, plan.count_step)
-                continue
-            if schedule.overlaps(other.first, other.last, cfg.first_step, cfg.last_step):
-                self.armed = False
-                if self.coverage.blocked is None:
-                    self.coverage.blocked = f"{other.who} profiles the same steps"
-                self.warn(
-                    "busy",
-                    f"fitprof: {other.who} profiles the same steps as the window of epoch {self.epoch} "
-                    f"(profile_batch={cfg.first_step},{cfg.last_step}); two profilers cannot run at once, so fitprof "
-                    f"leaves those steps to {other.name} and profiles no window in that epoch. Give the two callbacks "
-                    "different steps to get both profiles.",
-                )
-                return True
-        return False
+        """Leave this epoch's window to another profiler that holds any of its steps (:func:`schedule.yield_to`; one
+        warning). True when the window is given up."""
+        cfg = self.config
+        self.plan, taker = schedule.yield_to(self.plan, cfg, [(b.first, b.last) for b in self.busy])
+        if taker is None:
+            return False
+        other = self.busy[taker]
+        self.armed = False
+        if self.coverage.blocked is None:
+            self.coverage.blocked = f"{other.who} profiles the same steps"
+        self.warn(
+            "busy",
+            f"fitprof: {other.who} profiles the same steps as the window of epoch {self.epoch} "
+            f"(profile_batch={cfg.first_step},{cfg.last_step}); two profilers cannot run at once, so fitprof "
+            f"leaves those steps to {other.name} and profiles no window in that epoch. Give the two callbacks "
+            "different steps to get both profiles.",
+        )
+        return True
 
     def epoch_end(
         self,
@@ -404,14 +391,9 @@ class FitEngine:
         self.publisher.contention = None if parts is None else contention(parts, self.parts.framework)
         result = EpochResult(figures=figures, profiled=self.profiled)
         if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
-            if self._closed is not None:
-                result.session_dir = self._closed[0].session_dir
-            result.window = self._publish(epoch, gather, log)
+            self.publisher.scheduled(epoch, result, work=self.work, gather=gather, log=log)
         result.epoch = {**epoch_scalars(figures), **self.probes.figures("epoch")}
-        result.trigger = {m.key: math.nan for m in metrics.TRIGGER_METRICS}
-        result.triggered = self._publish_triggered(epoch)
-        if result.triggered:
-            result.trigger.update(trigger_scalars(result.triggered[-1].event))
+        result.triggered, result.trigger = self.triggers.publish(epoch, self.publisher)
         self.profiled = False
         self.publisher.record(epoch, result, self.steps)
         return result
@@ -441,8 +423,6 @@ class FitEngine:
         return {
             **self.__dict__,
             "window": None,
-            "_closed": None,
-            "_trig_pending": [],
             "ends_after": _never,
             "_xplane": None,
         }
@@ -501,7 +481,7 @@ class FitEngine:
                     samples = batch_size(batch)
                 dt = self.steps.step(now, step, input_ns=input_ns, samples=samples)
                 self._now = now
-                fired = self._feed_trigger(dt, step) if self.trigger is not None else None
+                fired = self.triggers.feed(dt, step, self._may_trigger) if self.trigger is not None else None
                 if fired is not None:
                     self._open_triggered(step + 1, fired)
                 elif self.armed and self.plan.warm_up <= step + 1 <= self.config.last_step:
@@ -547,7 +527,7 @@ class FitEngine:
         dt = self.steps.step(now, n, input_ns=input_ns, samples=samples)
         self._now = now
         window = self.window
-        fired = self._feed_trigger(dt, n) if window is None and self.trigger is not None else None
+        fired = self.triggers.feed(dt, n, self._may_trigger) if window is None and self.trigger is not None else None
         if window is not None and at_start:
             self._end_marker(k)  # the step that ended here: its marker closes before anything else happens
             window = self.window  # None when the marker failed and the window was dropped
@@ -656,24 +636,6 @@ class FitEngine:
         )
 
     # ------------------------------------------------------------------------------------------- triggered
-    def _feed_trigger(self, dt: int | None, n: int) -> TriggerEvent | None:
-        """Feed a clean step to the slowdown trigger; the firing, numbered as step ``n`` of the epoch."""
-        trigger = self.trigger
-        if dt is None or trigger is None:
-            return None
-        self._trig_steps_total += 1
-        # Only a slow step can fire it: the longer check whether a window may open now is made for those only.
-        allowed = dt <= trigger.threshold_ns or self._may_trigger(n)
-        event = trigger.observe(dt, self._trig_steps_total, allowed=allowed)
-        if event is None:
-            return None
-        self._fired = event  # the trigger's own record, to withdraw if the window proves a false alarm
-        return TriggerEvent(n, event.step_time_ms, event.baseline_ms, event.threshold_ms)
-
-    def trigger_length(self) -> int:
-        """Steps in a triggered window: as many as the ``profile_batch`` window (5 when that is off)."""
-        return self.given_config.num_steps if self.given_config.enabled else 5
-
     def _may_trigger(self, n: int) -> bool:
         """Whether a triggered window may open after step ``n`` (:func:`fitprof.fit.schedule.may_trigger`)."""
         if self.window is not None or self.log_dir is None or not self.profiles_rank:
@@ -682,7 +644,7 @@ class FitEngine:
             return False  # the epoch ends before the window's warm-up step, or on it
         return schedule.may_trigger(
             n,
-            length=self.trigger_length(),
+            length=self.triggers.length,
             spe=self.spe,
             scheduled=self.plan.start(self._count_pending) if self.armed else None,
             busy=[(b.first, b.last) for b in self.busy],
@@ -690,48 +652,26 @@ class FitEngine:
 
     def _open_triggered(self, k: int, event: TriggerEvent) -> None:
         """Open the window the trigger asked for before step ``k``: ``k`` is its warm-up step, the next
-        ``trigger_length()`` steps (calls) are analysed, in a session ``<time>_epoch<N>_trigger_step<S>``."""
-        if not self._start(trigger_suffix(event.step)):
-            return
-        self._event = event
-        self._trig_last = k + self.spe * self.trigger_length()
-        self._trig_times = []
-        self.steps.exclude_next(reason=_steps.WINDOW)
+        ``triggers.length`` steps (calls) are analysed, in a session ``<time>_epoch<N>_trigger_step<S>``."""
+        if self._start(trigger_suffix(event.step)):
+            self._event = event
+            self.triggers.opened(k, self.spe)
+            self.steps.exclude_next(reason=_steps.WINDOW)
 
     def _advance_triggered(self, k: int) -> None:
         """Mark or close the open triggered window at step boundary ``k``; the boundaries' times from its first
-        analysed step on give its steps' wall times (:meth:`_judge_triggered`)."""
-        n = k - 1
+        analysed step on give its steps' wall times (:meth:`TriggeredWindows.closed` judges them)."""
+        ends = self.boundary == "step_end" and self.ends_after(k - 1)
+        if not self._marked and ends:
+            self._close(drop_open_step=False)  # only its warm-up step ran: dropped
+            return
+        done = self.triggers.boundary(k, self._now)
         if not self._marked:
-            if self.boundary == "step_end" and self.ends_after(n):
-                self._close(drop_open_step=False)
-            else:
-                self._mark_first(k)
-                self._trig_times = [self._now]
-        elif k > self._trig_last or (self.boundary == "step_end" and self.ends_after(n)):
-            self._trig_times.append(self._now)
+            self._mark_first(k)
+        elif done or ends:
             self._close(drop_open_step=False)
         else:
-            self._trig_times.append(self._now)
             self._mark(k)
-
-    def _judge_triggered(self, event: TriggerEvent) -> None:
-        """A triggered window closed: when its steps' median wall time is within the threshold the trigger fired
-        against (no slower than the baseline, beyond its noise), the firing was a false alarm (a transient stall,
-        e.g. another process on the cores): the trigger takes it back, so it uses up neither ``max_windows`` nor
-        the ``min_spacing`` gap, and the window's line says so. Judged here, as the window closes, so that a real
-        slowdown soon after can still fire in this epoch. Wall times include the profiler's own cost, so a window
-        is never called a false alarm for being cheap to profile."""
-        times = self._trig_times
-        durations = sorted(b - a for a, b in itertools.pairwise(times))
-        if not durations or self.trigger is None or self._fired is None:
-            return
-        mid = len(durations) // 2
-        median_ns = durations[mid] if len(durations) % 2 else (durations[mid - 1] + durations[mid]) / 2
-        if median_ns / 1e6 <= event.threshold_ms:
-            self.trigger.withdraw(self._fired)
-            self.false_alarms[(self.epoch, event.step)] = median_ns / 1e6
-        self._fired = None
 
     # ------------------------------------------------------------------------------------------- windows
     def _start(self, suffix: str) -> bool:
@@ -770,24 +710,20 @@ class FitEngine:
             window.abort()
             return
         if event is None:
-            self._closed = (window, trace)
+            self.publisher.keep(window, trace)
         else:
-            self._judge_triggered(event)
-            self._trig_pending.append((window, trace, event))
+            self.triggers.closed(self.epoch, window, trace, event)
 
     def _drop(self, reason: str) -> None:
         """Stop the open window without keeping it (one warning naming ``reason``)."""
         if self._event is None:
             self.armed = False  # the scheduled window: this epoch opens no other
-        window, self.window = self.window, None
-        self._event = None
+        window = self.window
         self.warn("mark", f"fitprof: {reason}; the window of epoch {self.epoch} was dropped.")
-        if window is not None:
-            with contextlib.suppress(Exception):
-                window.abort()
-            if window.session_dir is not None:
-                with contextlib.suppress(OSError):
-                    window.session_dir.rmdir()  # no empty session in the Profile tab
+        self.abort()
+        if window is not None and window.session_dir is not None:
+            with contextlib.suppress(OSError):
+                window.session_dir.rmdir()  # no empty session in the Profile tab
 
     # ------------------------------------------------------------------------------------ validation etc.
     def validation_start(self) -> None:
@@ -838,20 +774,6 @@ class FitEngine:
                 self.window.end_annotation()
         self._save_annotated = False
         self.steps.take_out(ns)
-
-    # ------------------------------------------------------------------------------------------ publishing
-    def _publish(self, epoch: int, gather: Gather | None, log: Callable[[EpochLog], None]) -> dict[str, float]:
-        closed, self._closed = self._closed, None
-        work = None if closed is None or self.work is None else self.work.work()
-        return self.publisher.window(
-            epoch, closed, work=work, gather=gather, log=log, epoch_steps=self.epoch_steps.get(epoch)
-        )
-
-    def _publish_triggered(self, epoch: int) -> list[Triggered]:
-        pending, self._trig_pending = self._trig_pending, []
-        out = self.publisher.triggered(epoch, pending, self.false_alarms)
-        self.triggered += [(t.epoch, t.event, t.report) for t in out]
-        return out
 
 
 def _never(step: int) -> bool:

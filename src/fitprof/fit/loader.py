@@ -112,7 +112,9 @@ class LoaderSource(Protocol):
 
     A source may also have ``threads`` (bool: the workers are threads sharing this process's GIL; default False) and
     ``label`` (str: the argument the advice names, default ``"num_workers"``) and ``queued()`` (int: batches made
-    before the epoch that wait ready for it, which the loop gets without waiting; read at each epoch's start).
+    before the epoch that wait ready for it, which the loop gets without waiting; read at each epoch's start) and
+    ``batches_per_step`` (int: the batches one step takes from the workers, one from each of several loaders; W is
+    then the worker time per step, default 1: :class:`fitprof.profilers.loader.LoaderSet`).
     """
 
     @property
@@ -546,7 +548,8 @@ class LoaderProbe:
         threads = bool(getattr(self.source, "threads", False)) and gil_enabled()
         label = str(getattr(self.source, "label", "num_workers"))
         if workers > 0 and counts is not None and sum(counts.batches) > 0:
-            batches = sum(counts.batches)
+            # several loaders feeding one step: W is the worker time of a step's batches, one from each
+            batches = sum(counts.batches) / max(1, int(getattr(self.source, "batches_per_step", 1)))
             w = sum(counts.busy_ns) / batches
             w_cpu = sum(counts.cpu_ns) / batches
             w_runq = sum(counts.runq_ns) / batches

@@ -14,7 +14,7 @@ from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport, cpu_contended
 from fitprof.compare import Side, against_baseline, load_baseline
 from fitprof.fit.epoch_parts import EpochParts
-from fitprof.fit.events import EpochResult, Triggered
+from fitprof.fit.events import EpochResult, Triggered, Work
 from fitprof.fit.pipeline import EpochLog, Gather, WindowPipeline, compare_windows, trigger_line
 from fitprof.fit.probes import Probes
 from fitprof.profilers.base import ProfileWindow
@@ -70,13 +70,37 @@ class EpochPublisher:
         self.contention: tuple[str, str] | None = None
         self.log_dir: str | None = None
         self.rank, self.world = 0, 1
+        self._closed: tuple[ProfileWindow, Path] | None = None  # this epoch's stopped scheduled window
 
     def begin_fit(self, log_dir: str | None, rank: int, world: int) -> None:
         """A ``fit`` begins: where its windows write, this rank and the number of ranks; the last fit's results
         are forgotten."""
         self.log_dir, self.rank, self.world = log_dir, rank, world
+        self._closed = None
         self.pipeline.clear()
         self.trigger_pipeline.clear()
+
+    def keep(self, window: ProfileWindow, trace: Path) -> None:
+        """The scheduled window stopped with its trace: kept for its epoch's end (:meth:`scheduled`)."""
+        self._closed = (window, trace)
+
+    def scheduled(
+        self,
+        epoch: int,
+        result: EpochResult,
+        *,
+        work: Work | None,
+        gather: Gather | None,
+        log: Callable[[EpochLog], None],
+    ) -> None:
+        """A profiled epoch ended: the scheduled window it kept (:meth:`keep`; none on a rank that profiled none,
+        which still takes part in ``gather``), with the throughput counts of ``work``, published (:meth:`window`)
+        into ``result``'s ``window`` and ``session_dir``."""
+        closed, self._closed = self._closed, None
+        if closed is not None:
+            result.session_dir = closed[0].session_dir
+        counts = None if closed is None or work is None else work.work()
+        result.window = self.window(epoch, closed, work=counts, gather=gather, log=log, epoch_steps=result.figures)
 
     def window(
         self,
@@ -188,3 +212,7 @@ class EpochPublisher:
         except OSError as err:
             # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first
             self.warn("write", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
+
+    def __getstate__(self) -> dict[str, object]:
+        """Copied and pickled with the engine: this epoch's stopped window is not copied."""
+        return {**self.__dict__, "_closed": None}

@@ -52,6 +52,19 @@ def plan(config: ProfileConfig, *, next_step: int = 1, spe: int = 1) -> Plan:
     return Plan(warm_up, count)
 
 
+def yield_to(plan: Plan, config: ProfileConfig, busy: Sequence[tuple[int, int]]) -> tuple[Plan, int | None]:
+    """The epoch's ``plan`` beside other profilers' steps (``busy``: each one's first and last step, inclusive): one
+    that ends on the warm-up step only costs the window its warm-up step (it opens at its first step); one that
+    shares a step with the window takes the window. The plan, and the index in ``busy`` of the profiler that takes
+    the window (None: none does)."""
+    for i, (first, last) in enumerate(busy):
+        if plan.warm_up <= last < config.first_step:
+            plan = Plan(config.first_step, plan.count_step)
+        elif overlaps(first, last, config.first_step, config.last_step):
+            return plan, i
+    return plan, None
+
+
 def overlaps(a_first: int, a_last: int, b_first: int, b_last: int) -> bool:
     """Whether steps ``a_first..a_last`` and ``b_first..b_last`` (inclusive) share a step."""
     return a_first <= b_last and b_first <= a_last

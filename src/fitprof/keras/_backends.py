@@ -41,6 +41,9 @@ class Backend:
         non_chief_abort: the profiler can abort a non-chief worker when a window stops (TensorFlow 2.21).
         retraces_collectives: counting FLOPs retraces the step, which allocates collective keys under a
             multi-worker strategy.
+        prefetches_plain_batches: a ``PyDataset`` without workers is pulled ahead in the background
+            (``tf.data``'s ``prefetch``), so the step's wait for it is not the loading's time.
+        kineto_trace: a window writes a Kineto trace (``torch.profiler``), which fitprof's trace reader analyses.
     """
 
     name: str
@@ -58,6 +61,8 @@ class Backend:
     says_where: bool = False
     non_chief_abort: bool = False
     retraces_collectives: bool = False
+    prefetches_plain_batches: bool = False
+    kineto_trace: bool = False
 
 
 def _tf_window(run_dir: str, *, epoch: int, rank: int, world: int, suffix: str, **_: Any) -> ProfileWindow:
@@ -111,9 +116,10 @@ BACKENDS: dict[str, Backend] = {
         says_where=True,
         non_chief_abort=True,
         retraces_collectives=True,
+        prefetches_plain_batches=True,
     ),
     "torch": dataclasses.replace(
-        _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True
+        _TORCH, fetch_timer=_fetch_timer, python_fetch=True, torch_options=True, count_items=True, kineto_trace=True
     ),
     "jax": Backend("jax", "JAX", _jax_window, _throughput.jax_device_and_dtype),
 }

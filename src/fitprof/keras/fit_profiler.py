@@ -206,6 +206,7 @@ class FitProfiler(keras.callbacks.Callback):
         # torch backend fed a DataLoader: its workers (fitprof/epoch/loader_*); the wait is the fetch timer's
         self._loader = LoaderProbe(fetch_wait=self._fetch_wait)
         self._loader_timing: Any = None
+        self._batch_wait: Any = None  # TensorFlow and JAX fed a PyDataset: the step's wait for its batch
         self._engine = FitEngine(
             args.config,
             new_window=self._new_window,
@@ -245,6 +246,7 @@ class FitProfiler(keras.callbacks.Callback):
             _hooks=None,
             _progbars=[],
             _loader_timing=None,
+            _batch_wait=None,
         )
         return state
 
@@ -324,7 +326,7 @@ class FitProfiler(keras.callbacks.Callback):
             ends_after=self._ends_after,
             memory_device=self._memory_device(),
         )
-        engine.warm_up(kineto=self.backend == "torch")  # not at the first window's end, which training waits for
+        engine.warm_up(kineto=self._fns.kineto_trace)  # not at the first window's end, which training waits for
         if rank == 0:
             self._events.warm_up()  # likewise: its first write is at the first epoch's end
         self._work.begin_fit(self.model, world)
@@ -503,27 +505,45 @@ class FitProfiler(keras.callbacks.Callback):
         timing, self._loader_timing = self._loader_timing, None
         if timing is not None:
             timing.detach()
+        wait, self._batch_wait = self._batch_wait, None
+        if wait is not None:
+            wait.uninstall()
         self._loader.attach(None)
 
     def _fetch_wait(self) -> int | None:
         timer = self._fetch_timer
-        return None if timer is None else timer.wait_ns
+        if timer is not None:
+            return timer.wait_ns
+        wait = self._batch_wait
+        return None if wait is None else wait.take()
 
     def _time_loader(self) -> None:
         """On torch, fed a ``DataLoader``: time its workers (:mod:`fitprof.profilers.loader`); fed a ``PyDataset``:
         time its worker threads or processes (:mod:`fitprof.profilers.pydataset`). Keras starts either at each
-        epoch's first batch (after ``on_epoch_begin``), so every epoch's workers are timed."""
-        if self._fns.fetch_timer is None:
-            return
+        epoch's first batch (after ``on_epoch_begin``), so every epoch's workers are timed. On TensorFlow and JAX the
+        step pulls its ``PyDataset`` batch inside ``train_function``: the wait is timed around the adapter's generator
+        (:class:`fitprof.profilers.pydataset.BatchWait`), except on TensorFlow with no workers, where ``tf.data``
+        prefetches the batches in the background and the figures stay NaN."""
         adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
         if _is_py_dataset_adapter(adapter):
             try:
-                from fitprof.profilers.pydataset import PyDatasetTiming
+                from fitprof.profilers.pydataset import BatchWait, PyDatasetTiming
 
-                self._loader_timing = PyDatasetTiming.attach(adapter)
-                self._loader.attach(self._loader_timing)
+                timing = PyDatasetTiming.attach(adapter)
+                self._loader_timing = timing
+                if self._fns.fetch_timer is None:
+                    plain = not self._fns.prefetches_plain_batches
+                    if timing.enqueuer is not None or plain:
+                        wait = BatchWait(adapter, plain=plain)
+                        if wait.install():
+                            self._batch_wait = wait
+                    if self._batch_wait is None:  # no wait to split the steps with: no figures
+                        return
+                self._loader.attach(timing)
             except Exception as err:  # never in the way of training: the loader figures stay NaN
                 self._warn_once("loader", f"fitprof: the PyDataset's workers are not timed ({err!r}).")
+            return
+        if self._fns.fetch_timer is None:
             return
         get = getattr(adapter, "get_torch_dataloader", None)
         if get is None:

@@ -37,7 +37,7 @@ from fitprof.profilers.flops_torch import (
     device_name,
     lightning_dtype,
 )
-from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, loaders_in
+from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, LoaderSet, loaders_in
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
 from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
@@ -257,7 +257,7 @@ class FitProfiler(Callback):
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
-        self._loader_timing: DataLoaderTiming | None = None
+        self._loader_timing: LoaderSet | None = None
         self._engine = FitEngine(
             args.config,
             new_window=self._new_window,
@@ -364,7 +364,9 @@ class FitProfiler(Callback):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
-        if self._loader_hook is not None:  # the train loader's first iter() has been (or will not be) seen
+        # the train loaders' first iter() has been (or will not be) seen, unless Lightning makes new ones at later
+        # epochs: then the hook stays until teardown
+        if self._loader_hook is not None and not getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
             self._loader_hook.uninstall()
 
     @override
@@ -474,15 +476,23 @@ class FitProfiler(Callback):
 
     # -------------------------------------------------------------------------------------------- internal
     def _time_loader(self, trainer: pl.Trainer) -> None:
-        """Time the workers of the train ``DataLoader`` Lightning iterates, from the first start of its workers
-        (``FitLoop.setup_data``, before ``on_train_start``); undone in :meth:`teardown`."""
+        """Time the workers of every train ``DataLoader`` Lightning iterates (one, or the loaders of a
+        ``CombinedLoader``, list or dict), each from the first start of its workers (``FitLoop.setup_data``, before
+        ``on_train_start``; with ``reload_dataloaders_every_n_epochs``, the new loaders at the epoch they are first
+        iterated, the ones they replace given back); read together as a :class:`fitprof.profilers.loader.LoaderSet`.
+        Undone in :meth:`teardown`."""
         self._untime_loader()
+        loaders = LoaderSet(sequential=lambda: _sequential(trainer))
+        self._loader_timing = loaders
+
+        def wanted(loader: Any) -> bool:
+            return any(loader is x for x in loaders_in(trainer.train_dataloader))
 
         def found(timing: DataLoaderTiming) -> None:
-            self._loader_timing = timing
-            self._loader.attach(timing)
+            loaders.add(timing, wanted)
+            self._loader.attach(loaders)
 
-        self._loader_hook = AttachOnIter(lambda loader: loader in loaders_in(trainer.train_dataloader), found)
+        self._loader_hook = AttachOnIter(wanted, found)
         self._loader_hook.install()
 
     def _untime_loader(self) -> None:
@@ -607,3 +617,9 @@ class FitProfiler(Callback):
 
 _PROGRESS_BAR_KEYS = frozenset({metrics.STEP_TIME_MS.key, metrics.INPUT_PERCENT.key})
 """The figures also shown in Lightning's progress bar (``trainer.progress_bar_metrics``)."""
+
+
+def _sequential(trainer: pl.Trainer) -> bool:
+    """Whether the fit's ``CombinedLoader`` takes one batch a step from its loaders in turn (mode ``sequential``)."""
+    combined = getattr(trainer.fit_loop, "_combined_loader", None)
+    return getattr(combined, "_mode", None) == "sequential"

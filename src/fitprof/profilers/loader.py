@@ -28,6 +28,7 @@ import logging
 import multiprocessing
 import os
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -145,17 +146,19 @@ def loaders_in(obj: Any) -> list[Any]:
 
 
 class AttachOnIter:
-    """Attach a :class:`DataLoaderTiming` to the first ``DataLoader`` that starts iterating and that ``wanted``
-    accepts, right before its workers start.
+    """Attach a :class:`DataLoaderTiming` to each ``DataLoader`` that ``wanted`` accepts, right before it first
+    iterates (before its workers start).
 
-    Between :meth:`install` and :meth:`uninstall`, ``DataLoader.__iter__`` is wrapped on the class: the wrapper
-    asks ``wanted(loader)``, and on the first yes attaches the timing, hands it to ``found`` and stops looking (the
-    wrapper then only passes calls through). The class attribute is restored by :meth:`uninstall`; when another
-    wrapper was installed above ours meanwhile, ours stays as a pass-through.
+    Between :meth:`install` and :meth:`uninstall`, ``DataLoader.__iter__`` is wrapped on the class: the wrapper asks
+    ``wanted(loader)`` of a loader it has not attached to yet, and on a yes attaches the timing and hands it to
+    ``found``; a loader already attached is passed through (its timing stays). So every loader wanted is timed from
+    its first ``iter()``: several train loaders, and a loader that appears later (Lightning's
+    ``reload_dataloaders_every_n_epochs`` makes new ones at the epoch they are used). The class attribute is restored
+    by :meth:`uninstall`; when another wrapper was installed above ours meanwhile, ours stays as a pass-through.
 
     Args:
-        wanted: which loader to time (Lightning: one of ``trainer.train_dataloader``).
-        found: receives the timing.
+        wanted: which loaders to time (Lightning: those of ``trainer.train_dataloader``).
+        found: receives each new timing.
     """
 
     def __init__(self, wanted: Callable[[Any], bool], found: Callable[[DataLoaderTiming], None]) -> None:
@@ -164,6 +167,7 @@ class AttachOnIter:
         self._own: Any = None
         self._wrapper: Any = None
         self._looking = False
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()  # the loaders attached to (or refused)
 
     def install(self) -> None:
         from torch.utils.data import DataLoader
@@ -176,11 +180,10 @@ class AttachOnIter:
         def __iter__(loader: Any) -> Any:
             if hook._looking:
                 try:
-                    if hook.wanted(loader):
-                        hook._looking = False
+                    if loader not in hook._seen and hook.wanted(loader):
+                        hook._seen.add(loader)
                         hook.found(DataLoaderTiming.attach(loader))
                 except Exception as err:  # never in the way of the loader: it runs untimed
-                    hook._looking = False
                     log.debug("fitprof: loader timing not attached: %r", err)
             return inherited(loader)
 
@@ -193,9 +196,84 @@ class AttachOnIter:
         from torch.utils.data import DataLoader
 
         self._looking = False
+        self._seen = weakref.WeakSet()
         wrapper, self._wrapper = self._wrapper, None
         if wrapper is not None and DataLoader.__dict__.get("__iter__") is wrapper:
             DataLoader.__iter__ = self._own  # type: ignore[method-assign]
+
+
+class LoaderSet:
+    """The timings of every train ``DataLoader`` of a fit, read as one :class:`fitprof.fit.loader.LoaderSource`.
+
+    How the figures combine (Lightning's ``CombinedLoader``, a list or dict of loaders):
+
+    * ``workers``: the loaders' ``num_workers`` summed (``loader_workers``, and the count the advice names: the
+      total, to be shared out in proportion to each loader's batch time);
+    * the counters: every worker's slots side by side, so the busy share is the busy time of all workers over
+      all workers times the epoch's wall time;
+    * :attr:`batches_per_step`: the loaders with workers, whose batches make up one step (``CombinedLoader``'s
+      ``max_size_cycle``, ``min_size`` and ``max_size`` modes take one batch from each loader a step), 1 in its
+      ``sequential`` mode; the probe multiplies the mean worker time per batch by it, so ``loader_batch_ms`` is the
+      worker time per combined step and N workers are predicted to deliver a step every W/N.
+
+    A loader that stops being wanted (``reload_dataloaders_every_n_epochs`` replaced it) is detached when the next
+    one is added: its counters leave the set, and the probe reads the new set from its attach on.
+
+    Args:
+        sequential: whether the loaders take turns, one batch a step (Lightning: ``CombinedLoader`` in
+            ``sequential`` mode); read at each :meth:`read`.
+    """
+
+    label = "num_workers"
+
+    def __init__(self, sequential: Callable[[], bool] = lambda: False) -> None:
+        self.timings: list[DataLoaderTiming] = []
+        self.sequential = sequential
+
+    def add(self, timing: DataLoaderTiming, wanted: Callable[[Any], bool] | None = None) -> None:
+        """Add ``timing``; with ``wanted``, first detach and drop the timings whose loader it no longer accepts."""
+        if wanted is not None:
+            keep = []
+            for t in self.timings:
+                if t.loader is not None and wanted(t.loader):
+                    keep.append(t)
+                else:
+                    t.detach()
+            self.timings = keep
+        self.timings.append(timing)
+
+    @property
+    def workers(self) -> int:
+        """The workers of all loaders, summed."""
+        return sum(t.workers for t in self.timings)
+
+    @property
+    def batches_per_step(self) -> int:
+        """Batches from worker-fed loaders in one step: their number, or 1 when they take turns (at least 1)."""
+        fed = sum(1 for t in self.timings if t.workers > 0)
+        try:
+            turns = bool(self.sequential())
+        except Exception:  # the loop's private state moved: one batch from each, CombinedLoader's default
+            turns = False
+        return 1 if turns else max(1, fed)
+
+    def read(self) -> LoaderCounters | None:
+        """Every worker's counters, loader after loader in the order they were added (None with no workers)."""
+        parts = [c for t in self.timings if t.workers > 0 and (c := t.read()) is not None]
+        if not parts:
+            return None
+        return LoaderCounters(
+            busy_ns=tuple(x for c in parts for x in c.busy_ns),
+            cpu_ns=tuple(x for c in parts for x in c.cpu_ns),
+            batches=tuple(x for c in parts for x in c.batches),
+            runq_ns=tuple(x for c in parts for x in c.runq_ns),
+        )
+
+    def detach(self) -> None:
+        """Detach every timing; never raises."""
+        timings, self.timings = self.timings, []
+        for t in timings:
+            t.detach()
 
 
 class DataLoaderTiming:

@@ -22,10 +22,15 @@ lock, so two workers of overlapping pools sharing a slot still add correctly.
 :meth:`PyDatasetTiming.detach` switches the timing off (a shared flag checked before each batch) and puts the user's
 dataset back into the enqueuer (and the table). With no enqueuer (``workers=0``, or ``workers=1`` with threads: Keras
 then loads in the main thread) nothing is wrapped and :attr:`PyDatasetTiming.workers` is 0.
+
+The main side's wait for each batch: on torch Keras fetches it in Python before ``on_train_batch_begin`` (timed by
+``fitprof.keras._torch_backend.FetchTimer``); TensorFlow and JAX pull it inside ``train_function``, and
+:class:`BatchWait` times it around the adapter's generator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import multiprocessing
@@ -136,7 +141,10 @@ class TimedPyDataset:
         except Exception as err:  # timing must never stop a worker: this batch goes untimed
             log.debug("fitprof: PyDataset worker slot not claimed: %r", err)
             return self.dataset[index]
-        t0, c0, q0 = time.perf_counter_ns(), time.thread_time_ns(), waited()
+        # The wall clock last, right before the batch: reading the run queue is a file read, which a loaded machine
+        # can preempt, and that wait is not the batch's.
+        c0, q0 = time.thread_time_ns(), waited()
+        t0 = time.perf_counter_ns()
         try:
             return self.dataset[index]
         finally:
@@ -245,6 +253,101 @@ class PyDatasetTiming:
         except Exception as err:  # pragma: no cover - an enqueuer that refuses the attribute: the flag is off
             log.debug("fitprof: PyDataset timing not detached: %r", err)
         self.enqueuer = None
+
+
+_MISSING = object()
+
+
+class BatchWait:
+    """The main side's wait for each ``PyDataset`` batch where Keras pulls it inside the step (TensorFlow, JAX).
+
+    On TensorFlow and JAX Keras asks for a batch inside ``train_function``, after ``on_train_batch_begin``: TensorFlow
+    through ``tf.data.Dataset.from_generator`` over the adapter's generator (``py_dataset_adapter.get_tf_dataset``;
+    with workers its prefetching is switched off, so the step waits for the generator), JAX through the adapter's
+    numpy iterator. Both iterate the generator that ``PyDatasetAdapter._get_iterator`` makes at each epoch (over the
+    enqueuer's ``get()`` with workers, over ``__getitem__`` in the main thread without). :meth:`install` sets timed
+    copies of those generator methods on the adapter instance (TensorFlow's dataset holds the bound
+    ``_get_iterator``, which looks them up on the instance at each epoch): each ``next()`` of the generator is timed
+    with ``time.perf_counter_ns`` into a running total. The batch is yielded as the generator made it.
+
+    Which step a wait belongs to: a wait measured between two ``on_train_batch_begin`` calls is the wait of the
+    step that ran between them, which :meth:`take` (the total since the last call) gives. The generator runs in a
+    ``tf.data`` thread on TensorFlow; one thread adds, the main thread reads, so no lock is needed.
+
+    Args:
+        adapter: Keras's ``PyDatasetAdapter`` of this fit.
+        plain: also time the generators without an enqueuer (the main thread loads: JAX); False where the framework
+            pulls those batches ahead in the background (TensorFlow's ``prefetch(AUTOTUNE)``), so no wait is seen.
+    """
+
+    _METHODS = ("_finite_enqueuer_generator", "_infinite_enqueuer_generator")
+    _PLAIN = ("_finite_generator", "_infinite_generator")
+
+    def __init__(self, adapter: Any, *, plain: bool) -> None:
+        self.adapter = adapter
+        self.names = self._METHODS + (self._PLAIN if plain else ())
+        self.total_ns = 0
+        self._read_ns = 0
+        self._on = False
+        self._before: dict[str, Any] = {}  # what the instance held before (its own attribute, or none)
+
+    def install(self) -> bool:
+        """Set the timed generators on the adapter instance (over another callback's, if it set its own first);
+        False (nothing set) where the adapter lacks one."""
+        adapter = self.adapter
+        if any(not callable(getattr(adapter, name, None)) for name in self.names):
+            return False
+        for name in self.names:
+            self._before[name] = vars(adapter).get(name, _MISSING)
+            setattr(adapter, name, self._timed(getattr(adapter, name)))
+        self._on = True
+        return True
+
+    def _timed(self, make: Any) -> Any:
+        def generator(*args: Any, **kwargs: Any) -> Any:
+            inner = make(*args, **kwargs)
+            try:
+                while True:
+                    t0 = time.perf_counter_ns()
+                    try:
+                        batch = next(inner)
+                    except StopIteration:
+                        return
+                    finally:
+                        if self._on:
+                            self.total_ns += time.perf_counter_ns() - t0
+                    yield batch
+            finally:
+                inner.close()
+
+        generator._fitprof_wait = self  # type: ignore[attr-defined]
+        return generator
+
+    def take(self) -> int:
+        """The wait (ns) since the last call: the step that ran since the last ``on_train_batch_begin``."""
+        total = self.total_ns
+        wait, self._read_ns = total - self._read_ns, total
+        return wait
+
+    def uninstall(self) -> None:
+        """Put back what :meth:`install` replaced on the adapter instance, where it still holds this timing's own
+        generators (one set above them later stays, and these pass through untimed); never raises. A generator
+        already running goes on untimed."""
+        self._on = False
+        adapter, self.adapter = self.adapter, None
+        if adapter is None:
+            return
+        for name in self.names:
+            if getattr(vars(adapter).get(name), "_fitprof_wait", None) is not self:
+                continue
+            before = self._before.get(name, _MISSING)
+            while getattr(before, "_fitprof_wait", None) is not None and before._fitprof_wait.adapter is None:
+                before = before._fitprof_wait._before.get(name, _MISSING)  # a timing removed below this one: skip it
+            with contextlib.suppress(Exception):
+                if before is _MISSING:
+                    delattr(adapter, name)
+                else:
+                    setattr(adapter, name, before)
 
 
 def _table() -> dict[Any, Any] | None:
