@@ -15,32 +15,12 @@ import contextlib
 import itertools
 import os
 import socket
-import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 _UID = itertools.count()
 """Tells apart two files opened in the same second by one process (``EventFileWriter`` names its files alike)."""
-
-
-def _masked_crc() -> Callable[[bytes], int]:
-    """TFRecord's masked CRC-32C: ``google_crc32c`` (a C extension) where installed, else tensorboard's pure-Python
-    one (about 0.25 µs a byte, measured: some milliseconds for an epoch's events)."""
-    try:
-        import google_crc32c
-
-        value = google_crc32c.value
-
-        def masked(data: bytes) -> int:
-            x = value(data)
-            return (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-        return masked
-    except ImportError:
-        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
-        return masked_crc32c
 
 
 class TBEventFile:
@@ -56,7 +36,7 @@ class TBEventFile:
         self.log_dir = os.fspath(log_dir)
         self._suffix = filename_suffix
         self._file: Any = None
-        self._crc: Callable[[bytes], int] | None = None
+        self._records: Any = None
 
     def warm_up(self) -> None:
         """Import the summary code now rather than at the first write, which the training loop waits for (the
@@ -64,27 +44,23 @@ class TBEventFile:
         with contextlib.suppress(ImportError):
             import tensorboard.compat.proto.event_pb2
             import tensorboard.plugins.scalar.summary_v2
-            import tensorboard.plugins.text.summary_v2  # noqa: F401
-
-            self._crc = _masked_crc()
+            import tensorboard.plugins.text.summary_v2
+            import tensorboard.summary.writer.record_writer  # noqa: F401
 
     def _write(self, event: Any) -> None:
-        """Append one ``Event`` as a TFRecord (length, its masked CRC, the bytes, their masked CRC)."""
+        """Append one ``Event`` as a TFRecord (tensorboard's ``RecordWriter``: length, CRCs, the bytes)."""
         if self._file is None:
             from tensorboard.compat.proto import event_pb2
+            from tensorboard.summary.writer.record_writer import RecordWriter
 
-            self._crc = self._crc or _masked_crc()
             os.makedirs(self.log_dir, exist_ok=True)
             # EventFileWriter's file name: time, host, process, a counter
             name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_UID)}"
             name += self._suffix
             self._file = open(os.path.join(self.log_dir, name), "wb")  # noqa: SIM115 - closed in close()
+            self._records = RecordWriter(self._file)
             self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
-        assert self._crc is not None
-        data = event.SerializeToString()
-        header = struct.pack("<Q", len(data))
-        crc = self._crc
-        self._file.write(header + struct.pack("<I", crc(header)) + data + struct.pack("<I", crc(data)))
+        self._records.write(event.SerializeToString())
 
     def _add(self, summary: Any, step: int) -> None:
         from tensorboard.compat.proto import event_pb2
@@ -111,4 +87,4 @@ class TBEventFile:
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
-            self._file = None
+            self._file = self._records = None
