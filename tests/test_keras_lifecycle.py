@@ -358,6 +358,12 @@ def test_an_exception_in_on_epoch_begin_leaves_no_profiler(tmp_path: Path) -> No
         _model().fit(_data(4), epochs=3, verbose=0, callbacks=[profiler, _RaiseIn("on_epoch_begin", 1)])
     assert not _profiler_running()
     assert sorted(profiler.reports) == [0]
+    # no on_train_end follows the exception: the event file is closed all the same, not left to the collector
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del profiler
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 @pytest.mark.slow

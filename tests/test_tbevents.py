@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("tensorboard")
+pytest.importorskip("keras")  # the module lives in fitprof.keras, whose import needs keras
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
@@ -43,6 +44,38 @@ def test_scalars_and_text_read_back(tmp_path: Path) -> None:
     ]
     texts = [tensor_util.make_ndarray(e.tensor_proto).item().decode() for e in acc.Tensors("fitprof/summary")]
     assert texts == ["**epoch 0** données", "**epoch 2** données"]
+
+
+def test_no_file_is_held_open_between_flushes(tmp_path: Path) -> None:
+    """A fit that an exception ends where no hook of fitprof's runs again (another callback raising at an epoch's
+    start) never reaches ``close``: each epoch end's write closes the file, the next appends to it, and a new fit's
+    first write after ``close`` starts a new file."""
+    run = tmp_path / "run"
+    events = _tbevents.TBEventFile(run)
+    fds = "/proc/self/fd"
+    if not os.path.isdir(fds):
+        pytest.skip("needs /proc/self/fd to see the process's open files")
+
+    def open_here() -> list[str]:
+        targets = []
+        for fd in os.listdir(fds):
+            try:
+                targets.append(os.readlink(f"{fds}/{fd}"))
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
+        return [t for t in targets if t.startswith(str(run))]
+
+    for epoch in (0, 1):
+        events.scalars({"fitprof/step_time_ms": float(epoch)}, step=epoch)
+        assert len(open_here()) == 1
+        events.flush()
+        assert open_here() == []
+    acc = _read(run)  # one file holding both epochs
+    assert [e.step for e in acc.Tensors("fitprof/step_time_ms")] == [0, 1]
+    events.close()
+    events.scalars({"fitprof/step_time_ms": 5.0}, step=0)
+    events.close()
+    assert len(list(run.glob("events.out.tfevents.*.fitprof"))) == 2
 
 
 @pytest.mark.slow

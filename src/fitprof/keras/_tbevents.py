@@ -37,6 +37,7 @@ class TBEventFile:
         self._suffix = filename_suffix
         self._file: Any = None
         self._records: Any = None
+        self._path: str | None = None
 
     def warm_up(self) -> None:
         """Import the summary code now rather than at the first write, which the training loop waits for (the
@@ -50,16 +51,21 @@ class TBEventFile:
     def _write(self, event: Any) -> None:
         """Append one ``Event`` as a TFRecord (tensorboard's ``RecordWriter``: length, CRCs, the bytes)."""
         if self._file is None:
-            from tensorboard.compat.proto import event_pb2
             from tensorboard.summary.writer.record_writer import RecordWriter
 
-            os.makedirs(self.log_dir, exist_ok=True)
-            # EventFileWriter's file name: time, host, process, a counter
-            name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_UID)}"
-            name += self._suffix
-            self._file = open(os.path.join(self.log_dir, name), "wb")  # noqa: SIM115 - closed in close()
-            self._records = RecordWriter(self._file)
-            self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+            if self._path is not None:  # the file of this fit, closed after its last write: append to it
+                self._file = open(self._path, "ab")  # noqa: SIM115 - closed in flush() / close()
+                self._records = RecordWriter(self._file)
+            else:
+                from tensorboard.compat.proto import event_pb2
+
+                os.makedirs(self.log_dir, exist_ok=True)
+                # EventFileWriter's file name: time, host, process, a counter
+                name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}"
+                self._path = os.path.join(self.log_dir, f"{name}.{next(_UID)}{self._suffix}")
+                self._file = open(self._path, "wb")  # noqa: SIM115 - closed in flush() / close()
+                self._records = RecordWriter(self._file)
+                self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
         self._records.write(event.SerializeToString())
 
     def _add(self, summary: Any, step: int) -> None:
@@ -81,10 +87,14 @@ class TBEventFile:
         self._add(text_pb(tag, markdown), step)
 
     def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
-
-    def close(self) -> None:
+        """Write what was added to the file and close it: the next write appends to the same file. No file is held
+        open between epoch ends, so a fit that an exception ends where no hook of fitprof's runs again leaves none
+        open either."""
         if self._file is not None:
             self._file.close()
             self._file = self._records = None
+
+    def close(self) -> None:
+        """Close the file; the next write starts a new one (a new fit's)."""
+        self.flush()
+        self._path = None
