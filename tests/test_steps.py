@@ -128,6 +128,24 @@ def test_max_windows_and_spacing() -> None:
     assert [f // 100 * 100 for f in fired] == [200, 400, 600, 1200, 1600]
 
 
+def test_a_withdrawn_firing_gives_back_the_baseline() -> None:
+    """A false alarm (withdrawn when its window proved no slower) must not cost the baseline: a real slowdown that
+    begins before a fresh baseline could have filled still fires, against the steps before the false alarm."""
+    times = _noisy(200, 6)
+    times[60:65] *= 3.0  # a transient stall: fires at step 65
+    times[70:] *= 3.0  # the real slowdown, 5 clean steps after it
+    trigger = SlowdownTrigger(min_spacing=0)
+    fired: list[int] = []
+    for i, ms in enumerate(times, 1):
+        event = trigger.observe(int(ms * MS), i)
+        if event is not None:
+            fired.append(event.step)
+            if event.step == 65:
+                trigger.withdraw(event)  # its window's steps were as fast as the baseline's
+    assert fired[:2] == [65, 75], fired  # steps 71-75 are the first five slow ones after the stall
+    assert trigger.events[0].baseline_ms == pytest.approx(10.0, rel=0.05)
+
+
 def test_a_persistent_slowdown_becomes_the_baseline() -> None:
     times = _noisy(3000, 5)
     times[500:] *= 2.0

@@ -357,6 +357,7 @@ class SlowdownTrigger:
         self.threshold_ns = math.inf
         self._median_ns = math.nan
         self._last_fire: int | None = None
+        self._before_fire: list[int] = []  # the baseline the last firing forgot, back if it is withdrawn
 
     def reset_run(self) -> None:
         """Forget the baseline and the current run of slow steps, keep the firings (a new ``fit``: call
@@ -418,7 +419,9 @@ class SlowdownTrigger:
                 )
                 self.events.append(fired)
                 self._last_fire = step
+                before = list(self._base)
                 self.reset_run()
+                self._before_fire = before
                 return fired
         elif self._run:  # the run of slow steps is broken (most steps: no run, nothing to allocate)
             self._run = []
@@ -430,11 +433,22 @@ class SlowdownTrigger:
 
     def withdraw(self, event: TriggerEvent) -> None:
         """Take back a firing that proved a false alarm (its window's steps were no slower than the baseline's
-        threshold): it no longer counts against ``max_windows`` nor starts the ``min_spacing`` gap, so a real
-        slowdown soon after can still fire. No-op for an event this trigger did not fire."""
+        threshold): it no longer counts against ``max_windows`` nor starts the ``min_spacing`` gap, and (for the
+        latest firing) the baseline it forgot comes back, so a real slowdown soon after can still fire. No-op for
+        an event this trigger did not fire."""
         if event in self.events:
+            last = event is self.events[-1]
             self.events.remove(event)
             self._last_fire = self.events[-1].step if self.events else None
+            if last:
+                # The steps before the firing were the real baseline: without them a slowdown that begins
+                # while a fresh baseline fills would enter it and never fire.
+                since = list(self._base)
+                self._base.clear()
+                self._base.extend(self._before_fire + since)
+                self._run = []
+                self._recompute()
+            self._before_fire = []
 
     def _may_fire(self, step: int) -> bool:
         if len(self.events) >= self.max_windows:
