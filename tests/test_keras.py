@@ -164,7 +164,10 @@ def test_reader_agrees_with_xprof(runs: dict[str, Any]) -> None:
         capture = host_ops.groupby("name")["self_us"].agg(["sum", "count"])  # fitprof's reader, whole capture
         for op in report.top_ops:
             total_us, occurrences = xprof_ops[op.name]
-            assert capture.loc[op.name, "count"] == occurrences == report.steps_analyzed + 1  # + the warm-up step
+            assert capture.loc[op.name, "count"] == report.steps_analyzed + 1  # + the warm-up step
+            # xprof counts some oneDNN ops once more for each thread-pool hand-off it groups under them (12 for 6
+            # events of `_MklNativeConv2DBackpropInput` on one machine, 6 on another): a whole number of captures
+            assert occurrences > 0 and occurrences % (report.steps_analyzed + 1) == 0, (op.name, occurrences)
             assert capture.loc[op.name, "sum"] == pytest.approx(total_us, rel=0.02)
             assert op.self_ms_per_step * report.steps_analyzed * 1e3 < capture.loc[op.name, "sum"]
 
