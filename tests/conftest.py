@@ -95,6 +95,51 @@ def keras_digits_fast(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, d
     return run, keras_digits.main(["--logdir", str(run), "--epochs", "2"])
 
 
+SHARED_RUNS = {"test_cli": "keras_digits", "test_keras": "keras_digits"}
+"""Modules that share one session-scoped run (the Keras digits example), so they are scheduled as one unit."""
+
+FIRST = (
+    "test_scenarios_keras",
+    "test_scenarios_lightning",
+    "test_distributed_keras",
+    "test_trigger_keras",
+    "test_epoch_parts_fit",
+    "test_distributed_lightning",
+    "test_keras_jax",
+    "test_xspace_agreement",
+    "test_loader_pydataset",
+    "keras_digits",
+)
+"""The units that take longest (measured: 40-100 s each in one worker), started first so that no worker is left
+with a long one at the end while the other idles; the rest follow in xdist's order. A stale entry costs time only."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``pytest -n N --dist loadgroup`` (``make test``): each test module is one unit of work, run in one worker, so
+    its module-scoped child process or launch runs once. Not through ``xdist_group`` marks: with pytest 9 the node
+    id xdist reads no longer carries the group it appends, so every test was its own unit and a module split across
+    both workers ran its child twice (seen in 5 modules, 20-33 s each)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            stem = Path(nodeid.split("::", 1)[0]).stem
+            return SHARED_RUNS.get(stem, stem)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not getattr(self, "_slow_first", False):  # the queue is full by the first assignment
+                self._slow_first = True
+                first = {name: i for i, name in enumerate(FIRST)}
+                units = sorted(self.workqueue.items(), key=lambda unit: first.get(unit[0], len(first)))  # stable
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
+
+    return ModuleUnits(config, log)
+
+
 def _cuda_reason() -> str | None:
     """Why the ``gpu`` tests cannot run here, or None when they can."""
     try:
@@ -107,11 +152,6 @@ def _cuda_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # ``pytest -n N --dist loadgroup`` (``make test``): a module's tests run in one worker, so a module-scoped child
-    # process or launch runs once; the modules that share the session's Keras digits run share a worker too.
-    digits = {item.path for item in items if "keras_digits_fast" in getattr(item, "fixturenames", ())}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("keras_digits" if item.path in digits else item.path.stem))
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items:
         return
