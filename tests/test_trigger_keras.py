@@ -4,8 +4,8 @@ Two injected slowdowns from a known step, each in a steady one-epoch fit:
 
 * ``input``: a Python generator that sleeps ``SLEEP_S`` before every batch it yields from batch ``AT`` on (an
   input-pipeline slowdown);
-* ``op``: a layer whose heavy branch (``HEAVY``x``HEAVY`` matmuls, about ``HEAVY_S`` of work, named ``planted``) is
-  switched on by a flag from step ``AT`` on (a slower operator).
+* ``op``: a layer whose heavy branch (``HEAVY_LOOPS`` ``HEAVY``x``HEAVY`` matmuls, named ``planted``) is switched
+  on by a flag from step ``AT`` on (a slower operator).
 
 The truth is measured in the same run, without fitprof: a clock callback (batch-begin only, placed first) stamps
 every step; the slowdown starts at the first step after warm-up that begins 5 steps in a row each at least 3 times
@@ -40,7 +40,9 @@ STEPS = 90  # steps in the epoch
 AT = 45  # the slowdown starts here (generator: the batch produced; op: the step begun)
 SLEEP_S = 0.08
 HEAVY = 512
-HEAVY_S = 0.06  # the planted branch's work a step, whatever the machine (:func:`_heavy_loops`)
+# The planted branch's matmuls: 24 took about 24 ms a step on one machine, well above a profiled step's own cost
+# and the steady steps' noise on a loaded machine; 4 (4 ms there) once fell within that noise and never fired.
+HEAVY_LOOPS = 24
 BACKENDS = ("tensorflow", "torch")
 SCENARIOS = {"tensorflow": ("input", "op", "tensorboard"), "torch": ("truth",)}
 TB_BATCHES = (AT + 5, AT + 12)  # scenario "tensorboard": a profiling TensorBoard where the slowdown would fire
@@ -48,19 +50,6 @@ TRUTH_SLEEP_S = 0.01
 
 
 # ------------------------------------------------------------------------------------------------ the child process
-def _heavy_loops(np: Any) -> int:
-    """How many ``HEAVY``-square matmuls make the planted branch about ``HEAVY_S`` of work on this machine: a fixed
-    four took 4 ms a step on one machine (not above a profiled step's own cost of about 5 ms) and far more on another.
-    Timed with numpy's matmul, once, before the fit."""
-    a = np.ones((HEAVY, HEAVY), dtype=np.float32)
-    a @ a
-    start = time.perf_counter()
-    for _ in range(3):
-        a @ a
-    one = (time.perf_counter() - start) / 3
-    return max(4, min(64, round(HEAVY_S / max(one, 1e-6))))
-
-
 def _run(scenario: str, folder: Path) -> dict[str, Any]:
     import keras
     import numpy as np
@@ -72,8 +61,6 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
     x = rng.random((STEPS * BATCH, 16), dtype=np.float32)
     y = rng.random((STEPS * BATCH, 1), dtype=np.float32)
     stamps: list[float] = []
-
-    loops = _heavy_loops(np)
 
     class Planted(keras.layers.Layer):
         """Identity, plus (while ``flag`` is on) a heavy matmul whose result is added times zero."""
@@ -87,7 +74,7 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
 
             def heavy() -> Any:
                 m = self.w
-                for _ in range(loops):
+                for _ in range(HEAVY_LOOPS):
                     m = ops.matmul(m, self.w) * 1e-3
                 return ops.sum(m) * 0.0
 
