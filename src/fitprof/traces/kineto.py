@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof.traces._kineto_rules import Columns, frame, frame_columns, gc_paused
-from fitprof.traces._limits import Limits, count_objects, read_bounded
+from fitprof.traces._limits import Limits, Text, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
 from fitprof.traces._table import TraceError, make_table, table_from_columns
 
@@ -200,7 +200,7 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
         try:
             _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
         except msgspec.DecodeError:
-            text, names = repair_names(data.decode("utf-8", "surrogateescape"))
+            text, names = repair_names(str(data, "utf-8", "surrogateescape"))  # a map has no decode()
             if not names:
                 raise
             data = bytearray(text.encode("utf-8", "surrogateescape"))
@@ -245,7 +245,7 @@ class _Frame(msgspec.Struct, gc=False):
 _FRAME_DECODER = msgspec.json.Decoder(_Frame | list[msgspec.Raw])
 
 
-def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str, Any], Columns] | None:
+def _load_in_chunks(data: Text, path: Path, objects: int) -> tuple[dict[str, Any], Columns] | None:
     """The trace's ``distributedInfo`` and columns in one pass over the text, or ``None`` when this fast path
     cannot prove its reading right (the caller then reads the file with the three passes of :func:`_load`, which
     give the errors and the repaired names).
@@ -310,7 +310,7 @@ def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str
     return meta, builder.finish()
 
 
-def _decode_between(data: bytearray, view: memoryview, pos: int, end: int) -> list[_Event]:
+def _decode_between(data: Text, view: memoryview, pos: int, end: int) -> list[_Event]:
     """The events of ``[`` + ``data[pos:end]`` + ``]``, decoded in place: the byte before ``pos`` (the array's
     ``[`` or the ``,`` of a cut) and the one at ``end`` (JSON whitespace, the ``,`` of a cut or the array's ``]``)
     are set to the brackets for the decode and put back after it, so no copy of the chunk is made. The structs
@@ -338,7 +338,7 @@ def _read_distributed_info(raw: msgspec.Raw, meta: dict[str, Any]) -> None:
                 meta["distributedInfo"] = info
 
 
-def _array_end(data: bytearray, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
+def _array_end(data: Text, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
     """The position of the ``]`` that closes the event array opened at ``start``, and the document decoded
     with ``[]`` in place of the array (``None`` when not found).
 
