@@ -153,8 +153,9 @@ _MAX_INFO_BYTES = 1 << 16
 class _Interner:
     """Codes for the values of one column across batches, in the order of first appearance."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, runs: bool = False) -> None:
         self.ids: dict[Any, int] = {}
+        self.runs = runs  # the values mostly come in runs of equal integers (process, thread ids): _run_codes
 
     def codes(self, values: list[Any]) -> np.ndarray:
         """The code of each value (int64): equal values (``==``, as a dict's keys) share the code of the first.
@@ -167,6 +168,10 @@ class _Interner:
         ``None`` gets a new NaN key in each batch (its own code per batch, the string ``"nan"``).
         """
         n = len(values)
+        if self.runs:
+            ints = np.array(values) if n else None
+            if ints is not None and ints.dtype == np.int64:
+                return self._run_codes(ints)
         first: dict[Any, int] = {}
         at = np.fromiter(map(first.setdefault, values, itertools.count()), dtype=np.int64, count=n)
         ids = self.ids
@@ -175,6 +180,20 @@ class _Interner:
             ids.setdefault(float("nan") if u is None else u, len(ids)) for u in first
         ]
         return lut[at]
+
+    def _run_codes(self, ints: np.ndarray) -> np.ndarray:
+        """:meth:`codes` of values that are all Python ``int`` (``ints``: them as int64, which numpy makes only
+        of ints that fit): each run of equal values is coded once. Process and thread ids come in long runs (a
+        thread's events one after another), so the values looked up are a few hundred a batch, not one an event;
+        ``tolist`` gives back ints equal to the values, so the codes are those of the lookup of every value."""
+        n = len(ints)
+        new_run = np.empty(n, dtype=bool)
+        new_run[0] = True
+        np.not_equal(ints[1:], ints[:-1], out=new_run[1:])
+        starts = np.flatnonzero(new_run)
+        ids = self.ids
+        run_codes = np.array([ids.setdefault(u, len(ids)) for u in ints[starts].tolist()], dtype=np.int64)
+        return np.repeat(run_codes, np.diff(starts, append=n))
 
     def strings(self) -> np.ndarray:
         return np.array(["" if u is None else str(u) for u in self.ids], dtype=object)
@@ -418,7 +437,7 @@ class _ColumnBuilder:
 
     def __init__(self, path: Path, capacity: int) -> None:
         self.path = path
-        self.interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
+        self.interners = {k: _Interner(runs=k in ("pid", "tid")) for k in ("cat", "name", "pid", "tid")}
         self.cols: dict[str, np.ndarray] = {k: np.empty(capacity, dtype=np.float64) for k in self._FLOAT_KEYS}
         code = np.int32 if capacity < 2**31 else np.int64  # a code is below the number of events
         self.cols.update((k, np.empty(capacity, dtype=code)) for k in self.interners)
@@ -439,15 +458,13 @@ class _ColumnBuilder:
         cols, path, done = self.cols, self.path, self.done
         rows = events
         cats = list(map(_CAT, rows))
-        phs = list(map(_PH, rows))
+        complete = list(map(operator.eq, map(_PH, rows), itertools.repeat("X")))  # ``ph == "X"`` for each
         traces = _positions(cats, "Trace")  # the profiler's own span, once a trace
-        if phs.count("X") == len(phs) and not traces:
-            keep = None  # all complete (a generated trace, most batches of a real one)
-        else:
-            keep = list(map(operator.eq, phs, itertools.repeat("X")))  # ``p == "X"`` for each
-            for i in traces:
-                keep[i] = False
-        del phs
+        for i in traces:
+            complete[i] = False
+        # None: all complete (a generated trace, most batches of a real one)
+        keep = complete if False in complete else None
+        del complete
         if keep is not None:
             # Flow arrows are not complete events: look for them only when some are left, and only in a batch
             # that has a ``cpu_to_*`` category at all (the legacy layout; Kineto's own arrows are ``ac2g``).
