@@ -39,7 +39,7 @@ from fitprof.traces import (
     read_trace,
 )
 from fitprof.traces.kineto import read_kineto
-from shared_fixtures import DATA, SHARED_KINETO, SHIPPED_KINETO, shared_kineto
+from shared_fixtures import DATA, SHARED_KINETO, SHIPPED_KINETO, kineto_trace, shared_kineto
 
 REL = 1e-6
 SHIPPED = [p.name for p in SHIPPED_KINETO]
@@ -565,3 +565,27 @@ def test_a_handed_over_map_of_the_plain_file_reads_as_the_file_and_leaves_it_unc
 def _write_bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+@pytest.mark.parametrize("name", [p.name for p in SHIPPED_KINETO] + list(SHARED_KINETO))
+def test_self_times_from_the_readers_thread_codes_are_those_of_the_string_columns(name: str) -> None:
+    """The reader hands its own thread codes to the self-time pass (``table_from_columns(..., threads)``): the
+    same self times, bit for bit, as coding the table's ``pid`` and ``tid`` strings."""
+    from fitprof.traces import _table
+
+    table = read_kineto(kineto_trace(name))
+    assert table["self_us"].to_numpy().tobytes() == _table._self_times(table).tobytes()
+
+
+def test_thread_codes_follow_the_strings_not_the_raw_ids(tmp_path: Path) -> None:
+    """A trace that writes one thread's id as a number in some events and as a string in others (``5`` and
+    ``"5"``, which the table writes alike): its operators nest as one thread's, as the table's strings say."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 5, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": "1", "tid": "5", "ts": 10, "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "other", "pid": 1, "tid": 6, "ts": 20, "dur": 50},
+    ]
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    table = read_kineto(path)
+    assert dict(zip(table["name"], table["self_us"], strict=True)) == {"outer": 70.0, "inner": 30.0, "other": 50.0}

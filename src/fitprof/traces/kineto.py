@@ -66,8 +66,9 @@ def read_kineto(
         repaired: list[str] = []
         meta, events = _load(Path(path), limits, repaired)
         columns = frame_columns(events, path)
+        threads = _threads(events) if columns else None
         del events
-        table = table_from_columns(columns) if columns else make_table(pd.DataFrame())
+        table = table_from_columns(columns, threads) if columns else make_table(pd.DataFrame())
         del columns
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, Mapping) else {}
@@ -83,6 +84,15 @@ def read_kineto(
     if repaired:
         table.attrs["warnings"] = [repaired_names_warning(repaired)]
     return table
+
+
+def _threads(cols: Columns) -> np.ndarray:
+    """One integer per complete event, equal exactly where the table's ``pid`` and ``tid`` strings both are: the
+    few distinct strings are coded (two values the decoder kept apart, ``5`` and ``"5"``, read ``"5"`` alike), then
+    each event's codes are looked up in them, instead of coding a string column of every event."""
+    pid_of, _ = pd.factorize(cols.pids)
+    tid_of, tids = pd.factorize(cols.tids)
+    return pid_of[cols.pid_code].astype(np.int64) * (len(tids) + 1) + tid_of[cols.tid_code]
 
 
 def _int_or_none(value: Any) -> int | None:
