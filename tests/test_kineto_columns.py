@@ -278,6 +278,31 @@ def test_interner_matches_pandas_factorize_across_batches() -> None:
         assert new.strings().tolist() == ["" if u is None else str(u) for u in old_ids]  # main's strings()
 
 
+def test_interner_of_integer_runs_gives_the_codes_of_every_lookup() -> None:
+    """Process and thread ids (``_Interner(runs=True)``): a batch of Python ints only is coded a run of equal
+    values at a time; the codes, the kept values and their types are those of the lookup of every value, across
+    batches that mix ints with floats (``5.0`` then ``5``), strings, ``None`` and ints past int64."""
+    rng = random.Random(11)
+    runs_taken = 0
+    for _ in range(200):
+        batches = []
+        for _ in range(rng.randint(1, 4)):
+            values: list[Any] = []
+            pool = [rng.randint(-3, 3), rng.randint(0, 10**6), 2**62, -(2**62)]
+            while len(values) < rng.randint(0, 60):
+                values += [rng.choice(pool)] * rng.randint(1, 9)  # runs of one id, as a thread's events come
+            if rng.random() < 0.3:  # a batch the run path must leave to the lookup of every value
+                values.insert(rng.randint(0, len(values)), rng.choice([5.0, "5", None, 2**64, 1.5, -(2**63) - 1]))
+            batches.append(values)
+        runs, every = kineto._Interner(runs=True), kineto._Interner()
+        for values in batches:
+            runs_taken += bool(values) and all(type(v) is int and -(2**63) <= v < 2**63 for v in values)
+            assert np.array_equal(runs.codes(values), every.codes(values)), values
+        assert list(map(repr, runs.ids)) == list(map(repr, every.ids))  # repr: None is kept as a NaN of its own
+        assert runs.strings().tolist() == every.strings().tolist()
+    assert runs_taken > 100
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Parents and enclosing operators
 

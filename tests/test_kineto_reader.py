@@ -39,7 +39,7 @@ from fitprof.traces import (
     read_trace,
 )
 from fitprof.traces.kineto import read_kineto
-from shared_fixtures import DATA, SHARED_KINETO, SHIPPED_KINETO, shared_kineto
+from shared_fixtures import DATA, SHARED_KINETO, SHIPPED_KINETO, kineto_trace, shared_kineto
 
 REL = 1e-6
 SHIPPED = [p.name for p in SHIPPED_KINETO]
@@ -516,3 +516,76 @@ def test_a_handed_over_text_is_read_once_and_only_for_its_unchanged_file(
     read_kineto(source)
     pd.testing.assert_frame_equal(read_kineto(path), expected)
     assert _limits._handed is None
+
+
+def test_a_handed_over_map_of_the_plain_file_reads_as_the_file_and_leaves_it_unchanged(tmp_path: Path) -> None:
+    """A window's writer hands over a copy-on-write map of its plain trace (``_limits.map_copy``), not a copy:
+    the event reader (whose chunked decode writes brackets into the text it is given), the reader of names torch
+    left unescaped and the ``[memory]`` reader all read it as they read the file itself, the plain file keeps its
+    bytes, and the map stays readable once that file is deleted."""
+    import mmap
+
+    from fitprof.traces import _limits
+    from fitprof.traces.kineto_memory import read_memory_events
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 10, "dur": 5, "args": {}},
+        {"ph": "X", "cat": "user_annotation", "name": 'load "x"', "pid": 1, "tid": 2, "ts": 1, "dur": 20},
+        {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2, "ts": 11, "s": "t",
+         "args": {"Bytes": 4096, "Total Allocated": 4096, "Total Reserved": 8192, "Device Type": 0, "Device Id": -1}},
+    ]  # fmt: skip
+    # the C++ writer's layout, one field a line, the quotes of the annotation's name left unescaped (invalid JSON)
+    text = json.dumps({"traceEvents": events}, indent=1).replace('load \\"x\\"', 'load "x"').encode()
+    plain, gz = tmp_path / "t.pt.trace.json", tmp_path / "t.pt.trace.json.gz"
+    plain.write_bytes(text)
+    gz.write_bytes(gzip.compress(text, compresslevel=1))
+    expected, expected_memory = read_kineto(gz), read_memory_events(gz)
+    assert list(expected["name"]) == ['load "x"', "aten::mm"] and len(expected_memory) == 1
+
+    text_map = _limits.map_copy(plain)
+    assert isinstance(text_map, mmap.mmap)
+    _limits.hand_over(gz, text_map)
+    plain.unlink()  # the window's writer deletes its plain file at once
+    pd.testing.assert_frame_equal(read_kineto(gz), expected)
+    assert _limits._handed is None  # the map was taken, not the file inflated
+    _limits.hand_over(gz, _limits.map_copy(_write_bytes(tmp_path / "again.json", text)))
+    pd.testing.assert_frame_equal(read_memory_events(gz), expected_memory)
+    assert _limits._handed is None
+    assert (tmp_path / "again.json").read_bytes() == text
+
+    big = json.dumps({"traceEvents": [events[0]] * 100_000}).encode()  # several chunks: brackets are written in
+    _limits.hand_over(gz, _limits.map_copy(_write_bytes(tmp_path / "big.json", big)))
+    gz.write_bytes(gzip.compress(big, compresslevel=1))  # the handed text is for the file as it was: not used
+    assert len(read_kineto(gz)) == 100_000
+    _limits.hand_over(gz, _limits.map_copy(tmp_path / "big.json"))
+    assert len(read_kineto(gz)) == 100_000 and _limits._handed is None
+    assert (tmp_path / "big.json").read_bytes() == big
+
+
+def _write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("name", [p.name for p in SHIPPED_KINETO] + list(SHARED_KINETO))
+def test_self_times_from_the_readers_thread_codes_are_those_of_the_string_columns(name: str) -> None:
+    """The reader hands its own thread codes to the self-time pass (``table_from_columns(..., threads)``): the
+    same self times, bit for bit, as coding the table's ``pid`` and ``tid`` strings."""
+    from fitprof.traces import _table
+
+    table = read_kineto(kineto_trace(name))
+    assert table["self_us"].to_numpy().tobytes() == _table._self_times(table).tobytes()
+
+
+def test_thread_codes_follow_the_strings_not_the_raw_ids(tmp_path: Path) -> None:
+    """A trace that writes one thread's id as a number in some events and as a string in others (``5`` and
+    ``"5"``, which the table writes alike): its operators nest as one thread's, as the table's strings say."""
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 5, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": "1", "tid": "5", "ts": 10, "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "other", "pid": 1, "tid": 6, "ts": 20, "dur": 50},
+    ]
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    table = read_kineto(path)
+    assert dict(zip(table["name"], table["self_us"], strict=True)) == {"outer": 70.0, "inner": 30.0, "other": 50.0}

@@ -169,6 +169,30 @@ def test_real_traces_exposed_times_match_a_hand_count(name: str, best: str) -> N
     assert found[2] == pytest.approx(r.step_time_ms - want[best], rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("name", "coded"), [("lightning_cpu.pt.trace.json.gz", False), ("ddp_gloo_rank0.pt.trace.json.gz", True)]
+)
+def test_threads_are_coded_only_for_a_host_span(name: str, coded: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU window without collectives has no host span whose exposure depends on threads (its input wait is
+    exposed by construction): the analysis codes no thread and no host operator name for it (no ``Distinct`` of
+    the names is made), and its exposed collective time is 0. A window with host collectives (gloo) codes them;
+    the figures of both are the hand count's (above)."""
+    from fitprof.analysis import speedups
+
+    made: list[int] = []
+    real = speedups.Distinct
+
+    def counted(values: Any, *args: Any) -> Any:
+        made.append(len(values))
+        return real(values, *args)
+
+    monkeypatch.setattr(speedups, "Distinct", counted)
+    r = fitprof.analyze(kineto_trace(name))
+    assert bool(made) is coded
+    if not coded:
+        assert r.collective_exposed_ms_per_step == 0.0
+
+
 def test_fitprof_analyze_shows_the_best_fix_and_csv_json_carry_all_three(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

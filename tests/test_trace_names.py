@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import warnings
 from pathlib import Path
 
@@ -237,6 +238,8 @@ def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
 
     assert _limits._handed is not None and _limits._handed[0] == _limits._key(path.stat())
     assert bytes(_limits._handed[1]) == gzip.decompress(path.read_bytes())
+    assert isinstance(_limits._handed[1], mmap.mmap)  # a map of the plain file, now deleted, not a copy of it
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
     assert fitprof.analyze(path).steps_analyzed == STEPS and _limits._handed is None
 
     stacked = TorchProfileWindow(warn=WarnOnce(print), with_stack=True)

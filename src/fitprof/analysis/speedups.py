@@ -21,6 +21,7 @@ below it. The headline names the largest one when it is at least :data:`SPEEDUP_
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TypedDict
 
@@ -111,18 +112,28 @@ def exposed_times(
     """
     kernels = dev_in & kind.equal(Kind.KERNEL)
     dev_work = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
-    host_op = (~on_device) & kind.equal(Kind.OP)
-    # Pinning a batch is input work, not compute (only host operators' names are looked at, each distinct one once).
-    host_compute = host_op & ~Distinct(table["name"].to_numpy(), host_op).mask(lambda name: "pin_memory" in name)
-    # One integer per (pid, tid). Only host rows' threads are ever compared (every use below is under a host mask),
-    # so only theirs are coded; the integers differ from codes over the whole table, the equalities do not.
-    host = np.flatnonzero(~on_device)
-    pid_code, _ = pd.factorize(table["pid"].to_numpy()[host])
-    tid_code, tids = pd.factorize(table["tid"].to_numpy()[host])
-    thread = np.zeros(len(ts), dtype=np.int64)
-    thread[host] = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code
+
+    @functools.cache
+    def host_threads() -> tuple[np.ndarray, np.ndarray]:
+        """The host compute rows and one integer per row's (pid, tid), made at the first host span asked for."""
+        host_op = (~on_device) & kind.equal(Kind.OP)
+        # Pinning a batch is input work, not compute (only host operators' names are looked at, each distinct
+        # one once).
+        names = Distinct(table["name"].to_numpy(), host_op)
+        host_compute = host_op & ~names.mask(lambda name: "pin_memory" in name)
+        # Only host rows' threads are ever compared (every use below is under a host mask), so only theirs are
+        # coded; the integers differ from codes over the whole table, the equalities do not.
+        host = np.flatnonzero(~on_device)
+        pid_code, _ = pd.factorize(table["pid"].to_numpy()[host])
+        tid_code, tids = pd.factorize(table["tid"].to_numpy()[host])
+        thread = np.zeros(len(ts), dtype=np.int64)
+        thread[host] = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code
+        return host_compute, thread
 
     def host_spans_exposed(span_mask: np.ndarray, device_hides: np.ndarray | None) -> float:
+        if not span_mask.any():  # no span, nothing exposed (0.0, as the sums below give): no thread is coded
+            return 0.0
+        host_compute, thread = host_threads()
         spans = intervals.subtract(intervals.intersect(intervals.union(ts[span_mask], end[span_mask]), steps), excluded)
         hide = [] if device_hides is None else [intervals.union(ts[device_hides], end[device_hides])]
         span_threads = set(thread[span_mask])

@@ -321,19 +321,21 @@ def _operators(w: _Window, dev_in: np.ndarray, host_in: np.ndarray, top_k: int) 
         self_us = pd.Series(w.dur[device_ops])
     else:
         source = "host"
-        sel = host_in & kind.equal(Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
-        sub = table.loc[sel & ~kind.equal(Kind.INPUT), ["name", "kind", "ts_us", "dur_us", "self_us"]]
-        names = sub["name"].to_numpy()
-        self_us = sub["self_us"]
+        # The rows' names and self times as arrays, not a frame of the rows: the same keys and values in the same
+        # order for the groupby below.
+        ops = host_in & kind.equal(Kind.OP, Kind.COLLECTIVE)
+        names = table["name"].to_numpy()[ops]
+        self_us = pd.Series(table["self_us"].to_numpy()[ops])
     totals = self_us.groupby(names).sum()
     if source == "host":
         # One collective is often recorded on two threads at once (the caller and the backend's worker):
         # count the time it spans, clipped to the steps, not the sum over threads.
-        coll_sub = sub[sub["kind"] == Kind.COLLECTIVE]
-        for name, group in coll_sub.groupby("name"):
-            g_start = group["ts_us"].to_numpy(dtype=float)
-            spans = intervals.union(g_start, g_start + group["dur_us"].to_numpy(dtype=float))
-            totals[name] = intervals.overlap(spans, w.steps)
+        coll_rows = host_in & kind.equal(Kind.COLLECTIVE)
+        if coll_rows.any():
+            for name, group in table.loc[coll_rows, ["name", "ts_us", "dur_us"]].groupby("name"):
+                g_start = group["ts_us"].to_numpy(dtype=float)
+                spans = intervals.union(g_start, g_start + group["dur_us"].to_numpy(dtype=float))
+                totals[name] = intervals.overlap(spans, w.steps)
     ranked = totals.sort_values(ascending=False, kind="stable").head(top_k)
     if source == "host":
         top_host = ranked.head(1)

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 import os
 import zlib
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO
+from typing import BinaryIO, Literal, overload
 
 import numpy as np
 
@@ -107,21 +108,45 @@ def too_many(path: str | os.PathLike[str], what: str, limits: Limits) -> str:
     )
 
 
+Text = bytearray | mmap.mmap
+"""A trace's text as :func:`read_bounded` returns it: a ``bytearray``, or the copy-on-write map of a plain file that a
+trace's writer handed over (:func:`map_copy`). Both are writable buffers with ``find`` and ``rfind``; a map has no
+``decode`` (``str(text, encoding)`` reads either) and its ``in`` looks for one byte, not a substring."""
+
 _FileKey = tuple[int, int, int, int]
-_handed: tuple[_FileKey, bytearray] | None = None
+_handed: tuple[_FileKey, Text] | None = None
 
 
 def _key(st: os.stat_result) -> _FileKey:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def hand_over(path: str | os.PathLike[str], text: bytearray) -> None:
+def map_copy(path: str | os.PathLike[str]) -> mmap.mmap:
+    """A private, copy-on-write map of the whole file ``path`` (``mmap.ACCESS_COPY``): its pages are the page cache's
+    until written, and what is written through it never reaches the file. Mapping a 28 MB trace just written costs
+    about 0.1 ms of CPU, where reading it into a new ``bytearray`` took 20-25 ms (measured), and the map stays
+    valid after the file is deleted. The file must not be truncated while the map is used (the pages past its new
+    end could no longer be read); fitprof maps only the temporary files of its own exports.
+
+    Raises:
+        OSError: if the file cannot be opened or mapped (an empty file cannot be mapped: ``ValueError`` is raised
+            as ``OSError``).
+    """
+    with open(path, "rb") as fh:
+        try:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+        except ValueError as err:  # an empty file
+            raise OSError(str(err)) from None
+
+
+def hand_over(path: str | os.PathLike[str], text: Text) -> None:
     """Keep ``text``, the inflated content of the gzip file ``path`` that the caller has just written from it, for
     the next :func:`read_bounded` of that file, which then returns it instead of inflating the file again (a
     profiled window's trace is read back at once: inflating a 28 MB window took 95-150 ms of CPU, measured).
 
     One text is kept at a time, for one read; the file must be unchanged (same device, inode, size and
-    modification time), else it is read as usual. The caller must not change ``text`` afterwards.
+    modification time), else it is read as usual. The caller must not change ``text`` afterwards; ``text`` may be
+    the :func:`map_copy` of the plain file the gzip file was written from.
     """
     global _handed
     try:
@@ -130,7 +155,7 @@ def hand_over(path: str | os.PathLike[str], text: bytearray) -> None:
         _handed = None
 
 
-def _take(st: os.stat_result) -> bytearray | None:
+def _take(st: os.stat_result) -> Text | None:
     """The text handed over for the file ``st`` describes, once; None if none or another file's."""
     global _handed
     handed, _handed = _handed, None
@@ -139,14 +164,19 @@ def _take(st: os.stat_result) -> bytearray | None:
     return None
 
 
-def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True) -> bytearray:
+@overload
+def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: Literal[False]) -> bytearray: ...
+@overload
+def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True) -> Text: ...
+def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True) -> Text:
     """The file's bytes, at most ``limits.max_bytes`` of them; inflated when it starts with the gzip magic bytes
     and ``inflate`` is true.
 
     A plain file's size is checked before it is read; a gzip file is inflated in 1 MB steps that stop as soon as
     the output passes the bound, so at most the bound (plus one step) is ever held; or, when its writer handed over
-    its inflated text (:func:`hand_over`) and the file is unchanged since, that text is returned. Concatenated gzip members are
-    read as one stream, as :func:`gzip.decompress` does.
+    its inflated text (:func:`hand_over`) and the file is unchanged since, that text (a ``bytearray`` or a map,
+    :data:`Text`) is returned; any other read returns a ``bytearray``. Concatenated gzip members are read as one
+    stream, as :func:`gzip.decompress` does.
 
     Raises:
         error: (a :class:`~fitprof.traces.TraceError`) if the file is missing or unreadable, is a truncated or
@@ -217,7 +247,7 @@ def _check_flags(head: bytes, path: Path, error: type[Exception]) -> None:
         raise error(f"{path}: truncated or corrupt gzip (unknown header flags set)")
 
 
-def count_objects(data: bytes | bytearray, path: str | os.PathLike[str], limits: Limits, error: type[Exception]) -> int:
+def count_objects(data: bytes | Text, path: str | os.PathLike[str], limits: Limits, error: type[Exception]) -> int:
     """The number of ``{`` in a JSON text: an upper bound of the objects it holds (one inside a string counts too).
 
     Raises:

@@ -148,12 +148,14 @@ def make_table(rows: Iterable[Mapping[str, Any]] | pd.DataFrame) -> pd.DataFrame
     return df
 
 
-def table_from_columns(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+def table_from_columns(columns: dict[str, np.ndarray], threads: np.ndarray | None = None) -> pd.DataFrame:
     """The table :func:`make_table` builds from these columns, built with one copy of each column.
 
     For a reader holding millions of events: ``columns`` has every column of :data:`COLUMNS` but ``self_us``, as
     numpy arrays of their dtypes (``str`` columns: object arrays of ``str``), in file order. Its arrays are taken
     out of the dict one at a time as each is sorted, so the unsorted copy goes as the sorted one is made.
+    ``threads``: one integer per row, in file order, equal exactly where both ``pid`` and ``tid`` are (a reader
+    that holds them coded); it spares :func:`_self_times` coding the two string columns.
     """
     order = _start_order(columns["ts_us"], columns["dur_us"])  # by start, the longest first, then file order
     data: dict[str, pd.Series] = {}
@@ -166,7 +168,7 @@ def table_from_columns(columns: dict[str, np.ndarray]) -> pd.DataFrame:
         del values
     df = pd.DataFrame(data, copy=False)
     del data
-    df["self_us"] = _self_times(df)
+    df["self_us"] = _self_times(df, None if threads is None else threads[order])
     return df
 
 
@@ -202,7 +204,7 @@ def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
 _SELF_TIME_KINDS = (Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
 
 
-def _self_times(df: pd.DataFrame) -> np.ndarray:
+def _self_times(df: pd.DataFrame, threads: np.ndarray | None = None) -> np.ndarray:
     """Self time of host operators: duration minus the direct children's, per ``pid``/``tid``.
 
     Only operator-like events take part (annotations, runtime calls and executor bookkeeping neither get nor
@@ -217,6 +219,10 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     an earlier start, so ended by then; it was not), which :func:`_parents` finds without a loop per event. Each
     parent then loses its children's times one after the other in table order (:func:`_subtract_in_order`), the
     same float operations in the same order as the walk: bit-identical.
+
+    ``threads``: an integer per row (table order), equal exactly where ``pid`` and ``tid`` both are, used instead
+    of coding those columns (which integer a thread gets changes no result: each thread's operators keep their
+    order).
     """
     dur = df["dur_us"].to_numpy(dtype=float, copy=True)
     if df.empty:
@@ -224,12 +230,15 @@ def _self_times(df: pd.DataFrame) -> np.ndarray:
     rows = np.flatnonzero(
         df["kind"].isin(_SELF_TIME_KINDS).to_numpy(dtype=bool) & ~df["on_device"].to_numpy(dtype=bool)
     )
-    # One integer per (pid, tid), as groupby(["pid", "tid"]) groups them (a missing pid or tid: no group).
-    pid_code, _ = pd.factorize(df["pid"].to_numpy()[rows])
-    tid_code, tids = pd.factorize(df["tid"].to_numpy()[rows])
-    grouped = (pid_code >= 0) & (tid_code >= 0)
-    rows = rows[grouped]
-    thread = pid_code[grouped].astype(np.int64) * (len(tids) + 1) + tid_code[grouped]
+    if threads is not None:
+        thread = threads[rows].astype(np.int64)
+    else:
+        # One integer per (pid, tid), as groupby(["pid", "tid"]) groups them (a missing pid or tid: no group).
+        pid_code, _ = pd.factorize(df["pid"].to_numpy()[rows])
+        tid_code, tids = pd.factorize(df["tid"].to_numpy()[rows])
+        grouped = (pid_code >= 0) & (tid_code >= 0)
+        rows = rows[grouped]
+        thread = pid_code[grouped].astype(np.int64) * (len(tids) + 1) + tid_code[grouped]
     by_thread = np.argsort(thread, kind="stable")  # each thread's operators together, in table order
     rows, thread = rows[by_thread], thread[by_thread]
     ts = df["ts_us"].to_numpy(dtype=float)[rows]

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof.traces._kineto_rules import Columns, frame, frame_columns, gc_paused
-from fitprof.traces._limits import Limits, count_objects, read_bounded
+from fitprof.traces._limits import Limits, Text, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
 from fitprof.traces._table import TraceError, make_table, table_from_columns
 
@@ -66,8 +66,9 @@ def read_kineto(
         repaired: list[str] = []
         meta, events = _load(Path(path), limits, repaired)
         columns = frame_columns(events, path)
+        threads = _threads(events) if columns else None
         del events
-        table = table_from_columns(columns) if columns else make_table(pd.DataFrame())
+        table = table_from_columns(columns, threads) if columns else make_table(pd.DataFrame())
         del columns
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, Mapping) else {}
@@ -83,6 +84,15 @@ def read_kineto(
     if repaired:
         table.attrs["warnings"] = [repaired_names_warning(repaired)]
     return table
+
+
+def _threads(cols: Columns) -> np.ndarray:
+    """One integer per complete event, equal exactly where the table's ``pid`` and ``tid`` strings both are: the
+    few distinct strings are coded (two values the decoder kept apart, ``5`` and ``"5"``, read ``"5"`` alike), then
+    each event's codes are looked up in them, instead of coding a string column of every event."""
+    pid_of, _ = pd.factorize(cols.pids)
+    tid_of, tids = pd.factorize(cols.tids)
+    return pid_of[cols.pid_code].astype(np.int64) * (len(tids) + 1) + tid_of[cols.tid_code]
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -153,8 +163,9 @@ _MAX_INFO_BYTES = 1 << 16
 class _Interner:
     """Codes for the values of one column across batches, in the order of first appearance."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, runs: bool = False) -> None:
         self.ids: dict[Any, int] = {}
+        self.runs = runs  # the values mostly come in runs of equal integers (process, thread ids): _run_codes
 
     def codes(self, values: list[Any]) -> np.ndarray:
         """The code of each value (int64): equal values (``==``, as a dict's keys) share the code of the first.
@@ -167,6 +178,10 @@ class _Interner:
         ``None`` gets a new NaN key in each batch (its own code per batch, the string ``"nan"``).
         """
         n = len(values)
+        if self.runs:
+            ints = np.array(values) if n else None
+            if ints is not None and ints.dtype == np.int64:
+                return self._run_codes(ints)
         first: dict[Any, int] = {}
         at = np.fromiter(map(first.setdefault, values, itertools.count()), dtype=np.int64, count=n)
         ids = self.ids
@@ -175,6 +190,20 @@ class _Interner:
             ids.setdefault(float("nan") if u is None else u, len(ids)) for u in first
         ]
         return lut[at]
+
+    def _run_codes(self, ints: np.ndarray) -> np.ndarray:
+        """:meth:`codes` of values that are all Python ``int`` (``ints``: them as int64, which numpy makes only
+        of ints that fit): each run of equal values is coded once. Process and thread ids come in long runs (a
+        thread's events one after another), so the values looked up are a few hundred a batch, not one an event;
+        ``tolist`` gives back ints equal to the values, so the codes are those of the lookup of every value."""
+        n = len(ints)
+        new_run = np.empty(n, dtype=bool)
+        new_run[0] = True
+        np.not_equal(ints[1:], ints[:-1], out=new_run[1:])
+        starts = np.flatnonzero(new_run)
+        ids = self.ids
+        run_codes = np.array([ids.setdefault(u, len(ids)) for u in ints[starts].tolist()], dtype=np.int64)
+        return np.repeat(run_codes, np.diff(starts, append=n))
 
     def strings(self) -> np.ndarray:
         return np.array(["" if u is None else str(u) for u in self.ids], dtype=object)
@@ -200,7 +229,7 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
         try:
             _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
         except msgspec.DecodeError:
-            text, names = repair_names(data.decode("utf-8", "surrogateescape"))
+            text, names = repair_names(str(data, "utf-8", "surrogateescape"))  # a map has no decode()
             if not names:
                 raise
             data = bytearray(text.encode("utf-8", "surrogateescape"))
@@ -245,7 +274,7 @@ class _Frame(msgspec.Struct, gc=False):
 _FRAME_DECODER = msgspec.json.Decoder(_Frame | list[msgspec.Raw])
 
 
-def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str, Any], Columns] | None:
+def _load_in_chunks(data: Text, path: Path, objects: int) -> tuple[dict[str, Any], Columns] | None:
     """The trace's ``distributedInfo`` and columns in one pass over the text, or ``None`` when this fast path
     cannot prove its reading right (the caller then reads the file with the three passes of :func:`_load`, which
     give the errors and the repaired names).
@@ -310,7 +339,7 @@ def _load_in_chunks(data: bytearray, path: Path, objects: int) -> tuple[dict[str
     return meta, builder.finish()
 
 
-def _decode_between(data: bytearray, view: memoryview, pos: int, end: int) -> list[_Event]:
+def _decode_between(data: Text, view: memoryview, pos: int, end: int) -> list[_Event]:
     """The events of ``[`` + ``data[pos:end]`` + ``]``, decoded in place: the byte before ``pos`` (the array's
     ``[`` or the ``,`` of a cut) and the one at ``end`` (JSON whitespace, the ``,`` of a cut or the array's ``]``)
     are set to the brackets for the decode and put back after it, so no copy of the chunk is made. The structs
@@ -338,7 +367,7 @@ def _read_distributed_info(raw: msgspec.Raw, meta: dict[str, Any]) -> None:
                 meta["distributedInfo"] = info
 
 
-def _array_end(data: bytearray, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
+def _array_end(data: Text, start: int, bare: bool) -> tuple[int, _Frame | list[Any] | None]:
     """The position of the ``]`` that closes the event array opened at ``start``, and the document decoded
     with ``[]`` in place of the array (``None`` when not found).
 
@@ -418,7 +447,7 @@ class _ColumnBuilder:
 
     def __init__(self, path: Path, capacity: int) -> None:
         self.path = path
-        self.interners = {k: _Interner() for k in ("cat", "name", "pid", "tid")}
+        self.interners = {k: _Interner(runs=k in ("pid", "tid")) for k in ("cat", "name", "pid", "tid")}
         self.cols: dict[str, np.ndarray] = {k: np.empty(capacity, dtype=np.float64) for k in self._FLOAT_KEYS}
         code = np.int32 if capacity < 2**31 else np.int64  # a code is below the number of events
         self.cols.update((k, np.empty(capacity, dtype=code)) for k in self.interners)
@@ -439,15 +468,13 @@ class _ColumnBuilder:
         cols, path, done = self.cols, self.path, self.done
         rows = events
         cats = list(map(_CAT, rows))
-        phs = list(map(_PH, rows))
+        complete = list(map(operator.eq, map(_PH, rows), itertools.repeat("X")))  # ``ph == "X"`` for each
         traces = _positions(cats, "Trace")  # the profiler's own span, once a trace
-        if phs.count("X") == len(phs) and not traces:
-            keep = None  # all complete (a generated trace, most batches of a real one)
-        else:
-            keep = list(map(operator.eq, phs, itertools.repeat("X")))  # ``p == "X"`` for each
-            for i in traces:
-                keep[i] = False
-        del phs
+        for i in traces:
+            complete[i] = False
+        # None: all complete (a generated trace, most batches of a real one)
+        keep = complete if False in complete else None
+        del complete
         if keep is not None:
             # Flow arrows are not complete events: look for them only when some are left, and only in a batch
             # that has a ``cpu_to_*`` category at all (the legacy layout; Kineto's own arrows are ``ac2g``).

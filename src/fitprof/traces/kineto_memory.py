@@ -125,14 +125,14 @@ def read_memory_events(
     limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
     data = read_bounded(p, limits, TraceError)
-    if MEMORY_EVENT.encode() not in data:
+    if data.find(MEMORY_EVENT.encode()) < 0:  # not ``in``: a handed-over map's ``in`` looks for one byte
         return empty_memory_table()
     count_objects(data, p, limits, TraceError)
     try:
         try:
             doc = _DECODER.decode(data)
         except msgspec.DecodeError:  # names torch's writer left unescaped (pytorch/pytorch#146900)
-            text, names = repair_names(data.decode("utf-8", "surrogateescape"))
+            text, names = repair_names(str(data, "utf-8", "surrogateescape"))  # a map has no decode()
             if not names:
                 raise
             doc = _DECODER.decode(text.encode("utf-8", "surrogateescape"))
