@@ -114,6 +114,7 @@ FIRST = (
 with a long one at the end while the other idles; the rest follow in xdist's order. A stale entry costs time only."""
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist installed (a GPU image) it is never called
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``pytest -n N --dist loadgroup`` (``make test``): each test module is one unit of work, run in one worker, so
     its module-scoped child process or launch runs once. Not through ``xdist_group`` marks: with pytest 9 the node

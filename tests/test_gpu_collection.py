@@ -37,6 +37,8 @@ NOT_ON_THE_IMAGE = (
     "playwright*",
     "jsonargparse*",
     "traceml*",
+    "xdist*",  # pytest-xdist: the suite's conftest must not need it
+    "pytest_xdist*",
     "*fitprof*",  # this checkout's source comes first on PYTHONPATH
 )
 GPU_TESTS = (
