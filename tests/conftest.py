@@ -95,8 +95,14 @@ def keras_digits_fast(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, d
     return run, keras_digits.main(["--logdir", str(run), "--epochs", "2"])
 
 
-SHARED_RUNS = {"test_cli": "keras_digits", "test_keras": "keras_digits"}
-"""Modules that share one session-scoped run (the Keras digits example), so they are scheduled as one unit."""
+def _shared_runs() -> dict[str, str]:
+    """The modules that use the session's Keras digits run (:func:`keras_digits_fast`), by name: one unit of work,
+    so the run is made once. Read from the test files' text, since xdist's controller collects no tests."""
+    here = Path(__file__).resolve().parent
+    return {
+        path.stem: "keras_digits" for path in here.glob("test_*.py") if "keras_digits_fast" in path.read_text("utf-8")
+    }
+
 
 FIRST = (
     "test_scenarios_keras",
@@ -124,10 +130,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    shared = _shared_runs()
+
     class ModuleUnits(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             stem = Path(nodeid.split("::", 1)[0]).stem
-            return SHARED_RUNS.get(stem, stem)
+            return shared.get(stem, stem)
 
         def _assign_work_unit(self, node: Any) -> None:
             if not getattr(self, "_slow_first", False):  # the queue is full by the first assignment
