@@ -20,6 +20,7 @@ import fitprof
 from fitprof import _atomic, _fs
 from fitprof.cli import main
 from fitprof.report_files import find_report_files, write_report_file
+from fitprof.traces import _limits
 from shared_fixtures import DDP_RANKS, LIGHTNING_CPU
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -127,11 +128,12 @@ def test_a_torch_trace_cut_while_compressing_is_not_left_under_its_name(
 
     target = tmp_path / "h_rank0.s.pt.trace.json.gz"
     monkeypatch.setattr(shutil, "copyfileobj", cut)
-    with pytest.raises(KeyboardInterrupt):
-        torch_window._export_gzipped(Prof(), target)
-    assert not target.exists()
+    torch_window._export_gzipped(Prof(), target)  # compressed in a thread of its own: the cut is its error
+    assert isinstance(_limits.wait_written(target), KeyboardInterrupt)
+    assert sorted(tmp_path.iterdir()) == []  # neither the half-written file nor the plain trace is left
     monkeypatch.undo()
     assert torch_window._export_gzipped(Prof(), target) == []
+    assert _limits.wait_written(target) is None and target.exists()
     assert fitprof.analyze(target).steps_analyzed == fitprof.analyze(LIGHTNING_CPU).steps_analyzed
 
 
@@ -215,3 +217,28 @@ def test_report_plugins_never_list_a_temporary_file(tmp_path: Path) -> None:
     path = write_report_file(tmp_path, session="s", epoch=0, report=report, trace=LIGHTNING_CPU)
     _atomic.temporary_name(path.with_name("t.rank0.json")).write_text("{")
     assert find_report_files(tmp_path) == [path]
+
+
+def test_a_trace_whose_background_write_failed_keeps_its_figures_and_says_so_once(tmp_path: Path) -> None:
+    """The window's trace is compressed in the background while the epoch's analysis reads its handed-over text:
+    when that write fails (a full disk), the figures and the report file are kept, one warning names the trace,
+    and no Profile-tab copy is attempted from the missing file."""
+    from fitprof._warn import WarnOnce
+    from fitprof.fit.pipeline import WindowPipeline
+
+    text = gzip.decompress(LIGHTNING_CPU.read_bytes())
+    trace = tmp_path / "h_rank0.s1.pt.trace.json.gz"
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    _limits.write_in_background(trace, full_disk)
+    _limits.hand_over(trace, bytearray(text))
+    pipe = WindowPipeline(top_k=3, max_trace_mb=1.0, keep_last_windows=None, warn=WarnOnce(), converter=None)
+    with pytest.warns(UserWarning) as caught:
+        report = pipe.analyze(0, trace, log_dir=tmp_path, session="s1", rank=0, world_size=1)
+    assert report is not None and report.steps_analyzed == fitprof.analyze(LIGHTNING_CPU).steps_analyzed
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and str(trace) in said[0] and "No space left" in said[0] and "kept" in said[0]
+    assert pipe.xplane_paths == {} and not trace.exists()
+    assert len(find_report_files(tmp_path)) == 1

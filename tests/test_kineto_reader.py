@@ -562,6 +562,59 @@ def test_a_handed_over_map_of_the_plain_file_reads_as_the_file_and_leaves_it_unc
     assert (tmp_path / "big.json").read_bytes() == big
 
 
+def test_a_trace_written_in_the_background_is_read_from_its_text_at_once_and_else_once_whole(
+    tmp_path: Path,
+) -> None:
+    """The window's trace is compressed in a thread of its own (``_limits.write_in_background``) while the epoch's
+    analysis reads the handed-over text: that read does not wait; any other read of the file waits until it is
+    whole, and so does a copy to a remote log dir (``Mirror.sync``). A failed write is returned once by
+    ``wait_written`` and leaves no file."""
+    import threading
+
+    from fitprof import _fs
+    from fitprof.traces import _limits
+
+    source = SHIPPED_KINETO[0]
+    text = gzip.decompress(source.read_bytes())
+    expected = read_kineto(source)
+    mirror = _fs.Mirror(f"file://{tmp_path / 'remote'}", warn=lambda key, message: None)
+    path = mirror.local / source.name
+    release, order = threading.Event(), []
+
+    def write() -> None:
+        release.wait(30)
+        order.append("written")
+        path.write_bytes(gzip.compress(text, compresslevel=1))
+
+    _limits.write_in_background(path, write)
+    _limits.hand_over(path, bytearray(text))
+    pd.testing.assert_frame_equal(read_kineto(path), expected)  # the write is still held
+    assert order == [] and not path.exists()
+    threading.Timer(0.3, lambda: (order.append("released"), release.set())).start()
+    pd.testing.assert_frame_equal(read_kineto(path), expected)  # waited for the whole file, then inflated it
+    assert order == ["released", "written"]
+
+    release.clear()
+    order.clear()
+    _limits.write_in_background(path, write)
+    threading.Timer(0.3, lambda: (order.append("released"), release.set())).start()
+    assert mirror.sync()
+    assert order == ["released", "written"]
+    assert (tmp_path / "remote" / source.name).read_bytes() == path.read_bytes()
+    mirror.close()
+
+    def fail() -> None:
+        raise OSError(28, "No space left on device")
+
+    gone = tmp_path / "gone.pt.trace.json.gz"
+    _limits.write_in_background(gone, fail)
+    error = _limits.wait_written(gone)
+    assert isinstance(error, OSError) and error.errno == 28
+    assert _limits.wait_written(gone) is None and _limits.wait_all_written() == []
+    with pytest.raises(TraceError, match="no such file"):
+        read_kineto(gone)
+
+
 def _write_bytes(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path

@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from fitprof._atomic import is_temporary, temporary_name
+from fitprof.traces._limits import wait_all_written
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+)://")
 """``scheme://``; two letters or more, so a Windows drive (``C:\\``, ``C://``) is never a scheme."""
@@ -179,9 +180,11 @@ class Mirror:
         self._sent: dict[str, tuple[int, int]] = {}
 
     def sync(self) -> bool:
-        """Copy what changed; True when the remote directory is up to date."""
+        """Copy what changed; True when the remote directory is up to date. A trace still being compressed in the
+        background is waited for first (:func:`fitprof.traces._limits.wait_all_written`): it is copied whole."""
         if self._failed or not self.local.is_dir():
             return False
+        wait_all_written()
         try:
             if self._store is None:
                 self._store = self._open(self.url)

@@ -45,6 +45,7 @@ from fitprof.fit.xplane_worker import Job, XplaneWorker
 from fitprof.report_files import write_report_file
 from fitprof.throughput import StepWork, with_throughput
 from fitprof.traces import trace_format
+from fitprof.traces._limits import wait_written
 
 Gather = Callable[[list[float]], list[list[float]]]
 """All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
@@ -294,9 +295,6 @@ class WindowPipeline:
         """
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
-        message = oversize_message(trace, self.max_trace_mb)
-        if message:
-            self.warn("size", message)
         host = hostname()
         try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
             report: BottleneckReport | None = fitprof.analyze(
@@ -312,6 +310,19 @@ class WindowPipeline:
         except Exception as err:
             self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
             report = None
+        # The torch trace is compressed in the background while it is analysed from its plain text: what follows
+        # (its size, its copy, the worker that reads it, the deletion of a temporary copy) needs the whole file.
+        failed = wait_written(trace)
+        if failed is not None:
+            self.warn(
+                "write",
+                f"fitprof: could not write the trace {trace} ({failed!r}); the figures of epoch {epoch} are kept, "
+                "the trace and its Profile-tab copy are not.",
+            )
+        else:
+            message = oversize_message(trace, self.max_trace_mb)
+            if message:
+                self.warn("size", message)
         if report is not None and work is not None:
             # the note reaches the report, its file and the tables: the reason, never a framework's traceback
             report = with_throughput(report, dataclasses.replace(work, flops_note=no_traceback(work.flops_note)))
@@ -332,7 +343,7 @@ class WindowPipeline:
         files = [trace]
         # an XSpace window (TensorFlow, JAX) lives in its session folder, which goes with it
         session_dir: Path | None = Path(trace).parent if Path(trace).name.endswith(".xplane.pb") else None
-        if trace_format(trace) == "kineto":
+        if trace_format(trace) == "kineto" and failed is None:
             worker = self.converter() if self.converter is not None else None
             xhost = rank_host(host, rank, world_size)
             if worker is not None:  # off the training path: only the Profile tab reads it

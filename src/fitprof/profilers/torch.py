@@ -20,6 +20,7 @@ here.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import inspect
 import logging
@@ -40,7 +41,7 @@ from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, ses
 from fitprof._warn import WarnOnce
 from fitprof.profilers.base import StepSpans, WindowBusy
 from fitprof.profilers.quiet import quiet_profiler_lines
-from fitprof.traces._limits import hand_over, map_copy
+from fitprof.traces._limits import Text, hand_over, map_copy, write_in_background
 from fitprof.traces._repair import name_list, repair_names
 from fitprof.traces._table import OVERHEAD_ANNOTATION, VALIDATION_ANNOTATION
 
@@ -529,7 +530,9 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
 
     torch's own ``.gz`` export copies its temporary JSON into ``GzipFile`` line by line (11,654 writes for a
     5-step window: 53 ms); fitprof writes the plain JSON and compresses it in 1 MB chunks at the fastest level
-    (:func:`_gzip_file`).
+    (:func:`_gzip_file`), in a thread of its own (:func:`_compress`): ``path`` appears once it is whole, and the
+    readers of ``path`` (:func:`fitprof.traces._limits.read_bounded`) and
+    :func:`fitprof.traces._limits.wait_written` wait for it. The plain text is handed to the reader meanwhile.
 
     Names torch's fast C++ writer cannot write (:func:`_odd_names`) are exported exactly with torch's Python
     writer (``use_python_export=True``: correct JSON escapes, but about 6x slower, so only then). Where that
@@ -546,6 +549,7 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
     odd = _odd_names(prof, names)
     fd, tmp = tempfile.mkstemp(suffix=".json", prefix="fitprof-", dir=path.parent)
     os.close(fd)
+    compressing = False
     try:
         exact = False
         if odd and _python_export_available(prof):
@@ -563,11 +567,16 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
                 _drop_events(Path(tmp), drop)
             except Exception as err:  # the trace is kept with the partial step in it
                 log.warning("fitprof: could not drop the partial step %s from the trace (%r).", drop, err)
-        _gzip_file(Path(tmp), path)
-        _hand_over(Path(tmp), path)
+        plain = Path(tmp)
+        text = _plain_text(plain)  # mapped before the compressing thread deletes the file
+        write_in_background(path, functools.partial(_compress, plain, path))
+        compressing = True  # the thread deletes the plain file
+        if text is not None:
+            hand_over(path, text)
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if not compressing:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return [] if exact else odd
 
 
@@ -589,16 +598,30 @@ def _gzip_file(src: Path, dst: Path) -> None:
         shutil.copyfileobj(fin, fout, 1 << 20)
 
 
-def _hand_over(plain: Path, gz: Path) -> None:
-    """Give the reader the plain text of the trace just compressed (:func:`fitprof.traces._limits.hand_over`): the
-    epoch's analysis reads the trace at once, and reading the plain text again costs less than inflating it
-    (28 MB: 95-150 ms of CPU to inflate, measured). The text is a copy-on-write map of the plain file
-    (:func:`fitprof.traces._limits.map_copy`), not a copy of it, and stays readable after the file is deleted. Best
-    effort: the reader inflates the file otherwise."""
+def _compress(plain: Path, gz: Path) -> None:
+    """Compress the plain trace ``plain`` into ``gz`` (:func:`_gzip_file`), then delete ``plain``: the export's
+    background write (:func:`fitprof.traces._limits.write_in_background`), off the training thread, as zlib and
+    ISA-L release the GIL while they compress. The readers of ``gz`` and the copies to a remote log dir wait for
+    it; what it raises is warned about by the epoch's analysis (:meth:`fitprof.fit.pipeline.WindowPipeline.analyze`),
+    whose figures are read from the handed-over text meanwhile."""
     try:
-        hand_over(gz, map_copy(plain))
+        _gzip_file(plain, gz)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(plain)
+
+
+def _plain_text(plain: Path) -> Text | None:
+    """The plain text of the trace being compressed, for the reader (:func:`fitprof.traces._limits.hand_over`): the
+    epoch's analysis reads the trace at once, and reading the plain text costs less than inflating it (28 MB: 95-150
+    ms of CPU to inflate, measured). The text is a copy-on-write map of the plain file
+    (:func:`fitprof.traces._limits.map_copy`), not a copy of it, and stays readable after the file is deleted. Best
+    effort (None): the reader then waits for the compressed file and inflates it."""
+    try:
+        return map_copy(plain)
     except OSError as err:
         log.debug("fitprof: the trace's plain text was not handed to the reader (%r)", err)
+        return None
 
 
 def _repair_file(path: Path) -> None:

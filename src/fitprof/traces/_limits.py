@@ -26,7 +26,10 @@ import dataclasses
 import math
 import mmap
 import os
+import threading
+import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import BinaryIO, Literal, overload
@@ -114,11 +117,15 @@ trace's writer handed over (:func:`map_copy`). Both are writable buffers with ``
 ``decode`` (``str(text, encoding)`` reads either) and its ``in`` looks for one byte, not a substring."""
 
 _FileKey = tuple[int, int, int, int]
-_handed: tuple[_FileKey, Text] | None = None
+_handed: tuple[str, _FileKey | None, Text] | None = None
 
 
 def _key(st: os.stat_result) -> _FileKey:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _name(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.fspath(path))
 
 
 def map_copy(path: str | os.PathLike[str]) -> mmap.mmap:
@@ -140,28 +147,121 @@ def map_copy(path: str | os.PathLike[str]) -> mmap.mmap:
 
 
 def hand_over(path: str | os.PathLike[str], text: Text) -> None:
-    """Keep ``text``, the inflated content of the gzip file ``path`` that the caller has just written from it, for
-    the next :func:`read_bounded` of that file, which then returns it instead of inflating the file again (a
-    profiled window's trace is read back at once: inflating a 28 MB window took 95-150 ms of CPU, measured).
+    """Keep ``text``, the inflated content of the gzip file ``path`` that the caller has just written from it (or is
+    writing from it: :func:`write_in_background`), for the next :func:`read_bounded` of that file, which then returns
+    it instead of inflating the file again (a profiled window's trace is read back at once: inflating a 28 MB
+    window took 95-150 ms of CPU, measured).
 
-    One text is kept at a time, for one read; the file must be unchanged (same device, inode, size and
-    modification time), else it is read as usual. The caller must not change ``text`` afterwards; ``text`` may be
-    the :func:`map_copy` of the plain file the gzip file was written from.
+    One text is kept at a time, for one read. A file already written must be unchanged (same device, inode, size
+    and modification time), else it is read as usual; a file still being written in the background is matched by
+    its path. The caller must not change ``text`` afterwards; ``text`` may be the :func:`map_copy` of the plain file
+    the gzip file is written from.
     """
     global _handed
+    name = _name(path)
+    if name in _writing:
+        _handed = (name, None, text)
+        return
     try:
-        _handed = (_key(os.stat(path)), text)
+        _handed = (name, _key(os.stat(path)), text)
     except OSError:
         _handed = None
 
 
-def _take(st: os.stat_result) -> Text | None:
-    """The text handed over for the file ``st`` describes, once; None if none or another file's."""
+def _take(path: str | os.PathLike[str], st: os.stat_result | None) -> Text | None:
+    """The text handed over for the file at ``path`` (``st``: its status, None when it is still being written),
+    once; None if none or another file's."""
     global _handed
     handed, _handed = _handed, None
-    if handed is not None and handed[0] == _key(st):
-        return handed[1]
-    return None
+    if handed is None or handed[0] != _name(path):
+        return None
+    if handed[1] is not None and (st is None or handed[1] != _key(st)):
+        return None
+    return handed[2]
+
+
+# ------------------------------------------------------------------------------------ files written in the background
+class _Write:
+    """One file being written by a thread of its own; ``error``: what the write raised, once it has ended."""
+
+    def __init__(self, write: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(write,), name="fitprof-trace-write")
+
+    def _run(self, write: Callable[[], None]) -> None:
+        try:
+            write()
+        except BaseException as err:  # kept for the waiter, who warns: a thread's exception would be printed
+            self.error = err
+
+
+_writing: dict[str, _Write] = {}
+_writing_lock = threading.Lock()
+
+
+def _forget_writes() -> None:  # a forked child has none of its parent's threads
+    global _writing_lock
+    _writing.clear()
+    _writing_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_writes)
+
+
+def write_in_background(path: str | os.PathLike[str], write: Callable[[], None]) -> None:
+    """Run ``write``, which writes the file ``path`` (whole or not at all, renamed into place), in a thread of its
+    own, and have every :func:`read_bounded` of ``path`` and every :func:`wait_written` wait for it first.
+
+    For work that releases the GIL (compressing a trace: zlib and ISA-L do), so that the training thread goes on
+    meanwhile. The thread is not a daemon: the interpreter waits for it at exit. An exception of ``write`` is
+    kept and returned by :func:`wait_written`. A second write of the same path waits for the first.
+    """
+    name = _name(path)
+    wait_written(name)
+    job = _Write(write)
+    with _writing_lock:
+        _writing[name] = job
+    job.thread.start()
+
+
+def wait_written(path: str | os.PathLike[str], timeout: float | None = None) -> BaseException | None:
+    """Wait until the background write of ``path`` (:func:`write_in_background`) has ended, at most ``timeout``
+    seconds (None: however long it takes); at once when there is none.
+
+    Returns:
+        What the write raised (then the file is not there), once: later calls return None. None when it
+        succeeded, when there was none, and when it is still running after ``timeout``.
+    """
+    name = _name(path)
+    with _writing_lock:
+        job = _writing.get(name)
+    if job is None:
+        return None
+    job.thread.join(timeout)
+    if job.thread.is_alive():
+        return None
+    with _writing_lock:
+        if _writing.get(name) is job:
+            del _writing[name]
+    return job.error
+
+
+def wait_all_written(timeout: float | None = None) -> list[tuple[str, BaseException]]:
+    """Wait for every background write (:func:`write_in_background`), at most ``timeout`` seconds in all.
+
+    Returns:
+        ``(path, error)`` of each write that failed (see :func:`wait_written`).
+    """
+    end = None if timeout is None else time.monotonic() + timeout
+    failed = []
+    with _writing_lock:
+        names = list(_writing)
+    for name in names:
+        left = None if end is None else max(0.0, end - time.monotonic())
+        error = wait_written(name, left)
+        if error is not None:
+            failed.append((name, error))
+    return failed
 
 
 @overload
@@ -176,12 +276,19 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
     the output passes the bound, so at most the bound (plus one step) is ever held; or, when its writer handed over
     its inflated text (:func:`hand_over`) and the file is unchanged since, that text (a ``bytearray`` or a map,
     :data:`Text`) is returned; any other read returns a ``bytearray``. Concatenated gzip members are read as one
-    stream, as :func:`gzip.decompress` does.
+    stream, as :func:`gzip.decompress` does. A file still being written in the background
+    (:func:`write_in_background`) is read once it is whole, unless its text was handed over.
 
     Raises:
         error: (a :class:`~fitprof.traces.TraceError`) if the file is missing or unreadable, is a truncated or
             corrupt gzip, or is bigger than the bound.
     """
+    if _handed is not None and _handed[1] is None and _handed[0] == _name(path):  # still being written
+        text = _take(path, None)
+        if text is not None and len(text) <= limits.max_bytes:
+            return text
+    if _writing:
+        wait_written(path)  # a file still being written is read once it is whole (a failed write: not found)
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -194,7 +301,7 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
                 got = fh.readinto(data)
                 del data[got:]  # a file that shrank meanwhile; one that grew is read up to its size at the check
                 return data
-            handed = _take(os.fstat(fh.fileno())) if _handed is not None else None
+            handed = _take(path, os.fstat(fh.fileno())) if _handed is not None else None
             if handed is not None and len(handed) <= limits.max_bytes:
                 return handed
             fh.seek(0)
