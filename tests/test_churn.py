@@ -18,6 +18,7 @@ from fitprof.analysis.memory import HEAVY_CHURN_RATIO, OUTSIDE_OPS, churn_advice
 from fitprof.cli import main
 from fitprof.report_files import read_report_file, write_report_file
 from fitprof.traces import TraceError, read_trace
+from fitprof.traces._limits import wait_written
 from fitprof.traces.kineto_memory import COLUMNS, read_memory_events
 
 torch = pytest.importorskip("torch")
@@ -54,7 +55,7 @@ def _record(
         del v
         w.end_annotation()
     path = w.stop()
-    assert path is not None
+    assert path is not None and wait_written(path) is None  # compressed in the background: wait for the whole file
     return path
 
 

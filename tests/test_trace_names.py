@@ -12,13 +12,14 @@ from __future__ import annotations
 import gzip
 import json
 import mmap
+import os
 import warnings
 from pathlib import Path
 
 import pytest
 
 import fitprof
-from fitprof.traces import read_trace
+from fitprof.traces import _limits, read_trace
 
 torch = pytest.importorskip("torch")
 
@@ -54,7 +55,10 @@ def _profile_window(directory: Path, names: tuple[str, ...] = ODD_NAMES) -> tupl
         for name in names:
             with record_function(name):
                 (x @ x).relu_()
-    return window.stop(), messages
+    path = window.stop()
+    if path is not None:  # compressed in the background: the file appears once it is whole
+        assert _limits.wait_written(path) is None
+    return path, messages
 
 
 def _annotation_names(path: Path) -> list[str]:
@@ -231,14 +235,14 @@ def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
     path = window.stop()
     assert path is not None and calls == [False]
     assert record_function.__enter__ is original
+    # the plain text is handed to the reader, which the epoch's analysis calls next: the same text as the file's,
+    # which is compressed in the background meanwhile (matched by its path, as it may not be there yet)
+    assert _limits._handed is not None and _limits._handed[:2] == (os.path.abspath(path), None)
+    assert _limits.wait_written(path) is None
     names = _annotation_names(path)
     assert names.count('load "train"') == STEPS
-    # the plain text is handed to the reader, which the epoch's analysis calls next: the same text as the file's
-    from fitprof.traces import _limits
-
-    assert _limits._handed is not None and _limits._handed[0] == _limits._key(path.stat())
-    assert bytes(_limits._handed[1]) == gzip.decompress(path.read_bytes())
-    assert isinstance(_limits._handed[1], mmap.mmap)  # a map of the plain file, now deleted, not a copy of it
+    assert bytes(_limits._handed[2]) == gzip.decompress(path.read_bytes())
+    assert isinstance(_limits._handed[2], mmap.mmap)  # a map of the plain file, now deleted, not a copy of it
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
     assert fitprof.analyze(path).steps_analyzed == STEPS and _limits._handed is None
 
@@ -250,4 +254,5 @@ def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
         (x @ x).relu_()
     path = stacked.stop()
     assert path is not None and calls == [False, True]
+    assert _limits.wait_written(path) is None
     assert _annotation_names(path).count("C:\\data") == 1

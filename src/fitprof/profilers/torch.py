@@ -41,7 +41,7 @@ from fitprof._session import KINETO_SUFFIX, kineto_trace_name, profile_root, ses
 from fitprof._warn import WarnOnce
 from fitprof.profilers.base import StepSpans, WindowBusy
 from fitprof.profilers.quiet import quiet_profiler_lines
-from fitprof.traces._limits import Text, hand_over, map_copy, write_in_background
+from fitprof.traces._limits import Text, hand_over, map_copy, wait_written, write_in_background
 from fitprof.traces._repair import name_list, repair_names
 from fitprof.traces._table import OVERHEAD_ANNOTATION, VALIDATION_ANNOTATION
 
@@ -459,8 +459,9 @@ class TorchProfileWindow:
         self._profiler.end_annotation()
 
     def stop(self, *, drop_open_step: bool = False) -> Path:
-        """Stop and export the gzipped Kineto trace; return it (a temporary copy, with ``session_dir`` None, when
-        ``log_dir`` cannot be written).
+        """Stop and export the gzipped Kineto trace; return its path (a temporary copy, with ``session_dir`` None,
+        when ``log_dir`` cannot be written). The file is compressed in the background and appears there once it is
+        whole: fitprof's readers of it wait for it, and so does :func:`fitprof.traces._limits.wait_written`.
 
         Raises:
             RuntimeError: when the profiler could not stop or export (warned once already).
@@ -477,6 +478,7 @@ class TorchProfileWindow:
         """Delete the temporary copy kept when the trace could not be written to ``log_dir``."""
         tmp, self._tmp = self._tmp, None
         if tmp is not None:
+            wait_written(tmp)  # not deleted under its compressing thread
             shutil.rmtree(tmp.parent, ignore_errors=True)
 
     def abort(self) -> None:
