@@ -105,19 +105,32 @@ def _shared_runs() -> dict[str, str]:
 
 
 FIRST = (
-    "test_scenarios_keras",
     "test_scenarios_lightning",
-    "test_distributed_keras",
-    "test_trigger_keras",
     "test_epoch_parts_fit",
-    "test_distributed_lightning",
+    "test_browser",
+    "test_distributed_keras",
     "test_keras_jax",
-    "test_xspace_agreement",
+    "test_scenarios_keras",
     "test_loader_pydataset",
+    "test_distributed_lightning",
+    "test_trigger_keras",
+    "test_remote_logdir",
+    "test_memory_fit",
+    "test_keras_torch",
+    "test_lightning_lifecycle",
     "keras_digits",
+    "test_xspace_agreement",
+    "test_loader_torch",
+    "test_loader_lightning",
+    "test_keras_lifecycle",
+    "test_quiet_profiler",
+    "test_lightning",
+    "test_loader_keras",
+    "test_gpu_collection",
 )
-"""The units that take longest (measured: 40-100 s each in one worker), started first so that no worker is left
-with a long one at the end while the other idles; the rest follow in xdist's order. A stale entry costs time only."""
+"""The units that take longest, longest first (measured in one worker of ``make test``'s three: 23-105 s each),
+started first so that no worker is left with a long one at the end while the others idle; the rest follow in
+xdist's order. A stale entry costs time only."""
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist installed (a GPU image) it is never called

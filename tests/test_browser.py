@@ -10,6 +10,7 @@ is skipped with the reason (``pytest -rs`` lists them), so a run shows which che
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -45,13 +46,14 @@ NO_PLAYWRIGHT = (
     "playwright, the Python driver, is not installed (pip install playwright; no `playwright install`: it drives "
     "the system Chromium)"
 )
-keras = pytest.importorskip("keras")
-pytest.importorskip("tensorflow")
-pytest.importorskip("lightning.pytorch")
+# Looked up, not imported: the frameworks load in the fixture that trains, so a run that skips every test here (no
+# Chromium: test_browser_skips.py) never pays TensorFlow's import. Keras takes its backend from KERAS_BACKEND first.
+_MISSING = [name for name in ("keras", "tensorflow", "lightning") if importlib.util.find_spec(name) is None]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow"),
+    pytest.mark.skipif(bool(_MISSING), reason=f"needs {', '.join(_MISSING)}"),
+    pytest.mark.skipif(os.environ["KERAS_BACKEND"] != "tensorflow", reason="needs KERAS_BACKEND=tensorflow"),
 ]
 
 # The flags Debian's Chromium needs here: root (no sandbox), no GPU, and none of its background traffic (which
