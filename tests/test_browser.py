@@ -276,8 +276,11 @@ def test_lightning_input_pipeline_page_shows_the_input_share_of_the_scalar_card(
     page: Any, tb: str, runs: dict[str, Any], shots: Path
 ) -> None:
     """The Profile tab's input-pipeline page of the Lightning ``--slow-input`` run: xprof's own verdict names the
-    share of step time spent waiting for input, and it is the ``fitprof/input_percent`` the Time Series card shows
-    (within 1 percentage point: xprof averages its per-step shares and prints one decimal)."""
+    share of step time spent waiting for input, and it is the ``fitprof/input_percent`` the Time Series card shows,
+    compared like with like: xprof's step is the whole ``ProfilerStep`` marker, fitprof's leaves its own
+    ``fitprof/overhead`` spans out, so the page shows fitprof's input time over the whole marker (within 0.5
+    percentage point, as in test_xspace_agreement.py: xprof averages its per-step shares and prints one decimal).
+    Under load the overhead spans grew to 1.3 pp of the step, and the page read 68.8% against the card's 70.1%."""
     query = urllib.parse.urlencode({"tagFilter": "fitprof/input_percent$"})
     page.goto(f"{tb}/?{query}#timeseries")
     card = _card_values(page, "input_percent")["lightning"]
@@ -289,5 +292,7 @@ def test_lightning_input_pipeline_page_shows_the_input_share_of_the_scalar_card(
     match = INPUT_STATEMENT.search(statement.inner_text())
     assert match, statement.inner_text()
     print(f"input share: scalar card {card}%, xprof's input-pipeline page {match.group(1)}%")  # shown with -s
-    assert float(match.group(1)) == pytest.approx(card, abs=1.0)
+    report = runs["reports"]["lightning"]
+    marker_percent = 100 * report.input_ms_per_step / (report.step_time_ms + report.self_ms_per_step)
+    assert abs(float(match.group(1)) - marker_percent) <= 0.5, (match.group(1), marker_percent, card)
     _screenshot(page, shots / "profile_input_pipeline_lightning.png")
