@@ -128,7 +128,7 @@ FIRST = (
     "test_loader_keras",
     "test_gpu_collection",
 )
-"""The units that take longest, longest first (measured in one worker of ``make test``'s three: 23-105 s each),
+"""The units that take longest, longest first (measured in one worker of ``make test``: 23-105 s each),
 started first so that no worker is left with a long one at the end while the others idle; the rest follow in
 xdist's order. A stale entry costs time only."""
 
