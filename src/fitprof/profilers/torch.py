@@ -320,7 +320,8 @@ class TorchProfiler(StepSpans):
 
         Returns:
             The path of the gzipped Kineto trace, or None when nothing was exported (no window, ``export``
-            False, or a failure, which is warned about once).
+            False, or a failure, which is warned about once). The file is compressed in the background and appears
+            once it is whole (:func:`fitprof.traces._limits.wait_written` waits for it; fitprof's readers do).
         """
         if self._prof is None:
             return None
