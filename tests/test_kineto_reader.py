@@ -608,11 +608,35 @@ def test_a_trace_written_in_the_background_is_read_from_its_text_at_once_and_els
 
     gone = tmp_path / "gone.pt.trace.json.gz"
     _limits.write_in_background(gone, fail)
+    _limits.wait_all_written()  # the mirror's wait leaves the error to the analysis, which warns about it
     error = _limits.wait_written(gone)
     assert isinstance(error, OSError) and error.errno == 28
-    assert _limits.wait_written(gone) is None and _limits.wait_all_written() == []
+    assert _limits.wait_written(gone) is None
     with pytest.raises(TraceError, match="no such file"):
         read_kineto(gone)
+
+
+def test_a_background_write_whose_thread_cannot_start_raises_and_leaves_nothing_to_wait_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread left (a process at its limit): the export's caller gets the error at once, and no later read
+    or wait of the file waits for a write that never ran."""
+    import threading
+
+    from fitprof.traces import _limits
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    path = tmp_path / "t.pt.trace.json.gz"
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        _limits.write_in_background(path, lambda: None)
+    monkeypatch.undo()
+    assert _limits.wait_written(path) is None
+    _limits.wait_all_written()
+    with pytest.raises(TraceError, match="no such file"):
+        read_kineto(path)
 
 
 def _write_bytes(path: Path, data: bytes) -> Path:

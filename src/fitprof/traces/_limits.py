@@ -27,7 +27,6 @@ import math
 import mmap
 import os
 import threading
-import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -215,53 +214,50 @@ def write_in_background(path: str | os.PathLike[str], write: Callable[[], None])
     For work that releases the GIL (compressing a trace: zlib and ISA-L do), so that the training thread goes on
     meanwhile. The thread is not a daemon: the interpreter waits for it at exit. An exception of ``write`` is
     kept and returned by :func:`wait_written`. A second write of the same path waits for the first.
+
+    Raises:
+        RuntimeError: if the thread cannot be started (nothing is then registered, and ``write`` has not run).
     """
     name = _name(path)
     wait_written(name)
     job = _Write(write)
     with _writing_lock:
         _writing[name] = job
-    job.thread.start()
+    try:
+        job.thread.start()
+    except BaseException:
+        with _writing_lock:
+            del _writing[name]
+        raise
 
 
-def wait_written(path: str | os.PathLike[str], timeout: float | None = None) -> BaseException | None:
-    """Wait until the background write of ``path`` (:func:`write_in_background`) has ended, at most ``timeout``
-    seconds (None: however long it takes); at once when there is none.
+def wait_written(path: str | os.PathLike[str]) -> BaseException | None:
+    """Wait until the background write of ``path`` (:func:`write_in_background`) has ended; at once when there is
+    none.
 
     Returns:
         What the write raised (then the file is not there), once: later calls return None. None when it
-        succeeded, when there was none, and when it is still running after ``timeout``.
+        succeeded and when there was none.
     """
     name = _name(path)
     with _writing_lock:
         job = _writing.get(name)
     if job is None:
         return None
-    job.thread.join(timeout)
-    if job.thread.is_alive():
-        return None
+    job.thread.join()
     with _writing_lock:
         if _writing.get(name) is job:
             del _writing[name]
     return job.error
 
 
-def wait_all_written(timeout: float | None = None) -> list[tuple[str, BaseException]]:
-    """Wait for every background write (:func:`write_in_background`), at most ``timeout`` seconds in all.
-
-    Returns:
-        ``(path, error)`` of each write that failed (see :func:`wait_written`).
-    """
-    end = None if timeout is None else time.monotonic() + timeout
-    failed = []
+def wait_all_written() -> None:
+    """Wait until every background write (:func:`write_in_background`) has ended. What a write raised is kept for
+    :func:`wait_written` of its path, whose caller warns about it."""
     with _writing_lock:
-        names = list(_writing)
-    for name in names:
-        left = None if end is None else max(0.0, end - time.monotonic())
-        error = wait_written(name, left)
-        if error is not None:
-            failed.append((name, error))
-    return failed
+        jobs = list(_writing.values())
+    for job in jobs:
+        job.thread.join()
 
 
 @overload
