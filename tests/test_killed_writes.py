@@ -242,3 +242,57 @@ def test_a_trace_whose_background_write_failed_keeps_its_figures_and_says_so_onc
     assert len(said) == 1 and str(trace) in said[0] and "No space left" in said[0] and "kept" in said[0]
     assert pipe.xplane_paths == {} and not trace.exists()
     assert len(find_report_files(tmp_path)) == 1
+
+
+def test_windows_whose_background_writes_failed_each_keep_their_figures_with_one_warning(tmp_path: Path) -> None:
+    """Two windows waiting for their analysis at once (a triggered one and the scheduled one), each trace's write
+    failed on a full disk before its text was handed over, the first trace with memory events (which the analysis
+    reads a second time): both windows keep their figures, and the run is told once, by the write's own error."""
+    from fitprof._warn import WarnOnce
+    from fitprof.fit.pipeline import WindowPipeline
+
+    doc = json.loads(gzip.decompress(LIGHTNING_CPU.read_bytes()))
+    with_memory = json.dumps({**doc, "profile_memory": 1}).encode()
+    plain = json.dumps(doc).encode()
+    traces = [tmp_path / "h_rank0.trig.pt.trace.json.gz", tmp_path / "h_rank0.sched.pt.trace.json.gz"]
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    for trace, text in zip(traces, (with_memory, plain), strict=True):
+        _limits.write_in_background(trace, full_disk)
+        _limits.wait_all_written()  # the write has failed before its text is handed over
+        _limits.hand_over(trace, bytearray(text))
+    pipe = WindowPipeline(top_k=3, max_trace_mb=1.0, keep_last_windows=None, warn=WarnOnce(), converter=None)
+    steps = fitprof.analyze(LIGHTNING_CPU).steps_analyzed
+    with pytest.warns(UserWarning) as caught:
+        reports = [
+            pipe.analyze(i, t, log_dir=tmp_path, session=t.name.split(".")[1], rank=0, world_size=1)
+            for i, t in enumerate(traces)
+        ]
+    assert [r.steps_analyzed if r is not None else None for r in reports] == [steps, steps]
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and str(traces[0]) in said[0] and "No space left" in said[0], said
+    assert "figures of epoch 0 are kept" in said[0]
+    assert len(find_report_files(tmp_path)) == 2 and not any(t.exists() for t in traces)
+
+
+def test_a_window_whose_failed_write_left_no_text_is_told_once_without_figures(tmp_path: Path) -> None:
+    """A write that failed where no text could be handed over (the plain file could not be mapped): the analysis
+    cannot read the trace, and the one warning is the write's, saying that the epoch has no figures."""
+    from fitprof._warn import WarnOnce
+    from fitprof.fit.pipeline import WindowPipeline
+
+    trace = tmp_path / "h_rank0.s1.pt.trace.json.gz"
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    _limits.write_in_background(trace, full_disk)
+    pipe = WindowPipeline(top_k=3, max_trace_mb=1.0, keep_last_windows=None, warn=WarnOnce(), converter=None)
+    with pytest.warns(UserWarning) as caught:
+        report = pipe.analyze(0, trace, log_dir=tmp_path, session="s1", rank=0, world_size=1)
+    said = [str(w.message) for w in caught]
+    assert report is None and len(said) == 1, said
+    assert str(trace) in said[0] and "No space left" in said[0] and "epoch 0 has no figures" in said[0]
+    assert find_report_files(tmp_path) == []

@@ -562,13 +562,15 @@ def test_a_handed_over_map_of_the_plain_file_reads_as_the_file_and_leaves_it_unc
     assert (tmp_path / "big.json").read_bytes() == big
 
 
-def test_a_trace_written_in_the_background_is_read_from_its_text_at_once_and_else_once_whole(
+def test_a_trace_written_in_the_background_is_read_from_its_text_while_written_and_else_once_whole(
     tmp_path: Path,
 ) -> None:
     """The window's trace is compressed in a thread of its own (``_limits.write_in_background``) while the epoch's
-    analysis reads the handed-over text: that read does not wait; any other read of the file waits until it is
-    whole, and so does a copy to a remote log dir (``Mirror.sync``). A failed write is returned once by
-    ``wait_written`` and leaves no file."""
+    analysis reads the handed-over text: every read while the write runs takes the text without waiting (an
+    analysis reads a trace with memory events twice); once written, the text serves one more read of the unchanged
+    file, and the owner's ``wait_written`` forgets it. Without a text, a read waits until the file is whole, and so
+    does a copy to a remote log dir (``Mirror.sync``)."""
+    import os
     import threading
 
     from fitprof import _fs
@@ -588,11 +590,21 @@ def test_a_trace_written_in_the_background_is_read_from_its_text_at_once_and_els
 
     _limits.write_in_background(path, write)
     _limits.hand_over(path, bytearray(text))
-    pd.testing.assert_frame_equal(read_kineto(path), expected)  # the write is still held
+    for _ in range(2):
+        pd.testing.assert_frame_equal(read_kineto(path), expected)  # the write is still held
     assert order == [] and not path.exists()
+    release.set()
+    _limits.wait_all_written()  # joins only: the written file's text is kept for one read
+    assert order == ["written"] and _limits._handed is not None and _limits._handed[0] == os.path.abspath(path)
+    assert _limits.wait_written(path) is None and _limits._handed is None
+
+    release.clear()
+    order.clear()
+    _limits.write_in_background(path, write)
     threading.Timer(0.3, lambda: (order.append("released"), release.set())).start()
-    pd.testing.assert_frame_equal(read_kineto(path), expected)  # waited for the whole file, then inflated it
+    pd.testing.assert_frame_equal(read_kineto(path), expected)  # no text: waited for the whole file, inflated it
     assert order == ["released", "written"]
+    assert _limits.wait_written(path) is None
 
     release.clear()
     order.clear()
@@ -603,17 +615,55 @@ def test_a_trace_written_in_the_background_is_read_from_its_text_at_once_and_els
     assert (tmp_path / "remote" / source.name).read_bytes() == path.read_bytes()
     mirror.close()
 
+
+def test_a_failed_background_write_is_told_once_to_its_owner_and_its_text_still_reads(tmp_path: Path) -> None:
+    """A full disk under the compressing thread: the handed-over text serves every read until the owner's
+    ``wait_written``, which returns the error once (the mirror's wait and the reads leave it there); a read
+    without a text names the failure, and after the owner's wait the file is simply not there."""
+    from fitprof.traces import _limits
+
+    source = SHIPPED_KINETO[0]
+    text = gzip.decompress(source.read_bytes())
+    expected = read_kineto(source)
+
     def fail() -> None:
         raise OSError(28, "No space left on device")
 
     gone = tmp_path / "gone.pt.trace.json.gz"
     _limits.write_in_background(gone, fail)
-    _limits.wait_all_written()  # the mirror's wait leaves the error to the analysis, which warns about it
+    _limits.wait_all_written()  # failed before the hand-over: the text is kept all the same
+    _limits.hand_over(gone, bytearray(text))
+    for _ in range(2):
+        pd.testing.assert_frame_equal(read_kineto(gone), expected)
     error = _limits.wait_written(gone)
     assert isinstance(error, OSError) and error.errno == 28
     assert _limits.wait_written(gone) is None
     with pytest.raises(TraceError, match="no such file"):
         read_kineto(gone)
+
+    bare = tmp_path / "bare.pt.trace.json.gz"
+    _limits.write_in_background(bare, fail)
+    for _ in range(2):
+        with pytest.raises(TraceError, match=r"could not be written \(OSError\(28, 'No space left on device'\)\)"):
+            read_kineto(bare)
+    error = _limits.wait_written(bare)
+    assert isinstance(error, OSError) and error.errno == 28
+
+
+def test_a_text_handed_over_during_a_write_is_not_read_for_the_file_changed_after_it(tmp_path: Path) -> None:
+    """Once the background write has ended, its text is that of a written file: a file changed since (another
+    write, a user's copy) is read as it is now."""
+    from fitprof.traces import _limits
+
+    path = tmp_path / "t.pt.trace.json.gz"
+    old = json.dumps({"traceEvents": []}).encode()
+    new = json.dumps({"traceEvents": [{"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]})
+    _limits.write_in_background(path, lambda: path.write_bytes(gzip.compress(old)))
+    _limits.hand_over(path, bytearray(old))
+    _limits.wait_all_written()
+    path.write_bytes(gzip.compress(new.encode()))
+    assert list(read_kineto(path)["name"]) == ["aten::mm"]
+    assert _limits.wait_written(path) is None
 
 
 def test_a_background_write_whose_thread_cannot_start_raises_and_leaves_nothing_to_wait_for(

@@ -61,6 +61,45 @@ def _profile_window(directory: Path, names: tuple[str, ...] = ODD_NAMES) -> tupl
     return path, messages
 
 
+def _handed_text(path: Path) -> _limits.Text | None:
+    """The text handed over for ``path``: its background write's while it runs, else a written file's."""
+    job = _limits._writing.get(os.path.abspath(path))
+    if job is not None and job.text is not None:
+        return job.text
+    handed = _limits._handed
+    return handed[2] if handed is not None and handed[0] == os.path.abspath(path) else None
+
+
+def test_a_trace_is_compressed_on_the_training_thread_when_no_thread_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process at its thread limit (``RLIMIT_NPROC``, a container's pids limit) still gets its window: the
+    trace is compressed on the calling thread, whole when ``stop`` returns, with no warning."""
+    import threading
+
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name == "fitprof-trace-write":
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    messages: list[str] = []
+    window = TorchProfileWindow(warn=WarnOnce(messages.append))
+    assert window.start(tmp_path, "s", rank=0)
+    x = torch.randn(32, 32)
+    for step in range(1, STEPS + 1):
+        window.begin_step(step)
+        with record_function("step work"):
+            (x @ x).relu_()
+    path = window.stop()
+    assert path is not None and messages == []
+    assert _limits._writing == {} and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    assert _annotation_names(path).count("step work") == STEPS
+    assert fitprof.analyze(path).steps_analyzed == STEPS
+
+
 def _annotation_names(path: Path) -> list[str]:
     doc = json.loads(gzip.decompress(path.read_bytes()))
     return [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
@@ -236,15 +275,15 @@ def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
     assert path is not None and calls == [False]
     assert record_function.__enter__ is original
     # the plain text is handed to the reader, which the epoch's analysis calls next: the same text as the file's,
-    # which is compressed in the background meanwhile (matched by its path, as it may not be there yet)
-    assert _limits._handed is not None and _limits._handed[:2] == (os.path.abspath(path), None)
-    assert _limits.wait_written(path) is None
-    names = _annotation_names(path)
-    assert names.count('load "train"') == STEPS
-    assert bytes(_limits._handed[2]) == gzip.decompress(path.read_bytes())
-    assert isinstance(_limits._handed[2], mmap.mmap)  # a map of the plain file, now deleted, not a copy of it
+    # which is compressed in the background meanwhile (kept with the write while it runs, then as a written file's)
+    text = _handed_text(path)
+    assert isinstance(text, mmap.mmap)  # a map of the plain file, deleted once compressed, not a copy of it
+    _limits.wait_all_written()
+    assert bytes(text) == gzip.decompress(path.read_bytes())
+    assert _annotation_names(path).count('load "train"') == STEPS
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
-    assert fitprof.analyze(path).steps_analyzed == STEPS and _limits._handed is None
+    assert fitprof.analyze(path).steps_analyzed == STEPS and _handed_text(path) is None
+    assert _limits.wait_written(path) is None
 
     stacked = TorchProfileWindow(warn=WarnOnce(print), with_stack=True)
     assert stacked.start(tmp_path, "t", rank=0)

@@ -296,6 +296,7 @@ class WindowPipeline:
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
         host = hostname()
+        analysis_error: Exception | None = None
         try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
             report: BottleneckReport | None = fitprof.analyze(
                 trace,
@@ -308,17 +309,22 @@ class WindowPipeline:
                 max_events=2**62,
             )
         except Exception as err:
-            self.warn("analyze", f"fitprof: could not analyse {trace} ({err!r}).")
-            report = None
+            analysis_error, report = err, None
         # The torch trace is compressed in the background while it is analysed from its plain text: what follows
         # (its size, its copy, the worker that reads it, the deletion of a temporary copy) needs the whole file.
+        # A failed write is the one warning: an analysis it made fail has no other cause to tell.
         failed = wait_written(trace)
         if failed is not None:
+            figures = (
+                f"the figures of epoch {epoch} are kept" if report is not None else f"epoch {epoch} has no figures"
+            )
             self.warn(
                 "write",
-                f"fitprof: could not write the trace {trace} ({failed!r}); the figures of epoch {epoch} are kept, "
-                "the trace and its Profile-tab copy are not.",
+                f"fitprof: could not write the trace {trace} ({failed!r}); {figures}, the trace and its Profile-tab "
+                "copy are not.",
             )
+        elif analysis_error is not None:
+            self.warn("analyze", f"fitprof: could not analyse {trace} ({analysis_error!r}).")
         else:
             message = oversize_message(trace, self.max_trace_mb)
             if message:

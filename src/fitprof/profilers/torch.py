@@ -533,7 +533,8 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
 
     torch's own ``.gz`` export copies its temporary JSON into ``GzipFile`` line by line (11,654 writes for a
     5-step window: 53 ms); fitprof writes the plain JSON and compresses it in 1 MB chunks at the fastest level
-    (:func:`_gzip_file`), in a thread of its own (:func:`_compress`): ``path`` appears once it is whole, and the
+    (:func:`_gzip_file`), in a thread of its own (:func:`_compress`; on the calling thread when no thread can be
+    started): ``path`` appears once it is whole, and the
     readers of ``path`` (:func:`fitprof.traces._limits.read_bounded`) and
     :func:`fitprof.traces._limits.wait_written` wait for it. The plain text is handed to the reader meanwhile.
 
@@ -572,7 +573,12 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
                 log.warning("fitprof: could not drop the partial step %s from the trace (%r).", drop, err)
         plain = Path(tmp)
         text = _plain_text(plain)  # mapped before the compressing thread deletes the file
-        write_in_background(path, functools.partial(_compress, plain, path))
+        try:
+            write_in_background(path, functools.partial(_compress, plain, path))
+        except RuntimeError as err:  # no thread to be had (a process at its thread limit): compressed here instead
+            log.debug("fitprof: the trace is compressed on the calling thread (%r)", err)
+            compressing = True  # _compress deletes the plain file, written or not
+            _compress(plain, path)
         compressing = True  # the thread deletes the plain file
         if text is not None:
             hand_over(path, text)

@@ -116,7 +116,7 @@ trace's writer handed over (:func:`map_copy`). Both are writable buffers with ``
 ``decode`` (``str(text, encoding)`` reads either) and its ``in`` looks for one byte, not a substring."""
 
 _FileKey = tuple[int, int, int, int]
-_handed: tuple[str, _FileKey | None, Text] | None = None
+_handed: tuple[str, _FileKey, Text] | None = None
 
 
 def _key(st: os.stat_result) -> _FileKey:
@@ -147,51 +147,81 @@ def map_copy(path: str | os.PathLike[str]) -> mmap.mmap:
 
 def hand_over(path: str | os.PathLike[str], text: Text) -> None:
     """Keep ``text``, the inflated content of the gzip file ``path`` that the caller has just written from it (or is
-    writing from it: :func:`write_in_background`), for the next :func:`read_bounded` of that file, which then returns
+    writing from it: :func:`write_in_background`), for the :func:`read_bounded` of that file, which then returns
     it instead of inflating the file again (a profiled window's trace is read back at once: inflating a 28 MB
     window took 95-150 ms of CPU, measured).
 
-    One text is kept at a time, for one read. A file already written must be unchanged (same device, inode, size
-    and modification time), else it is read as usual; a file still being written in the background is matched by
-    its path. The caller must not change ``text`` afterwards; ``text`` may be the :func:`map_copy` of the plain file
-    the gzip file is written from.
+    A file already written keeps one text, for one read, and only while the file is unchanged (same device,
+    inode, size and modification time); else it is read as usual. A file still being written in the background
+    keeps its own text, matched by its path, for every read until the write ends: a window's analysis may read it
+    twice (its memory events), and several windows may wait for their analysis at once. A write that succeeds
+    leaves the text as for a file already written; one that fails leaves it readable until :func:`wait_written`
+    returns the failure, so the window's figures are still read. The caller must not change ``text`` afterwards
+    (a reader changes bytes only while it decodes, and puts them back); ``text`` may be the :func:`map_copy` of
+    the plain file the gzip file is written from.
     """
     global _handed
     name = _name(path)
-    if name in _writing:
-        _handed = (name, None, text)
-        return
+    with _writing_lock:
+        job = _writing.get(name)
+        if job is not None and (not job.ended or job.error is not None):  # running, or failed before the hand-over
+            job.text = text
+            return
     try:
-        _handed = (name, _key(os.stat(path)), text)
+        key = _key(os.stat(path))
     except OSError:
-        _handed = None
+        return
+    with _writing_lock:
+        _handed = (name, key, text)
 
 
-def _take(path: str | os.PathLike[str], st: os.stat_result | None) -> Text | None:
-    """The text handed over for the file at ``path`` (``st``: its status, None when it is still being written),
-    once; None if none or another file's."""
+def _take(path: str | os.PathLike[str], st: os.stat_result) -> Text | None:
+    """The text handed over for the written file at ``path`` (``st``: its status), once; None if none, another
+    file's, or the file changed since."""
     global _handed
-    handed, _handed = _handed, None
-    if handed is None or handed[0] != _name(path):
-        return None
-    if handed[1] is not None and (st is None or handed[1] != _key(st)):
+    with _writing_lock:
+        handed, _handed = _handed, None
+    if handed is None or handed[0] != _name(path) or handed[1] != _key(st):
         return None
     return handed[2]
 
 
+def _drop_handed(name: str) -> None:
+    """Forget the text handed over for the written file ``name`` (its window is done with it: a map of a 28 MB
+    trace holds 28 MB of memory)."""
+    global _handed
+    with _writing_lock:
+        if _handed is not None and _handed[0] == name:
+            _handed = None
+
+
 # ------------------------------------------------------------------------------------ files written in the background
 class _Write:
-    """One file being written by a thread of its own; ``error``: what the write raised, once it has ended."""
+    """One file being written by a thread of its own; ``error``: what the write raised, once it has ended;
+    ``text``: the file's text handed over meanwhile (:func:`hand_over`), kept after a failed write."""
 
-    def __init__(self, write: Callable[[], None]) -> None:
+    def __init__(self, name: str, write: Callable[[], None]) -> None:
+        self.name = name
         self.error: BaseException | None = None
+        self.text: Text | None = None
+        self.ended = False
         self.thread = threading.Thread(target=self._run, args=(write,), name="fitprof-trace-write")
 
     def _run(self, write: Callable[[], None]) -> None:
+        global _handed
         try:
             write()
         except BaseException as err:  # kept for the waiter, who warns: a thread's exception would be printed
             self.error = err
+        with _writing_lock:
+            self.ended = True
+            if self.error is None and self.text is not None:
+                # The file is whole: its text is now the one of a written file, for one read while it is unchanged.
+                text, self.text = self.text, None
+                try:
+                    _handed = (self.name, _key(os.stat(self.name)), text)
+                except OSError:
+                    pass
 
 
 _writing: dict[str, _Write] = {}
@@ -209,7 +239,8 @@ os.register_at_fork(after_in_child=_forget_writes)
 
 def write_in_background(path: str | os.PathLike[str], write: Callable[[], None]) -> None:
     """Run ``write``, which writes the file ``path`` (whole or not at all, renamed into place), in a thread of its
-    own, and have every :func:`read_bounded` of ``path`` and every :func:`wait_written` wait for it first.
+    own, and have every :func:`read_bounded` of ``path`` and every :func:`wait_written` wait for it first (a read
+    returns the text handed over for it instead, :func:`hand_over`).
 
     For work that releases the GIL (compressing a trace: zlib and ISA-L do), so that the training thread goes on
     meanwhile. The thread is not a daemon: the interpreter waits for it at exit. An exception of ``write`` is
@@ -220,7 +251,7 @@ def write_in_background(path: str | os.PathLike[str], write: Callable[[], None])
     """
     name = _name(path)
     wait_written(name)
-    job = _Write(write)
+    job = _Write(name, write)
     with _writing_lock:
         _writing[name] = job
     try:
@@ -231,23 +262,29 @@ def write_in_background(path: str | os.PathLike[str], write: Callable[[], None])
         raise
 
 
+def _job(path: str | os.PathLike[str]) -> _Write | None:
+    with _writing_lock:
+        return _writing.get(_name(path))
+
+
 def wait_written(path: str | os.PathLike[str]) -> BaseException | None:
-    """Wait until the background write of ``path`` (:func:`write_in_background`) has ended; at once when there is
-    none.
+    """Wait until the background write of ``path`` (:func:`write_in_background`) has ended, and forget it and the
+    text handed over for it; at once when there is none.
 
     Returns:
         What the write raised (then the file is not there), once: later calls return None. None when it
         succeeded and when there was none.
     """
     name = _name(path)
-    with _writing_lock:
-        job = _writing.get(name)
+    job = _job(name)
     if job is None:
         return None
     job.thread.join()
     with _writing_lock:
         if _writing.get(name) is job:
             del _writing[name]
+        job.text = None
+    _drop_handed(name)
     return job.error
 
 
@@ -277,14 +314,20 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
 
     Raises:
         error: (a :class:`~fitprof.traces.TraceError`) if the file is missing or unreadable, is a truncated or
-            corrupt gzip, or is bigger than the bound.
+            corrupt gzip, or is bigger than the bound; or if its background write failed and left no text (the
+            write's own error is still returned by :func:`wait_written`).
     """
-    if _handed is not None and _handed[1] is None and _handed[0] == _name(path):  # still being written
-        text = _take(path, None)
-        if text is not None and len(text) <= limits.max_bytes:
+    job = _job(path) if _writing else None
+    if job is not None:
+        with _writing_lock:
+            text = job.text  # set while the write runs, and after it failed
+        if text is not None and inflate and len(text) <= limits.max_bytes:
             return text
-    if _writing:
-        wait_written(path)  # a file still being written is read once it is whole (a failed write: not found)
+        # A file still being written is read once it is whole. The failure stays with the write, for its owner's
+        # wait_written (which warns once); this read names it.
+        job.thread.join()
+        if job.error is not None:
+            raise error(f"{path}: the file could not be written ({job.error!r})")
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
