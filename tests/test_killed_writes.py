@@ -296,3 +296,42 @@ def test_a_window_whose_failed_write_left_no_text_is_told_once_without_figures(t
     assert report is None and len(said) == 1, said
     assert str(trace) in said[0] and "No space left" in said[0] and "epoch 0 has no figures" in said[0]
     assert find_report_files(tmp_path) == []
+
+
+def test_an_analysis_that_fails_on_its_own_is_told_beside_the_failed_write_and_holds_no_text(
+    tmp_path: Path,
+) -> None:
+    """The handed-over text itself is unreadable and the write failed too: both causes are told, each once.
+    The failed analysis keeps nothing of the trace alive once the window is done (no reference cycle through the
+    exception's traceback: checked with the garbage collector off)."""
+    import gc
+    import weakref
+
+    from fitprof._warn import WarnOnce
+    from fitprof.fit.pipeline import WindowPipeline
+
+    class Text(bytearray):  # a bytearray that can be watched
+        pass
+
+    trace = tmp_path / "h_rank0.s1.pt.trace.json.gz"
+
+    def full_disk() -> None:
+        raise OSError(28, "No space left on device")
+
+    pipe = WindowPipeline(top_k=3, max_trace_mb=1.0, keep_last_windows=None, warn=WarnOnce(), converter=None)
+    gc.disable()
+    try:
+        _limits.write_in_background(trace, full_disk)
+        text = Text(b"not json")
+        alive = weakref.ref(text)
+        _limits.hand_over(trace, text)
+        del text
+        with pytest.warns(UserWarning) as caught:
+            report = pipe.analyze(0, trace, log_dir=tmp_path, session="s1", rank=0, world_size=1)
+        assert alive() is None
+    finally:
+        gc.enable()
+    said = [str(w.message) for w in caught]
+    assert report is None and len(said) == 2, said
+    assert "could not analyse" in said[0] and "not valid JSON" in said[0]
+    assert "could not write" in said[1] and "No space left" in said[1] and "epoch 0 has no figures" in said[1]

@@ -613,6 +613,7 @@ def test_a_trace_written_in_the_background_is_read_from_its_text_while_written_a
     assert mirror.sync()
     assert order == ["released", "written"]
     assert (tmp_path / "remote" / source.name).read_bytes() == path.read_bytes()
+    assert _limits.wait_written(path) is None
     mirror.close()
 
 
@@ -640,6 +641,29 @@ def test_a_failed_background_write_is_told_once_to_its_owner_and_its_text_still_
     assert _limits.wait_written(gone) is None
     with pytest.raises(TraceError, match="no such file"):
         read_kineto(gone)
+
+    import threading
+
+    held, both = threading.Event(), threading.Barrier(2)
+    told: list[BaseException | None] = []
+
+    def held_then_fail() -> None:
+        held.wait(30)
+        fail()
+
+    def waiter() -> None:
+        both.wait(30)
+        told.append(_limits.wait_written(held_path))
+
+    held_path = tmp_path / "held.pt.trace.json.gz"
+    _limits.write_in_background(held_path, held_then_fail)
+    waiters = [threading.Thread(target=waiter) for _ in range(2)]
+    for thread in waiters:
+        thread.start()
+    threading.Timer(0.3, held.set).start()  # both waiters are waiting by then
+    for thread in waiters:
+        thread.join(30)
+    assert sorted(map(repr, told)) == ["None", "OSError(28, 'No space left on device')"]  # told to one of them
 
     bare = tmp_path / "bare.pt.trace.json.gz"
     _limits.write_in_background(bare, fail)

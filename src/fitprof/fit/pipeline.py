@@ -296,7 +296,7 @@ class WindowPipeline:
         t0 = time.perf_counter()
         self.trace_paths[epoch] = trace
         host = hostname()
-        analysis_error: Exception | None = None
+        analysis_error, analysis_cause = "", None
         try:  # fitprof.analyze, looked up now: the function `fitprof analyze` and users call
             report: BottleneckReport | None = fitprof.analyze(
                 trace,
@@ -309,12 +309,15 @@ class WindowPipeline:
                 max_events=2**62,
             )
         except Exception as err:
-            analysis_error, report = err, None
+            # Its text and cause only: the exception's traceback holds this frame, and through the reader's frames
+            # the trace's text, which it would keep alive until the garbage collector finds the cycle.
+            analysis_error, analysis_cause, report = repr(err), err.__cause__, None
         # The torch trace is compressed in the background while it is analysed from its plain text: what follows
         # (its size, its copy, the worker that reads it, the deletion of a temporary copy) needs the whole file.
-        # A failed write is the one warning: an analysis it made fail has no other cause to tell.
         failed = wait_written(trace)
-        if failed is not None:
+        if analysis_error and (failed is None or analysis_cause is not failed):  # a cause of its own to tell
+            self.warn("analyze", f"fitprof: could not analyse {trace} ({analysis_error}).")
+        if failed is not None:  # the one warning when the analysis failed only for want of the file
             figures = (
                 f"the figures of epoch {epoch} are kept" if report is not None else f"epoch {epoch} has no figures"
             )
@@ -323,8 +326,6 @@ class WindowPipeline:
                 f"fitprof: could not write the trace {trace} ({failed!r}); {figures}, the trace and its Profile-tab "
                 "copy are not.",
             )
-        elif analysis_error is not None:
-            self.warn("analyze", f"fitprof: could not analyse {trace} ({analysis_error!r}).")
         else:
             message = oversize_message(trace, self.max_trace_mb)
             if message:

@@ -244,7 +244,8 @@ def write_in_background(path: str | os.PathLike[str], write: Callable[[], None])
 
     For work that releases the GIL (compressing a trace: zlib and ISA-L do), so that the training thread goes on
     meanwhile. The thread is not a daemon: the interpreter waits for it at exit. An exception of ``write`` is
-    kept and returned by :func:`wait_written`. A second write of the same path waits for the first.
+    kept and returned by :func:`wait_written`. A second write of the same path waits for the first (and drops
+    what it raised: the file is written anew).
 
     Raises:
         RuntimeError: if the thread cannot be started (nothing is then registered, and ``write`` has not run).
@@ -252,14 +253,9 @@ def write_in_background(path: str | os.PathLike[str], write: Callable[[], None])
     name = _name(path)
     wait_written(name)
     job = _Write(name, write)
+    job.thread.start()  # registered once started: no wait ever joins a thread that never ran
     with _writing_lock:
         _writing[name] = job
-    try:
-        job.thread.start()
-    except BaseException:
-        with _writing_lock:
-            del _writing[name]
-        raise
 
 
 def _job(path: str | os.PathLike[str]) -> _Write | None:
@@ -278,14 +274,16 @@ def wait_written(path: str | os.PathLike[str]) -> BaseException | None:
     name = _name(path)
     job = _job(name)
     if job is None:
+        _drop_handed(name)
         return None
     job.thread.join()
     with _writing_lock:
-        if _writing.get(name) is job:
+        owner = _writing.get(name) is job  # of two waiters, the one that forgets the write is told
+        if owner:
             del _writing[name]
         job.text = None
     _drop_handed(name)
-    return job.error
+    return job.error if owner else None
 
 
 def wait_all_written() -> None:
@@ -326,8 +324,8 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
         # A file still being written is read once it is whole. The failure stays with the write, for its owner's
         # wait_written (which warns once); this read names it.
         job.thread.join()
-        if job.error is not None:
-            raise error(f"{path}: the file could not be written ({job.error!r})")
+        if job.error is not None:  # chained: the write's owner knows the analysis failed for this reason
+            raise error(f"{path}: the file could not be written ({job.error!r})") from job.error
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
