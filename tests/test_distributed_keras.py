@@ -82,10 +82,15 @@ def _tf_profiler_crash(returncode: int | None, stderr: str) -> bool:
     the process: in 7 of 46 worker pairs on this 2-core machine (3 of 24 under CPU load, 4 of 22 quiet), and in
     both tries of one CI run. It is a TensorFlow bug, not fitprof's; the README's distributed section says so.
     A worker aborted (SIGABRT) with no Python frame in its stderr is the same crash: glibc's "double free or
-    corruption" abort, seen here with the second worker of a pair while another test process ran beside it.
+    corruption" abort, seen here with the second worker of a pair while another test process ran beside it. So is
+    a segmentation fault of the non-chief worker (the one fitprof warns of this bug), with no Python frame either,
+    after its window had stopped and its profile was written: the corrupted heap failing at a later allocation
+    (seen once in a fresh-clone run of the whole suite).
     """
     if returncode is None or returncode >= 0:
         return False
+    if returncode == -signal.SIGSEGV:
+        return "non-chief TensorFlow worker" in stderr
     return ("profiler_v2.py" in stderr and " in stop" in stderr) or returncode == -signal.SIGABRT
 
 
