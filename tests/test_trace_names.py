@@ -85,15 +85,7 @@ def test_a_trace_is_compressed_on_the_training_thread_when_no_thread_can_start(
         real_start(self)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    messages: list[str] = []
-    window = TorchProfileWindow(warn=WarnOnce(messages.append))
-    assert window.start(tmp_path, "s", rank=0)
-    x = torch.randn(32, 32)
-    for step in range(1, STEPS + 1):
-        window.begin_step(step)
-        with record_function("step work"):
-            (x @ x).relu_()
-    path = window.stop()
+    path, messages = _profile_window(tmp_path, ("step work",))
     assert path is not None and messages == []
     assert os.path.abspath(path) not in _limits._writing and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
     assert _annotation_names(path).count("step work") == STEPS

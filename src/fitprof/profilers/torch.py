@@ -534,9 +534,8 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
     torch's own ``.gz`` export copies its temporary JSON into ``GzipFile`` line by line (11,654 writes for a
     5-step window: 53 ms); fitprof writes the plain JSON and compresses it in 1 MB chunks at the fastest level
     (:func:`_gzip_file`), in a thread of its own (:func:`_compress`; on the calling thread when no thread can be
-    started): ``path`` appears once it is whole, and the
-    readers of ``path`` (:func:`fitprof.traces._limits.read_bounded`) and
-    :func:`fitprof.traces._limits.wait_written` wait for it. The plain text is handed to the reader meanwhile.
+    started): ``path`` appears once it is whole, and the readers of ``path``
+    (:func:`fitprof.traces._limits.read_bounded`) and :func:`fitprof.traces._limits.wait_written` wait for it. The plain text is handed to the reader meanwhile.
 
     Names torch's fast C++ writer cannot write (:func:`_odd_names`) are exported exactly with torch's Python
     writer (``use_python_export=True``: correct JSON escapes, but about 6x slower, so only then). Where that
@@ -579,7 +578,8 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
             log.debug("fitprof: the trace is compressed on the calling thread (%r)", err)
             compressing = True  # _compress deletes the plain file, written or not
             _compress(plain, path)
-        compressing = True  # the thread deletes the plain file
+        else:
+            compressing = True  # the thread deletes the plain file
         if text is not None:
             hand_over(path, text)
     finally:

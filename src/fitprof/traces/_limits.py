@@ -273,17 +273,16 @@ def wait_written(path: str | os.PathLike[str]) -> BaseException | None:
     """
     name = _name(path)
     job = _job(name)
-    if job is None:
-        _drop_handed(name)
-        return None
-    job.thread.join()
-    with _writing_lock:
-        owner = _writing.get(name) is job  # of two waiters, the one that forgets the write is told
-        if owner:
-            del _writing[name]
-        job.text = None
+    owner = False
+    if job is not None:
+        job.thread.join()
+        with _writing_lock:
+            owner = _writing.get(name) is job  # of two waiters, the one that forgets the write is told
+            if owner:
+                del _writing[name]
+            job.text = None
     _drop_handed(name)
-    return job.error if owner else None
+    return job.error if job is not None and owner else None
 
 
 def wait_all_written() -> None:
