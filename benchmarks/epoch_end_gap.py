@@ -116,11 +116,14 @@ def keras_child(mode: str, workload: str, out: str, backend: str = "torch") -> N
                 self.cpu.append(time.thread_time() - self.last_cpu)
                 self.gc.append(_GC_S[0] - self.last_gc)
 
-    class TorchOwn(keras.callbacks.Callback):
-        def __init__(self, where: Path) -> None:
+    class Own(keras.callbacks.Callback):
+        """The backend's own profiler over the same steps: ``begin`` at the first batch, ``end`` (stop it and write
+        its trace) at the first epoch's end, timed."""
+
+        def __init__(self, begin: Any, end: Any) -> None:
             super().__init__()
-            self.where = where
-            self.prof: Any = None
+            self.begin, self.end = begin, end
+            self.running = False
             self.epoch = 0
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -128,37 +131,14 @@ def keras_child(mode: str, workload: str, out: str, backend: str = "torch") -> N
 
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             if self.epoch == 0 and batch == 0:
-                self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
-                self.prof.start()
+                self.begin()
+                self.running = True
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            if self.prof is not None:
-                prof, self.prof = self.prof, None
+            if self.running:
+                self.running = False
                 t0 = time.perf_counter()
-                prof.stop()
-                prof.export_chrome_trace(str(self.where / "own.pt.trace.json"))
-                self.stop_export_s = time.perf_counter() - t0
-
-    class TensorFlowOwn(keras.callbacks.Callback):
-        def __init__(self, where: Path) -> None:
-            super().__init__()
-            self.where = where
-            self.started = False
-            self.epoch = 0
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.epoch = epoch
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            if self.epoch == 0 and batch == 0:
-                tf.profiler.experimental.start(str(self.where))
-                self.started = True
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            if self.started:
-                self.started = False
-                t0 = time.perf_counter()
-                tf.profiler.experimental.stop()  # collects the trace and writes the XSpace (.xplane.pb)
+                self.end()
                 self.stop_export_s = time.perf_counter() - t0
 
     tmp = Path(tempfile.mkdtemp(prefix="gap-"))
@@ -169,8 +149,17 @@ def keras_child(mode: str, workload: str, out: str, backend: str = "torch") -> N
         from fitprof.keras import FitProfiler
 
         callbacks.append(FitProfiler(log_dir=str(tmp), profile_batch=(2, STEPS), every_n_epochs=2))
+    elif mode == "torch" and backend == "tensorflow":  # stop() collects the trace and writes the .xplane.pb
+        own = Own(lambda: tf.profiler.experimental.start(str(tmp)), tf.profiler.experimental.stop)
+        callbacks.append(own)
     elif mode == "torch":
-        own = TensorFlowOwn(tmp) if backend == "tensorflow" else TorchOwn(tmp)
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+
+        def stop_and_export() -> None:
+            prof.stop()
+            prof.export_chrome_trace(str(tmp / "own.pt.trace.json"))  # plain: torch's .gz writer is far slower
+
+        own = Own(prof.start, stop_and_export)
         callbacks.append(own)
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=callbacks)
     _write_result(out, tmp, gap.gaps[0], gap.cpu[0], gap.gc[0], getattr(own, "stop_export_s", None))
@@ -310,12 +299,19 @@ def main() -> None:
         if args.framework == "lightning":
             child(*args.child)
         else:
-            keras_child(*args.child, backend="tensorflow" if args.framework == "keras-tf" else "torch")
+            mode, workload, out = args.child
+            keras_child(mode, workload, out, backend="tensorflow" if args.framework == "keras-tf" else "torch")
         return
     srcs = [str(Path(s).resolve()) for s in args.src]
-    runs = [("none", srcs[:1]), ("torch", srcs[:1])] + [("fitprof", [s]) for s in srcs or [""]]
-    runs = [(mode, src[0] if src and src[0] else "") for mode, src in runs]
-    label = {run: run[0] if len(srcs) < 2 or run[0] != "fitprof" else f"fitprof@{run[1]}" for run in runs}
+    modes = [("none", srcs[:1]), ("torch", srcs[:1])] + [("fitprof", [s]) for s in srcs or [""]]
+    runs = [(mode, src[0] if src and src[0] else "") for mode, src in modes]
+    own_name = "tensorflow" if args.framework == "keras-tf" else "torch"  # the mode of the backend's own profiler
+    label = {
+        run: (own_name if run[0] == "torch" else run[0])
+        if len(srcs) < 2 or run[0] != "fitprof"
+        else f"fitprof@{run[1]}"
+        for run in runs
+    }
     results: dict[tuple[str, tuple[str, str]], list[dict[str, Any]]] = {}
     base = {**os.environ, "OMP_NUM_THREADS": "1"}
     loads = []
