@@ -18,8 +18,6 @@ def test_the_gc_clock_counts_the_time_of_each_collection_and_nothing_else() -> N
     spec.loader.exec_module(bench)
     bench._start_gc_clock()
     try:
-        time.sleep(0.05)  # time outside any collection: not counted
-        assert bench._GC_S[0] == 0.0
         garbage = []
         for _ in range(200_000):  # cycles, so that the collection has work to do
             a: list[object] = []
@@ -29,10 +27,10 @@ def test_the_gc_clock_counts_the_time_of_each_collection_and_nothing_else() -> N
         before = bench._GC_S[0]  # the collections the allocations set off
         t0 = time.perf_counter()
         gc.collect()  # frees the cycles
-        gc.collect()  # next to nothing to do: a clock that kept only the last collection would count almost 0
+        gc.collect()  # little to do: a clock that kept only the last collection counts under a third
         elapsed = time.perf_counter() - t0
         counted = bench._GC_S[0] - before
     finally:
         gc.callbacks.remove(bench._time_gc)  # the interpreter's own list: the clock must not outlive the test
-    assert 0.0 < counted <= elapsed
+    assert 0.0 < counted <= elapsed  # time outside the collections is not counted
     assert counted > 0.8 * elapsed  # freeing 200,000 cycles is most of the two calls
