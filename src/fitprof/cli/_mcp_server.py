@@ -3,7 +3,7 @@
 
 Each tool's result carries two text blocks, the summary and the JSON (for ``report``, ``analyze`` and ``compare``
 the command's ``--format json`` output, byte for byte), and the same as structured content: ``{"records": [...],
-"summary": "...", "warnings": [...]}`` (``explain``: its object, :func:`fitprof.cli.tools.explain`). A refused or
+"summary": "...", "warnings": [...], "exit_status": n}`` (``explain``: its object, :func:`fitprof.cli.tools.explain`). A refused or
 bad input is a result with ``isError`` set and the one-line message; the server goes on answering.
 
 While it serves, the SDK points file descriptor 1 at stderr, so nothing a tool prints can reach the protocol's
@@ -47,7 +47,12 @@ def _result(call: Callable[[], tools.Answer], structured: Callable[[tools.Answer
 
 
 def _records(answer: tools.Answer) -> dict[str, Any]:
-    return {"records": answer.data, "summary": answer.summary, "warnings": answer.warnings}
+    return {
+        "records": answer.data,
+        "summary": answer.summary,
+        "warnings": answer.warnings,
+        "exit_status": answer.exit_status,
+    }
 
 
 def build_server(roots: tools.Roots) -> MCPServer:

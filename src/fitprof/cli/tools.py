@@ -73,12 +73,14 @@ class Answer:
         text: ``data`` as JSON text (for the three commands: the command's own output, byte for byte).
         summary: a few lines for a reader: each record's headline, the files skipped.
         warnings: the command's ``fitprof: warning:`` lines (files it skipped), empty when none.
+        exit_status: the command's exit status (``compare``: 1 for a regression); 0 for ``explain``.
     """
 
     data: Any
     text: str
     summary: str
     warnings: list[str]
+    exit_status: int = 0
 
 
 class Roots:
@@ -125,8 +127,14 @@ class Roots:
         local = os.path.expanduser(_fs.local_path(arg))
         path = local if os.path.isabs(local) else os.path.join(self.given[0], local)
         if not self.inside(path):
+            real = os.path.realpath(path)
+            via = (
+                f" (a link to {real})"
+                if os.path.normpath(os.path.abspath(path)) != real and os.path.lexists(path)
+                else ""
+            )
             raise ToolError(
-                f"{arg}: outside the folders this server may read ({self}); start it with --root for another"
+                f"{arg}{via}: outside the folders this server may read ({self}); start it with --root for another"
             )
         if os.path.isdir(path):
             self._links_stay_inside(path, arg)
@@ -179,23 +187,22 @@ def run_command(argv: list[str]) -> tuple[int, str, list[str]]:
     return status, out.getvalue(), [line for line in err.getvalue().splitlines() if line.strip()]
 
 
-def command_answer(argv: list[str], ok: tuple[int, ...] = (0,)) -> Answer:
+def command_answer(argv: list[str]) -> Answer:
     """Run ``fitprof ARGV --format json`` and return its records.
 
-    Args:
-        argv: the subcommand and its arguments, without ``--format``.
-        ok: the exit statuses that carry records (``compare`` exits 1 on a regression, with its records).
+    Whatever printed records is an answer, with its exit status (``compare`` exits 1 on a regression; the records
+    say so); a command that printed nothing gives no answer.
 
     Raises:
-        ToolError: any other status: the command's error lines (argparse's usage lines left out).
+        ToolError: the command printed no record: its error lines (argparse's usage lines left out).
     """
     status, out, lines = run_command([*argv, *FORMAT_JSON])
-    if status not in ok or not out.strip():
+    if not out.strip():
         errors = [line for line in lines if not line.startswith(("usage:", " "))] or lines
         raise ToolError("\n".join(errors) or f"fitprof {argv[0]}: exit status {status}, no output")
     records = json.loads(out)
     warnings = [line for line in lines if line.startswith("fitprof: warning:")]
-    return Answer(records, out, summarize(records, warnings), warnings)
+    return Answer(records, out, summarize(records, warnings), warnings, status)
 
 
 def summarize(records: list[dict[str, Any]], warnings: list[str]) -> str:
@@ -203,11 +210,12 @@ def summarize(records: list[dict[str, Any]], warnings: list[str]) -> str:
     <headline>``) or epoch verdicts, at most :data:`SUMMARY_LINES`, then the skipped files."""
     lines = []
     for rec in records:
-        where = ", ".join(
-            [str(rec["run"])] * ("run" in rec and rec["run"] is not None)
-            + [f"epoch {rec['epoch']}"] * (rec.get("epoch") is not None)
-            + [f"rank {rec['rank']}"] * (rec.get("rank") is not None)
-        )
+        parts = [
+            str(rec["run"]) if rec.get("run") is not None else "",
+            f"epoch {rec['epoch']}" if rec.get("epoch") is not None else "",
+            f"rank {rec['rank']}" if rec.get("rank") is not None else "",
+        ]
+        where = ", ".join(p for p in parts if p)
         if rec.get("headline"):
             lines.append(f"{where}: {rec['headline']}" if where else str(rec["headline"]))
         elif rec.get("verdicts"):
@@ -253,7 +261,7 @@ def compare(roots: Roots, baseline: str, candidate: str, options: Mapping[str, A
             lines (a missing side, sides that are not comparable, a bad option value).
     """
     args = option_args("compare", options or {})
-    return command_answer(["compare", roots.path(baseline), roots.path(candidate), *args], ok=(0, 1))
+    return command_answer(["compare", roots.path(baseline), roots.path(candidate), *args])
 
 
 def passable_options(command: str) -> dict[str, argparse.Action]:
