@@ -126,7 +126,14 @@ BAD = {
 }
 """Calls that must give a tool error, by name (``{outside}`` stands for the folder beside the root)."""
 
-EXPLAIN = ("step_time_ms", "fitprof/epoch/wall_s", "input_percent", "top_op_2_ms", *verdict.OPERATOR_VERDICTS)
+EXPLAIN = (
+    "step_time_ms",
+    "fitprof/epoch/wall_s",
+    "input_percent",
+    "fitprof/input_percent",
+    "top_op_2_ms",
+    *verdict.OPERATOR_VERDICTS,
+)
 AFTER_BAD = ("explain", {"figure_or_verdict": "step_time_ms"})
 """The call made after each bad one: the server must still answer."""
 
@@ -245,6 +252,8 @@ def test_bad_input_is_a_tool_error_and_the_server_goes_on(name: str, conversatio
     result, after = conversation.bad[name]
     text = _error_text(result)
     assert "Traceback" not in text
+    # the command's shape: `fitprof: error: ...` (argparse's own: `fitprof compare: error: ...`)
+    assert all(line.startswith(("fitprof: error: ", "fitprof compare: error: ")) for line in text.splitlines()), text
     if name not in ("not comparable",):  # the command's own error lines for two sides: one per reason
         assert "\n" not in text, text
     outside = os.fspath(place.outside)
@@ -253,7 +262,7 @@ def test_bad_input_is_a_tool_error_and_the_server_goes_on(name: str, conversatio
     elif name in ("link", "folder with a link"):
         assert f"link to {outside}" in text and "outside the folders this server may read" in text
     elif name == "url":
-        assert text.startswith("s3://bucket/") and "reads only local files" in text
+        assert text.startswith("fitprof: error: s3://bucket/") and "reads only local files" in text
     elif name in ("corrupt", "missing", "not comparable", "bad option value"):
         tool, args = BAD[name]
         rc, out, err = cli(*_cli_argv(place, tool, args))
@@ -286,6 +295,7 @@ def test_explain_figures_from_the_registry(conversation: Conversation) -> None:
     assert figures("fitprof/epoch/wall_s") == [row(metrics.EPOCH_WALL_S)]
     # a record's column that is a window figure and an epoch figure: both
     assert figures("input_percent") == [row(metrics.INPUT_PERCENT), row(metrics.EPOCH_INPUT_PERCENT)]
+    assert figures("fitprof/input_percent") == [row(metrics.INPUT_PERCENT)]  # a whole key: that figure only
     assert figures("top_op_2_ms") == [row(metrics.TOP_OP_RANKED)]
     summary = conversation.explained["step_time_ms"].content[0].text
     assert metrics.STEP_TIME_MS.definition in summary

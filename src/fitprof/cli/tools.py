@@ -58,8 +58,13 @@ FRAMEWORKS = ("pytorch", "tensorflow", "jax")
 
 
 class ToolError(Exception):
-    """A tool call that gives no answer; the message is one line (or the command's error lines) naming the input
-    and what is wrong."""
+    """A tool call that gives no answer; the message is the command's error lines, or one line of the same shape
+    (``fitprof: error: <input>: <what is wrong>``, :func:`refusal`)."""
+
+
+def refusal(message: str) -> ToolError:
+    """A :class:`ToolError` for what the tools refuse themselves, worded as the command's error lines."""
+    return ToolError(f"fitprof: error: {' '.join(message.split())}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +126,9 @@ class Roots:
                 it is a folder holding a file or folder that leads outside them through a link.
         """
         if not isinstance(arg, str) or not arg.strip() or "\0" in arg:
-            raise ToolError(f"{arg!r}: not a path (give a file or folder below {self})")
+            raise refusal(f"{arg!r}: not a path (give a file or folder below {self})")
         if _fs.is_remote(arg):
-            raise ToolError(f"{arg}: not read: this server reads only local files below {self}")
+            raise refusal(f"{arg}: not read: this server reads only local files below {self}")
         local = os.path.expanduser(_fs.local_path(arg))
         path = local if os.path.isabs(local) else os.path.join(self.given[0], local)
         if not self.inside(path):
@@ -133,7 +138,7 @@ class Roots:
                 if os.path.normpath(os.path.abspath(path)) != real and os.path.lexists(path)
                 else ""
             )
-            raise ToolError(
+            raise refusal(
                 f"{arg}{via}: outside the folders this server may read ({self}); start it with --root for another"
             )
         if os.path.isdir(path):
@@ -153,7 +158,7 @@ class Roots:
             for name in [*dirs, *names]:
                 entry = os.path.join(here, name)
                 if os.path.islink(entry) and not self.inside(entry):
-                    raise ToolError(
+                    raise refusal(
                         f"{arg}: {entry} is a link to {os.path.realpath(entry)}, outside the folders this server "
                         f"may read ({self}); not read"
                     )
@@ -288,23 +293,23 @@ def option_args(command: str, options: Mapping[str, Any]) -> list[str]:
             not pass on (:func:`passable_options`; the message lists those they do).
     """
     if not isinstance(options, Mapping):
-        raise ToolError(f"options: expected an object of option name to value, got {type(options).__name__}")
+        raise refusal(f"options: expected an object of option name to value, got {type(options).__name__}")
     allowed = passable_options(command)
     args: list[str] = []
     for name, value in options.items():
         flag = "--" + str(name).lstrip("-").replace("_", "-")
         action = allowed.get(flag)
         if action is None:
-            raise ToolError(
+            raise refusal(
                 f"options: {name!r} is not an option this server passes to fitprof {command} "
                 f"(allowed: {', '.join(f.removeprefix('--') for f in allowed) or 'none'})"
             )
         if action.nargs == 0:
             if not isinstance(value, bool):
-                raise ToolError(f"options: {name!r} is a flag: give true or false, not {value!r}")
+                raise refusal(f"options: {name!r} is a flag: give true or false, not {value!r}")
             args += [flag] if value else []
         elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise ToolError(f"options: {name!r} takes a number or a string, not {value!r}")
+            raise refusal(f"options: {name!r} takes a number or a string, not {value!r}")
         else:
             args += [flag, str(value)]
     return args
@@ -351,6 +356,9 @@ def _figures_named(name: str) -> list[metrics.Metric]:
     """The registry's figures a name stands for: its key with or without ``fitprof/``, or a record's column (a
     window's key, or an epoch record's without ``fitprof/epoch/``); ``top_op_<i>_ms`` and ``top_ops/<op>`` by
     their pattern."""
+    exact = [m for m in metrics.ALL if m.key == name.strip()]
+    if exact:
+        return exact
     bare = name.strip().removeprefix(metrics.PREFIX)
     found = [
         m for m in metrics.ALL if bare in (m.key.removeprefix(metrics.PREFIX), m.key.removeprefix(metrics.EPOCH_PREFIX))
@@ -392,7 +400,7 @@ def explain(name: str) -> Answer:
             known = [*rules, *(m.key.removeprefix(metrics.PREFIX) for m in metrics.ALL)]
             close = difflib.get_close_matches(key.removeprefix(metrics.PREFIX), known, n=5, cutoff=0.5)
             hint = f"; closest: {', '.join(close)}" if close else ""
-            raise ToolError(
+            raise refusal(
                 f"{name!r}: neither a figure nor a verdict (verdicts: {', '.join(rules)}; figures: the keys of "
                 f"docs/metrics.md, with or without 'fitprof/'){hint}"
             )
