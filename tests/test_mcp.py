@@ -104,6 +104,10 @@ GOOD = {
         "compare",
         {"baseline": "logs/a", "candidate": "logs/b", "options": {"fail-over": 50, "min_ms": 2, "--strict": True}},
     ),
+    "compare argument list": (
+        "compare",
+        {"baseline": "logs/a", "candidate": "logs/b", "options": ["--fail-over", "50", "--min-ms=2", "--strict"]},
+    ),
 }
 """Calls with an answer, by name: the tool and its arguments (paths relative to the root)."""
 
@@ -121,6 +125,7 @@ BAD = {
     "not comparable": ("compare", {"baseline": "logs/a", "candidate": "logs/ddp"}),
     "option that writes": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": {"out": "x.json"}}),
     "unknown option": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": {"nope": 1}}),
+    "argument that writes": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": ["--out", "x"]}),
     "bad option value": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": {"fail-over": -1}}),
     "unknown name": ("explain", {"figure_or_verdict": "step_tme_ms"}),
 }
@@ -200,7 +205,9 @@ def _cli_argv(place: Place, tool: str, args: dict[str, Any]) -> list[str]:
     """The command line a :data:`GOOD` call stands for: paths taken from the root, options as flags."""
     if tool == "compare":
         flags = []
-        for name, value in (args.get("options") or {}).items():
+        if isinstance(args.get("options"), list):
+            flags = list(args["options"])
+        for name, value in (args.get("options") if isinstance(args.get("options"), dict) else {}).items():
             flag = "--" + name.lstrip("-").replace("_", "-")
             flags += [flag] if value is True else [flag, str(value)]
         return ["compare", os.fspath(place.at(args["baseline"])), os.fspath(place.at(args["candidate"])), *flags]
@@ -235,10 +242,11 @@ def test_the_answers_cover_each_kind_of_record(conversation: Conversation) -> No
     assert kinds["analyze lightning"] == ["trace"] and kinds["analyze keras"] == ["trace"]
     assert kinds["analyze ranks"] == ["trace", "trace", "spread"]
     assert kinds["report"].count("window") == 5 and kinds["report"].count("spread") == 1
-    for name in ("compare", "compare options"):
+    for name in ("compare", "compare options", "compare argument list"):
         assert kinds[name][0] == "compare" and {"figure", "operator"} <= set(kinds[name])
-    head = conversation.good["compare options"].structured_content["records"][0]
-    assert (head["fail_over_percent"], head["min_ms"]) == (50, 2)  # the options reached the command
+    for name in ("compare options", "compare argument list"):
+        head = conversation.good[name].structured_content["records"][0]
+        assert (head["fail_over_percent"], head["min_ms"]) == (50, 2)  # the options reached the command
 
 
 def _error_text(result: Any) -> str:
@@ -268,7 +276,7 @@ def test_bad_input_is_a_tool_error_and_the_server_goes_on(name: str, conversatio
         rc, out, err = cli(*_cli_argv(place, tool, args))
         assert rc == 2 and out == ""
         assert text == "\n".join(line for line in err if not line.startswith(("usage:", " ")))  # the CLI's words
-    elif name in ("option that writes", "unknown option"):
+    elif name in ("option that writes", "unknown option", "argument that writes"):
         assert "is not an option this server passes to fitprof compare" in text and "fail-over" in text
     elif name == "unknown name":
         assert "neither a figure nor a verdict" in text and "step_time_ms" in text  # the closest name
@@ -351,6 +359,13 @@ def test_options_passed_are_the_ones_the_parser_checks() -> None:
     with pytest.raises(mcp_tools.ToolError, match="is a flag"):
         mcp_tools.option_args("compare", {"strict": "yes"})
     assert mcp_tools.option_args("compare", {"strict": False, "fail_over": 2.5}) == ["--fail-over", "2.5"]
+    assert mcp_tools.option_args("compare", ["--strict", "--min_ms", "1", "--fail-over=3"]) == [
+        "--strict", "--min-ms", "1", "--fail-over", "3",
+    ]  # fmt: skip
+    with pytest.raises(mcp_tools.ToolError, match="needs a value"):
+        mcp_tools.option_args("compare", ["--min-ms"])
+    with pytest.raises(mcp_tools.ToolError, match="not an option"):
+        mcp_tools.option_args("compare", ["5"])
 
 
 BLOCK_MCP = """

@@ -80,8 +80,11 @@ def build_server(roots: tools.Roots) -> MCPServer:
         baseline: Annotated[str, Field(description="a run directory, a report file or a trace file")],
         candidate: Annotated[str, Field(description="a run directory, a report file or a trace file")],
         options: Annotated[
-            dict[str, Any] | None,
-            Field(description=f'fitprof compare\'s options by name, e.g. {{"fail-over": 5}} (passed: {passed})'),
+            dict[str, Any] | list[str] | None,
+            Field(
+                description='fitprof compare\'s options: by name, e.g. {"fail-over": 5, "strict": true}, or as '
+                f'command-line arguments, e.g. ["--fail-over", "5"] (passed on: {passed})'
+            ),
         ] = None,
     ) -> CallToolResult:
         return _result(lambda: tools.compare(roots, baseline, candidate, options), _records)

@@ -33,7 +33,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -253,13 +253,16 @@ def analyze(roots: Roots, trace: str) -> Answer:
     return command_answer(["analyze", roots.path(trace)])
 
 
-def compare(roots: Roots, baseline: str, candidate: str, options: Mapping[str, Any] | None = None) -> Answer:
+def compare(
+    roots: Roots, baseline: str, candidate: str, options: Mapping[str, Any] | Sequence[str] | None = None
+) -> Answer:
     """``fitprof compare BASELINE CANDIDATE [OPTIONS] --format json``: the comparison's records (see
     :mod:`fitprof.cli.compare`); a regression (exit status 1) is an answer, not an error.
 
     Args:
         options: the command's options by name, with or without the leading ``--`` (``{"fail-over": 5}``,
-            ``{"strict": true}``): see :func:`option_args`.
+            ``{"strict": true}``), or as command-line arguments (``["--fail-over", "5"]``): see
+            :func:`option_args`.
 
     Raises:
         ToolError: a side outside the roots, an option refused (:func:`option_args`), or the command's error
@@ -283,36 +286,71 @@ def passable_options(command: str) -> dict[str, argparse.Action]:
     return out
 
 
-def option_args(command: str, options: Mapping[str, Any]) -> list[str]:
-    """``options`` as the command's arguments: ``{"fail-over": 5, "strict": True}`` -> ``["--fail-over", "5",
-    "--strict"]``. A name may be given with or without ``--`` and with ``_`` for ``-``; a flag takes ``true``
-    (given) or ``false`` (left out); another option takes a number or a string, checked by the command's parser.
+def option_args(command: str, options: Mapping[str, Any] | Sequence[str]) -> list[str]:
+    """``options`` as the command's arguments, checked against :func:`passable_options`.
+
+    ``options`` is an object of option name to value, ``{"fail-over": 5, "strict": True}`` -> ``["--fail-over",
+    "5", "--strict"]``: a name with or without ``--``, with ``_`` or ``-``; a flag takes ``true`` (given) or
+    ``false`` (left out); another option a number or a string (a list of them: the option once per item), which
+    the command's parser checks. Or a list of command-line arguments, ``["--fail-over", "5", "--strict"]`` (also
+    ``--fail-over=5``), read the same way.
 
     Raises:
-        ToolError: ``options`` is not an object, or names an option the command does not take or the tools do
-            not pass on (:func:`passable_options`; the message lists those they do).
+        ToolError: ``options`` is neither, names an option the command does not take or the tools do not pass on
+            (the message lists those they do), or gives a flag a value, or an option none.
     """
-    if not isinstance(options, Mapping):
-        raise refusal(f"options: expected an object of option name to value, got {type(options).__name__}")
     allowed = passable_options(command)
     args: list[str] = []
-    for name, value in options.items():
+    for name, value in _option_pairs(options, command, allowed):
         flag = "--" + str(name).lstrip("-").replace("_", "-")
         action = allowed.get(flag)
         if action is None:
-            raise refusal(
-                f"options: {name!r} is not an option this server passes to fitprof {command} "
-                f"(allowed: {', '.join(f.removeprefix('--') for f in allowed) or 'none'})"
-            )
+            raise _not_passed(name, command, allowed)
         if action.nargs == 0:
             if not isinstance(value, bool):
                 raise refusal(f"options: {name!r} is a flag: give true or false, not {value!r}")
             args += [flag] if value else []
-        elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise refusal(f"options: {name!r} takes a number or a string, not {value!r}")
-        else:
-            args += [flag, str(value)]
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool) or not isinstance(item, (int, float, str)):
+                raise refusal(f"options: {name!r} takes a number or a string, not {item!r}")
+            args += [flag, str(item)]
     return args
+
+
+def _not_passed(name: object, command: str, allowed: Mapping[str, argparse.Action]) -> ToolError:
+    return refusal(
+        f"options: {name!r} is not an option this server passes to fitprof {command} "
+        f"(allowed: {', '.join(f.removeprefix('--') for f in allowed) or 'none'})"
+    )
+
+
+def _option_pairs(options: Any, command: str, allowed: Mapping[str, argparse.Action]) -> list[tuple[str, Any]]:
+    """``(name, value)`` for each option of ``options`` (:func:`option_args`): an object's items, or a list of
+    command-line arguments read as the parser reads them (a flag's value ``True``)."""
+    if isinstance(options, Mapping):
+        return list(options.items())
+    if not isinstance(options, Sequence) or isinstance(options, str) or not all(isinstance(a, str) for a in options):
+        raise refusal(f"options: expected an object of option name to value or a list of arguments, got {options!r}")
+    pairs: list[tuple[str, Any]] = []
+    tokens = list(options)
+    while tokens:
+        token = tokens.pop(0)
+        if not token.startswith("--"):
+            raise refusal(f"options: {token!r} is not an option (an option starts with --)")
+        name, eq, value = token.partition("=")
+        action = allowed.get(name.replace("_", "-"))
+        if action is None:
+            raise _not_passed(name, command, allowed)
+        if eq:
+            pairs.append((name, value))
+        elif action.nargs == 0:
+            pairs.append((name, True))
+        elif not tokens:
+            raise refusal(f"options: {name} needs a value")
+        else:
+            pairs.append((name, tokens.pop(0)))
+    return pairs
 
 
 # ------------------------------------------------------------------------------------------------ explain
