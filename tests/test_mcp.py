@@ -204,10 +204,9 @@ def test_initialize_and_list_the_tools(conversation: Conversation) -> None:
 def _cli_argv(place: Place, tool: str, args: dict[str, Any]) -> list[str]:
     """The command line a :data:`GOOD` call stands for: paths taken from the root, options as flags."""
     if tool == "compare":
-        flags = []
-        if isinstance(args.get("options"), list):
-            flags = list(args["options"])
-        for name, value in (args.get("options") if isinstance(args.get("options"), dict) else {}).items():
+        options = args.get("options") or {}
+        flags = list(options) if isinstance(options, list) else []  # already command-line arguments
+        for name, value in options.items() if isinstance(options, dict) else ():
             flag = "--" + name.lstrip("-").replace("_", "-")
             flags += [flag] if value is True else [flag, str(value)]
         return ["compare", os.fspath(place.at(args["baseline"])), os.fspath(place.at(args["candidate"])), *flags]
