@@ -132,12 +132,7 @@ class Roots:
         local = os.path.expanduser(_fs.local_path(arg))
         path = local if os.path.isabs(local) else os.path.join(self.given[0], local)
         if not self.inside(path):
-            real = os.path.realpath(path)
-            via = (
-                f" (a link to {real})"
-                if os.path.normpath(os.path.abspath(path)) != real and os.path.lexists(path)
-                else ""
-            )
+            via = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
             raise refusal(
                 f"{arg}{via}: outside the folders this server may read ({self}); start it with --root for another"
             )
