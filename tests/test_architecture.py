@@ -80,6 +80,22 @@ def test_the_cli_imports_no_adapter(name: str) -> None:
     assert not found, f"{name} imports {sorted(found)}"
 
 
+MCP_SDK = ("mcp", "mcp_types")
+MCP_SERVER = "fitprof.cli._mcp_server"
+"""The one module that may import the MCP SDK, an optional extra (``fitprof mcp`` imports it only to serve)."""
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if m != MCP_SERVER])
+def test_only_the_mcp_server_imports_the_mcp_sdk(name: str) -> None:
+    found = {i for i in GRAPH[name] if i.split(".")[0] in MCP_SDK}
+    assert not found, f"{name} imports {sorted(found)}; only {MCP_SERVER} may import the MCP SDK"
+
+
+def test_the_mcp_server_is_the_module_that_imports_the_sdk() -> None:
+    """The rule above stands on a module that exists and does import the SDK (a rename would void it)."""
+    assert {i.split(".")[0] for i in GRAPH[MCP_SERVER]} >= set(MCP_SDK)
+
+
 @pytest.mark.parametrize("name", [m for m in MODULES if _inside(m, ("fitprof.traces",))])
 def test_the_readers_import_only_the_table_and_file_names(name: str) -> None:
     """Readers produce the event table and never look at what the analysis makes of it."""

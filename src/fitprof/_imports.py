@@ -14,6 +14,8 @@ _HINTS = {
     "tensorboard": "pip install tensorboard",
     "dask": "pip install 'fitprof[dask]'",
     "distributed": "pip install 'fitprof[dask]'",
+    "mcp": "pip install 'fitprof[mcp]'",
+    "mcp_types": "pip install 'fitprof[mcp]'",
 }
 
 

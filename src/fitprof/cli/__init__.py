@@ -19,6 +19,11 @@ and a regression gate between two runs (``compare``).
     Compares two runs (run directories, report files or trace files), aware of their noise; exit status 1 on a
     regression (:mod:`fitprof.cli.compare`, :mod:`fitprof.compare`).
 
+``fitprof mcp [--root FOLDER]...``
+    Serves ``report``, ``analyze`` and ``compare`` (their ``--format json`` records) and ``explain`` as the tools
+    of a Model Context Protocol server on stdin/stdout, for a coding agent; the tools read only below the roots
+    (:mod:`fitprof.cli.mcp`, :mod:`fitprof.cli.tools`). Needs ``pip install 'fitprof[mcp]'``.
+
 Output formats (``--format``): ``table`` (default, aligned text, then each row's verdict line and the advice),
 ``markdown`` (the same as a Markdown table), ``json`` (a list of records; numbers in the units their names
 say, NaN as ``null``) and ``csv`` (one flat row per record, the top operator only).
@@ -35,7 +40,7 @@ missing is one error line naming the package.
 
 The modules: :mod:`~fitprof.cli.command` (``main``, the parser, the list of subcommands),
 :mod:`~fitprof.cli.arguments` (shared options), one module per subcommand (:mod:`~fitprof.cli.report`,
-:mod:`~fitprof.cli.analyze`, :mod:`~fitprof.cli.compare`), :mod:`~fitprof.cli.records` (the records they print), :mod:`~fitprof.cli.output`
+:mod:`~fitprof.cli.analyze`, :mod:`~fitprof.cli.compare`, :mod:`~fitprof.cli.mcp`), :mod:`~fitprof.cli.records` (the records they print), :mod:`~fitprof.cli.output`
 (error lines, writing, URLs), :mod:`~fitprof.cli.render` and :mod:`~fitprof.cli.plot`.
 """
 
