@@ -184,6 +184,16 @@ class BottleneckReport:
     """The steps allocate at least :data:`fitprof.analysis.memory.HEAVY_CHURN_RATIO` times ``allocated_peak_mb``."""
     top_alloc_ops: list[AllocStat] = field(default_factory=list)
     """The operators that allocated most bytes in the steps, largest first."""
+    device_clock_ok: bool = True
+    """The device events' clock can be trusted (:mod:`fitprof.analysis.clock`): no device event is timed before its
+    launch or long after the trace's last host event, and the launch lag has not grown since the fit's first window.
+    True also where nothing could be checked (no device events, no launch links: XSpace traces)."""
+    device_clock_note: str = ""
+    """Why ``device_clock_ok`` is False ("" when it is True); the device figures are NaN then."""
+    device_offset_us: float = math.nan
+    """The window's launch lag: the smallest delay from a launch to its device event's start among the device
+    events launched in the steps (us); NaN without them. A clock offset that builds up over the process raises it
+    from window to window (:func:`fitprof.analysis.clock.across_windows`)."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -233,6 +243,8 @@ class BottleneckReport:
             return "no-steps: no training step was found in the profile."
         if self.contention:
             return f"{self.verdict}: {self.contention}.{self.checkpoint_clause()}"
+        if not self.device_clock_ok:
+            return f"{self.verdict}: input {self.input_percent:.1f}% of step time; {self.device_clock_note}"
         top = self.top_ops[0] if self.top_ops else None
         top_text = f"top operator {one_line(top.name)} takes {top.percent:.1f}%" if top else "no operator recorded"
         if self.verdict == "input-bound":
