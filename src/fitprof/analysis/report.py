@@ -152,7 +152,8 @@ class BottleneckReport:
     flops_per_s: float = math.nan
     """``flops_per_step / (step_time_ms / 1000)``: achieved FLOP/s."""
     peak_flops_per_s: float = math.nan
-    """Dense peak FLOP/s of the device at ``compute_dtype`` (:data:`fitprof.throughput.PEAK_FLOPS`); NaN on a CPU."""
+    """Dense peak FLOP/s of the device at ``compute_dtype`` (:data:`fitprof.throughput.PEAK_FLOPS`, else derived from
+    the device's properties: ``mfu_note`` says so); NaN on a CPU or an unknown device."""
     mfu: float = math.nan
     """``flops_per_s / peak_flops_per_s`` (ratio 0-1): model FLOPs utilisation; NaN on a CPU or unknown device."""
     device_name: str = ""
@@ -160,7 +161,9 @@ class BottleneckReport:
     compute_dtype: str = ""
     """The compute dtype the peak was picked for (``float32``, ``tf32``, ``bfloat16``, ``float16``)."""
     mfu_note: str = ""
-    """Why ``mfu`` (or ``flops_per_s``) is NaN ("" when it is not)."""
+    """Why ``mfu`` (or ``flops_per_s``) is NaN; with a finite ``mfu``, "" when the peak is the datasheet's
+    (:data:`fitprof.throughput.PEAK_FLOPS`), ``"peak derived from the device (...)"`` when it was derived from the
+    device's properties (:func:`fitprof.throughput.derived_peak_flops_per_s`)."""
     self_ms_per_step: float = math.nan
     """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
     out of ``step_time_ms``. NaN in report files written before it existed."""
@@ -386,7 +389,8 @@ class BottleneckReport:
         if math.isfinite(self.flops_per_s):
             parts.append(f"{self.flops_per_s:.3g} FLOP/s")
         if math.isfinite(self.mfu):
-            parts.append(f"MFU {100 * self.mfu:.1f}% of {self.device_name}'s dense {self.compute_dtype} peak")
+            derived = f" ({self.mfu_note})" if self.mfu_note.startswith("peak derived") else ""
+            parts.append(f"MFU {100 * self.mfu:.1f}% of {self.device_name}'s dense {self.compute_dtype} peak{derived}")
         elif math.isfinite(self.flops_per_s) and self.mfu_note:
             parts.append(f"no MFU ({self.mfu_note})")
         return "Throughput: " + "; ".join(parts) + "." if parts else ""
