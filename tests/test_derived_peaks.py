@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from fitprof.analysis import BottleneckReport
 from fitprof.throughput import (
     ARCH_RATES,
     PEAK_FLOPS,
@@ -90,15 +91,18 @@ def test_devices_outside_the_table_get_their_datasheets_peak(name: str, dtype: s
     assert note.startswith("peak derived from the device (")
 
 
-def test_the_mfu_of_a_derived_peak_says_so() -> None:
-    from fitprof.analysis import BottleneckReport
-
-    report = BottleneckReport(
+def _report() -> BottleneckReport:
+    """A window of 100 ms steps on a GPU (only its step time matters to MFU)."""
+    return BottleneckReport(
         steps_analyzed=4, step_time_ms=100.0, input_ms_per_step=0.0, input_percent=0.0, htod_ms_per_step=0.0,
         htod_percent=0.0, htod_bytes_per_step=0.0, htod_gb_per_s=0.0, htod_pinned_ms_per_step=0.0,
         htod_pageable_ms_per_step=0.0, dtoh_ms_per_step=0.0, collective_ms_per_step=0.0, collective_percent=0.0,
         top_ops=[], op_time_source="device", verdict="compute-bound", advice=[], framework="pytorch",
     )  # fmt: skip
+
+
+def test_the_mfu_of_a_derived_peak_says_so() -> None:
+    report = _report()
     name = "NVIDIA A10G (sm_86, 80 SMs, 1710 MHz)"
     out = with_throughput(report, StepWork(flops_per_step=4e12, device_name=name, dtype="bfloat16"))
     peak = 80 * 1710e6 * 1024  # GA10x: 1024 dense bfloat16 FLOP a clock an SM
@@ -121,14 +125,7 @@ def test_the_mfu_of_a_derived_peak_says_so() -> None:
     ],
 )
 def test_an_unknown_architecture_keeps_flops_only(name: str) -> None:
-    from fitprof.analysis import BottleneckReport
-
-    report = BottleneckReport(
-        steps_analyzed=4, step_time_ms=100.0, input_ms_per_step=0.0, input_percent=0.0, htod_ms_per_step=0.0,
-        htod_percent=0.0, htod_bytes_per_step=0.0, htod_gb_per_s=0.0, htod_pinned_ms_per_step=0.0,
-        htod_pageable_ms_per_step=0.0, dtoh_ms_per_step=0.0, collective_ms_per_step=0.0, collective_percent=0.0,
-        top_ops=[], op_time_source="device", verdict="compute-bound", advice=[], framework="pytorch",
-    )  # fmt: skip
+    report = _report()
     out = with_throughput(report, StepWork(flops_per_step=4e12, device_name=name, dtype="bfloat16"))
     assert out.flops_per_s == pytest.approx(4e13) and math.isnan(out.mfu)
     assert out.mfu_note.startswith("no peak rate known for device")
