@@ -101,6 +101,7 @@ def test_kernels_timed_outside_their_steps_make_the_device_figures_nan(
     # The host's figures stand: the step time is the planted one, the input wait too.
     assert report.step_time_ms == _analyze(tmp_path, "plain", doc).step_time_ms
     assert report.device_clock_note in report.headline()
+    assert "device figures left out (device clock)" in report.summary_markdown() and "nan" not in report.headline()
 
 
 def test_a_kernel_within_the_tolerance_is_not_flagged(tmp_path: Path) -> None:

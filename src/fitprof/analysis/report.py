@@ -414,8 +414,12 @@ class BottleneckReport:
             f"**{self.headline()}**",
             "",
             f"Step time {self.step_time_ms:.2f} ms over {self.steps_analyzed} steps; input "
-            f"{self.input_percent:.1f}%; host-to-device {self.htod_ms_per_step:.3f} ms/step "
-            f"({self._share_text('htod')})"
+            f"{self.input_percent:.1f}%"
+            + (
+                f"; host-to-device {self.htod_ms_per_step:.3f} ms/step ({self._share_text('htod')})"
+                if self.device_clock_ok
+                else "; device figures left out (device clock)"
+            )
             + (f"; collectives {self._share_text('collective')}." if self.collective_percent > 0 else ".")
             + (
                 f" fitprof's own time {self.self_ms_per_step:.3f} ms/step (left out of step time)."
