@@ -7,9 +7,9 @@
 Run it first whenever a GPU is at hand. It needs torch, lightning, tensorboard and fitprof's core dependencies
 (msgspec among them: on an image without it, bring the wheel, ``pip download msgspec --only-binary=:all:``, and
 ``pip install --target`` it there). No TensorFlow, no network. Sized for one H200 well inside 8 minutes: 56
-training steps and 5 copy steps (not yet timed on a GPU; ``--dry`` takes about 20 s on a 2-core CPU).
+training steps and 5 copy steps, then 10 epochs of 12 steps and 200 epochs of 4 (not yet timed on a GPU).
 
-Three runs, each compared with what it measured itself:
+Five runs, each compared with what it measured itself:
 
 1. **Lightning, float32 conv net** (``FitProfiler(profile_batch=(21, 25))``, ``DataLoader(pin_memory=True)``):
    a callback records its own CUDA event at every step boundary and reads ``torch.cuda.max_memory_allocated``.
@@ -24,9 +24,19 @@ Three runs, each compared with what it measured itself:
    against the hand count over event-timed steps.
 3. **Host-to-device copies** under ``torch.profiler``: 64 MiB from pinned and 64 MiB from pageable memory a step,
    CUDA events around each copy: fitprof's pinned and pageable HtoD ms per step and bytes against the events.
+4. **Ten windows in one process** (Lightning, one window an epoch, ``profile_batch=(6, 9)`` of 12 steps, a 16 MiB
+   pinned batch a step): torch has had profiler sessions after the first that record wrong device clocks
+   (pytorch/pytorch#175790, #192021). Rows for each window: its step time against CUDA events of the same steps;
+   its pinned HtoD time against CUDA events around each batch's copy (``transfer_batch_to_device``) and its bytes
+   against the batch's; its kernels per step (fitprof's reader) against window 1's, every step doing the same work;
+   and fitprof's own device-clock check (``device_clock_ok``), which must hold on every window.
+5. **200 short windows in one process** (Lightning, 4-step epochs, ``keep_last_windows=1``): the host's RSS after
+   each window, and its slope after the first tenth, against 32 MiB per 1,000 windows (a tenth of what
+   pytorch/pytorch#193348 measured for 1,000 short CUDA profiles).
 
 ``--dry`` runs the same code on the CPU with small sizes: the host clock instead of CUDA events, no copies, no MFU
-(rows say why); FLOPs and the hand-counted trace still compare exactly. Exit status: 0 when every row is within
+(rows say why), the host operators per step instead of the kernels, 20 windows instead of 200 for the RSS slope;
+FLOPs and the hand-counted trace still compare exactly. Exit status: 0 when every row is within
 its tolerance or not available, 1 when a row is off, 2 when a dependency is missing.
 """
 
@@ -414,6 +424,252 @@ def _analyze_rows(run: str, trace: Path, handcount: Any) -> list[Row]:
     return rows
 
 
+class _EpochMarks:
+    """Step boundaries and host-to-device copies of every epoch of one fit, as :class:`Clock` marks them: one
+    :class:`Clock` an epoch, and CUDA events around each batch's copy to the device (``transfer_batch_to_device``)."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.clocks: list[Clock] = []
+        self.copies: list[list[tuple[Any, Any]]] = []  # [epoch][step - 1]: (start, end) events of its copy
+
+    def callbacks(self) -> tuple[Any, Any]:
+        """Two callbacks, placed before and after fitprof's (see :class:`Clock`)."""
+        import lightning.pytorch as pl
+
+        marks = self
+
+        class Before(pl.Callback):
+            def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
+                marks.clocks[-1].mark(marks.clocks[-1].before)
+
+        class After(pl.Callback):
+            def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+                marks.clocks.append(Clock(marks.cuda))
+                marks.copies.append([])
+                marks.clocks[-1].mark(marks.clocks[-1].after)
+
+            def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, i: int) -> None:
+                marks.clocks[-1].mark(marks.clocks[-1].after)
+
+        return Before(), After()
+
+    def copy_ms(self, epoch: int) -> list[float]:
+        """``[k - 1]``: the copy of step ``k``'s batch (ms; empty on the CPU)."""
+        return [float(a.elapsed_time(b)) for a, b in self.copies[epoch]]
+
+
+WINDOWS = 10
+"""Windows of the many-windows run: one an epoch, in one process (the first is window 1)."""
+
+
+def _kernels_per_step(trace: Path, cuda: bool) -> float:
+    """The device kernels launched in the window's steps, per step, from fitprof's reader (on the CPU, ``--dry``:
+    the host operators in the steps instead, the same logic on the events a CPU trace has)."""
+    import numpy as np
+
+    from fitprof.analysis import intervals
+    from fitprof.traces import read_trace
+    from fitprof.traces._table import Kind
+
+    table = read_trace(trace)
+    kind = table["kind"].to_numpy()
+    ts = table["ts_us"].to_numpy(dtype=float)
+    end = ts + table["dur_us"].to_numpy(dtype=float)
+    is_step = kind == Kind.STEP
+    steps = intervals.union(ts[is_step], end[is_step])
+    if cuda:
+        launch = table["launch_us"].to_numpy(dtype=float)
+        chosen = (kind == Kind.KERNEL) & table["on_device"].to_numpy(dtype=bool)
+        at = np.where(np.isnan(launch), ts, launch)
+    else:
+        chosen, at = (kind == Kind.OP) & ~table["on_device"].to_numpy(dtype=bool), ts
+    n = int(is_step.sum())
+    return float(np.count_nonzero(chosen & intervals.inside(at, steps))) / n if n else math.nan
+
+
+def windows_run(out: Path, *, cuda: bool) -> list[Row]:
+    """Run 4: :data:`WINDOWS` windows in one process (one an epoch, Lightning): each window's step time and
+    pinned HtoD time against CUDA events of the same steps, its HtoD bytes against the batch's size, its kernels per
+    step against window 1's (every step does the same work), and fitprof's own device-clock check
+    (``device_clock_ok``, :mod:`fitprof.analysis.clock`), which must hold on every window of a sound run."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fitprof.lightning import FitProfiler
+
+    run = "windows"
+    batch, features, width = (4096, 1024, 2048) if cuda else (16, 32, 32)  # 16 MiB of float32 a batch on a GPU
+    steps, window = (12, (6, 9)) if cuda else (8, (4, 6))
+    torch.manual_seed(0)
+    marks = _EpochMarks(cuda)
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(features, width), torch.nn.ReLU(), torch.nn.Linear(width, features)
+            )
+
+        def training_step(self, b: Any, i: int) -> Any:
+            (x,) = b
+            return (self.net(x) - x).pow(2).mean()
+
+        def transfer_batch_to_device(self, b: Any, device: Any, dataloader_idx: int) -> Any:
+            if not cuda:
+                return super().transfer_batch_to_device(b, device, dataloader_idx)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            moved = super().transfer_batch_to_device(b, device, dataloader_idx)
+            end.record()
+            marks.copies[-1].append((start, end))
+            return moved
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    data = TensorDataset(torch.randn(steps * batch, features))
+    loader = DataLoader(data, batch_size=batch, pin_memory=cuda)
+    before, after = marks.callbacks()
+    profiler = FitProfiler(log_dir=out / "windows", profile_batch=window, every_n_epochs=1, verbose=False)
+    trainer = pl.Trainer(
+        accelerator="gpu" if cuda else "cpu",
+        devices=1,
+        max_epochs=WINDOWS,
+        logger=False,
+        callbacks=[before, profiler, after],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=out / "windows",
+    )
+    trainer.fit(Model(), loader)
+    if cuda:
+        torch.cuda.synchronize()
+    rows: list[Row] = []
+    first_kernels = math.nan
+    first, last = window
+    for epoch in range(WINDOWS):
+        label = f"window {epoch + 1}"
+        report = profiler.reports.get(epoch)
+        if report is None:
+            rows.append(Row(run, label, "", math.nan, math.nan, 0.0, "OFF", "fitprof gave no report"))
+            continue
+        window_ms = _window_ms(marks.clocks[epoch].step_ms(), window)
+        truth_note = "CUDA events" if cuda else "host clock (--dry)"
+        rows.append(Row(run, f"{label} step time", "ms", report.step_time_ms, window_ms, 0.15, note=truth_note))
+        if cuda:
+            copy_ms = sum(marks.copy_ms(epoch)[first - 1 : last]) / (last - first + 1)
+            note = report.device_clock_note or "CUDA events"
+            rows.append(
+                Row(run, f"{label} HtoD pinned", "ms", report.htod_pinned_ms_per_step, copy_ms, 0.15, note=note)
+            )
+            rows.append(
+                Row(
+                    run, f"{label} HtoD bytes", "MiB", report.htod_bytes_per_step / MIB, batch * features * 4 / MIB, 0.0
+                )
+            )
+        else:
+            rows.append(_na(run, f"{label} HtoD pinned", "ms", "no device copies on the CPU"))
+        kernels = _kernels_per_step(profiler.trace_paths[epoch], cuda)
+        if epoch == 0:
+            first_kernels = kernels
+        what = "kernels" if cuda else "host ops (--dry)"
+        rows.append(Row(run, f"{label} {what} per step", "", kernels, first_kernels, 0.0, note="vs window 1"))
+        clock = Row(run, f"{label} device clock ok", "", float(report.device_clock_ok), 1.0, 0.0)
+        clock.note = report.device_clock_note or f"launch lag {report.device_offset_us:.1f} us"
+        rows.append(clock)
+    return [r.judge() for r in rows]
+
+
+RSS_WINDOWS = 200
+"""Short windows of the host-memory run (``--dry``: :data:`RSS_WINDOWS_DRY`)."""
+RSS_WINDOWS_DRY = 20
+RSS_SLOPE_LIMIT = 32.0
+"""The most host memory (MiB) a thousand windows may add: a tenth of the 318 MiB a thousand short CUDA profiles
+added in pytorch/pytorch#193348."""
+
+
+def _rss_mib() -> float:
+    """This process's resident set size (MiB), from ``/proc/self/statm``; NaN where there is none."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return math.nan
+    return pages * os.sysconf("SC_PAGE_SIZE") / MIB
+
+
+def _slope(values: list[float]) -> float:
+    """Least-squares slope of ``values`` against their index (per index)."""
+    n = len(values)
+    if n < 2:
+        return math.nan
+    mx, my = (n - 1) / 2, sum(values) / n
+    sxx = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (v - my) for i, v in enumerate(values)) / sxx
+
+
+def rss_run(out: Path, *, cuda: bool) -> list[Row]:
+    """Run 5: :data:`RSS_WINDOWS` short windows in one process (Lightning, one a 4-step epoch, only the last trace
+    kept): the host's RSS after each, and its slope over the windows after the first tenth (warm-up), in MiB per
+    1,000 windows, against :data:`RSS_SLOPE_LIMIT`."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from fitprof.lightning import FitProfiler
+
+    run = "host RSS"
+    windows = RSS_WINDOWS if cuda else RSS_WINDOWS_DRY
+    rss: list[float] = []
+
+    class Read(pl.Callback):
+        # No garbage collection before the read: a full one costs most of a second with torch and Lightning
+        # loaded, and a leak shows in the slope over the windows without it.
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            rss.append(_rss_mib())
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(64, 64)
+
+        def training_step(self, b: Any, i: int) -> Any:
+            return self.net(b[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    loader = DataLoader(TensorDataset(torch.randn(4 * 8, 64)), batch_size=8)
+    profiler = FitProfiler(log_dir=out / "rss", profile_batch=(2, 3), keep_last_windows=1, verbose=False)
+    trainer = pl.Trainer(
+        accelerator="gpu" if cuda else "cpu",
+        devices=1,
+        max_epochs=windows,
+        logger=False,
+        callbacks=[profiler, Read()],  # the read after fitprof's epoch end
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=out / "rss",
+    )
+    trainer.fit(Model(), loader)
+    kept = rss[max(1, len(rss) // 10) :]
+    slope = _slope(kept) * 1000
+    profiled = len(profiler.reports)
+    row = Row(run, f"RSS slope over {len(kept)} windows", "MiB/1000", slope, 0.0, 0.0)
+    row.note = (
+        f"{profiled} windows profiled; RSS {rss[0]:.0f} -> {rss[-1]:.0f} MiB; limit {RSS_SLOPE_LIMIT:g} MiB per 1,000"
+        if rss
+        else "no RSS read"
+    )
+    row.status = "ok" if math.isfinite(slope) and slope <= RSS_SLOPE_LIMIT and profiled == windows else "OFF"
+    per_window = [Row(run, f"RSS after window {k}", "MiB", v, math.nan, 0.0, "n/a", "the slope's input") for k, v in
+                  enumerate(rss, start=1) if k in (1, len(rss) // 2, len(rss))]  # fmt: skip
+    return [*per_window, row]
+
+
 def _missing() -> list[str]:
     needed = ("torch", "lightning", "tensorboard", "msgspec", "numpy", "pandas", "google.protobuf", "fsspec")
     missing = []
@@ -450,6 +706,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.keep or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         rows = conv_run(out, cuda=cuda) + matmul_run(out, cuda=cuda) + copy_run(out, cuda=cuda)
+        rows += windows_run(out, cuda=cuda) + rss_run(out, cuda=cuda)
     device = torch.cuda.get_device_name(0) if cuda else "CPU (--dry)"
     print(f"fitprof device check on {device}, torch {torch.__version__}: {time.perf_counter() - t0:.0f} s")
     print(f"{'run':<12} {'figure':<34} {'fitprof':>12} {'truth':>12} {'unit':<6} {'tol':>6}  status  note")

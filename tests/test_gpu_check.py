@@ -42,7 +42,7 @@ def test_the_device_check_runs_dry_on_the_cpu(
     rows = json.loads(out.read_text())["rows"]
     by = {(r["run"], r["figure"]): r for r in rows}
     assert returncode == (1 if any(r["status"] == "OFF" for r in rows) else 0)
-    exact = [r for r in rows if r["status"] != "n/a" and r["tol"] <= 1e-6]
+    exact = [r for r in rows if r["status"] != "n/a" and r["tol"] <= 1e-6 and r["run"] in ("conv fp32", "matmul bf16")]
     assert len(exact) == 8  # two FLOP counts, six analyze-vs-hand-count figures
     assert all(r["status"] == "ok" for r in exact), [r for r in exact if r["status"] != "ok"]
     for key in (("conv fp32", "FLOPs per step"), ("matmul bf16", "FLOPs per step")):
@@ -58,3 +58,21 @@ def test_the_device_check_runs_dry_on_the_cpu(
     for key in (("conv fp32", "MFU"), ("HtoD copies", "HtoD pinned ms per step"), ("conv fp32", "epoch memory peak")):
         assert by[key]["status"] == "n/a" and by[key]["note"], by[key]
     assert "fitprof device check on CPU (--dry)" in printed
+    # Many windows in one process: each window's rows, measured, and the same work per step in every window.
+    assert gpu_check.WINDOWS >= 10
+    for k in range(1, gpu_check.WINDOWS + 1):
+        step = by[("windows", f"window {k} step time")]
+        assert math.isfinite(step["fitprof"]) and step["truth"] > 0, step
+        ops = by[("windows", f"window {k} host ops (--dry) per step")]
+        assert ops["status"] == "ok" and ops["fitprof"] == ops["truth"] > 0, ops
+        assert by[("windows", f"window {k} device clock ok")]["status"] == "ok"
+        assert by[("windows", f"window {k} HtoD pinned")]["status"] == "n/a"
+    # Short windows: the RSS read after each, and its slope.
+    n = gpu_check.RSS_WINDOWS_DRY
+    slope = next(r for r in rows if r["run"] == "host RSS" and r["figure"].startswith("RSS slope"))
+    assert math.isfinite(slope["fitprof"]) and slope["note"].startswith(f"{n} windows profiled"), slope
+    assert [r["figure"] for r in rows if r["run"] == "host RSS"][:3] == [
+        "RSS after window 1",
+        f"RSS after window {n // 2}",
+        f"RSS after window {n}",
+    ]

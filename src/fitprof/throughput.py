@@ -20,6 +20,14 @@ throughput fields:
   device or dtype, and above 1, which no real step reaches: the peak or the count is wrong (``mfu_note`` says why
   and gives the ratio).
 
+A device outside :data:`PEAK_FLOPS` gets a peak derived from its properties where its architecture is known
+(:data:`ARCH_RATES`: SM or CU count x maximum clock x the architecture's dense FLOPs per clock per SM / CU for the
+dtype, from the vendors' whitepapers; :func:`derived_peak_flops_per_s`), and ``mfu_note`` says the peak was derived.
+On every device of the table the derived peak is within 5% of the datasheet's (``tests/test_derived_peaks.py``).
+The properties come from ``torch.cuda.get_device_properties`` (:func:`fitprof.profilers.flops_torch.device_name`);
+TensorFlow's device details give no SM count or clock, and JAX's ``device_kind`` neither, so Keras on TensorFlow or
+JAX keeps the table only.
+
 FLOPs count as torch's ``FlopCounterMode`` counts them: 2 per multiply-add of matrix products and convolutions
 (forward and backward), nothing for element-wise work, reductions, the loss or the optimizer; a model's other
 work makes MFU an under-estimate of the device's use, as in PaLM's definition of MFU.
@@ -153,14 +161,148 @@ def device_key(device_name: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ArchRate:
+    """Dense FLOPs per clock of one compute unit (NVIDIA SM, AMD CU) of an architecture, per compute dtype.
+
+    Attributes:
+        name: the architecture's name.
+        flops_per_clock: dense FLOPs per clock per SM / CU, per dtype (2 per multiply-add; float32 on CUDA cores,
+            the others on tensor cores; on AMD every dtype on the matrix cores).
+        tensor_clock: the share of the device's maximum clock at which its datasheets rate the tensor-core dtypes
+            (1: at the maximum clock).
+        source: the whitepaper.
+    """
+
+    name: str
+    flops_per_clock: dict[str, float]
+    source: str
+    tensor_clock: float = 1.0
+
+
+_WP_VOLTA = "https://images.nvidia.com/content/volta-architecture/pdf/volta-architecture-whitepaper.pdf"
+_WP_TURING = (
+    "https://images.nvidia.com/aem-dam/en-zz/Solutions/design-visualization/technologies/turing-architecture/"
+    "NVIDIA-Turing-Architecture-Whitepaper.pdf"
+)
+_WP_A100 = "https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf"
+_WP_GA102 = "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+_WP_ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+_WP_HOPPER = "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper"
+_WP_CDNA2 = (
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-business-docs/white-papers/amd-cdna2-white-paper.pdf"
+)
+_WP_CDNA3 = (
+    "https://www.amd.com/content/dam/amd/en/documents/instinct-tech-docs/white-papers/amd-cdna-3-white-paper.pdf"
+)
+
+
+def _per_clock(float32: float, tf32: float | None, half: float, *, bf16: bool = True) -> dict[str, float]:
+    rates = {"float32": float32, "float16": half}
+    if tf32 is not None:
+        rates["tf32"] = tf32
+    if bf16:
+        rates["bfloat16"] = half
+    return rates
+
+
+ARCH_RATES: dict[str, ArchRate] = {
+    # Volta SM: 64 FP32 cores (128 FLOP/clock), 8 tensor cores of 64 FP16 multiply-adds (1024 FLOP/clock).
+    "sm_70": ArchRate("Volta", _per_clock(128, None, 1024, bf16=False), _WP_VOLTA),
+    # Turing SM: 64 FP32 cores, 8 tensor cores of 64 FP16 multiply-adds (FP32 accumulate at full rate on Tesla
+    # and Quadro parts; GeForce: half, see _CONSUMER_TENSOR_SHARE).
+    "sm_75": ArchRate("Turing", _per_clock(128, None, 1024, bf16=False), _WP_TURING),
+    # GA100 SM: 64 FP32 cores, 4 tensor cores of 256 dense FP16 multiply-adds (2048 FLOP/clock), TF32 at half that.
+    "sm_80": ArchRate("Ampere GA100", _per_clock(128, 1024, 2048), _WP_A100),
+    # GA10x SM: 128 FP32 cores (256 FLOP/clock), 4 tensor cores of 128 dense FP16 multiply-adds (1024 FLOP/clock).
+    "sm_86": ArchRate("Ampere GA10x", _per_clock(256, 512, 1024), _WP_GA102),
+    # Ada SM: as GA10x per clock (FP8 aside, which fitprof does not rate).
+    "sm_89": ArchRate("Ada Lovelace", _per_clock(256, 512, 1024), _WP_ADA),
+    # Hopper SM: 128 FP32 cores (256 FLOP/clock), 4 tensor cores of 512 dense FP16 multiply-adds (4096 FLOP/clock).
+    # Its datasheets rate the tensor cores below the maximum clock the device reports: the clocks their dense
+    # TFLOPS imply are 1830 of 1980 MHz (SXM, 0.924), 1620 of 1755 MHz (PCIe, 0.923) and 1545 of 1785 MHz (NVL,
+    # 0.866); 0.894, between the two ends, puts each within 3.4% of its datasheet.
+    "sm_90": ArchRate("Hopper", _per_clock(256, 2048, 4096), _WP_HOPPER, tensor_clock=0.894),
+    # CDNA 2 CU: 256 FP32 matrix FLOP/clock (packed), 1024 FP16 / bfloat16; no TF32.
+    "gfx90a": ArchRate("CDNA 2", _per_clock(256, None, 1024), _WP_CDNA2),
+    # CDNA 3 CU: 256 FP32 matrix FLOP/clock, 1024 TF32 (xf32), 2048 FP16 / bfloat16 (dense).
+    "gfx942": ArchRate("CDNA 3", _per_clock(256, 1024, 2048), _WP_CDNA3),
+}
+"""Dense FLOPs per clock per compute unit of each architecture fitprof can derive a peak for, by CUDA ``sm_XY``
+(compute capability X.Y) or ROCm ``gfxNNN`` name (:func:`derived_peak_flops_per_s`). An architecture not here
+(Blackwell, CDNA 4, consumer Radeon, ...) has no derived peak: FLOP/s only."""
+
+_CONSUMER_TENSOR_SHARE = 0.5
+"""GeForce parts of Turing, Ampere GA10x and Ada run tensor-core FP16 and bfloat16 with FP32 accumulation (what torch
+and TensorFlow use), and TF32, at half the rate of their data-center and professional siblings (the GA102 and Ada
+whitepapers: RTX 3090 71 dense FP16-with-FP32-accumulate TFLOPS on 82 SMs at 1695 MHz, RTX 4090 165.2 on 128 SMs
+at 2520 MHz)."""
+
+_PROPS = re.compile(r"\((sm_\d+|gfx[0-9a-f]+), (\d+) (?:SMs|CUs), (\d+(?:\.\d+)?) MHz\)\s*$")
+
+
+def device_properties_suffix(arch: str, units: int, clock_mhz: float) -> str:
+    """`` (sm_86, 80 SMs, 1710 MHz)`` / `` (gfx942, 228 CUs, 2100 MHz)``: what
+    :func:`fitprof.profilers.flops_torch.device_name` appends to the name of a device outside :data:`PEAK_FLOPS`,
+    from which :func:`peak_flops_per_s` derives its peak."""
+    unit = "CUs" if arch.startswith("gfx") else "SMs"
+    return f" ({arch}, {units} {unit}, {clock_mhz:g} MHz)"
+
+
+def derived_peak_flops_per_s(name: str, arch: str, units: int, clock_mhz: float, dtype: str) -> tuple[float, str]:
+    """``(dense peak FLOP/s, note)`` derived from a device's properties, or ``(nan, reason)``.
+
+    ``peak = units * clock * ARCH_RATES[arch].flops_per_clock[dtype]`` (times ``tensor_clock`` for a tensor-core
+    dtype, and :data:`_CONSUMER_TENSOR_SHARE` on a GeForce part of Turing, GA10x or Ada).
+
+    Args:
+        name: the device's name (``"NVIDIA GeForce RTX 4090"``): "GeForce" in it halves the tensor-core rates.
+        arch: ``"sm_XY"`` from the CUDA compute capability X.Y, or the ROCm ``gfx`` name (``"gfx90a"``).
+        units: streaming multiprocessors (NVIDIA) or compute units (AMD) of the device (of one die).
+        clock_mhz: the device's maximum clock (MHz), as the driver reports it.
+        dtype: one of :data:`DTYPES`.
+
+    Returns:
+        The peak and a note that says it was derived and from what; NaN and the reason for an architecture not in
+        :data:`ARCH_RATES`, a dtype it lacks, or properties that are not positive numbers.
+    """
+    rate = ARCH_RATES.get(arch)
+    if rate is None:
+        return math.nan, f"no peak rate known for device {name!r} (architecture {arch} not in fitprof's table)"
+    per_clock = rate.flops_per_clock.get(dtype)
+    if per_clock is None:
+        return math.nan, f"no {dtype} peak rate for {rate.name} ({name})"
+    if not (units > 0 and math.isfinite(clock_mhz) and clock_mhz > 0):
+        return math.nan, f"no peak rate known for device {name!r} (no SM count or clock)"
+    share = 1.0
+    if dtype != "float32":
+        share = rate.tensor_clock
+        if arch in ("sm_75", "sm_86", "sm_89") and "geforce" in name.lower():
+            share *= _CONSUMER_TENSOR_SHARE
+    peak = units * clock_mhz * 1e6 * per_clock * share
+    unit = "CUs" if arch.startswith("gfx") else "SMs"
+    return peak, (
+        f"peak derived from the device ({units} {unit} x {clock_mhz:g} MHz x {per_clock * share:g} dense {dtype} "
+        f"FLOP/clock, {rate.name}), not from a datasheet"
+    )
+
+
 def peak_flops_per_s(device_name: str, dtype: str) -> tuple[float, str]:
     """``(dense peak FLOP/s, "")`` of ``device_name`` at ``dtype`` (one of :data:`DTYPES`), or ``(nan, reason)``
     when the device is a CPU (``""``), is not in :data:`PEAK_FLOPS`, or has no figure for the dtype (``"tf32"`` on
-    a V100 or T4, whose float32 has no tensor-core mode)."""
+    a V100 or T4, whose float32 has no tensor-core mode).
+
+    A device not in :data:`PEAK_FLOPS` whose name ends in its properties (:func:`device_properties_suffix`, as
+    :func:`fitprof.profilers.flops_torch.device_name` writes them) gets the peak derived from them
+    (:func:`derived_peak_flops_per_s`), with a note that says so."""
     if not device_name:
         return math.nan, "no accelerator (CPU): FLOP/s only"
     key = device_key(device_name)
     if key is None:
+        props = _PROPS.search(device_name)
+        if props is not None:
+            name = device_name[: props.start()].strip()
+            return derived_peak_flops_per_s(name, props[1], int(props[2]), float(props[3]), dtype)
         return math.nan, f"no peak rate known for device {device_name!r}"
     rate = PEAK_FLOPS[key].flops_per_s.get(dtype)
     if rate is None:

@@ -9,11 +9,13 @@ One module a job:
 * :mod:`fitprof.analysis.speedups`: exposed times and :func:`potential_speedups`;
 * :mod:`fitprof.analysis.intervals`: interval maths on disjoint, sorted spans;
 * :mod:`fitprof.analysis.columns`: masks over one column, each distinct value tested once;
-* :mod:`fitprof.analysis.memory`: allocation churn from a trace's memory events (torch ``profile_memory``).
+* :mod:`fitprof.analysis.memory`: allocation churn from a trace's memory events (torch ``profile_memory``);
+* :mod:`fitprof.analysis.clock`: whether the window's device clock can be trusted, in the window and across windows.
 """
 
 from __future__ import annotations
 
+from fitprof.analysis.clock import ClockCheck, across_windows, check_device_clock, without_device_figures
 from fitprof.analysis.report import (
     FRAMEWORK_OF_FORMAT,
     FRAMEWORKS,
@@ -53,14 +55,18 @@ __all__ = [
     "SPEEDUP_FIXES",
     "AllocStat",
     "BottleneckReport",
+    "ClockCheck",
     "Framework",
     "OpStat",
     "Speedups",
+    "across_windows",
     "advice_for",
     "analyze_table",
+    "check_device_clock",
     "check_framework",
     "cpu_contended",
     "one_line",
     "potential_speedups",
     "verdict_for",
+    "without_device_figures",
 ]

@@ -152,7 +152,8 @@ class BottleneckReport:
     flops_per_s: float = math.nan
     """``flops_per_step / (step_time_ms / 1000)``: achieved FLOP/s."""
     peak_flops_per_s: float = math.nan
-    """Dense peak FLOP/s of the device at ``compute_dtype`` (:data:`fitprof.throughput.PEAK_FLOPS`); NaN on a CPU."""
+    """Dense peak FLOP/s of the device at ``compute_dtype`` (:data:`fitprof.throughput.PEAK_FLOPS`, else derived from
+    the device's properties: ``mfu_note`` says so); NaN on a CPU or an unknown device."""
     mfu: float = math.nan
     """``flops_per_s / peak_flops_per_s`` (ratio 0-1): model FLOPs utilisation; NaN on a CPU or unknown device."""
     device_name: str = ""
@@ -160,7 +161,9 @@ class BottleneckReport:
     compute_dtype: str = ""
     """The compute dtype the peak was picked for (``float32``, ``tf32``, ``bfloat16``, ``float16``)."""
     mfu_note: str = ""
-    """Why ``mfu`` (or ``flops_per_s``) is NaN ("" when it is not)."""
+    """Why ``mfu`` (or ``flops_per_s``) is NaN; with a finite ``mfu``, "" when the peak is the datasheet's
+    (:data:`fitprof.throughput.PEAK_FLOPS`), ``"peak derived from the device (...)"`` when it was derived from the
+    device's properties (:func:`fitprof.throughput.derived_peak_flops_per_s`)."""
     self_ms_per_step: float = math.nan
     """fitprof's own time inside the analysed steps (its ``fitprof/overhead`` spans), ms per step; already left
     out of ``step_time_ms``. NaN in report files written before it existed."""
@@ -184,6 +187,16 @@ class BottleneckReport:
     """The steps allocate at least :data:`fitprof.analysis.memory.HEAVY_CHURN_RATIO` times ``allocated_peak_mb``."""
     top_alloc_ops: list[AllocStat] = field(default_factory=list)
     """The operators that allocated most bytes in the steps, largest first."""
+    device_clock_ok: bool = True
+    """The device events' clock can be trusted (:mod:`fitprof.analysis.clock`): no device event is timed before its
+    launch or long after the trace's last host event, and the launch lag has not grown since the fit's first window.
+    True also where nothing could be checked (no device events, no launch links: XSpace traces)."""
+    device_clock_note: str = ""
+    """Why ``device_clock_ok`` is False ("" when it is True); the device figures are NaN then."""
+    device_offset_us: float = math.nan
+    """The window's launch lag: the smallest delay from a launch to its device event's start among the device
+    events launched in the steps (us); NaN without them. A clock offset that builds up over the process raises it
+    from window to window (:func:`fitprof.analysis.clock.across_windows`)."""
 
     def scalars(self) -> dict[str, float]:
         """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
@@ -233,6 +246,8 @@ class BottleneckReport:
             return "no-steps: no training step was found in the profile."
         if self.contention:
             return f"{self.verdict}: {self.contention}.{self.checkpoint_clause()}"
+        if not self.device_clock_ok:
+            return f"{self.verdict}: input {self.input_percent:.1f}% of step time; {self.device_clock_note}"
         top = self.top_ops[0] if self.top_ops else None
         top_text = f"top operator {one_line(top.name)} takes {top.percent:.1f}%" if top else "no operator recorded"
         if self.verdict == "input-bound":
@@ -374,7 +389,8 @@ class BottleneckReport:
         if math.isfinite(self.flops_per_s):
             parts.append(f"{self.flops_per_s:.3g} FLOP/s")
         if math.isfinite(self.mfu):
-            parts.append(f"MFU {100 * self.mfu:.1f}% of {self.device_name}'s dense {self.compute_dtype} peak")
+            derived = f" ({self.mfu_note})" if self.mfu_note.startswith("peak derived") else ""
+            parts.append(f"MFU {100 * self.mfu:.1f}% of {self.device_name}'s dense {self.compute_dtype} peak{derived}")
         elif math.isfinite(self.flops_per_s) and self.mfu_note:
             parts.append(f"no MFU ({self.mfu_note})")
         return "Throughput: " + "; ".join(parts) + "." if parts else ""
@@ -398,8 +414,12 @@ class BottleneckReport:
             f"**{self.headline()}**",
             "",
             f"Step time {self.step_time_ms:.2f} ms over {self.steps_analyzed} steps; input "
-            f"{self.input_percent:.1f}%; host-to-device {self.htod_ms_per_step:.3f} ms/step "
-            f"({self._share_text('htod')})"
+            f"{self.input_percent:.1f}%"
+            + (
+                f"; host-to-device {self.htod_ms_per_step:.3f} ms/step ({self._share_text('htod')})"
+                if self.device_clock_ok
+                else "; device figures left out (device clock)"
+            )
             + (f"; collectives {self._share_text('collective')}." if self.collective_percent > 0 else ".")
             + (
                 f" fitprof's own time {self.self_ms_per_step:.3f} ms/step (left out of step time)."

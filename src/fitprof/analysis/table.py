@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof.analysis import intervals
+from fitprof.analysis.clock import check_device_clock, without_device_figures
 from fitprof.analysis.columns import Distinct
 from fitprof.analysis.intervals import Spans
 from fitprof.analysis.report import FRAMEWORK_OF_FORMAT, BottleneckReport, Framework, OpStat, check_framework
@@ -98,7 +99,9 @@ def analyze_table(
     )
     pageable_share = copies.pageable_us / copies.htod_us if copies.htod_us > 0 else 0.0
     step_time_us = w.step_total_us / n_div
-    return BottleneckReport(
+    device_work = w.on_device & ~w.kind.equal(Kind.ANNOTATION, Kind.STEP, Kind.NOT_TRAINING)
+    clock = check_device_clock(w.ts, w.end, w.on_device, launch, device_work, dev_in)
+    report = BottleneckReport(
         steps_analyzed=w.n_steps,
         step_time_ms=step_time_us / 1e3,
         input_ms_per_step=input_us / n_div / 1e3,
@@ -135,7 +138,9 @@ def analyze_table(
         top_host_op_percent=ops.top_host_percent,
         **where,
         **potential_speedups(step_time_us / 1e3, {k: v / n_div / 1e3 for k, v in exposed.items()}),
+        device_offset_us=clock.offset_us,
     )
+    return report if clock.ok else without_device_figures(report, clock.note)
 
 
 def tf_data_stages(table: pd.DataFrame) -> frozenset[str]:

@@ -40,7 +40,7 @@ from fitprof import cross_rank, metrics, steps
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce, no_traceback
-from fitprof.analysis import BottleneckReport
+from fitprof.analysis import BottleneckReport, across_windows
 from fitprof.fit.xplane_worker import Job, XplaneWorker
 from fitprof.report_files import write_report_file
 from fitprof.throughput import StepWork, with_throughput
@@ -330,6 +330,10 @@ class WindowPipeline:
             message = oversize_message(trace, self.max_trace_mb)
             if message:
                 self.warn("size", message)
+        if report is not None:  # the device clock against the fit's first window's; one warning when it is wrong
+            report = across_windows(report, next(iter(self.reports.values()), None))
+            if not report.device_clock_ok:
+                self.warn("device-clock", f"fitprof: epoch {epoch}: {report.device_clock_note}")
         if report is not None and work is not None:
             # the note reaches the report, its file and the tables: the reason, never a framework's traceback
             report = with_throughput(report, dataclasses.replace(work, flops_note=no_traceback(work.flops_note)))

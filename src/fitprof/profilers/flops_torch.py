@@ -195,19 +195,48 @@ def device_name(device: torch.device) -> str:
 
     On ROCm the name is followed by the architecture and compute-unit count, ``"AMD Radeon Graphics (gfx90a, 104
     CUs)"``: ROCm 6.2 names every Instinct part "AMD Radeon Graphics", and one die of an MI250X (110 CUs) and of an
-    MI250 (104 CUs) share ``gfx90a`` (:func:`fitprof.throughput.device_key` reads both)."""
+    MI250 (104 CUs) share ``gfx90a`` (:func:`fitprof.throughput.device_key` reads both).
+
+    A device outside :data:`fitprof.throughput.PEAK_FLOPS` gets its properties appended instead
+    (:func:`fitprof.throughput.device_properties_suffix`), from ``torch.cuda.get_device_properties``: the
+    architecture (``sm_XY`` from ``major.minor``, or ``gcnArchName``), ``multi_processor_count`` and ``clock_rate``
+    (kHz, the maximum clock), ``"NVIDIA A10G (sm_86, 80 SMs, 1710 MHz)"``, from which its peak is derived
+    (:func:`fitprof.throughput.derived_peak_flops_per_s`). A torch whose properties lack ``clock_rate`` gives the
+    bare name (no peak), as before."""
+    from fitprof.throughput import device_key, device_properties_suffix
+
     if device.type != "cuda":
         return ""
     try:
         name = str(torch.cuda.get_device_name(device))
     except Exception:
         return ""
+    try:
+        props = torch.cuda.get_device_properties(device)
+    except Exception:
+        return name
+    units: Any = getattr(props, "multi_processor_count", None)
     if getattr(torch.version, "hip", None):
+        arch = str(getattr(props, "gcnArchName", "")).split(":")[0]
         try:
-            props = torch.cuda.get_device_properties(device)
-            arch = str(getattr(props, "gcnArchName", "")).split(":")[0]
-            cus = int(props.multi_processor_count)
-            return f"{name} ({arch}, {cus} CUs)" if arch else f"{name} ({cus} CUs)"
+            cus = int(units)
         except Exception:
             return name
-    return name
+        rocm = f"{name} ({arch}, {cus} CUs)" if arch else f"{name} ({cus} CUs)"
+        derived = _suffix(arch, units, props, device_properties_suffix) if arch else ""
+        return rocm if device_key(rocm) is not None or not derived else name + derived
+    if device_key(name) is not None:
+        return name
+    arch = f"sm_{getattr(props, 'major', '')}{getattr(props, 'minor', '')}"
+    return name + _suffix(arch, units, props, device_properties_suffix)
+
+
+def _suffix(arch: str, units: Any, props: Any, suffix: Callable[[str, int, float], str]) -> str:
+    """The properties' suffix, or "" when the SM count or the clock (``clock_rate``, kHz) is missing."""
+    try:
+        count, clock_mhz = int(units), float(props.clock_rate) / 1e3
+    except Exception:
+        return ""
+    if count <= 0 or not (math.isfinite(clock_mhz) and clock_mhz > 0):
+        return ""
+    return suffix(arch, count, round(clock_mhz))
