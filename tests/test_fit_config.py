@@ -9,6 +9,7 @@ import pytest
 
 from fitprof._warn import WarnOnce
 from fitprof.fit import FitEngine
+from fitprof.fit.boundary import LIGHTNING
 from fitprof.fit.config import check_arguments
 from fitprof.steps import SlowdownTrigger
 
@@ -76,7 +77,7 @@ def test_the_engine_gets_a_new_trigger_with_the_given_limits(tmp_path: Path) -> 
         args.config,
         new_window=lambda epoch, suffix: None,
         warn=WarnOnce(),
-        boundary="step_end",
+        boundary=LIGHTNING,
         **args.engine_settings(),
     )
     assert engine.trigger is not None

@@ -20,14 +20,8 @@ cross-rank gather and the logging. The engine owns the rest:
   probes (:mod:`fitprof.fit.probes`).
 
 Steps are 1-based within the epoch, as the adapter numbers them. Where a step begins and ends depends on the
-framework's hooks, named once by ``boundary``:
-
-- ``"step_start"`` (Keras): step ``k`` runs from ``step_start(k)`` to the next ``step_start``, ``validation_start``
-  or ``epoch_end``; windows are marked at ``step_start``. With ``steps_per_execution`` = ``spe`` > 1 step numbers
-  go up by ``spe`` (one call runs ``spe`` batches).
-- ``"step_end"`` (Lightning): step ``n`` runs from the previous ``step_end`` (or ``epoch_start``) to
-  ``step_end(n)``, so a step holds its batch fetch; windows are marked at ``step_end`` for the next step, which the
-  adapter's ``ends_after`` says exists.
+framework's hooks, named once by the adapter's :class:`~fitprof.fit.boundary.StepBoundary` (``KERAS``: a step ends
+at the next ``step_start``; ``LIGHTNING``: at its ``step_end``, holding its batch fetch).
 """
 
 from __future__ import annotations
@@ -38,7 +32,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from fitprof import steps as _steps
 from fitprof._batch import batch_size
@@ -49,6 +43,7 @@ from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side
 from fitprof.fit import schedule
+from fitprof.fit.boundary import StepBoundary
 from fitprof.fit.epoch_parts import EpochParts, contention
 from fitprof.fit.events import Busy, EpochResult, Work
 from fitprof.fit.memory import MemoryProbe
@@ -63,7 +58,6 @@ from fitprof.traces._table import CHECKPOINT_ANNOTATION, VALIDATION_ANNOTATION
 
 _log = logging.getLogger(__name__)
 
-Boundary = Literal["step_start", "step_end"]
 WindowFactory = Callable[[int, str], ProfileWindow]
 """``(epoch, session suffix) -> a new, unstarted window`` (suffix ``""`` for the scheduled window, a triggered
 window's :func:`fitprof._session.trigger_suffix`)."""
@@ -76,7 +70,7 @@ class FitEngine:
         config: the checked ``profile_batch`` / ``every_n_epochs`` / ``top_k``.
         new_window: makes a window (:data:`WindowFactory`).
         warn: the adapter's warn-once channel.
-        boundary: where the framework's steps begin and end (module docstring).
+        boundary: where the framework's steps begin and end, and its name (:mod:`fitprof.fit.boundary`).
         max_trace_mb, keep_last_windows: the pipeline's limits (:class:`~fitprof.fit.pipeline.WindowPipeline`).
         ranks: the global ranks that profile (None: all).
         trigger: the slowdown trigger (None: no triggered windows).
@@ -111,7 +105,7 @@ class FitEngine:
         *,
         new_window: WindowFactory,
         warn: WarnOnce,
-        boundary: Boundary,
+        boundary: StepBoundary,
         max_trace_mb: float | None = None,
         keep_last_windows: int | None = None,
         ranks: frozenset[int] | None = None,
@@ -138,15 +132,15 @@ class FitEngine:
         self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from warm_up to fit_end
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
-        self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
+        self.parts = EpochParts(boundary.framework, clock=clock)
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
         # The per-step events go straight to the probes that take them (no lookup by name every step).
         self._on_step_start = self.probes.methods("step_start")
         self._on_step_end = self.probes.methods("step_end")
-        self._at_start = boundary == "step_start"
-        self._at_end = boundary == "step_end"
+        self._at_start = boundary.at_step_start
+        self._at_end = boundary.at_step_end
         # The scheduled and the triggered windows each keep their own results and trace retention.
         scheduled, triggered = (
             WindowPipeline(
@@ -203,7 +197,7 @@ class FitEngine:
         Args:
             log_dir: where windows write (None: profiling is off for this fit, e.g. another profiler owns it).
             rank, world: this process's global rank and the number of ranks.
-            steps_per_execution: batches per call (``boundary="step_start"``).
+            steps_per_execution: batches per call (``KERAS`` boundary).
             ends_after: ``ends_after(step)``, whether step ``step`` (the one ending now, or the next) is the
                 epoch's last, where the framework can tell; default: never known.
             memory_device: the training device whose memory the memory probe reads, ``(kind, index)``
@@ -254,7 +248,7 @@ class FitEngine:
         """The ``fit`` ended normally: stop what is still open (nothing is kept of it) and give the "nothing was
         profiled" warning when that is so."""
         if self.window is not None:
-            self._close(drop_open_step=self.boundary == "step_end")
+            self._close(drop_open_step=self.boundary.drops_open_step)
         self.finish_conversions()
         never = self.coverage.message("fitprof: ")
         if never:
@@ -302,7 +296,7 @@ class FitEngine:
         self.epoch = epoch
         self._reset_epoch()
         cfg = self.config
-        if self.boundary == "step_end" and next_step == 1:
+        if self.boundary.origin_at_epoch_start(next_step):
             self.steps.begin_epoch(now)
         else:  # the first boundary only sets the origin
             self.steps.begin_epoch(None)
@@ -330,7 +324,7 @@ class FitEngine:
         if blocked:
             return
         self._count_pending = True
-        if self.boundary == "step_end" and next_step >= self.plan.warm_up:
+        if self.boundary.opens_at_epoch_start(next_step, self.plan.warm_up):
             self._open_scheduled(next_step)
 
     def _yield_to_others(self) -> bool:
@@ -373,7 +367,7 @@ class FitEngine:
         """
         now = self.clock()
         figures = self.epoch_steps[epoch] = self.steps.summary(device_ms)
-        drop = self.boundary == "step_end"  # a step marked there for a next step that never ran
+        drop = self.boundary.drops_open_step  # a step marked there for a next step that never ran
         if self.window is not None and self._event is not None:
             self._close(drop_open_step=drop)
         ran = steps or (self._seen + self.spe - 1 if self._seen else 0)
@@ -445,7 +439,7 @@ class FitEngine:
         samples: int | None = None,
         now_ns: int | None = None,
     ) -> None:
-        """Step ``step`` begins (its batch, when the hook has it). With ``boundary="step_start"`` the previous step
+        """Step ``step`` begins (its batch, when the hook has it). At a ``KERAS`` boundary the previous step
         ended here: ``input_ns`` / ``samples`` are that step's input wait and batch size. ``now_ns``: the adapter's
         reading of the engine's clock for this event, when it has one (None: read here)."""
         # Every training step runs this and step_end: the common path (no window open) calls as little as it can.
@@ -468,7 +462,7 @@ class FitEngine:
         samples: int | None = None,
         now_ns: int | None = None,
     ) -> None:
-        """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size, by default
+        """Step ``step`` ended (``LIGHTNING`` boundary: its input wait and batch size, by default
         :func:`fitprof._batch.batch_size` of ``batch``); ``now_ns`` as in :meth:`step_start`."""
         now = self.clock() if now_ns is None else now_ns
         self._send(self._on_step_end, step, batch, now)
@@ -557,7 +551,7 @@ class FitEngine:
     def _open_scheduled(self, k: int) -> None:
         """Start the scheduled window before step ``k``: its warm-up step, or its first step when it takes none
         (then marking it is fitprof's own time)."""
-        if self.boundary == "step_end" and k < self.config.first_step and self.ends_after(k):
+        if self.boundary.sees_epoch_end and k < self.config.first_step and self.ends_after(k):
             self.armed = False  # the warm-up step is the epoch's last: the window would analyse nothing
             return
         if not self._start(""):
@@ -578,7 +572,7 @@ class FitEngine:
         assert window is not None
         n, last = k - 1, self.config.last_step
         if not self._marked:  # the warm-up step ended
-            if self.boundary == "step_end" and self.ends_after(n):
+            if self.boundary.sees_epoch_end and self.ends_after(n):
                 self._close(drop_open_step=False)  # nothing analysed: dropped
                 self.armed = False
             else:
@@ -586,7 +580,7 @@ class FitEngine:
         elif k > last:
             self._close(drop_open_step=False)
             self.armed = False
-        elif self.boundary == "step_end" and self.ends_after(n):
+        elif self.boundary.sees_epoch_end and self.ends_after(n):
             self._warn_short(n)
             self._close(drop_open_step=False)
             self.armed = False
@@ -661,7 +655,7 @@ class FitEngine:
     def _advance_triggered(self, k: int) -> None:
         """Mark or close the open triggered window at step boundary ``k``; the boundaries' times from its first
         analysed step on give its steps' wall times (:meth:`TriggeredWindows.closed` judges them)."""
-        ends = self.boundary == "step_end" and self.ends_after(k - 1)
+        ends = self.boundary.sees_epoch_end and self.ends_after(k - 1)
         if not self._marked and ends:
             self._close(drop_open_step=False)  # only its warm-up step ran: dropped
             return
@@ -727,12 +721,12 @@ class FitEngine:
 
     # ------------------------------------------------------------------------------------ validation etc.
     def validation_start(self) -> None:
-        """Validation begins. Keras (``boundary="step_start"``) validates after the epoch's last training step:
+        """Validation begins. Keras (``KERAS`` boundary) validates after the epoch's last training step:
         the window closes. Inside a Lightning window it is wrapped in ``fitprof/validation`` and left out of step
         time. Either way the steps around it are left out of the step timing."""
         self.probes.call("validation_start", now_ns=self.clock())
         self._validating = True
-        if self.boundary == "step_start":
+        if self.boundary.validation_closes_window:
             if self.window is not None:
                 self._close(drop_open_step=False)
                 self.armed = False
@@ -743,7 +737,7 @@ class FitEngine:
 
     def validation_end(self) -> None:
         self.probes.call("validation_end", now_ns=self.clock())
-        if self._validating and self.window is not None and self.boundary == "step_end":
+        if self._validating and self.window is not None and not self.boundary.validation_closes_window:
             self.window.end_annotation()
         self._validating = False
 

@@ -28,7 +28,7 @@ class Work(Protocol):
         """The scheduled window's first analysed step begins."""
 
     def window_step(self, batch: Any) -> None:
-        """An analysed step of the scheduled window ended (``boundary="step_end"`` only: its batch)."""
+        """An analysed step of the scheduled window ended (``LIGHTNING`` boundary only: its batch)."""
 
     def window_closed(self) -> None:
         """The scheduled window stops (its last analysed step ended)."""

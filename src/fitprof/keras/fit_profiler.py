@@ -17,6 +17,7 @@ from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.boundary import KERAS
 from fitprof.fit.config import check_arguments
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
@@ -211,7 +212,7 @@ class FitProfiler(keras.callbacks.Callback):
             args.config,
             new_window=self._new_window,
             warn=self._warn_once,
-            boundary="step_start",
+            boundary=KERAS,
             work=self._work,
             probes=(self._loader, *args.probes),
             **args.engine_settings(),

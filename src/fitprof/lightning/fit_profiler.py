@@ -22,6 +22,7 @@ from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
+from fitprof.fit.boundary import LIGHTNING
 from fitprof.fit.config import check_arguments
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
@@ -262,7 +263,7 @@ class FitProfiler(Callback):
             args.config,
             new_window=self._new_window,
             warn=self._warn_rank,
-            boundary="step_end",
+            boundary=LIGHTNING,
             work=self._work,
             probes=(self._loader, *args.probes),
             **args.engine_settings(),
