@@ -65,7 +65,7 @@ def _inside(name: str, packages: tuple[str, ...]) -> bool:
 
 
 def test_the_modules_are_found() -> None:
-    assert {"fitprof", "fitprof.analysis", "fitprof.window", "fitprof.cli", "fitprof.traces"} <= set(MODULES)
+    assert {"fitprof", "fitprof.analysis", "fitprof.fit.engine", "fitprof.cli", "fitprof.traces"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if not _inside(m, ADAPTERS)])

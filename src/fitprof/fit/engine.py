@@ -16,8 +16,9 @@ cross-rank gather and the logging. The engine owns the rest:
 - always-on step timing (:class:`fitprof.steps.StepRecorder`) and the slowdown trigger
   (:class:`fitprof.steps.SlowdownTrigger`);
 - coverage (:class:`fitprof._coverage.FitCoverage`) and the "nothing was profiled" warning;
-- epoch-end publishing through :class:`fitprof.fit.pipeline.WindowPipeline`, with the figures of the registered
-  probes (:mod:`fitprof.fit.probes`).
+- the epoch's end, one way: its windows and the registered probes (:mod:`fitprof.fit.probes`) built into one
+  :class:`~fitprof.fit.result.EpochResult` (:mod:`fitprof.fit.epoch_end`), handed to one publisher
+  (:mod:`fitprof.fit.publishing`) and returned to the adapter, which logs and prints what it carries.
 
 Steps are 1-based within the epoch, as the adapter numbers them. Where a step begins and ends depends on the
 framework's hooks, named once by the adapter's :class:`~fitprof.fit.boundary.StepBoundary` (``KERAS``: a step ends
@@ -44,12 +45,13 @@ from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side
 from fitprof.fit import schedule
 from fitprof.fit.boundary import StepBoundary
-from fitprof.fit.epoch_parts import EpochParts, contention
-from fitprof.fit.events import Busy, EpochResult, Work
+from fitprof.fit.epoch_end import EpochEnd
+from fitprof.fit.epoch_parts import EpochParts
 from fitprof.fit.memory import MemoryProbe
-from fitprof.fit.pipeline import EpochLog, Gather, WindowPipeline, epoch_scalars
+from fitprof.fit.pipeline import WindowPipeline
 from fitprof.fit.probes import Probe, Probes
 from fitprof.fit.publishing import EpochPublisher
+from fitprof.fit.result import Busy, EpochResult, Gather, Log, Work
 from fitprof.fit.triggered import TriggeredWindows
 from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
@@ -152,11 +154,11 @@ class FitEngine:
             )
             for _ in range(2)
         )
-        self.publisher = EpochPublisher(
-            scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline
-        )
-        self.pipeline, self.trigger_pipeline = self.publisher.pipeline, self.publisher.trigger_pipeline
-        self.baseline: Side | None = self.publisher.baseline
+        # The epoch's end, one way: the probes and the windows into one result, handed to one publisher.
+        self.ends = EpochEnd(scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline)
+        self.publisher = EpochPublisher(warn=warn, framework=boundary.framework)
+        self.pipeline, self.trigger_pipeline = scheduled, triggered
+        self.baseline: Side | None = self.ends.baseline
         self.coverage = FitCoverage(config)
         self.steps = StepRecorder()
         self.epoch_steps: dict[int, EpochSteps] = {}
@@ -217,7 +219,8 @@ class FitEngine:
         self.spe = max(int(steps_per_execution), 1)
         self.config = self.given_config.in_calls(self.spe)
         self.ends_after = ends_after or _never
-        self.publisher.begin_fit(log_dir, rank, world)
+        self.ends.begin_fit(log_dir, rank, world)
+        self.publisher.begin_fit(log_dir, rank)
         self.coverage.begin_fit()
         self.coverage.left_out = not self.profiles_rank
         self.epoch_steps = {}
@@ -354,7 +357,7 @@ class FitEngine:
         steps: int = 0,
         device_ms: list[float] | None = None,
         gather: Gather | None = None,
-        log: Callable[[EpochLog], None] = lambda entry: None,
+        log: Log = lambda entry: None,
     ) -> EpochResult:
         """Epoch ``epoch`` ended: close what is open, analyse this epoch's windows and publish.
 
@@ -363,7 +366,8 @@ class FitEngine:
             device_ms: each clean step's device time (:meth:`fitprof.steps.StepRecorder.summary`).
             gather: the cross-rank all-gather (None: this rank's own figures); called on every rank of a profiled
                 epoch, with or without a report, so the collective always completes.
-            log: rank 0's logger of the window's :class:`~fitprof.fit.pipeline.EpochLog`.
+            log: rank 0's logger of the window's :class:`~fitprof.fit.result.EpochLog`, which the publisher hands
+                the result's ``log``.
         """
         now = self.clock()
         figures = self.epoch_steps[epoch] = self.steps.summary(device_ms)
@@ -381,20 +385,21 @@ class FitEngine:
             self._close(drop_open_step=drop)
         self.armed = False
         self.probes.call("epoch_end", epoch, now_ns=now)
-        parts = self.parts.results.get(epoch)
-        self.publisher.contention = None if parts is None else contention(parts, self.parts.framework)
-        result = EpochResult(figures=figures, profiled=self.profiled)
-        if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
-            self.publisher.scheduled(epoch, result, work=self.work, gather=gather, log=log)
-        result.epoch = {**epoch_scalars(figures), **self.probes.figures("epoch")}
-        result.triggered, result.trigger = self.triggers.publish(epoch, self.publisher)
+        result = self.ends.result(
+            epoch,
+            figures,
+            profiled=self.profiled,
+            pending=self.triggers.take(),
+            false_alarms=self.triggers.false_alarms,
+            work=self.work,
+            gather=gather,
+        )
+        self.triggers.published_in(result.triggered)
         self.profiled = False
-        self.publisher.record(epoch, result, self.steps)
+        self.publisher.publish(epoch, result, log=log, steps=self.steps)
         return result
 
-    def exception(
-        self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
-    ) -> EpochResult | None:
+    def exception(self, exc: BaseException | None, *, log: Log, drop_open_step: bool = True) -> EpochResult | None:
         """Training raised: stop the window (``drop_open_step``: the failing step never finished, left out),
         analyse and log what it holds (this rank's own: the other ranks may be anywhere), and stop every profiler.
         Never raises."""
@@ -445,6 +450,8 @@ class FitEngine:
         # Every training step runs this and step_end: the common path (no window open) calls as little as it can.
         now = self.clock() if now_ns is None else now_ns
         self._send(self._on_step_start, step, batch, now)
+        if input_ns is not None:  # the one hand-over of the wait: the step timing and the epoch's parts
+            self.parts.input_wait(input_ns)
         if self._at_start:
             self._boundary(step, now, input_ns, samples, batch)
         elif self.window is None:
@@ -465,6 +472,8 @@ class FitEngine:
         """Step ``step`` ended (``LIGHTNING`` boundary: its input wait and batch size, by default
         :func:`fitprof._batch.batch_size` of ``batch``); ``now_ns`` as in :meth:`step_start`."""
         now = self.clock() if now_ns is None else now_ns
+        if input_ns is not None:  # inside the step that ends here
+            self.parts.input_wait(input_ns)
         self._send(self._on_step_end, step, batch, now)
         if self._at_end:
             window = self.window
@@ -704,7 +713,7 @@ class FitEngine:
             window.abort()
             return
         if event is None:
-            self.publisher.keep(window, trace)
+            self.ends.keep(window, trace)
         else:
             self.triggers.closed(self.epoch, window, trace, event)
 

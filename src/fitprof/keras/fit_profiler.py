@@ -21,8 +21,9 @@ from fitprof.fit.boundary import KERAS
 from fitprof.fit.config import check_arguments
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
-from fitprof.fit.pipeline import EpochLog, every_key
+from fitprof.fit.pipeline import every_key
 from fitprof.fit.probes import finite
+from fitprof.fit.result import EpochLog
 from fitprof.keras import _callbacks, _distributed, _logs
 from fitprof.keras._backends import BACKENDS
 from fitprof.keras._guards import Guards, fit_frame_locals
@@ -104,7 +105,7 @@ class FitProfiler(keras.callbacks.Callback):
             profiler bug that can abort a non-chief worker when its window stops (docs/distributed.md, "Keras
             (`tf.distribute`)"); a warning names it on such a worker.
         verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
-            verdict; :func:`fitprof.window.summary_line`). Also quiet under ``fit(verbose=0)``.
+            verdict; :func:`fitprof.fit.pipeline.summary_line`). Also quiet under ``fit(verbose=0)``.
         record_shapes: torch backend only (ignored, with one warning, on TensorFlow): record operator input
             shapes (``torch.profiler.profile(record_shapes=...)``).
         profile_memory: torch only: record allocations and frees.
@@ -388,8 +389,6 @@ class FitProfiler(keras.callbacks.Callback):
         if window is not None:  # the step that ended ran in the window: its samples, as the data gives them
             self._work.step_ended(samples)
         engine.step_start(batch + 1, input_ns=wait, samples=samples)
-        if wait is not None:
-            engine.parts.input_wait(wait)
         if engine.window is not window:
             self._sync_guards()
 
@@ -418,15 +417,9 @@ class FitProfiler(keras.callbacks.Callback):
         """Rank 0: the epoch's always-on figures and its triggered windows to the event file (step = epoch), each
         triggered window's line printed when ``verbose``; a profiled window's files copied to a URL log dir."""
         if self._engine.rank == 0:
-            for triggered in result.triggered:
-                if self._verbose():
-                    print(triggered.line, flush=True)
             if self._verbose():
-                for line in result.verdicts:
-                    print(f"fitprof: {line}", flush=True)
-            advice = self._loader.advice(waiting_only=True)
-            if advice is not None and self._verbose():
-                print(f"fitprof: epoch {epoch}: {advice}", flush=True)
+                for line in (*(t.line for t in result.triggered), *result.verdict_lines, *result.advice):
+                    print(line, flush=True)
             texts = [t.text for t in result.triggered]
             self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts)
         if result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync()):

@@ -26,8 +26,8 @@ from fitprof.fit.boundary import LIGHTNING
 from fitprof.fit.config import check_arguments
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
-from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
+from fitprof.fit.result import EpochLog
 from fitprof.lightning import _trainer
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
@@ -144,7 +144,7 @@ class FitProfiler(Callback):
             rank left out opens no window but still takes part in the epoch-end all-gather
             (``fitprof/ranks_reported`` counts the ranks that profiled).
         verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
-            verdict; :func:`fitprof.window.summary_line`).
+            verdict; :func:`fitprof.fit.pipeline.summary_line`).
         record_shapes: torch only: record operator input shapes (``torch.profiler.profile(record_shapes=...)``).
         profile_memory: torch only: record allocations and frees.
         with_stack: torch only: record Python and C++ stacks (the largest traces).
@@ -406,11 +406,8 @@ class FitProfiler(Callback):
             self._work.stop_count()
         now = time.perf_counter_ns()  # one stamp for the fetch timer and the engine (the engine's clock)
         wait = self._timing.step_end(now)
-        engine = self._engine
-        if wait is not None:
-            engine.parts.input_wait(wait)
         self._last_ended = batch_idx + 1
-        engine.step_end(batch_idx + 1, batch, input_ns=wait, now_ns=now)
+        self._engine.step_end(batch_idx + 1, batch, input_ns=wait, now_ns=now)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -440,8 +437,8 @@ class FitProfiler(Callback):
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
         if self.verbose and engine.rank == 0:
-            for line in result.verdicts:
-                self._print(pl_module, f"fitprof: {line}")
+            for line in result.verdict_lines:
+                self._print(pl_module, line)
         # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
         self._log_scalars(pl_module, finite(result.epoch))
         self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
@@ -451,9 +448,9 @@ class FitProfiler(Callback):
             self._log_scalars(pl_module, result.trigger)
         if (result.profiled or result.triggered) and self._mirror is not None:
             self._mirror.sync()
-        advice = self._loader.advice(waiting_only=True)
-        if advice is not None and self.verbose and self._engine.rank == 0:
-            self._print(pl_module, f"fitprof: epoch {trainer.current_epoch}: {advice}")
+        if self.verbose and engine.rank == 0:
+            for line in result.advice:
+                self._print(pl_module, line)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
