@@ -47,6 +47,7 @@ from fitprof.fit import schedule
 from fitprof.fit.boundary import StepBoundary
 from fitprof.fit.epoch_end import EpochEnd
 from fitprof.fit.epoch_parts import EpochParts
+from fitprof.fit.hooks import Spans
 from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import WindowPipeline
 from fitprof.fit.probes import Probe, Probes
@@ -135,6 +136,7 @@ class FitEngine:
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
         self.parts = EpochParts(boundary.framework, clock=clock)
+        self.spans: Spans = self.parts  # where the adapter's hook timers report (fitprof.fit.hooks), no more
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
@@ -757,6 +759,14 @@ class FitEngine:
 
     def checkpoint_end(self) -> None:
         self.probes.call("checkpoint_end", now_ns=self.clock())
+
+    def cpu_share(self, *, threads: int | None = None, workers: int | None = None) -> None:
+        """What the training competes with for the cores, where the framework says: its intra-op ``threads`` and
+        the training loader's ``workers`` (the epoch-parts probe's CPU-contention verdict weighs them)."""
+        if threads is not None:
+            self.parts.threads = threads
+        if workers is not None:
+            self.parts.workers = workers
 
     def save_begin(self) -> None:
         """A checkpoint save starts (the adapter's :class:`fitprof.fit.hooks.Saves`): inside a window it is

@@ -275,7 +275,7 @@ class FitProfiler(Callback):
         self._last_ended = 0  # the last step whose on_train_batch_end ran
         # each step's input wait and device time, the callbacks' hooks and the saves, for the always-on timing
         saves = Saves(begin=self._engine.save_begin, end=self._engine.save_end)
-        self._timing = StepTiming(self._engine.parts, saves)
+        self._timing = StepTiming(self._engine.spans, saves)
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -383,7 +383,8 @@ class FitProfiler(Callback):
         cfg = self.config
         profiled = self._dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
         self._session = self._shared_session(trainer, epoch) if profiled else None
-        _trainer.threads_and_workers(self._engine.parts, trainer)
+        threads, workers = _trainer.threads_and_workers(trainer)
+        self._engine.cpu_share(threads=threads, workers=workers)
         self._engine.epoch_start(epoch, next_step=next_step)
 
     @override
