@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from fitprof._warn import WarnOnce
 from fitprof.fit import FitEngine
 from fitprof.fit.boundary import LIGHTNING
-from fitprof.fit.config import check_arguments
+from fitprof.fit.config import SHARED, check_arguments
 from fitprof.steps import SlowdownTrigger
 
 DEFAULTS: dict[str, Any] = {
@@ -83,3 +84,35 @@ def test_the_engine_gets_a_new_trigger_with_the_given_limits(tmp_path: Path) -> 
     assert engine.trigger is not None
     assert (engine.trigger.max_windows, engine.trigger.min_spacing) == (2, 7)
     assert engine.ranks is None
+
+
+def _init_parameters(path: Path, function: str | None = None) -> list[tuple[str, str, str]]:
+    """``(name, annotation, default)`` source text of each parameter of ``FitProfiler.__init__`` in ``path`` (or of
+    the module-level function ``function``), read with ``ast``: no framework is imported."""
+    tree = ast.parse(path.read_text())
+    if function is None:
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FitProfiler")
+        node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        args, defaults = node.args.args[1:], node.args.defaults
+        defaults = [None] * (len(args) - len(defaults)) + list(defaults)
+    else:
+        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+        args, defaults = node.args.kwonlyargs, list(node.args.kw_defaults)
+    return [
+        (a.arg, ast.unparse(a.annotation) if a.annotation else "", ast.unparse(d) if d is not None else "")
+        for a, d in zip(args, defaults, strict=True)
+    ]
+
+
+SRC = Path(__file__).parent.parent / "src" / "fitprof"
+
+
+@pytest.mark.parametrize("adapter", ["keras", "lightning"])
+def test_each_adapter_spells_out_the_one_declaration_of_the_shared_arguments(adapter: str) -> None:
+    """Both ``FitProfiler.__init__`` signatures stay explicit for users and IDEs; the shared arguments after
+    ``log_dir`` have the names, order, types and defaults of ``check_arguments``, the one declaration."""
+    declared = _init_parameters(SRC / "fit" / "config.py", "check_arguments")
+    spelled = _init_parameters(SRC / adapter / "fit_profiler.py")
+    assert [name for name, _, _ in spelled] == list(SHARED)
+    assert spelled[1:] == declared
+    assert len(SHARED) == 18

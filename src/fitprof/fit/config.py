@@ -12,13 +12,15 @@ needs a folder while Lightning's None means the trainer's.
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from fitprof import _config
 from fitprof._config import ProfileConfig
+from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof.fit.probes import Probe
 from fitprof.steps import SlowdownTrigger
 
@@ -31,6 +33,20 @@ class EngineSettings(TypedDict):
     ranks: frozenset[int] | None
     trigger: SlowdownTrigger | None
     baseline: str | os.PathLike[str] | None
+
+
+class SharedAttributes:
+    """The attributes the shared arguments set on each ``FitProfiler`` (:meth:`FitArguments.bind`), declared once
+    for both: a base class with annotations only."""
+
+    config: ProfileConfig
+    verbose: bool
+    ranks: frozenset[int] | None
+    trigger: str | None
+    torch_options: dict[str, bool]
+    count_items: Callable[[Any], float] | None
+    max_trace_mb: float | None
+    keep_last_windows: int | None
 
 
 @dataclass(frozen=True)
@@ -82,28 +98,45 @@ class FitArguments:
             baseline=self.baseline,
         )
 
+    def bind(self, callback: SharedAttributes) -> None:
+        """Set the checked arguments on ``callback`` under the attribute names both ``FitProfiler`` classes document:
+        ``config``, ``verbose``, ``ranks``, ``trigger``, ``torch_options``, ``count_items``, ``max_trace_mb``,
+        ``keep_last_windows``."""
+        callback.config, callback.verbose, callback.ranks, callback.trigger = (
+            self.config,
+            self.verbose,
+            self.ranks,
+            self.trigger,
+        )
+        callback.torch_options, callback.count_items = self.torch_options, self.count_items
+        callback.max_trace_mb, callback.keep_last_windows = self.max_trace_mb, self.keep_last_windows
+
 
 def check_arguments(
     *,
-    profile_batch: Any,
-    every_n_epochs: Any,
-    top_k: Any,
-    max_trace_mb: Any,
-    keep_last_windows: Any,
-    ranks: Any,
-    verbose: Any,
-    record_shapes: Any,
-    profile_memory: Any,
-    with_stack: Any,
-    with_flops: Any,
-    count_items: Any,
-    trigger: Any,
-    trigger_max_windows: Any,
-    trigger_min_spacing: Any,
-    probes: Iterable[Probe],
-    baseline: str | os.PathLike[str] | None,
+    profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
+    every_n_epochs: int = 1,
+    top_k: int = 5,
+    max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
+    keep_last_windows: int | None = None,
+    ranks: int | Collection[int] | None = None,
+    verbose: bool = True,
+    record_shapes: bool = False,
+    profile_memory: bool = False,
+    with_stack: bool = False,
+    with_flops: bool = False,
+    count_items: Callable[[Any], float] | None = None,
+    trigger: str | None = None,
+    trigger_max_windows: int = 3,
+    trigger_min_spacing: int = 200,
+    probes: Iterable[Probe] = (),
+    baseline: str | os.PathLike[str] | None = None,
 ) -> FitArguments:
     """Check the arguments both adapters share, each by the rule :mod:`fitprof._config` gives it.
+
+    This signature is the one declaration of the shared arguments: each ``FitProfiler.__init__`` spells them out
+    for its users and their IDEs, after ``log_dir``, with the same names, order, types and defaults
+    (``tests/test_fit_config.py`` checks both against it), and hands them over with :func:`shared`.
 
     Raises:
         ValueError: a malformed or out-of-range ``profile_batch``; ``every_n_epochs``, ``top_k`` or
@@ -129,3 +162,13 @@ def check_arguments(
         probes=tuple(probes),
         baseline=baseline,
     )
+
+
+SHARED = ("log_dir", *inspect.signature(check_arguments).parameters)
+"""The names of the arguments both ``FitProfiler`` classes take, in their order: ``log_dir``, then those of
+:func:`check_arguments`."""
+
+
+def shared(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of :func:`check_arguments` picked out of an ``__init__``'s ``locals()``."""
+    return {name: values[name] for name in SHARED[1:]}

@@ -18,7 +18,7 @@ from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
 from fitprof.fit.boundary import KERAS
-from fitprof.fit.config import check_arguments
+from fitprof.fit.config import SharedAttributes, check_arguments, shared
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import every_key
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 SUPPORTED_BACKENDS = tuple(BACKENDS)
 
 
-class FitProfiler(keras.callbacks.Callback):
+class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     """Profile a few training steps of every epoch and log where the step time goes.
 
     Add it to ``model.fit(..., callbacks=[FitProfiler(log_dir="logs")])``. In each profiled epoch it profiles
@@ -168,28 +168,8 @@ class FitProfiler(keras.callbacks.Callback):
     ) -> None:
         super().__init__()
         log_dir = _config.normalize_log_dir(log_dir)
-        args = check_arguments(
-            profile_batch=profile_batch,
-            every_n_epochs=every_n_epochs,
-            top_k=top_k,
-            max_trace_mb=max_trace_mb,
-            keep_last_windows=keep_last_windows,
-            ranks=ranks,
-            verbose=verbose,
-            record_shapes=record_shapes,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            count_items=count_items,
-            trigger=trigger,
-            trigger_max_windows=trigger_max_windows,
-            trigger_min_spacing=trigger_min_spacing,
-            probes=probes,
-            baseline=baseline,
-        )
-        self.config, self.verbose, self.ranks, self.trigger = args.config, args.verbose, args.ranks, args.trigger
-        self.torch_options, self.count_items = args.torch_options, args.count_items
-        self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
+        args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
+        args.bind(self)
         self.backend = keras.backend.backend()
         fns = BACKENDS.get(self.backend)
         if fns is None:

@@ -23,7 +23,7 @@ from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
 from fitprof.fit.boundary import LIGHTNING
-from fitprof.fit.config import check_arguments
+from fitprof.fit.config import SharedAttributes, check_arguments, shared
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.probes import finite
@@ -47,7 +47,7 @@ from fitprof.throughput import WorkLog
 log = logging.getLogger(__name__)
 
 
-class FitProfiler(Callback):
+class FitProfiler(Callback, SharedAttributes):
     r"""Profile steps ``profile_batch`` of every ``every_n_epochs``-th epoch and log the bottleneck figures.
 
     For each profiled epoch the callback opens a ``torch.profiler`` window around training steps
@@ -232,28 +232,8 @@ class FitProfiler(Callback):
     ) -> None:
         super().__init__()
         self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
-        args = check_arguments(
-            profile_batch=profile_batch,
-            every_n_epochs=every_n_epochs,
-            top_k=top_k,
-            max_trace_mb=max_trace_mb,
-            keep_last_windows=keep_last_windows,
-            ranks=ranks,
-            verbose=verbose,
-            record_shapes=record_shapes,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            count_items=count_items,
-            trigger=trigger,
-            trigger_max_windows=trigger_max_windows,
-            trigger_min_spacing=trigger_min_spacing,
-            probes=probes,
-            baseline=baseline,
-        )
-        self.config, self.verbose, self.ranks, self.trigger = args.config, args.verbose, args.ranks, args.trigger
-        self.torch_options, self.count_items = args.torch_options, args.count_items
-        self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
+        args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
+        args.bind(self)
         self._warn_rank = WarnOnce()
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
