@@ -12,7 +12,7 @@ from fitprof._warn import WarnOnce
 from fitprof.fit import FitEngine
 from fitprof.fit.boundary import LIGHTNING
 from fitprof.fit.config import SHARED, check_arguments
-from fitprof.steps import SlowdownTrigger
+from fitprof.fit.steps import SlowdownTrigger
 
 DEFAULTS: dict[str, Any] = {
     "profile_batch": (6, 10),

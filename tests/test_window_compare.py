@@ -14,7 +14,7 @@ from fitprof.analysis import OpStat
 from fitprof.fit.epoch_end import compare_windows
 from fitprof.fit.pipeline import WindowPipeline
 from fitprof.fit.result import EpochLog
-from fitprof.steps import EpochSteps
+from fitprof.fit.steps import EpochSteps
 
 TRACE = Path(__file__).parent / "data" / "lightning_cpu.pt.trace.json.gz"
 

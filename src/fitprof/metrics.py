@@ -225,7 +225,7 @@ SUMMARY_TAG = PREFIX + "summary"
 EPOCH_PREFIX = PREFIX + "epoch/"
 _CLEAN = (
     " Over the epoch's clean steps: every training step timed by wall clock at its step boundary "
-    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the step holding "
+    "(`fitprof.fit.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the step holding "
     "validation and the step after, the steps of a profiling window and the step after it); a checkpoint save is "
     "taken out of the step it ran in, which stays timed."
 )
@@ -429,14 +429,14 @@ TRIGGER_STEP = Metric(
 TRIGGER_STEP_TIME_MS = Metric(
     TRIGGER_PREFIX + "step_time_ms",
     "ms",
-    "Median wall time of the run of slow steps that fired the trigger (`fitprof.steps.TriggerEvent`).",
+    "Median wall time of the run of slow steps that fired the trigger (`fitprof.fit.steps.TriggerEvent`).",
     group="trigger",
 )
 TRIGGER_BASELINE_MS = Metric(
     TRIGGER_PREFIX + "baseline_ms",
     "ms",
     "The baseline the slow steps were compared with: the median of the last clean steps' wall times "
-    "(`fitprof.steps.SlowdownTrigger`, `baseline_steps`).",
+    "(`fitprof.fit.steps.SlowdownTrigger`, `baseline_steps`).",
     group="trigger",
 )
 _MB = " 1 MB = 1e6 bytes."

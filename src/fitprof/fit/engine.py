@@ -13,9 +13,9 @@ cross-rank gather and the logging. The engine owns the rest:
   profiler that holds some of its steps, and the slowdown-triggered windows;
 - marking steps, the ``fitprof/overhead`` span around its own work inside a window, validation annotations,
   closing and dropping windows, and the warnings each of these may give;
-- always-on step timing (:class:`fitprof.steps.StepRecorder`) and the slowdown trigger
-  (:class:`fitprof.steps.SlowdownTrigger`);
-- coverage (:class:`fitprof._coverage.FitCoverage`) and the "nothing was profiled" warning;
+- always-on step timing (:class:`fitprof.fit.steps.StepRecorder`) and the slowdown trigger
+  (:class:`fitprof.fit.steps.SlowdownTrigger`);
+- coverage (:class:`fitprof.fit.coverage.FitCoverage`) and the "nothing was profiled" warning;
 - the epoch's end, one way: its windows and the registered probes (:mod:`fitprof.fit.probes`) built into one
   :class:`~fitprof.fit.result.EpochResult` (:mod:`fitprof.fit.epoch_end`), handed to one publisher
   (:mod:`fitprof.fit.publishing`) and returned to the adapter, which logs and prints what it carries.
@@ -35,16 +35,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from fitprof import steps as _steps
 from fitprof._batch import batch_size
-from fitprof._config import ProfileConfig, profiles_rank
-from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side
 from fitprof.fit import schedule
+from fitprof.fit import steps as _steps
 from fitprof.fit.boundary import StepBoundary
+from fitprof.fit.config import ProfileConfig, profiles_rank
+from fitprof.fit.coverage import FitCoverage, suggest_profile_batch
 from fitprof.fit.epoch_end import EpochEnd
 from fitprof.fit.epoch_parts import EpochParts
 from fitprof.fit.hooks import Spans
@@ -53,10 +53,10 @@ from fitprof.fit.pipeline import WindowPipeline
 from fitprof.fit.probes import Probe, Probes
 from fitprof.fit.publishing import EpochPublisher
 from fitprof.fit.result import Busy, EpochResult, Gather, Log, Work
+from fitprof.fit.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.fit.triggered import TriggeredWindows
 from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
-from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.traces._table import CHECKPOINT_ANNOTATION, VALIDATION_ANNOTATION
 
 _log = logging.getLogger(__name__)
@@ -365,7 +365,7 @@ class FitEngine:
 
         Args:
             steps: the training steps the framework says the epoch ran (0: unknown; the engine counts them).
-            device_ms: each clean step's device time (:meth:`fitprof.steps.StepRecorder.summary`).
+            device_ms: each clean step's device time (:meth:`fitprof.fit.steps.StepRecorder.summary`).
             gather: the cross-rank all-gather (None: this rank's own figures); called on every rank of a profiled
                 epoch, with or without a report, so the collective always completes.
             log: rank 0's logger of the window's :class:`~fitprof.fit.result.EpochLog`, which the publisher hands
@@ -781,7 +781,7 @@ class FitEngine:
 
     def save_end(self, ns: int) -> None:
         """The save that :meth:`save_begin` announced took ``ns``: out of the step it ran in (the step stays timed,
-        :meth:`fitprof.steps.StepRecorder.take_out`); its annotation closes. Never raises."""
+        :meth:`fitprof.fit.steps.StepRecorder.take_out`); its annotation closes. Never raises."""
         if self._save_annotated and self.window is not None:
             with contextlib.suppress(Exception):
                 self.window.end_annotation()

@@ -24,16 +24,17 @@ import math
 import os
 from pathlib import Path
 
-from fitprof import metrics, steps
+from fitprof import metrics
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport, cpu_contended
 from fitprof.compare import Side, against_baseline, load_baseline
+from fitprof.fit import steps
 from fitprof.fit.epoch_parts import EpochParts, contention
 from fitprof.fit.pipeline import WindowPipeline
 from fitprof.fit.probes import Probes
 from fitprof.fit.result import EpochResult, Gather, Triggered, Work
+from fitprof.fit.steps import EpochSteps, TriggerEvent
 from fitprof.profilers.base import ProfileWindow
-from fitprof.steps import EpochSteps, TriggerEvent
 from fitprof.throughput import StepWork
 
 Pending = list[tuple[ProfileWindow, Path, TriggerEvent]]

@@ -16,7 +16,7 @@ installed the wrappers are timed (Keras may dispatch batch-end hooks to a thread
 
 A save seen another way (the framework's save method, :func:`wrap_save`) is a checkpoint span too. All of them report
 to one :class:`Saves`, whose outermost span calls ``begin()`` / ``end(ns)``, so that the adapter can annotate the save
-inside a window and take it out of the step's time (:meth:`fitprof.steps.StepRecorder.take_out`) once per save.
+inside a window and take it out of the step's time (:meth:`fitprof.fit.steps.StepRecorder.take_out`) once per save.
 ``uninstall`` removes the wrappers still in place.
 """
 
@@ -52,7 +52,7 @@ class Saves:
 
     Args:
         begin: e.g. open the ``fitprof/checkpoint`` annotation when a window is open.
-        end: e.g. close it and take the save out of the step's time (:meth:`fitprof.steps.StepRecorder.take_out`).
+        end: e.g. close it and take the save out of the step's time (:meth:`fitprof.fit.steps.StepRecorder.take_out`).
 
     Attributes:
         count: the outermost saves seen.

@@ -35,11 +35,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import fitprof
-from fitprof import cross_rank, metrics, steps
+from fitprof import cross_rank, metrics
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce, no_traceback
 from fitprof.analysis import BottleneckReport
+from fitprof.fit import steps
 from fitprof.fit.result import EpochLog, Gather
 from fitprof.fit.xplane_worker import Job, XplaneWorker
 from fitprof.report_files import write_report_file
@@ -94,7 +95,7 @@ def summary_line(epoch: int, scalars: dict[str, float], report: BottleneckReport
 
 def representativeness(scalars: dict[str, float], epoch_steps: steps.EpochSteps | None) -> str | None:
     """The "window is not representative of its epoch (...)" sentence for a window's logged ``scalars`` (mean step
-    time and input share) against its epoch's always-on figures (:func:`fitprof.steps.not_representative`);
+    time and input share) against its epoch's always-on figures (:func:`fitprof.fit.steps.not_representative`);
     None when they agree, or without figures to compare."""
     if epoch_steps is None:
         return None
@@ -270,7 +271,7 @@ class WindowPipeline:
 
         Call it on every rank at the end of every profiled epoch (``gather`` None: no cross-rank figures, e.g. a
         single process, or a flush after an exception, when the other ranks may be anywhere). With
-        ``epoch_steps`` (rank 0's always-on figures of the epoch, :class:`fitprof.steps.EpochSteps`), the one-line
+        ``epoch_steps`` (rank 0's always-on figures of the epoch, :class:`fitprof.fit.steps.EpochSteps`), the one-line
         and the Markdown summary say when the window is not representative of its epoch
         (:func:`representativeness`). ``extra``: this rank's own further figures of the window (the probes'
         :meth:`~fitprof.fit.probes.Probe.window_figures`), logged beside the report's when there is something to log.

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from fitprof._warn import WarnOnce
 from fitprof.fit.result import EpochResult, Log
+from fitprof.fit.steps import StepRecorder
 from fitprof.report_files import append_epoch_record
-from fitprof.steps import StepRecorder
 
 
 class EpochPublisher:

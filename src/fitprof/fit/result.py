@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fitprof.analysis import BottleneckReport
-from fitprof.steps import EpochSteps, TriggerEvent
+from fitprof.fit.steps import EpochSteps, TriggerEvent
 from fitprof.throughput import StepWork
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from fitprof.analysis import BottleneckReport
 from fitprof.fit.result import Triggered
+from fitprof.fit.steps import SlowdownTrigger, TriggerEvent
 from fitprof.profilers.base import ProfileWindow
-from fitprof.steps import SlowdownTrigger, TriggerEvent
 
 
 class TriggeredWindows:

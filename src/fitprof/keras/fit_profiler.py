@@ -12,18 +12,26 @@ from typing import Any
 
 import keras
 
-from fitprof import _config, _fs, metrics
+from fitprof import _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
 from fitprof.fit.boundary import KERAS
-from fitprof.fit.config import SharedAttributes, check_arguments, shared
+from fitprof.fit.config import (
+    DEFAULT_PROFILE_BATCH,
+    SharedAttributes,
+    check_arguments,
+    normalize_log_dir,
+    shared,
+    unknown_ranks_message,
+)
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import every_key
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
+from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.keras import _callbacks, _distributed, _logs
 from fitprof.keras._backends import BACKENDS
 from fitprof.keras._guards import Guards, fit_frame_locals
@@ -31,7 +39,6 @@ from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
 from fitprof.profilers.memory import keras_device
-from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +76,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     the window the batch hook's own work is wrapped in ``fitprof/overhead``, left out of step time and logged as
     ``fitprof/self_ms_per_step``.
 
-    Outside the windows the batch hook only times the step (one clock read, :class:`fitprof.steps.StepRecorder`)
+    Outside the windows the batch hook only times the step (one clock read, :class:`fitprof.fit.steps.StepRecorder`)
     and compares a few values, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
     Profiling never stops training: a profiler that cannot start (another one running) or stop, or a step marker
@@ -116,7 +123,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
             torch backend only, called on the batch of the step whose FLOPs are counted (the only batch a callback
             sees) and scaled to the window's samples; None (default), or another backend, logs NaN there.
         trigger: ``"slowdown"`` opens an extra window when steps stay slower than their baseline
-            (:class:`fitprof.steps.SlowdownTrigger`): fired after step ``S``, step ``S + 1`` is its warm-up step and
+            (:class:`fitprof.fit.steps.SlowdownTrigger`): fired after step ``S``, step ``S + 1`` is its warm-up step and
             the next ``L`` steps (as many as ``profile_batch``, 5 when that is off) are analysed, in the session
             ``<time>_epoch<N>_trigger_step<S>``, at the epoch's end, with no collective. It never overlaps the
             ``profile_batch`` window, its warm-up step or its FLOP-count step, and counts no samples or FLOPs.
@@ -148,7 +155,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] = "logs",
-        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
+        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -167,7 +174,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        log_dir = _config.normalize_log_dir(log_dir)
+        log_dir = normalize_log_dir(log_dir)
         args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
         args.bind(self)
         self.backend = keras.backend.backend()
@@ -319,7 +326,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
-        unknown = _config.unknown_ranks_message(self.ranks, world)
+        unknown = unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
         found = _callbacks.fit_callbacks(self)

@@ -16,18 +16,26 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof import _config, _fs, metrics
+from fitprof import _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
 from fitprof.fit.boundary import LIGHTNING
-from fitprof.fit.config import SharedAttributes, check_arguments, shared
+from fitprof.fit.config import (
+    DEFAULT_PROFILE_BATCH,
+    SharedAttributes,
+    check_arguments,
+    normalize_log_dir,
+    shared,
+    unknown_ranks_message,
+)
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
+from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.lightning import _trainer
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
@@ -41,7 +49,6 @@ from fitprof.profilers.flops_torch import (
 from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, LoaderSet, loaders_in
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
-from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
 
 log = logging.getLogger(__name__)
@@ -107,7 +114,7 @@ class FitProfiler(Callback, SharedAttributes):
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
     figure that names a rank starved of data.
 
-    Always-on step timing (every epoch, profiled or not; :mod:`fitprof.steps`): each training step's wall time from
+    Always-on step timing (every epoch, profiled or not; :mod:`fitprof.fit.steps`): each training step's wall time from
     one ``on_train_batch_end`` to the next (``time.perf_counter_ns``, no device synchronisation), the time inside
     Lightning's batch fetch (the ``[_TrainingEpochLoop].train_dataloader_next`` action, timed by wrapping
     ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation
@@ -167,7 +174,7 @@ class FitProfiler(Callback, SharedAttributes):
     convolutions in TF32 unless ``torch.backends.cudnn.allow_tf32`` is False, matrix products in TF32 when
     ``torch.set_float32_matmul_precision`` is not ``"highest"``; see :mod:`fitprof.profilers.flops_torch`).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
-            recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
+            recent baseline (:class:`fitprof.fit.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
             at the next step boundary through the same path as the ``profile_batch`` window (that next step is its
             warm-up step: a slowdown seen after step ``S`` is analysed from step ``S + 2``), lasts as many steps,
@@ -192,8 +199,8 @@ class FitProfiler(Callback, SharedAttributes):
             all are there after ``fit``, :mod:`fitprof.fit.xplane_worker`).
         analysis_seconds: wall time of the end-of-epoch analysis and report file, per epoch (s): what the training
             loop waits for (the ``.xplane.pb`` is written in the background).
-        steps: the always-on :class:`fitprof.steps.StepRecorder` (the current or last epoch's clean steps).
-        epoch_steps: the :class:`fitprof.steps.EpochSteps` of each epoch (0-based epoch -> figures).
+        steps: the always-on :class:`fitprof.fit.steps.StepRecorder` (the current or last epoch's clean steps).
+        epoch_steps: the :class:`fitprof.fit.steps.EpochSteps` of each epoch (0-based epoch -> figures).
         triggered: one ``(epoch, TriggerEvent, report or None)`` per triggered window, in order.
         cross_rank: with several ranks, the cross-rank scalars of each profiled epoch (the same on every rank;
             empty when no rank reported).
@@ -212,7 +219,7 @@ class FitProfiler(Callback, SharedAttributes):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] | None = None,
-        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
+        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -231,7 +238,7 @@ class FitProfiler(Callback, SharedAttributes):
         baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
+        self.log_dir = None if log_dir is None else normalize_log_dir(log_dir)
         args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
         args.bind(self)
         self._warn_rank = WarnOnce()
@@ -331,7 +338,7 @@ class FitProfiler(Callback, SharedAttributes):
         engine.coverage.limit = _trainer.epoch_limit(trainer, self.config.first_step)
         engine.warm_up(kineto=True)  # the reader and the .xplane.pb process now, not at the first window's end
         self._timing.fit_start(trainer)
-        unknown = _config.unknown_ranks_message(self.ranks, world)
+        unknown = unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
         try:
