@@ -205,6 +205,14 @@ CHECKPOINT_MS_PER_STEP = Metric(
     "already left out of `step_time_ms` and every share of it; 0 when no save ran in the window.",
     field="checkpoint_ms_per_step",
 )
+OPTIMIZER_MS_PER_STEP = Metric(
+    PREFIX + "optimizer_ms_per_step",
+    "ms per step",
+    "Host time of the optimizer's step inside analysed steps: the union of torch's `Optimizer.step#<class>.step` "
+    "spans, less validation, checkpoint saves and fitprof's own spans, divided by the number of steps. NaN where "
+    "the trace has no such span (TensorFlow and JAX traces, a torch optimizer that is not profiled).",
+    field="optimizer_ms_per_step",
+)
 VS_BASELINE_STEP_TIME_PERCENT = Metric(
     PREFIX + "vs_baseline/step_time_percent",
     "% (signed: + slower, - faster)",

@@ -170,6 +170,9 @@ class BottleneckReport:
     checkpoint_ms_per_step: float = math.nan
     """Checkpoint saves inside the analysed steps (the ``fitprof/checkpoint`` spans), ms per step; already left out
     of ``step_time_ms``. NaN in report files written before it existed."""
+    optimizer_ms_per_step: float = math.nan
+    """The optimizer's step inside the analysed steps (torch's ``Optimizer.step#...`` spans, their union, less
+    validation, checkpoint saves and fitprof's own spans), ms per step; NaN where the trace has none."""
     memory_device: str = ""
     """Where the allocations of the churn figures were made (``cuda``, ``cpu``); "" when the trace holds no memory
     events (recorded without torch's ``profile_memory``) and the churn figures are NaN."""
