@@ -14,16 +14,14 @@ needs a folder while Lightning's None means the trainer's.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import numbers
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import PureWindowsPath
 from typing import Any, TypedDict
 
 from fitprof import _fs
-from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof.fit.probes import Probe
 from fitprof.fit.steps import SlowdownTrigger
 
@@ -370,31 +368,48 @@ class FitArguments:
         callback.max_trace_mb, callback.keep_last_windows = self.max_trace_mb, self.keep_last_windows
 
 
-def check_arguments(
-    *,
-    profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
-    every_n_epochs: int = 1,
-    top_k: int = 5,
-    max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
-    keep_last_windows: int | None = None,
-    ranks: int | Collection[int] | None = None,
-    verbose: bool = True,
-    record_shapes: bool = False,
-    profile_memory: bool = False,
-    with_stack: bool = False,
-    with_flops: bool = False,
-    count_items: Callable[[Any], float] | None = None,
-    trigger: str | None = None,
-    trigger_max_windows: int = 3,
-    trigger_min_spacing: int = 200,
-    probes: Iterable[Probe] = (),
-    baseline: str | os.PathLike[str] | None = None,
-) -> FitArguments:
-    """Check the arguments both adapters share, each by the rule the rules above gives it.
+@dataclass(frozen=True)
+class Argument:
+    """One shared argument as each ``FitProfiler.__init__`` spells it: its name, its annotation and its default
+    (source text)."""
 
-    This signature is the one declaration of the shared arguments: each ``FitProfiler.__init__`` spells them out
-    for its users and their IDEs, after ``log_dir``, with the same names, order, types and defaults
-    (``tests/test_fitpy`` checks both against it), and hands them over with :func:`shared`.
+    name: str
+    annotation: str
+    default: str
+
+
+ARGUMENTS: tuple[Argument, ...] = (
+    Argument("log_dir", "str | os.PathLike[str]", ""),  # the default is each adapter's own ("logs", None)
+    Argument("profile_batch", "int | tuple[int, int] | str", "DEFAULT_PROFILE_BATCH"),
+    Argument("every_n_epochs", "int", "1"),
+    Argument("top_k", "int", "5"),
+    Argument("max_trace_mb", "float | None", "DEFAULT_MAX_TRACE_MB"),
+    Argument("keep_last_windows", "int | None", "None"),
+    Argument("ranks", "int | Collection[int] | None", "None"),
+    Argument("verbose", "bool", "True"),
+    Argument("record_shapes", "bool", "False"),
+    Argument("profile_memory", "bool", "False"),
+    Argument("with_stack", "bool", "False"),
+    Argument("with_flops", "bool", "False"),
+    Argument("count_items", "Callable[[Any], float] | None", "None"),
+    Argument("trigger", "str | None", "None"),
+    Argument("trigger_max_windows", "int", "3"),
+    Argument("trigger_min_spacing", "int", "200"),
+    Argument("probes", "Iterable[Probe]", "()"),
+    Argument("baseline", "str | os.PathLike[str] | None", "None"),
+)
+"""The one declaration of the 18 arguments both ``FitProfiler`` classes take, in their order. Each adapter's
+``__init__`` spells them out for its users and their IDEs, with these names, annotations and defaults
+(``tests/test_fit_config.py`` holds both to it), and hands all but ``log_dir`` to :func:`check_arguments` with
+:func:`shared`."""
+
+SHARED = tuple(a.name for a in ARGUMENTS)
+"""The names of :data:`ARGUMENTS`, in their order."""
+
+
+def check_arguments(**given: Any) -> FitArguments:
+    """Check the arguments both adapters share (:data:`ARGUMENTS` but ``log_dir``, by keyword), each by its rule
+    in this module.
 
     Raises:
         ValueError: a malformed or out-of-range ``profile_batch``; ``every_n_epochs``, ``top_k`` or
@@ -402,31 +417,30 @@ def check_arguments(
             holding a rank < 0; ``trigger`` not None or ``"slowdown"``; ``trigger_min_spacing`` < 0. Each message
             names the argument, the value received and what is allowed.
         TypeError: an argument of the wrong type (a bool where a number is wanted, a non-bool flag, a
-            ``count_items`` that cannot be called), named the same way.
+            ``count_items`` that cannot be called), named the same way; an argument missing or unknown.
     """
+    names = set(SHARED[1:])
+    if set(given) != names:
+        missing, unknown = sorted(names - set(given)), sorted(set(given) - names)
+        raise TypeError(f"check_arguments: missing {missing}, unknown {unknown}")
+    g = given
     return FitArguments(
-        config=make_config(profile_batch, every_n_epochs, top_k),
-        max_trace_mb=check_optional_limit("max_trace_mb", max_trace_mb, integer=False),
-        keep_last_windows=check_optional_limit("keep_last_windows", keep_last_windows, integer=True),
-        ranks=check_ranks(ranks),
-        verbose=check_flag("verbose", verbose),
-        torch_options=torch_options(
-            record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack, with_flops=with_flops
-        ),
-        count_items=check_count_items(count_items),
-        trigger=check_trigger(trigger, trigger_max_windows, trigger_min_spacing),
-        trigger_max_windows=int(trigger_max_windows),
-        trigger_min_spacing=int(trigger_min_spacing),
-        probes=tuple(probes),
-        baseline=baseline,
+        config=make_config(g["profile_batch"], g["every_n_epochs"], g["top_k"]),
+        max_trace_mb=check_optional_limit("max_trace_mb", g["max_trace_mb"], integer=False),
+        keep_last_windows=check_optional_limit("keep_last_windows", g["keep_last_windows"], integer=True),
+        ranks=check_ranks(g["ranks"]),
+        verbose=check_flag("verbose", g["verbose"]),
+        torch_options=torch_options(**{name: g[name] for name in TORCH_OPTIONS}),
+        count_items=check_count_items(g["count_items"]),
+        trigger=check_trigger(g["trigger"], g["trigger_max_windows"], g["trigger_min_spacing"]),
+        trigger_max_windows=int(g["trigger_max_windows"]),
+        trigger_min_spacing=int(g["trigger_min_spacing"]),
+        probes=tuple(g["probes"]),
+        baseline=g["baseline"],
     )
 
 
-SHARED = ("log_dir", *inspect.signature(check_arguments).parameters)
-"""The names of the arguments both ``FitProfiler`` classes take, in their order: ``log_dir``, then those of
-:func:`check_arguments`."""
-
-
 def shared(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The arguments of :func:`check_arguments` picked out of an ``__init__``'s ``locals()``."""
+    """The arguments of :func:`check_arguments` (:data:`SHARED` but ``log_dir``) picked out of an ``__init__``'s
+    ``locals()``."""
     return {name: values[name] for name in SHARED[1:]}
