@@ -100,6 +100,8 @@ class FitEngine:
             ``triggered`` and ``false_alarms`` are its records of this fit.
         coverage: what this fit covered.
         window: the open window, None between windows.
+        spans: where the adapter's hook timers report (:class:`fitprof.fit.hooks.Spans`); nothing else of the
+            epoch-parts probe is the adapter's.
     """
 
     def __init__(
