@@ -32,7 +32,7 @@ PARTS = (
     ("fitprof.profilers.torch", "_gzip_file"),
     ("fitprof.profilers.torch", "_hand_over"),
     ("fitprof.fit.pipeline", "WindowPipeline.analyze"),
-    ("fitprof.fit.pipeline", "WindowPipeline.publish"),
+    ("fitprof.fit.pipeline", "WindowPipeline.gather"),
     ("fitprof.traces.kineto", "read_kineto"),
     ("fitprof.analysis.table", "analyze_table"),
     ("fitprof.report_files", "write_report_file"),

@@ -11,10 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fitprof._config import make_config
 from fitprof._session import kineto_trace_name, profile_root, session_name
 from fitprof._warn import WarnOnce
 from fitprof.fit import FitEngine
+from fitprof.fit.boundary import KERAS, LIGHTNING
+from fitprof.fit.config import make_config
 from fitprof.profilers.base import WindowBusy
 
 
@@ -165,7 +166,7 @@ class Rig:
             make_config(profile_batch, every, 5),
             new_window=new_window,
             warn=WarnOnce(self.messages.append),
-            boundary=boundary,  # type: ignore[arg-type]
+            boundary=KERAS if boundary == "step_start" else LIGHTNING,
             clock=self.clock,
             work=self.work,
             **kwargs,

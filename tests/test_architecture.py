@@ -65,7 +65,7 @@ def _inside(name: str, packages: tuple[str, ...]) -> bool:
 
 
 def test_the_modules_are_found() -> None:
-    assert {"fitprof", "fitprof.analysis", "fitprof.window", "fitprof.cli", "fitprof.traces"} <= set(MODULES)
+    assert {"fitprof", "fitprof.analysis", "fitprof.fit.engine", "fitprof.cli", "fitprof.traces"} <= set(MODULES)
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if not _inside(m, ADAPTERS)])
@@ -144,6 +144,32 @@ def test_no_import_cycle_between_fitprof_modules() -> None:
         if name not in state:
             visit(name, [name])
     assert not cycles, f"import cycles: {cycles}"
+
+
+@pytest.mark.parametrize(
+    "name", [m for m in MODULES if _inside(m, ("fitprof.profilers", "fitprof.traces", "fitprof.analysis"))]
+)
+def test_the_layers_below_the_engine_never_import_it(name: str) -> None:
+    """The profilers, the readers and the analysis sit below ``fitprof.fit``: no arrow climbs back up."""
+    found = sorted(i for i in GRAPH[name] if _inside(i, ("fitprof.fit",)))
+    assert not found, f"{name} imports {found}"
+
+
+def test_the_epoch_end_goes_one_way() -> None:
+    """The engine builds one result and hands it to one publisher: the publisher, the window pipeline and the
+    triggered windows' bookkeeping never call one another."""
+    rooms = ("fitprof.fit.publishing", "fitprof.fit.pipeline", "fitprof.fit.triggered")
+    assert {room: sorted(set(GRAPH[room]) & set(rooms)) for room in rooms} == {room: [] for room in rooms}
+
+
+def test_the_adapters_reach_the_engine_only_through_its_events() -> None:
+    """No adapter compares a boundary string or reaches into the engine's epoch-parts probe."""
+    src = Path(__file__).parent.parent / "src" / "fitprof"
+    for path in src.rglob("*.py"):
+        text = path.read_text()
+        assert "boundary ==" not in text and "boundary !=" not in text, path
+        if path.parent.name in ("keras", "lightning"):
+            assert "engine.parts" not in text, path
 
 
 def test_the_module_map_lists_every_module() -> None:

@@ -1,4 +1,4 @@
-"""The "nothing was profiled" reasons (``fitprof._coverage``), shared by both callbacks; framework-free."""
+"""The "nothing was profiled" reasons (``fitprof.fit.coverage``), shared by both callbacks; framework-free."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from fitprof._config import make_config, parse_profile_batch
-from fitprof._coverage import FitCoverage, suggest_profile_batch
+from fitprof.fit.config import make_config, parse_profile_batch
+from fitprof.fit.coverage import FitCoverage, suggest_profile_batch
 
 
 @pytest.mark.parametrize("window", [(1, 1), (2, 3), (6, 10), (12, 15), (3, 50)])

@@ -121,7 +121,9 @@ def _pipeline_windows(tmp_path: Path, docs: list[dict[str, Any]]) -> tuple[list[
     for epoch, doc in enumerate(docs):
         trace = write_kineto(tmp_path / f"epoch{epoch}.pt.trace.json", doc)
         report = pipe.analyze(epoch, trace, log_dir=tmp_path, session=None, rank=0, world_size=1)
-        pipe.publish(epoch, report, rank=0, world_size=1, gather=None, log=logged.append, epoch_steps=None)
+        _scalars, log = pipe.gather(epoch, report, rank=0, world_size=1, gather=None, epoch_steps=None)
+        if log is not None:
+            logged.append(log)
         reports.append(report)
     return reports, said, logged
 

@@ -19,9 +19,9 @@ import pytest
 
 from engine_fakes import Rig
 from fitprof import metrics
-from fitprof._config import make_config
 from fitprof.fit import Busy, schedule
-from fitprof.steps import SlowdownTrigger
+from fitprof.fit.config import make_config
+from fitprof.fit.steps import SlowdownTrigger
 
 BOUNDARIES = ("step_end", "step_start")
 
@@ -435,7 +435,7 @@ def _fit_in_calls(rig: Rig, spe: int, calls: int) -> None:
 
 
 def test_under_steps_per_execution_the_default_window_analyses_five_calls(tmp_path: Path) -> None:
-    from fitprof._config import DEFAULT_PROFILE_BATCH
+    from fitprof.fit.config import DEFAULT_PROFILE_BATCH
 
     (tmp_path / "default").mkdir()
     (tmp_path / "given").mkdir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +10,9 @@ import pytest
 
 from fitprof._warn import WarnOnce
 from fitprof.fit import FitEngine
-from fitprof.fit.config import check_arguments
-from fitprof.steps import SlowdownTrigger
+from fitprof.fit.boundary import LIGHTNING
+from fitprof.fit.config import ARGUMENTS, SHARED, check_arguments
+from fitprof.fit.steps import SlowdownTrigger
 
 DEFAULTS: dict[str, Any] = {
     "profile_batch": (6, 10),
@@ -76,9 +78,43 @@ def test_the_engine_gets_a_new_trigger_with_the_given_limits(tmp_path: Path) -> 
         args.config,
         new_window=lambda epoch, suffix: None,
         warn=WarnOnce(),
-        boundary="step_end",
+        boundary=LIGHTNING,
         **args.engine_settings(),
     )
     assert engine.trigger is not None
     assert (engine.trigger.max_windows, engine.trigger.min_spacing) == (2, 7)
     assert engine.ranks is None
+
+
+def _init_parameters(path: Path) -> list[tuple[str, str, str]]:
+    """``(name, annotation, default)`` source text of each parameter of ``FitProfiler.__init__`` in ``path``, read
+    with ``ast``: no framework is imported."""
+    tree = ast.parse(path.read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "FitProfiler")
+    node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    args, defaults = node.args.args[1:], node.args.defaults
+    assert len(args) == len(defaults)  # every argument has a default
+    return [
+        (a.arg, ast.unparse(a.annotation) if a.annotation else "", ast.unparse(d))
+        for a, d in zip(args, defaults, strict=True)
+    ]
+
+
+SRC = Path(__file__).parent.parent / "src" / "fitprof"
+
+
+@pytest.mark.parametrize("adapter", ["keras", "lightning"])
+def test_each_adapter_spells_out_the_one_declaration_of_the_shared_arguments(adapter: str) -> None:
+    """Both ``FitProfiler.__init__`` signatures stay explicit for users and IDEs; they have the names, order,
+    annotations and defaults of ``ARGUMENTS``, the one declaration (``log_dir``'s default and None are each
+    adapter's own)."""
+    spelled = _init_parameters(SRC / adapter / "fit_profiler.py")
+    assert len(ARGUMENTS) == 18
+    assert [name for name, _, _ in spelled] == [a.name for a in ARGUMENTS] == list(SHARED)
+    assert spelled[1:] == [(a.name, a.annotation, a.default) for a in ARGUMENTS[1:]]
+    assert spelled[0][1].removesuffix(" | None") == ARGUMENTS[0].annotation
+
+
+def test_check_arguments_takes_exactly_the_shared_arguments() -> None:
+    with pytest.raises(TypeError, match=r"missing \['top_k'\], unknown \['topk'\]"):
+        check_arguments(**{**{k: v for k, v in DEFAULTS.items() if k != "top_k"}, "topk": 5})

@@ -402,7 +402,7 @@ def test_keras_tensorflow_unknown_scheme_warns_once(keras_tf: tuple[dict[str, An
     ],
 )
 def test_normalize_log_dir_keeps_urls(given: str, kept: str) -> None:
-    from fitprof._config import normalize_log_dir
+    from fitprof.fit.config import normalize_log_dir
 
     assert normalize_log_dir(given) == kept
 

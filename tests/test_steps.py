@@ -1,4 +1,4 @@
-"""fitprof.steps on deterministic synthetic step sequences (no timing): the recorder's figures and exclusions,
+"""fitprof.fit.steps on deterministic synthetic step sequences (no timing): the recorder's figures and exclusions,
 the slowdown trigger's firing, silence on stationary noise, exclusions, max and spacing; the window comparison."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, not_representative
+from fitprof.fit.steps import EpochSteps, SlowdownTrigger, StepRecorder, not_representative
 
 MS_NS = 1_000_000
 
@@ -248,7 +248,7 @@ def test_take_out_of_an_excluded_step_does_not_leak_into_the_next() -> None:
 
 
 def test_too_few_says_why_by_reason() -> None:
-    from fitprof import steps as st
+    from fitprof.fit import steps as st
 
     rec = StepRecorder(warmup_steps=3)
     rec.begin_epoch(0)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fitprof import _config, analyze
+from fitprof import analyze
+from fitprof.fit import config as _config
 from fitprof.report_files import read_report_file, report_from_dict, write_report_file
 from fitprof.throughput import PEAK_FLOPS, StepWork, WorkLog, device_key, peak_flops_per_s, with_throughput
 

@@ -1,4 +1,4 @@
-"""fitprof.window: the triggered-vs-normal window comparison and the "not representative" note of the epoch-end
+"""fitprof.fit.pipeline and fitprof.fit.epoch_end: the triggered-vs-normal window comparison and the "not representative" note of the epoch-end
 summary, on a report of a real shipped trace (framework-free)."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import fitprof
 from fitprof import metrics
 from fitprof._warn import WarnOnce
 from fitprof.analysis import OpStat
-from fitprof.steps import EpochSteps
-from fitprof.window import EpochLog, WindowPipeline, compare_windows
+from fitprof.fit.epoch_end import compare_windows
+from fitprof.fit.pipeline import WindowPipeline
+from fitprof.fit.result import EpochLog
+from fitprof.fit.steps import EpochSteps
 
 TRACE = Path(__file__).parent / "data" / "lightning_cpu.pt.trace.json.gz"
 
@@ -51,7 +53,9 @@ def test_the_summary_says_when_the_window_is_not_representative() -> None:
     like = _epoch(report.step_time_ms, report.input_percent)
     unlike = _epoch(report.step_time_ms / 3, report.input_percent + 30.0)
     for steps in (None, like, unlike, dataclasses.replace(unlike, steps_timed=9)):
-        pipeline.publish(0, report, rank=0, world_size=1, gather=None, log=logged.append, epoch_steps=steps)
+        _, entry = pipeline.gather(0, report, rank=0, world_size=1, gather=None, epoch_steps=steps)
+        assert entry is not None
+        logged.append(entry)
     notes = ["not representative" in entry.line for entry in logged]
     assert notes == [False, False, True, False]  # no figures, agreeing figures, off figures, too few steps
     line, text = logged[2].line, logged[2].text

@@ -12,13 +12,18 @@ PREFIX = "fitprof/"
 
 @dataclass(frozen=True)
 class Metric:
-    """One logged scalar: its key, its unit, what it is computed from, and the group of figures it is logged with
-    (:func:`in_group`; "" for a window's figures, listed in :data:`BASE_METRICS`)."""
+    """One logged scalar: its key, its unit, what it is computed from, the group of figures it is logged with
+    (:func:`in_group`; "" for a window's figures) and, for a window's figure, the
+    :class:`~fitprof.analysis.BottleneckReport` field it is read from (``field``; "" for a figure that is not a
+    report field). A window figure with a ``field`` is in :data:`BASE_METRICS`, and so in
+    :meth:`BottleneckReport.scalars() <fitprof.analysis.BottleneckReport.scalars>`, the logged keys and the CSV
+    columns of ``fitprof analyze`` / ``report``: one row here adds it to all of them."""
 
     key: str
     unit: str
     definition: str
     group: str = ""
+    field: str = ""
 
 
 def in_group(name: str) -> tuple[Metric, ...]:
@@ -33,6 +38,7 @@ STEP_TIME_MS = Metric(
     "Mean wall time of an analysed training step: the duration of the step marker (Kineto `ProfilerStep#N`, "
     "an XSpace event with `_r=1`), less any validation run inside it, less checkpoint saves "
     "(`fitprof/checkpoint_ms_per_step`) and less fitprof's own time (`fitprof/self_ms_per_step`).",
+    field="step_time_ms",
 )
 INPUT_PERCENT = Metric(
     PREFIX + "input_percent",
@@ -40,18 +46,21 @@ INPUT_PERCENT = Metric(
     "Time the training loop was blocked waiting for its next batch inside analysed steps (union of "
     "`enumerate(DataLoader)#...__next__` spans in PyTorch, of `IteratorGetNext` spans in TensorFlow), over "
     "the summed step time.",
+    field="input_percent",
 )
 HTOD_MS_PER_STEP = Metric(
     PREFIX + "htod_ms_per_step",
     "ms per step",
     "Device time of host-to-device copies (Kineto `gpu_memcpy` `Memcpy HtoD ...`, XSpace device-plane "
     "`MemcpyH2D`) launched inside analysed steps, divided by the number of steps. 0 on a CPU-only run.",
+    field="htod_ms_per_step",
 )
 HTOD_PERCENT = Metric(
     PREFIX + "htod_percent",
     "% of step time",
     "`htod_ms_per_step` over `step_time_ms`, times 100, overlapped or not (`htod_exposed_percent`: the part that "
     "slows the step). 0 on a CPU-only run.",
+    field="htod_percent",
 )
 COLLECTIVE_PERCENT = Metric(
     PREFIX + "collective_percent",
@@ -59,6 +68,7 @@ COLLECTIVE_PERCENT = Metric(
     "Time of collective communication (NCCL/RCCL kernels, gloo and TF collective ops) inside analysed steps "
     "over step time: device time where there are device events, host time otherwise. All of it, overlapped or "
     "not: `collective_exposed_percent` is the part that slows the step.",
+    field="collective_percent",
 )
 HTOD_EXPOSED_PERCENT = Metric(
     PREFIX + "htod_exposed_percent",
@@ -66,6 +76,7 @@ HTOD_EXPOSED_PERCENT = Metric(
     "The part of `htod_percent` not hidden behind compute: the device time of the host-to-device copies launched "
     "in analysed steps while no kernel (compute or collective) ran on the device, over step time. The verdict "
     "rests on it: a copy that overlaps a kernel costs the step nothing. 0 on a CPU-only run.",
+    field="htod_exposed_percent",
 )
 COLLECTIVE_EXPOSED_PERCENT = Metric(
     PREFIX + "collective_exposed_percent",
@@ -74,11 +85,13 @@ COLLECTIVE_EXPOSED_PERCENT = Metric(
     "kernel ran (without device collectives: host time blocked in collectives while no host operator ran on "
     "another thread), over step time. The verdict rests on it: DDP overlaps its gradient all-reduce with the "
     "backward pass by design, and only the exposed part slows the step.",
+    field="collective_exposed_percent",
 )
 STEPS_ANALYZED = Metric(
     PREFIX + "steps_analyzed",
     "steps",
     "Number of training steps the figures of this epoch are computed from.",
+    field="steps_analyzed",
 )
 TOP_OP_RANKED = Metric(
     PREFIX + "top_op_<i>_ms",
@@ -93,18 +106,41 @@ _UPPER = (
     " An upper bound on the gain: it assumes the hidden time costs nothing else (overlapped input still takes CPU "
     "time, an overlapped copy still takes bandwidth), so a measured fix lands at or below it."
 )
+SPEEDUP_IF_NO_INPUT = Metric(
+    PREFIX + "speedup_if_no_input",
+    "x (ratio >= 1)",
+    "`step_time_ms / step_time_if_no_input_ms`: how many times faster steps would be with the input wait hidden."
+    + _UPPER,
+    field="speedup_if_no_input",
+)
+SPEEDUP_IF_NO_HTOD = Metric(
+    PREFIX + "speedup_if_no_htod",
+    "x (ratio >= 1)",
+    "`step_time_ms / step_time_if_no_htod_ms`: how many times faster steps would be with the HtoD copies "
+    "overlapped." + _UPPER,
+    field="speedup_if_no_htod",
+)
+SPEEDUP_IF_NO_COLLECTIVES = Metric(
+    PREFIX + "speedup_if_no_collectives",
+    "x (ratio >= 1)",
+    "`step_time_ms / step_time_if_no_collectives_ms`: how many times faster steps would be with the collectives "
+    "overlapped." + _UPPER,
+    field="speedup_if_no_collectives",
+)
 STEP_TIME_IF_NO_INPUT_MS = Metric(
     PREFIX + "step_time_if_no_input_ms",
     "ms",
     "`step_time_ms` less the exposed input wait per step: the input spans inside analysed steps when no device "
     "work and no host operator on another thread ran (on a trace without device events, the whole input wait)."
     + _UPPER,
+    field="step_time_if_no_input_ms",
 )
 STEP_TIME_IF_NO_HTOD_MS = Metric(
     PREFIX + "step_time_if_no_htod_ms",
     "ms",
     "`step_time_ms` less the exposed host-to-device copy time per step: the device time of the copies launched in "
     "analysed steps when no kernel ran on the device. Equal to `step_time_ms` on a CPU-only run." + _UPPER,
+    field="step_time_if_no_htod_ms",
 )
 STEP_TIME_IF_NO_COLLECTIVES_MS = Metric(
     PREFIX + "step_time_if_no_collectives_ms",
@@ -112,24 +148,7 @@ STEP_TIME_IF_NO_COLLECTIVES_MS = Metric(
     "`step_time_ms` less the exposed collective time per step: collective kernels' device time when no compute "
     "kernel ran (without device collectives: host time blocked in collectives when no host operator ran on "
     "another thread)." + _UPPER,
-)
-SPEEDUP_IF_NO_INPUT = Metric(
-    PREFIX + "speedup_if_no_input",
-    "x (ratio >= 1)",
-    "`step_time_ms / step_time_if_no_input_ms`: how many times faster steps would be with the input wait hidden."
-    + _UPPER,
-)
-SPEEDUP_IF_NO_HTOD = Metric(
-    PREFIX + "speedup_if_no_htod",
-    "x (ratio >= 1)",
-    "`step_time_ms / step_time_if_no_htod_ms`: how many times faster steps would be with the HtoD copies "
-    "overlapped." + _UPPER,
-)
-SPEEDUP_IF_NO_COLLECTIVES = Metric(
-    PREFIX + "speedup_if_no_collectives",
-    "x (ratio >= 1)",
-    "`step_time_ms / step_time_if_no_collectives_ms`: how many times faster steps would be with the collectives "
-    "overlapped." + _UPPER,
+    field="step_time_if_no_collectives_ms",
 )
 SAMPLES_PER_S = Metric(
     PREFIX + "samples_per_s",
@@ -137,11 +156,13 @@ SAMPLES_PER_S = Metric(
     "Samples in the analysed steps over their summed step time (`samples per step / step_time_ms * 1000`), the "
     "samples of each profiled step read from its batch (the leading dimension of its first array, "
     "`fitprof._batch.batch_size`). NaN where the callback cannot see the batch (docs/metrics.md).",
+    field="samples_per_s",
 )
 ITEMS_PER_S = Metric(
     PREFIX + "items_per_s",
     "items/s",
     "The same with the user's `count_items(batch)` (tokens, pixels, ...) in place of the samples; NaN without it.",
+    field="items_per_s",
 )
 FLOPS_PER_STEP = Metric(
     PREFIX + "flops_per_step",
@@ -149,11 +170,13 @@ FLOPS_PER_STEP = Metric(
     "FLOPs of one training step (forward and backward), counted by the callback on a step outside the analysed "
     "ones: 2 per multiply-add of matrix products and convolutions (torch `FlopCounterMode`; on TensorFlow the same "
     "rule on the traced step's graph); element-wise ops, the loss and the optimizer count 0.",
+    field="flops_per_step",
 )
 FLOPS_PER_S = Metric(
     PREFIX + "flops_per_s",
     "FLOP/s",
     "`flops_per_step / step_time_ms * 1000`: achieved FLOP rate of the analysed steps.",
+    field="flops_per_s",
 )
 MFU = Metric(
     PREFIX + "mfu",
@@ -164,6 +187,7 @@ MFU = Metric(
     "float32 matrix products in TF32 only when `torch.set_float32_matmul_precision` allows it): model FLOPs "
     "utilisation. NaN on a CPU, on a device or dtype not in the table, and above 1 (a wrong peak or count; "
     "`mfu_note` gives the ratio).",
+    field="mfu",
 )
 SELF_MS_PER_STEP = Metric(
     PREFIX + "self_ms_per_step",
@@ -171,6 +195,7 @@ SELF_MS_PER_STEP = Metric(
     "fitprof's own time inside the analysed steps: the total duration of its `fitprof/overhead` annotations "
     "(its batch-hook bodies and step-marker transitions) inside analysed steps, divided by the number of steps. "
     "This time is already left out of `step_time_ms` and every share of it.",
+    field="self_ms_per_step",
 )
 CHECKPOINT_MS_PER_STEP = Metric(
     PREFIX + "checkpoint_ms_per_step",
@@ -178,6 +203,15 @@ CHECKPOINT_MS_PER_STEP = Metric(
     "Checkpoint saves inside the analysed steps: the total duration of the callbacks' `fitprof/checkpoint` "
     "annotations (a `ModelCheckpoint` save run inside a window), divided by the number of steps. This time is "
     "already left out of `step_time_ms` and every share of it; 0 when no save ran in the window.",
+    field="checkpoint_ms_per_step",
+)
+OPTIMIZER_MS_PER_STEP = Metric(
+    PREFIX + "optimizer_ms_per_step",
+    "ms per step",
+    "Host time of the optimizer's step inside analysed steps: the union of torch's `Optimizer.step#<class>.step` "
+    "spans, less validation, checkpoint saves and fitprof's own spans, divided by the number of steps. NaN where "
+    "the trace has no such span (TensorFlow and JAX traces, a torch optimizer that is not profiled).",
+    field="optimizer_ms_per_step",
 )
 VS_BASELINE_STEP_TIME_PERCENT = Metric(
     PREFIX + "vs_baseline/step_time_percent",
@@ -199,7 +233,7 @@ SUMMARY_TAG = PREFIX + "summary"
 EPOCH_PREFIX = PREFIX + "epoch/"
 _CLEAN = (
     " Over the epoch's clean steps: every training step timed by wall clock at its step boundary "
-    "(`fitprof.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the step holding "
+    "(`fitprof.fit.steps.StepRecorder`), less the excluded ones (the first steps of the epoch, the step holding "
     "validation and the step after, the steps of a profiling window and the step after it); a checkpoint save is "
     "taken out of the step it ran in, which stays timed."
 )
@@ -403,14 +437,14 @@ TRIGGER_STEP = Metric(
 TRIGGER_STEP_TIME_MS = Metric(
     TRIGGER_PREFIX + "step_time_ms",
     "ms",
-    "Median wall time of the run of slow steps that fired the trigger (`fitprof.steps.TriggerEvent`).",
+    "Median wall time of the run of slow steps that fired the trigger (`fitprof.fit.steps.TriggerEvent`).",
     group="trigger",
 )
 TRIGGER_BASELINE_MS = Metric(
     TRIGGER_PREFIX + "baseline_ms",
     "ms",
     "The baseline the slow steps were compared with: the median of the last clean steps' wall times "
-    "(`fitprof.steps.SlowdownTrigger`, `baseline_steps`).",
+    "(`fitprof.fit.steps.SlowdownTrigger`, `baseline_steps`).",
     group="trigger",
 )
 _MB = " 1 MB = 1e6 bytes."
@@ -481,6 +515,7 @@ ALLOCS_PER_STEP = Metric(
     "`[memory]` events with `Bytes > 0` (torch `profile_memory=True`; CUDA events where the trace has any, CPU "
     "events otherwise), less those inside validation and fitprof's own spans. NaN without memory events.",
     group="churn",
+    field="allocs_per_step",
 )
 ALLOC_MB_PER_STEP = Metric(
     PREFIX + "alloc_mb_per_step",
@@ -488,6 +523,7 @@ ALLOC_MB_PER_STEP = Metric(
     "The bytes those allocations asked for, summed, divided by the number of steps: the allocator's churn. NaN "
     "without memory events." + _MB,
     group="churn",
+    field="alloc_mb_per_step",
 )
 
 
@@ -506,30 +542,9 @@ EPOCH_MEMORY_METRICS: tuple[Metric, ...] = in_group("epoch memory")
 CHURN_METRICS: tuple[Metric, ...] = in_group("churn")
 """The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
 
-BASE_METRICS: tuple[Metric, ...] = (
-    STEP_TIME_MS,
-    INPUT_PERCENT,
-    HTOD_MS_PER_STEP,
-    HTOD_PERCENT,
-    COLLECTIVE_PERCENT,
-    HTOD_EXPOSED_PERCENT,
-    COLLECTIVE_EXPOSED_PERCENT,
-    STEPS_ANALYZED,
-    SPEEDUP_IF_NO_INPUT,
-    SPEEDUP_IF_NO_HTOD,
-    SPEEDUP_IF_NO_COLLECTIVES,
-    STEP_TIME_IF_NO_INPUT_MS,
-    STEP_TIME_IF_NO_HTOD_MS,
-    STEP_TIME_IF_NO_COLLECTIVES_MS,
-    SAMPLES_PER_S,
-    ITEMS_PER_S,
-    FLOPS_PER_STEP,
-    FLOPS_PER_S,
-    MFU,
-    SELF_MS_PER_STEP,
-    CHECKPOINT_MS_PER_STEP,
-)
-"""The figures every analysed window logs, whatever its operators, in the order they are logged."""
+BASE_METRICS: tuple[Metric, ...] = tuple(m for m in in_group("") if m.field)
+"""The figures every analysed window logs, whatever its operators, in the order they are logged: each window
+figure read from a report field, in the order defined here."""
 
 ALL: tuple[Metric, ...] = (
     *BASE_METRICS,

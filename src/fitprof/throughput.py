@@ -527,7 +527,7 @@ class WorkLog:
         self.recompute_flops_per_step = recompute_flops
         self.flops_note = note
 
-    # The engine's Work protocol (fitprof.fit.events.Work): the engine says when, this log counts.
+    # The engine's Work protocol (fitprof.fit.result.Work): the engine says when, this log counts.
     def epoch_start(self) -> None:
         self.reset()
 

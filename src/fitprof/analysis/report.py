@@ -173,6 +173,9 @@ class BottleneckReport:
     checkpoint_ms_per_step: float = math.nan
     """Checkpoint saves inside the analysed steps (the ``fitprof/checkpoint`` spans), ms per step; already left out
     of ``step_time_ms``. NaN in report files written before it existed."""
+    optimizer_ms_per_step: float = math.nan
+    """The optimizer's step inside the analysed steps (torch's ``Optimizer.step#...`` spans, their union, less
+    validation, checkpoint saves and fitprof's own spans), ms per step; NaN where the trace has none."""
     memory_device: str = ""
     """Where the allocations of the churn figures were made (``cuda``, ``cpu``); "" when the trace holds no memory
     events (recorded without torch's ``profile_memory``) and the churn figures are NaN."""
@@ -199,36 +202,14 @@ class BottleneckReport:
     from window to window (:func:`fitprof.analysis.clock.across_windows`)."""
 
     def scalars(self) -> dict[str, float]:
-        """The figures under their logged keys: ``fitprof/step_time_ms``, ..., and the operators by rank,
-        ``fitprof/top_op_1_ms`` ... ``fitprof/top_op_<len(top_ops)>_ms`` (ms per step; see :mod:`fitprof.metrics`)."""
-        out = {
-            metrics.STEP_TIME_MS.key: self.step_time_ms,
-            metrics.INPUT_PERCENT.key: self.input_percent,
-            metrics.HTOD_MS_PER_STEP.key: self.htod_ms_per_step,
-            metrics.HTOD_PERCENT.key: self.htod_percent,
-            metrics.COLLECTIVE_PERCENT.key: self.collective_percent,
-            metrics.HTOD_EXPOSED_PERCENT.key: self.htod_exposed_percent,
-            metrics.COLLECTIVE_EXPOSED_PERCENT.key: self.collective_exposed_percent,
-            metrics.STEPS_ANALYZED.key: float(self.steps_analyzed),
-            metrics.SPEEDUP_IF_NO_INPUT.key: self.speedup_if_no_input,
-            metrics.SPEEDUP_IF_NO_HTOD.key: self.speedup_if_no_htod,
-            metrics.SPEEDUP_IF_NO_COLLECTIVES.key: self.speedup_if_no_collectives,
-            metrics.STEP_TIME_IF_NO_INPUT_MS.key: self.step_time_if_no_input_ms,
-            metrics.STEP_TIME_IF_NO_HTOD_MS.key: self.step_time_if_no_htod_ms,
-            metrics.STEP_TIME_IF_NO_COLLECTIVES_MS.key: self.step_time_if_no_collectives_ms,
-            metrics.SAMPLES_PER_S.key: self.samples_per_s,
-            metrics.ITEMS_PER_S.key: self.items_per_s,
-            metrics.FLOPS_PER_STEP.key: self.flops_per_step,
-            metrics.FLOPS_PER_S.key: self.flops_per_s,
-            metrics.MFU.key: self.mfu,
-            metrics.SELF_MS_PER_STEP.key: self.self_ms_per_step,
-            metrics.CHECKPOINT_MS_PER_STEP.key: self.checkpoint_ms_per_step,
-        }
+        """The figures under their logged keys: each of :data:`fitprof.metrics.BASE_METRICS` read from the field it
+        names (``fitprof/step_time_ms``, ...), the operators by rank, ``fitprof/top_op_1_ms`` ...
+        ``fitprof/top_op_<len(top_ops)>_ms`` (ms per step), and the churn figures of a trace with memory events."""
+        out = {m.key: float(getattr(self, m.field)) for m in metrics.BASE_METRICS}  # each figure's own field
         for i, op in enumerate(self.top_ops, start=1):
             out[metrics.top_op_rank_key(i)] = op.self_ms_per_step
         if self.memory_device:  # a trace with memory events (profile_memory): every window of the fit has them
-            out[metrics.ALLOCS_PER_STEP.key] = self.allocs_per_step
-            out[metrics.ALLOC_MB_PER_STEP.key] = self.alloc_mb_per_step
+            out.update({m.key: float(getattr(self, m.field)) for m in metrics.CHURN_METRICS})
         return out
 
     def op_scalars(self) -> dict[str, float]:

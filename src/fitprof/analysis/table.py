@@ -116,6 +116,7 @@ def analyze_table(
         collective_ms_per_step=coll_us / n_div / 1e3,
         self_ms_per_step=_own_us(w) / n_div / 1e3,
         checkpoint_ms_per_step=_annotated_us(w, CHECKPOINT_ANNOTATION) / n_div / 1e3,
+        optimizer_ms_per_step=_optimizer_ms_per_step(w),
         collective_percent=collective_percent,
         htod_exposed_percent=htod_exposed_percent,
         collective_exposed_percent=collective_exposed_percent,
@@ -244,6 +245,21 @@ def _annotated_us(w: _Window, name: str) -> float:
     time already, us."""
     spans = Distinct(w.table["name"].to_numpy(), w.not_training).equal(name)
     return intervals.overlap(intervals.union(w.ts[spans], w.end[spans]), w.steps)
+
+
+OPTIMIZER_STEP = "Optimizer.step#"
+"""The name prefix of torch's span around each optimizer step (``Optimizer.step#SGD.step``, recorded by
+``torch.optim.Optimizer``'s profiling hook)."""
+
+
+def _optimizer_ms_per_step(w: _Window) -> float:
+    """The optimizer's steps: the union of the host's ``Optimizer.step#...`` spans, clipped to the steps, less the
+    excluded spans (validation, checkpoint saves, fitprof's own), ms per step; NaN (``math.nan`` itself, as a report
+    file reads it back) when the trace has no such span."""
+    spans = Distinct(w.table["name"].to_numpy(), ~w.on_device).mask(lambda u: str(u).startswith(OPTIMIZER_STEP))
+    if not spans.any():
+        return math.nan
+    return w.clipped_us(intervals.union(w.ts[spans], w.end[spans])) / w.n_div / 1e3
 
 
 def _input_us(w: _Window) -> float:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fitprof import metrics
 from fitprof.analysis import one_line
 from fitprof.report_files import clean_json
 
@@ -87,32 +88,13 @@ _CSV_COLUMNS = (
     "rank",
     "world_size",
     "framework",
-    "steps_analyzed",
-    "step_time_ms",
+    *(m.field for m in metrics.BASE_METRICS),  # every logged window figure, as its report field
     "input_ms_per_step",
-    "input_percent",
-    "htod_ms_per_step",
-    "htod_percent",
     "htod_gb_per_s",
-    "htod_exposed_percent",
-    "collective_percent",
-    "collective_exposed_percent",
-    "step_time_if_no_input_ms",
-    "speedup_if_no_input",
-    "step_time_if_no_htod_ms",
-    "speedup_if_no_htod",
-    "step_time_if_no_collectives_ms",
-    "speedup_if_no_collectives",
-    "samples_per_s",
-    "items_per_s",
-    "flops_per_step",
-    "flops_per_s",
-    "mfu",
     "top_op",
     "top_op_ms_per_step",
     "top_op_percent",
-    "allocs_per_step",
-    "alloc_mb_per_step",
+    *(m.field for m in metrics.CHURN_METRICS),
     "top_allocator",
     "top_allocator_mb_per_step",
     "verdict",

@@ -3,8 +3,21 @@ and the probe extension point. Framework-free."""
 
 from __future__ import annotations
 
+from fitprof.fit.boundary import KERAS, LIGHTNING, StepBoundary
 from fitprof.fit.engine import FitEngine
-from fitprof.fit.events import Busy, EpochResult, Triggered, Work
 from fitprof.fit.probes import Probe, Probes
+from fitprof.fit.result import Busy, EpochLog, EpochResult, Triggered, Work
 
-__all__ = ["Busy", "EpochResult", "FitEngine", "Probe", "Probes", "Triggered", "Work"]
+__all__ = [
+    "KERAS",
+    "LIGHTNING",
+    "Busy",
+    "EpochLog",
+    "EpochResult",
+    "FitEngine",
+    "Probe",
+    "Probes",
+    "StepBoundary",
+    "Triggered",
+    "Work",
+]

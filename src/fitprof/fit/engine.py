@@ -13,21 +13,16 @@ cross-rank gather and the logging. The engine owns the rest:
   profiler that holds some of its steps, and the slowdown-triggered windows;
 - marking steps, the ``fitprof/overhead`` span around its own work inside a window, validation annotations,
   closing and dropping windows, and the warnings each of these may give;
-- always-on step timing (:class:`fitprof.steps.StepRecorder`) and the slowdown trigger
-  (:class:`fitprof.steps.SlowdownTrigger`);
-- coverage (:class:`fitprof._coverage.FitCoverage`) and the "nothing was profiled" warning;
-- epoch-end publishing through :class:`fitprof.fit.pipeline.WindowPipeline`, with the figures of the registered
-  probes (:mod:`fitprof.fit.probes`).
+- always-on step timing (:class:`fitprof.fit.steps.StepRecorder`) and the slowdown trigger
+  (:class:`fitprof.fit.steps.SlowdownTrigger`);
+- coverage (:class:`fitprof.fit.coverage.FitCoverage`) and the "nothing was profiled" warning;
+- the epoch's end, one way: its windows and the registered probes (:mod:`fitprof.fit.probes`) built into one
+  :class:`~fitprof.fit.result.EpochResult` (:mod:`fitprof.fit.epoch_end`), handed to one publisher
+  (:mod:`fitprof.fit.publishing`) and returned to the adapter, which logs and prints what it carries.
 
 Steps are 1-based within the epoch, as the adapter numbers them. Where a step begins and ends depends on the
-framework's hooks, named once by ``boundary``:
-
-- ``"step_start"`` (Keras): step ``k`` runs from ``step_start(k)`` to the next ``step_start``, ``validation_start``
-  or ``epoch_end``; windows are marked at ``step_start``. With ``steps_per_execution`` = ``spe`` > 1 step numbers
-  go up by ``spe`` (one call runs ``spe`` batches).
-- ``"step_end"`` (Lightning): step ``n`` runs from the previous ``step_end`` (or ``epoch_start``) to
-  ``step_end(n)``, so a step holds its batch fetch; windows are marked at ``step_end`` for the next step, which the
-  adapter's ``ends_after`` says exists.
+framework's hooks, named once by the adapter's :class:`~fitprof.fit.boundary.StepBoundary` (``KERAS``: a step ends
+at the next ``step_start``; ``LIGHTNING``: at its ``step_end``, holding its batch fetch).
 """
 
 from __future__ import annotations
@@ -38,32 +33,34 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any
 
-from fitprof import steps as _steps
 from fitprof._batch import batch_size
-from fitprof._config import ProfileConfig, profiles_rank
-from fitprof._coverage import FitCoverage, suggest_profile_batch
 from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side
 from fitprof.fit import schedule
-from fitprof.fit.epoch_parts import EpochParts, contention
-from fitprof.fit.events import Busy, EpochResult, Work
+from fitprof.fit import steps as _steps
+from fitprof.fit.boundary import StepBoundary
+from fitprof.fit.config import ProfileConfig, profiles_rank
+from fitprof.fit.coverage import FitCoverage, suggest_profile_batch
+from fitprof.fit.epoch_end import EpochEnd
+from fitprof.fit.epoch_parts import EpochParts
+from fitprof.fit.hooks import Spans
 from fitprof.fit.memory import MemoryProbe
-from fitprof.fit.pipeline import EpochLog, Gather, WindowPipeline, epoch_scalars
+from fitprof.fit.pipeline import WindowPipeline
 from fitprof.fit.probes import Probe, Probes
 from fitprof.fit.publishing import EpochPublisher
+from fitprof.fit.result import Busy, EpochResult, Gather, Log, Work
+from fitprof.fit.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.fit.triggered import TriggeredWindows
 from fitprof.fit.xplane_worker import FINISH_TIMEOUT_S, XplaneWorker
 from fitprof.profilers.base import ProfileWindow, WindowBusy
-from fitprof.steps import EpochSteps, SlowdownTrigger, StepRecorder, TriggerEvent
 from fitprof.traces._table import CHECKPOINT_ANNOTATION, VALIDATION_ANNOTATION
 
 _log = logging.getLogger(__name__)
 
-Boundary = Literal["step_start", "step_end"]
 WindowFactory = Callable[[int, str], ProfileWindow]
 """``(epoch, session suffix) -> a new, unstarted window`` (suffix ``""`` for the scheduled window, a triggered
 window's :func:`fitprof._session.trigger_suffix`)."""
@@ -76,7 +73,7 @@ class FitEngine:
         config: the checked ``profile_batch`` / ``every_n_epochs`` / ``top_k``.
         new_window: makes a window (:data:`WindowFactory`).
         warn: the adapter's warn-once channel.
-        boundary: where the framework's steps begin and end (module docstring).
+        boundary: where the framework's steps begin and end, and its name (:mod:`fitprof.fit.boundary`).
         max_trace_mb, keep_last_windows: the pipeline's limits (:class:`~fitprof.fit.pipeline.WindowPipeline`).
         ranks: the global ranks that profile (None: all).
         trigger: the slowdown trigger (None: no triggered windows).
@@ -103,6 +100,8 @@ class FitEngine:
             ``triggered`` and ``false_alarms`` are its records of this fit.
         coverage: what this fit covered.
         window: the open window, None between windows.
+        spans: where the adapter's hook timers report (:class:`fitprof.fit.hooks.Spans`); nothing else of the
+            epoch-parts probe is the adapter's.
     """
 
     def __init__(
@@ -111,7 +110,7 @@ class FitEngine:
         *,
         new_window: WindowFactory,
         warn: WarnOnce,
-        boundary: Boundary,
+        boundary: StepBoundary,
         max_trace_mb: float | None = None,
         keep_last_windows: int | None = None,
         ranks: frozenset[int] | None = None,
@@ -138,15 +137,16 @@ class FitEngine:
         self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from warm_up to fit_end
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
-        self.parts = EpochParts("lightning" if boundary == "step_end" else "keras", clock=clock)
+        self.parts = EpochParts(boundary.framework, clock=clock)
+        self.spans: Spans = self.parts  # where the adapter's hook timers report (fitprof.fit.hooks), no more
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)
         self.probes = Probes((*builtin, *probes), warn)
         # The per-step events go straight to the probes that take them (no lookup by name every step).
         self._on_step_start = self.probes.methods("step_start")
         self._on_step_end = self.probes.methods("step_end")
-        self._at_start = boundary == "step_start"
-        self._at_end = boundary == "step_end"
+        self._at_start = boundary.at_step_start
+        self._at_end = boundary.at_step_end
         # The scheduled and the triggered windows each keep their own results and trace retention.
         scheduled, triggered = (
             WindowPipeline(
@@ -158,11 +158,11 @@ class FitEngine:
             )
             for _ in range(2)
         )
-        self.publisher = EpochPublisher(
-            scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline
-        )
-        self.pipeline, self.trigger_pipeline = self.publisher.pipeline, self.publisher.trigger_pipeline
-        self.baseline: Side | None = self.publisher.baseline
+        # The epoch's end, one way: the probes and the windows into one result, handed to one publisher.
+        self.ends = EpochEnd(scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline)
+        self.publisher = EpochPublisher(warn=warn, framework=boundary.framework)
+        self.pipeline, self.trigger_pipeline = scheduled, triggered
+        self.baseline: Side | None = self.ends.baseline
         self.coverage = FitCoverage(config)
         self.steps = StepRecorder()
         self.epoch_steps: dict[int, EpochSteps] = {}
@@ -203,7 +203,7 @@ class FitEngine:
         Args:
             log_dir: where windows write (None: profiling is off for this fit, e.g. another profiler owns it).
             rank, world: this process's global rank and the number of ranks.
-            steps_per_execution: batches per call (``boundary="step_start"``).
+            steps_per_execution: batches per call (``KERAS`` boundary).
             ends_after: ``ends_after(step)``, whether step ``step`` (the one ending now, or the next) is the
                 epoch's last, where the framework can tell; default: never known.
             memory_device: the training device whose memory the memory probe reads, ``(kind, index)``
@@ -223,7 +223,8 @@ class FitEngine:
         self.spe = max(int(steps_per_execution), 1)
         self.config = self.given_config.in_calls(self.spe)
         self.ends_after = ends_after or _never
-        self.publisher.begin_fit(log_dir, rank, world)
+        self.ends.begin_fit(log_dir, rank, world)
+        self.publisher.begin_fit(log_dir, rank)
         self.coverage.begin_fit()
         self.coverage.left_out = not self.profiles_rank
         self.epoch_steps = {}
@@ -254,7 +255,7 @@ class FitEngine:
         """The ``fit`` ended normally: stop what is still open (nothing is kept of it) and give the "nothing was
         profiled" warning when that is so."""
         if self.window is not None:
-            self._close(drop_open_step=self.boundary == "step_end")
+            self._close(drop_open_step=self.boundary.drops_open_step)
         self.finish_conversions()
         never = self.coverage.message("fitprof: ")
         if never:
@@ -302,7 +303,7 @@ class FitEngine:
         self.epoch = epoch
         self._reset_epoch()
         cfg = self.config
-        if self.boundary == "step_end" and next_step == 1:
+        if self.boundary.origin_at_epoch_start(next_step):
             self.steps.begin_epoch(now)
         else:  # the first boundary only sets the origin
             self.steps.begin_epoch(None)
@@ -330,7 +331,7 @@ class FitEngine:
         if blocked:
             return
         self._count_pending = True
-        if self.boundary == "step_end" and next_step >= self.plan.warm_up:
+        if self.boundary.opens_at_epoch_start(next_step, self.plan.warm_up):
             self._open_scheduled(next_step)
 
     def _yield_to_others(self) -> bool:
@@ -360,20 +361,21 @@ class FitEngine:
         steps: int = 0,
         device_ms: list[float] | None = None,
         gather: Gather | None = None,
-        log: Callable[[EpochLog], None] = lambda entry: None,
+        log: Log = lambda entry: None,
     ) -> EpochResult:
         """Epoch ``epoch`` ended: close what is open, analyse this epoch's windows and publish.
 
         Args:
             steps: the training steps the framework says the epoch ran (0: unknown; the engine counts them).
-            device_ms: each clean step's device time (:meth:`fitprof.steps.StepRecorder.summary`).
+            device_ms: each clean step's device time (:meth:`fitprof.fit.steps.StepRecorder.summary`).
             gather: the cross-rank all-gather (None: this rank's own figures); called on every rank of a profiled
                 epoch, with or without a report, so the collective always completes.
-            log: rank 0's logger of the window's :class:`~fitprof.fit.pipeline.EpochLog`.
+            log: rank 0's logger of the window's :class:`~fitprof.fit.result.EpochLog`, which the publisher hands
+                the result's ``log``.
         """
         now = self.clock()
         figures = self.epoch_steps[epoch] = self.steps.summary(device_ms)
-        drop = self.boundary == "step_end"  # a step marked there for a next step that never ran
+        drop = self.boundary.drops_open_step  # a step marked there for a next step that never ran
         if self.window is not None and self._event is not None:
             self._close(drop_open_step=drop)
         ran = steps or (self._seen + self.spe - 1 if self._seen else 0)
@@ -387,20 +389,21 @@ class FitEngine:
             self._close(drop_open_step=drop)
         self.armed = False
         self.probes.call("epoch_end", epoch, now_ns=now)
-        parts = self.parts.results.get(epoch)
-        self.publisher.contention = None if parts is None else contention(parts, self.parts.framework)
-        result = EpochResult(figures=figures, profiled=self.profiled)
-        if self.profiled and epoch not in self.pipeline.reports:  # not flushed already after an exception
-            self.publisher.scheduled(epoch, result, work=self.work, gather=gather, log=log)
-        result.epoch = {**epoch_scalars(figures), **self.probes.figures("epoch")}
-        result.triggered, result.trigger = self.triggers.publish(epoch, self.publisher)
+        result = self.ends.result(
+            epoch,
+            figures,
+            profiled=self.profiled,
+            pending=self.triggers.take(),
+            false_alarms=self.triggers.false_alarms,
+            work=self.work,
+            gather=gather,
+        )
+        self.triggers.published_in(result.triggered)
         self.profiled = False
-        self.publisher.record(epoch, result, self.steps)
+        self.publisher.publish(epoch, result, log=log, steps=self.steps)
         return result
 
-    def exception(
-        self, exc: BaseException | None, *, log: Callable[[EpochLog], None], drop_open_step: bool = True
-    ) -> EpochResult | None:
+    def exception(self, exc: BaseException | None, *, log: Log, drop_open_step: bool = True) -> EpochResult | None:
         """Training raised: stop the window (``drop_open_step``: the failing step never finished, left out),
         analyse and log what it holds (this rank's own: the other ranks may be anywhere), and stop every profiler.
         Never raises."""
@@ -445,12 +448,14 @@ class FitEngine:
         samples: int | None = None,
         now_ns: int | None = None,
     ) -> None:
-        """Step ``step`` begins (its batch, when the hook has it). With ``boundary="step_start"`` the previous step
+        """Step ``step`` begins (its batch, when the hook has it). At a ``KERAS`` boundary the previous step
         ended here: ``input_ns`` / ``samples`` are that step's input wait and batch size. ``now_ns``: the adapter's
         reading of the engine's clock for this event, when it has one (None: read here)."""
         # Every training step runs this and step_end: the common path (no window open) calls as little as it can.
         now = self.clock() if now_ns is None else now_ns
         self._send(self._on_step_start, step, batch, now)
+        if input_ns is not None:  # the one hand-over of the wait: the step timing and the epoch's parts
+            self.parts.input_wait(input_ns)
         if self._at_start:
             self._boundary(step, now, input_ns, samples, batch)
         elif self.window is None:
@@ -468,9 +473,11 @@ class FitEngine:
         samples: int | None = None,
         now_ns: int | None = None,
     ) -> None:
-        """Step ``step`` ended (``boundary="step_end"``: its input wait and batch size, by default
+        """Step ``step`` ended (``LIGHTNING`` boundary: its input wait and batch size, by default
         :func:`fitprof._batch.batch_size` of ``batch``); ``now_ns`` as in :meth:`step_start`."""
         now = self.clock() if now_ns is None else now_ns
+        if input_ns is not None:  # inside the step that ends here
+            self.parts.input_wait(input_ns)
         self._send(self._on_step_end, step, batch, now)
         if self._at_end:
             window = self.window
@@ -557,7 +564,7 @@ class FitEngine:
     def _open_scheduled(self, k: int) -> None:
         """Start the scheduled window before step ``k``: its warm-up step, or its first step when it takes none
         (then marking it is fitprof's own time)."""
-        if self.boundary == "step_end" and k < self.config.first_step and self.ends_after(k):
+        if self.boundary.sees_epoch_end and k < self.config.first_step and self.ends_after(k):
             self.armed = False  # the warm-up step is the epoch's last: the window would analyse nothing
             return
         if not self._start(""):
@@ -578,7 +585,7 @@ class FitEngine:
         assert window is not None
         n, last = k - 1, self.config.last_step
         if not self._marked:  # the warm-up step ended
-            if self.boundary == "step_end" and self.ends_after(n):
+            if self.boundary.sees_epoch_end and self.ends_after(n):
                 self._close(drop_open_step=False)  # nothing analysed: dropped
                 self.armed = False
             else:
@@ -586,7 +593,7 @@ class FitEngine:
         elif k > last:
             self._close(drop_open_step=False)
             self.armed = False
-        elif self.boundary == "step_end" and self.ends_after(n):
+        elif self.boundary.sees_epoch_end and self.ends_after(n):
             self._warn_short(n)
             self._close(drop_open_step=False)
             self.armed = False
@@ -661,7 +668,7 @@ class FitEngine:
     def _advance_triggered(self, k: int) -> None:
         """Mark or close the open triggered window at step boundary ``k``; the boundaries' times from its first
         analysed step on give its steps' wall times (:meth:`TriggeredWindows.closed` judges them)."""
-        ends = self.boundary == "step_end" and self.ends_after(k - 1)
+        ends = self.boundary.sees_epoch_end and self.ends_after(k - 1)
         if not self._marked and ends:
             self._close(drop_open_step=False)  # only its warm-up step ran: dropped
             return
@@ -710,7 +717,7 @@ class FitEngine:
             window.abort()
             return
         if event is None:
-            self.publisher.keep(window, trace)
+            self.ends.keep(window, trace)
         else:
             self.triggers.closed(self.epoch, window, trace, event)
 
@@ -727,12 +734,12 @@ class FitEngine:
 
     # ------------------------------------------------------------------------------------ validation etc.
     def validation_start(self) -> None:
-        """Validation begins. Keras (``boundary="step_start"``) validates after the epoch's last training step:
+        """Validation begins. Keras (``KERAS`` boundary) validates after the epoch's last training step:
         the window closes. Inside a Lightning window it is wrapped in ``fitprof/validation`` and left out of step
         time. Either way the steps around it are left out of the step timing."""
         self.probes.call("validation_start", now_ns=self.clock())
         self._validating = True
-        if self.boundary == "step_start":
+        if self.boundary.validation_closes_window:
             if self.window is not None:
                 self._close(drop_open_step=False)
                 self.armed = False
@@ -743,7 +750,7 @@ class FitEngine:
 
     def validation_end(self) -> None:
         self.probes.call("validation_end", now_ns=self.clock())
-        if self._validating and self.window is not None and self.boundary == "step_end":
+        if self._validating and self.window is not None and not self.boundary.validation_closes_window:
             self.window.end_annotation()
         self._validating = False
 
@@ -754,6 +761,14 @@ class FitEngine:
 
     def checkpoint_end(self) -> None:
         self.probes.call("checkpoint_end", now_ns=self.clock())
+
+    def cpu_share(self, *, threads: int | None = None, workers: int | None = None) -> None:
+        """What the training competes with for the cores, where the framework says: its intra-op ``threads`` and
+        the training loader's ``workers`` (the epoch-parts probe's CPU-contention verdict weighs them)."""
+        if threads is not None:
+            self.parts.threads = threads
+        if workers is not None:
+            self.parts.workers = workers
 
     def save_begin(self) -> None:
         """A checkpoint save starts (the adapter's :class:`fitprof.fit.hooks.Saves`): inside a window it is
@@ -768,7 +783,7 @@ class FitEngine:
 
     def save_end(self, ns: int) -> None:
         """The save that :meth:`save_begin` announced took ``ns``: out of the step it ran in (the step stays timed,
-        :meth:`fitprof.steps.StepRecorder.take_out`); its annotation closes. Never raises."""
+        :meth:`fitprof.fit.steps.StepRecorder.take_out`); its annotation closes. Never raises."""
         if self._save_annotated and self.window is not None:
             with contextlib.suppress(Exception):
                 self.window.end_annotation()

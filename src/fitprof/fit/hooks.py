@@ -16,7 +16,7 @@ installed the wrappers are timed (Keras may dispatch batch-end hooks to a thread
 
 A save seen another way (the framework's save method, :func:`wrap_save`) is a checkpoint span too. All of them report
 to one :class:`Saves`, whose outermost span calls ``begin()`` / ``end(ns)``, so that the adapter can annotate the save
-inside a window and take it out of the step's time (:meth:`fitprof.steps.StepRecorder.take_out`) once per save.
+inside a window and take it out of the step's time (:meth:`fitprof.fit.steps.StepRecorder.take_out`) once per save.
 ``uninstall`` removes the wrappers still in place.
 """
 
@@ -27,11 +27,22 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
-from fitprof.fit.epoch_parts import CALLBACKS, CHECKPOINT, PROFILING, EpochParts, lightning_hook_part
+from fitprof.fit.epoch_parts import CALLBACKS, CHECKPOINT, PROFILING, lightning_hook_part
 
-__all__ = ["FETCH_ACTION", "KERAS_HOOKS", "CallbackHooks", "ProfilerHooks", "Saves", "wrap_save"]
+__all__ = ["FETCH_ACTION", "KERAS_HOOKS", "CallbackHooks", "ProfilerHooks", "Saves", "Spans", "wrap_save"]
+
+
+class Spans(Protocol):
+    """Where the timed hooks report their spans: the engine's epoch-parts probe
+    (:attr:`fitprof.fit.engine.FitEngine.spans`, an :class:`~fitprof.fit.epoch_parts.EpochParts`)."""
+
+    def enter(self, part: int, name: str = "", now_ns: int | None = None) -> None:
+        """A span of ``part`` (``name``: whose) begins at ``now_ns``."""
+
+    def leave(self, now_ns: int | None = None) -> None:
+        """The innermost span ends at ``now_ns``."""
 
 
 class Saves:
@@ -41,7 +52,7 @@ class Saves:
 
     Args:
         begin: e.g. open the ``fitprof/checkpoint`` annotation when a window is open.
-        end: e.g. close it and take the save out of the step's time (:meth:`fitprof.steps.StepRecorder.take_out`).
+        end: e.g. close it and take the save out of the step's time (:meth:`fitprof.fit.steps.StepRecorder.take_out`).
 
     Attributes:
         count: the outermost saves seen.
@@ -77,7 +88,7 @@ class Saves:
                 self.on_end(ns)
 
 
-def _timed_save(method: Callable[..., Any], parts: EpochParts, saves: Saves, name: str, thread: int) -> Any:
+def _timed_save(method: Callable[..., Any], parts: Spans, saves: Saves, name: str, thread: int) -> Any:
     clock, get_ident = time.perf_counter_ns, threading.get_ident
 
     @functools.wraps(method)
@@ -97,7 +108,7 @@ def _timed_save(method: Callable[..., Any], parts: EpochParts, saves: Saves, nam
     return timed_save
 
 
-def wrap_save(parts: EpochParts, saves: Saves, obj: Any, attr: str) -> Callable[[], None] | None:
+def wrap_save(parts: Spans, saves: Saves, obj: Any, attr: str) -> Callable[[], None] | None:
     """Time every call of ``obj.<attr>`` (a save method: Lightning's ``trainer.save_checkpoint``, Keras's
     ``model.save``) as a checkpoint save on this thread, wrapped on the instance; returns the function that undoes
     it (only while the wrapper is still in place), None when the object refuses."""
@@ -144,7 +155,7 @@ class ProfilerHooks:
 
     def __init__(
         self,
-        parts: EpochParts | None = None,
+        parts: Spans | None = None,
         *,
         own: str = "FitProfiler",
         overrides: Callable[[str, str], bool] | None = None,
@@ -276,7 +287,7 @@ class CallbackHooks:
 
     def __init__(
         self,
-        parts: EpochParts,
+        parts: Spans,
         *,
         own: object = None,
         checkpointing: tuple[type, ...] = (),

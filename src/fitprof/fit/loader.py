@@ -53,6 +53,7 @@ from fitprof.metrics import (
     LOADER_WORKERS,
     LOADER_WORKERS_NEEDED,
 )
+from fitprof.profilers.counters import LoaderCounters
 
 WAIT_TARGET = 0.05
 """The input wait a worker count must bring the step under, as a share of the predicted step time."""
@@ -71,40 +72,6 @@ HEADROOM = 1.1
 """The worker count is chosen as if each batch took this much longer (the step time it predicts is not): a count
 whose workers only just keep pace (W/N = S) re-measured up to 26% slower than predicted (Lightning, sleep-modelled
 loading, 2 cores), as every late batch then makes the loop wait."""
-
-
-@dataclass(frozen=True)
-class LoaderCounters:
-    """Cumulative counters of one loader's workers since the timing was attached, one entry per worker.
-
-    Attributes:
-        busy_ns: wall time inside the batch fetch (samples and collate), ns, per worker.
-        cpu_ns: the worker thread's CPU time in the same spans, ns, per worker.
-        batches: batches fetched, per worker.
-        runq_ns: time in the same spans the worker was runnable but waited for a core (Linux's run-queue wait), ns,
-            per worker; empty where unknown.
-    """
-
-    busy_ns: tuple[int, ...]
-    cpu_ns: tuple[int, ...]
-    batches: tuple[int, ...]
-    runq_ns: tuple[int, ...] = ()
-
-    def minus(self, earlier: LoaderCounters | None) -> LoaderCounters:
-        """The counts since ``earlier`` (a worker that restarted, whose counter went down, counts from 0)."""
-        if earlier is None or len(earlier.busy_ns) != len(self.busy_ns):
-            return self
-
-        def sub(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-            return tuple(x - y if x >= y else x for x, y in zip(a, b, strict=True))
-
-        runq = sub(self.runq_ns, earlier.runq_ns) if len(self.runq_ns) == len(earlier.runq_ns) else self.runq_ns
-        return LoaderCounters(
-            sub(self.busy_ns, earlier.busy_ns),
-            sub(self.cpu_ns, earlier.cpu_ns),
-            sub(self.batches, earlier.batches),
-            runq,
-        )
 
 
 class LoaderSource(Protocol):

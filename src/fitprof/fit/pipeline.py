@@ -13,11 +13,11 @@ For each profiled window, at the end of its epoch:
    background converter (:mod:`fitprof.fit.xplane_worker`: the training loop waits only for what its logged
    figures need) and delete the trace files of windows beyond ``keep_last_windows`` (never a trace the converter
    still reads);
-2. :meth:`WindowPipeline.publish`, on every rank that marked the epoch (with or without a report, so the
+2. :meth:`WindowPipeline.gather`, on every rank that marked the epoch (with or without a report, so the
    collective always completes): gather every rank's figures (:func:`fitprof.cross_rank.pack`) with the
-   adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 hand an
-   :class:`EpochLog` (the scalars, the named operator scalars for TensorBoard, the Markdown summary and the
-   one-line summary) to the adapter's ``log``. Non-finite figures (a window without steps) are never logged.
+   adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 make the
+   :class:`~fitprof.fit.result.EpochLog` (the scalars, the named operator scalars for TensorBoard, the Markdown
+   summary and the one-line summary) that the epoch's result carries to the adapter's ``log``. Non-finite figures (a window without steps) are never logged.
 
 The logged keys are the same in every epoch (:func:`logged_keys`): the operators go by rank
 (``fitprof/top_op_<i>_ms``), so ``History``, ``CSVLogger`` columns and ``monitor=`` keys never come and go; only
@@ -32,47 +32,21 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import fitprof
-from fitprof import cross_rank, metrics, steps
+from fitprof import cross_rank, metrics
 from fitprof._retention import WindowFiles, oversize_message
 from fitprof._session import hostname, profile_root, rank_host
 from fitprof._warn import WarnOnce, no_traceback
 from fitprof.analysis import BottleneckReport, across_windows
+from fitprof.fit import steps
+from fitprof.fit.result import EpochLog, Gather
 from fitprof.fit.xplane_worker import Job, XplaneWorker
 from fitprof.report_files import write_report_file
 from fitprof.throughput import StepWork, with_throughput
 from fitprof.traces import trace_format
 from fitprof.traces._limits import wait_written
-
-Gather = Callable[[list[float]], list[list[float]]]
-"""All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
-
-
-@dataclass(frozen=True)
-class EpochLog:
-    """What rank 0 logs at the end of one profiled epoch.
-
-    Attributes:
-        epoch: the 0-based epoch.
-        scalars: the figures under the stable keys of :func:`logged_keys` (finite values only).
-        op_scalars: the top operators under their names, ``fitprof/top_ops/<op name>`` (ms per step), for
-            TensorBoard only.
-        text: the Markdown summary (verdict, advice, operator table) for TensorBoard's Text tab.
-        line: the one-line summary printed on rank 0 (:func:`summary_line`).
-    """
-
-    epoch: int
-    scalars: dict[str, float]
-    op_scalars: dict[str, float] = field(default_factory=dict)
-    text: str = ""
-    line: str = ""
-
-
-Log = Callable[[EpochLog], None]
-"""Log one epoch's :class:`EpochLog` (rank 0 only)."""
 
 
 def logged_keys(top_k: int, world_size: int = 1) -> tuple[str, ...]:
@@ -121,100 +95,12 @@ def summary_line(epoch: int, scalars: dict[str, float], report: BottleneckReport
 
 def representativeness(scalars: dict[str, float], epoch_steps: steps.EpochSteps | None) -> str | None:
     """The "window is not representative of its epoch (...)" sentence for a window's logged ``scalars`` (mean step
-    time and input share) against its epoch's always-on figures (:func:`fitprof.steps.not_representative`);
+    time and input share) against its epoch's always-on figures (:func:`fitprof.fit.steps.not_representative`);
     None when they agree, or without figures to compare."""
     if epoch_steps is None:
         return None
     return steps.not_representative(
         scalars.get(metrics.STEP_TIME_MS.key, math.nan), scalars.get(metrics.INPUT_PERCENT.key, math.nan), epoch_steps
-    )
-
-
-OP_GROWTH_FLOOR = 0.05
-"""An operator is named as the one that grew only when its self time per step grew by at least 5% of the triggered
-window's step time (a 0.06 ms wobble in ``aten::copy_`` is not the cause of a 400 ms step)."""
-
-
-def compare_windows(triggered: BottleneckReport, normal: BottleneckReport | None, normal_epoch: int | None) -> str:
-    """What changed from the last normal window to a triggered one, in one sentence: step time, input share,
-    host-to-device copy time per step, and the operator whose self time per step grew most, when that growth is at
-    least :data:`OP_GROWTH_FLOOR` of the triggered step time (an operator absent from the normal window's top list
-    counts as 0 there, so its growth is an upper bound).
-
-    Returns:
-        E.g. ``"vs the normal window of epoch 0: step 3.1 -> 41.0 ms, input 4.0% -> 88.2%, HtoD 0.00 -> 0.00
-        ms/step, grew most: aten::bmm 0.00 -> 12.30 ms/step"``; ``"no normal window to compare with"`` without one.
-    """
-    if normal is None:
-        return "no normal window to compare with"
-    where = f"epoch {normal_epoch}" if normal_epoch is not None else "this run"
-    parts = [
-        f"step {normal.step_time_ms:.1f} -> {triggered.step_time_ms:.1f} ms",
-        f"input {normal.input_percent:.1f}% -> {triggered.input_percent:.1f}%",
-        f"HtoD {normal.htod_ms_per_step:.2f} -> {triggered.htod_ms_per_step:.2f} ms/step",
-    ]
-    before = {op.name: op.self_ms_per_step for op in normal.top_ops}
-    growth = [(op.self_ms_per_step - before.get(op.name, 0.0), op) for op in triggered.top_ops]
-    floor = OP_GROWTH_FLOOR * triggered.step_time_ms
-    growth = [(g, op) for g, op in growth if math.isfinite(g) and g >= floor]
-    if growth:
-        _, op = max(growth, key=lambda item: item[0])
-        parts.append(f"grew most: {op.name} {before.get(op.name, 0.0):.2f} -> {op.self_ms_per_step:.2f} ms/step")
-    else:
-        parts.append(f"no operator grew by {100 * OP_GROWTH_FLOOR:.0f}% of the step or more")
-    return f"vs the normal window of {where}: " + ", ".join(parts)
-
-
-def epoch_scalars(figures: steps.EpochSteps) -> dict[str, float]:
-    """The ``fitprof/epoch/*`` scalars of one epoch's always-on step timing (NaN where there is no figure), the
-    same keys in both callbacks."""
-    return {
-        metrics.EPOCH_STEP_TIME_MS_P50.key: figures.step_time_ms_p50,
-        metrics.EPOCH_STEP_TIME_MS_P90.key: figures.step_time_ms_p90,
-        metrics.EPOCH_STEP_TIME_MS_MAX.key: figures.step_time_ms_max,
-        metrics.EPOCH_INPUT_PERCENT.key: figures.input_percent,
-        metrics.EPOCH_SAMPLES_PER_S.key: figures.samples_per_s,
-        metrics.EPOCH_STEPS_TIMED.key: float(figures.steps_timed),
-    }
-
-
-def trigger_scalars(event: steps.TriggerEvent) -> dict[str, float]:
-    """The ``fitprof/trigger/*`` scalars of one triggered window: the step after which it fired, that step's time
-    and the baseline (ms)."""
-    return {
-        metrics.TRIGGER_STEP.key: float(event.step),
-        metrics.TRIGGER_STEP_TIME_MS.key: event.step_time_ms,
-        metrics.TRIGGER_BASELINE_MS.key: event.baseline_ms,
-    }
-
-
-def trigger_line(
-    epoch: int,
-    event: steps.TriggerEvent,
-    report: BottleneckReport | None,
-    compared: str,
-    *,
-    false_alarm_ms: float | None = None,
-) -> str:
-    """One line for a triggered window, the same in both callbacks: ``fitprof epoch 0: slowdown after step 41
-    (40.1 ms/step vs baseline 3.2 ms), triggered window: ...`` followed by ``compared``
-    (:func:`compare_windows`). ``false_alarm_ms``: the window's median step wall time when its steps were no
-    slower than the threshold (a false alarm, which the trigger took back); the line then says so."""
-    head = (
-        f"fitprof epoch {epoch}: slowdown after step {event.step} ({event.step_time_ms:.1f} ms/step vs baseline "
-        f"{event.baseline_ms:.1f} ms)"
-    )
-    if false_alarm_ms is not None:
-        head += (
-            f" was a false alarm: the window's steps took {false_alarm_ms:.1f} ms (median), within the baseline's "
-            f"noise (threshold {event.threshold_ms:.1f} ms), so the slowdown had passed; it does not count against "
-            "trigger_max_windows or trigger_min_spacing"
-        )
-    if report is None:
-        return f"{head}, the triggered window could not be analysed"
-    return (
-        f"{head}, triggered window: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
-        f"HtoD {report.htod_percent:.1f}% -> {report.verdict}; {compared}"
     )
 
 
@@ -373,7 +259,7 @@ class WindowPipeline:
         self.analysis_seconds[epoch] = time.perf_counter() - t0
         return report
 
-    def publish(
+    def gather(
         self,
         epoch: int,
         report: BottleneckReport | None,
@@ -381,16 +267,15 @@ class WindowPipeline:
         rank: int,
         world_size: int,
         gather: Gather | None,
-        log: Log,
         epoch_steps: steps.EpochSteps | None = None,
         extra: dict[str, float] | None = None,
         baseline_line: str = "",
-    ) -> dict[str, float]:
-        """Gather and combine the ranks' figures, and log them on rank 0 (one :class:`EpochLog` to ``log``).
+    ) -> tuple[dict[str, float], EpochLog | None]:
+        """Gather and combine the ranks' figures, and on rank 0 what it logs of them (one :class:`EpochLog`).
 
         Call it on every rank at the end of every profiled epoch (``gather`` None: no cross-rank figures, e.g. a
         single process, or a flush after an exception, when the other ranks may be anywhere). With
-        ``epoch_steps`` (rank 0's always-on figures of the epoch, :class:`fitprof.steps.EpochSteps`), the one-line
+        ``epoch_steps`` (rank 0's always-on figures of the epoch, :class:`fitprof.fit.steps.EpochSteps`), the one-line
         and the Markdown summary say when the window is not representative of its epoch
         (:func:`representativeness`). ``extra``: this rank's own further figures of the window (the probes'
         :meth:`~fitprof.fit.probes.Probe.window_figures`), logged beside the report's when there is something to log.
@@ -401,7 +286,8 @@ class WindowPipeline:
             The scalars of this epoch, the same on every rank that gathered: the report's own
             (:meth:`~fitprof.analysis.BottleneckReport.scalars`), with the cross-rank means, maxima and
             ``fitprof/ranks_reported`` over them when gathered; empty when there is nothing to log (no rank
-            reported). Non-finite values are left out.
+            reported). Non-finite values are left out. Then rank 0's :class:`EpochLog` of them (None on the other
+            ranks, or with nothing to log).
         """
         scalars = {} if report is None else report.scalars()
         vectors = None
@@ -416,13 +302,13 @@ class WindowPipeline:
         if vectors is not None:
             combined = self.cross_rank[epoch] = cross_rank.combine(vectors)
             if not combined:
-                return {}
+                return {}, None
         scalars.update(combined)  # the usual figures become the means over the ranks, plus max and rank
         scalars = {k: v for k, v in scalars.items() if math.isfinite(v)}
         if scalars and extra:
             scalars.update({k: v for k, v in extra.items() if math.isfinite(v)})
         if not scalars or rank != 0:
-            return scalars
+            return scalars, None
         text = "" if report is None else report.summary_markdown()
         if combined and vectors is not None:
             own = "Rank 0's own figures follow." if report is not None else "Rank 0 has no figures for this epoch."
@@ -435,8 +321,7 @@ class WindowPipeline:
             text = f"Note: {note}.\n\n{text}".rstrip()
         if baseline_line:
             text = f"{baseline_line}\n\n{text}".rstrip()
-        log(EpochLog(epoch, scalars, ops, text, line))
-        return scalars
+        return scalars, EpochLog(epoch, scalars, ops, text, line)
 
     # ------------------------------------------------------------------------------------ the .xplane.pb
     def _write_xspace(

@@ -8,9 +8,10 @@ publishes:
 
 - :meth:`Probe.epoch_figures` (keys ``fitprof/epoch/...``) at each epoch's end, through the same channels as the
   engine's own ``fitprof/epoch/*`` keys (the epoch ``logs`` and event file in Keras, ``pl_module.log`` in
-  Lightning, and the epoch's :class:`fitprof.steps.EpochSteps`-derived scalars in ``FitProfiler.epoch_figures``);
+  Lightning, and the epoch's :class:`fitprof.fit.steps.EpochSteps`-derived scalars in ``FitProfiler.epoch_figures``);
 - :meth:`Probe.window_figures` (keys ``fitprof/...``) into the scalars logged for the profiled window of the epoch,
-  beside the report's.
+  beside the report's;
+- ``advice`` into the lines the epoch's result carries for the adapter to print.
 
 A probe that raises is warned about once (its key is the probe's class name) and left out of that event; it never
 stops training. Framework-free: a probe that needs a framework imports it itself, lazily.
@@ -55,6 +56,10 @@ class Probe(Protocol):
       ``checkpoint_end(*, now_ns)`` (Keras and Lightning report a save as one point: both come at once);
     - ``window_start(*, now_ns)``, ``window_end(*, now_ns)``: the profiled window's first analysed step begins /
       the window stops (scheduled windows only, not triggered ones).
+
+    And, at an epoch's end, ``advice(*, waiting_only)``: one line of advice for the epoch that ended, or None
+    (``waiting_only``: only when there is something to act on), which the epoch's result carries and the adapter
+    prints on rank 0 when ``verbose`` (:class:`fitprof.fit.loader.LoaderProbe`'s, for one).
     """
 
     def epoch_figures(self) -> dict[str, float]:
@@ -111,6 +116,23 @@ class Probes:
                     out[str(key)] = float(value)
             except Exception as err:
                 self.failed(method, err)
+        return out
+
+    def advice(self) -> list[str]:
+        """Each probe's advice line for the epoch that ended, where it has something to act on
+        (``advice(waiting_only=True)``), in order."""
+        out: list[str] = []
+        for probe in self.probes:
+            method = getattr(probe, "advice", None)
+            if not callable(method):
+                continue
+            try:
+                line = method(waiting_only=True)
+            except Exception as err:
+                self.failed(method, err)
+                continue
+            if line:
+                out.append(str(line))
         return out
 
     def failed(self, method: Any, err: Exception) -> None:

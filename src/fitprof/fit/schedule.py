@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from fitprof._config import ProfileConfig
+from fitprof.fit.config import ProfileConfig
 
 
 class Plan(NamedTuple):

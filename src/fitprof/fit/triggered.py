@@ -1,6 +1,8 @@
 """The slowdown-triggered windows of one :class:`~fitprof.fit.engine.FitEngine`, framework-free: feeding clean steps
 to the trigger, where an opened window's analysed steps end, each closed window's wall times judged (a false alarm
-is taken back), the stopped windows kept until their epoch's end, then published and counted for the fit.
+is taken back), the stopped windows kept until their epoch's end (:meth:`TriggeredWindows.take`), then counted for
+the fit (:meth:`TriggeredWindows.published_in`); the engine's epoch end analyses and publishes them
+(:mod:`fitprof.fit.epoch_end`).
 
 The engine keeps the window state machine (starting, marking and stopping the window, which window is open) and
 calls this bookkeeping at each of its turns; whether a window may open at all is the engine's to say (it knows the
@@ -10,18 +12,14 @@ open window, the schedule and another profiler's steps: :func:`fitprof.fit.sched
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from fitprof import metrics
 from fitprof.analysis import BottleneckReport
-from fitprof.fit.events import Triggered
-from fitprof.fit.pipeline import trigger_scalars
-from fitprof.fit.publishing import EpochPublisher
+from fitprof.fit.result import Triggered
+from fitprof.fit.steps import SlowdownTrigger, TriggerEvent
 from fitprof.profilers.base import ProfileWindow
-from fitprof.steps import SlowdownTrigger, TriggerEvent
 
 
 class TriggeredWindows:
@@ -115,16 +113,15 @@ class TriggeredWindows:
             self.false_alarms[(epoch, event.step)] = median_ns / 1e6
         self._fired = None
 
-    def publish(self, epoch: int, publisher: EpochPublisher) -> tuple[list[Triggered], dict[str, float]]:
-        """The epoch ended: its triggered windows analysed and compared (:meth:`EpochPublisher.triggered`), and the
-        ``fitprof/trigger/*`` scalars of the last of them (NaN when none)."""
+    def take(self) -> list[tuple[ProfileWindow, Path, TriggerEvent]]:
+        """The epoch ended: the triggered windows stopped in it (each with its trace and firing), handed over once."""
         pending, self._pending = self._pending, []
-        out = publisher.triggered(epoch, pending, self.false_alarms)
-        self.published += [(t.epoch, t.event, t.report) for t in out]
-        scalars = {m.key: math.nan for m in metrics.TRIGGER_METRICS}
-        if out:
-            scalars.update(trigger_scalars(out[-1].event))
-        return out, scalars
+        return pending
+
+    def published_in(self, triggered: Iterable[Triggered]) -> None:
+        """The epoch's triggered windows were analysed (each with ``epoch``, ``event`` and ``report``,
+        :class:`fitprof.fit.result.Triggered`): counted in :attr:`published`."""
+        self.published += [(t.epoch, t.event, t.report) for t in triggered]
 
     def __getstate__(self) -> dict[str, Any]:
         """Copied and pickled with the engine: this fit's stopped windows are not copied."""

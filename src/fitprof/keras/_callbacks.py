@@ -48,7 +48,7 @@ def time_hooks(
     checkpointing callbacks as saves: annotated inside a window and taken out of their step's time); where the
     backend knows its intra-op thread count (``threads``), the epoch parts get it. Undone by the returned hooks' ``uninstall``."""
     hooks = CallbackHooks(
-        engine.parts,
+        engine.spans,
         own=own,
         checkpointing=(keras.callbacks.ModelCheckpoint, keras.callbacks.BackupAndRestore),
         saves=Saves(begin=engine.save_begin, end=engine.save_end),
@@ -59,7 +59,7 @@ def time_hooks(
         warn("hooks", f"fitprof: could not time the callbacks' hooks ({err!r}).")
     if threads is not None:
         with contextlib.suppress(Exception):
-            engine.parts.threads = threads()
+            engine.cpu_share(threads=threads())
     return hooks
 
 

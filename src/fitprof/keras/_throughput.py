@@ -70,7 +70,7 @@ def _samples_seen(model: Any) -> float:
 
 class KerasWork:
     """Collects one window's :class:`~fitprof.throughput.StepWork` for the Keras ``FitProfiler``: the engine's
-    :class:`~fitprof.fit.events.Work` (the engine says when, this counts), per backend through its
+    :class:`~fitprof.fit.result.Work` (the engine says when, this counts), per backend through its
     :class:`~fitprof.keras._backends.Backend` (``device_and_dtype``, ``count_flops``, ``count_items``)."""
 
     def __init__(

@@ -12,16 +12,26 @@ from typing import Any
 
 import keras
 
-from fitprof import _config, _fs, metrics
+from fitprof import _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
-from fitprof.fit.config import check_arguments
+from fitprof.fit.boundary import KERAS
+from fitprof.fit.config import (
+    DEFAULT_PROFILE_BATCH,
+    SharedAttributes,
+    check_arguments,
+    normalize_log_dir,
+    shared,
+    unknown_ranks_message,
+)
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
-from fitprof.fit.pipeline import EpochLog, every_key
+from fitprof.fit.pipeline import every_key
 from fitprof.fit.probes import finite
+from fitprof.fit.result import EpochLog
+from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.keras import _callbacks, _distributed, _logs
 from fitprof.keras._backends import BACKENDS
 from fitprof.keras._guards import Guards, fit_frame_locals
@@ -29,14 +39,13 @@ from fitprof.keras._tbevents import TBEventFile
 from fitprof.keras._throughput import KerasWork
 from fitprof.profilers.base import ProfileWindow
 from fitprof.profilers.memory import keras_device
-from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_BACKENDS = tuple(BACKENDS)
 
 
-class FitProfiler(keras.callbacks.Callback):
+class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     """Profile a few training steps of every epoch and log where the step time goes.
 
     Add it to ``model.fit(..., callbacks=[FitProfiler(log_dir="logs")])``. In each profiled epoch it profiles
@@ -67,7 +76,7 @@ class FitProfiler(keras.callbacks.Callback):
     the window the batch hook's own work is wrapped in ``fitprof/overhead``, left out of step time and logged as
     ``fitprof/self_ms_per_step``.
 
-    Outside the windows the batch hook only times the step (one clock read, :class:`fitprof.steps.StepRecorder`)
+    Outside the windows the batch hook only times the step (one clock read, :class:`fitprof.fit.steps.StepRecorder`)
     and compares a few values, and the callback does not override
     ``on_train_batch_end``, so Keras keeps dispatching other callbacks' batch-end hooks asynchronously.
     Profiling never stops training: a profiler that cannot start (another one running) or stop, or a step marker
@@ -103,7 +112,7 @@ class FitProfiler(keras.callbacks.Callback):
             profiler bug that can abort a non-chief worker when its window stops (docs/distributed.md, "Keras
             (`tf.distribute`)"); a warning names it on such a worker.
         verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
-            verdict; :func:`fitprof.window.summary_line`). Also quiet under ``fit(verbose=0)``.
+            verdict; :func:`fitprof.fit.pipeline.summary_line`). Also quiet under ``fit(verbose=0)``.
         record_shapes: torch backend only (ignored, with one warning, on TensorFlow): record operator input
             shapes (``torch.profiler.profile(record_shapes=...)``).
         profile_memory: torch only: record allocations and frees.
@@ -114,7 +123,7 @@ class FitProfiler(keras.callbacks.Callback):
             torch backend only, called on the batch of the step whose FLOPs are counted (the only batch a callback
             sees) and scaled to the window's samples; None (default), or another backend, logs NaN there.
         trigger: ``"slowdown"`` opens an extra window when steps stay slower than their baseline
-            (:class:`fitprof.steps.SlowdownTrigger`): fired after step ``S``, step ``S + 1`` is its warm-up step and
+            (:class:`fitprof.fit.steps.SlowdownTrigger`): fired after step ``S``, step ``S + 1`` is its warm-up step and
             the next ``L`` steps (as many as ``profile_batch``, 5 when that is off) are analysed, in the session
             ``<time>_epoch<N>_trigger_step<S>``, at the epoch's end, with no collective. It never overlaps the
             ``profile_batch`` window, its warm-up step or its FLOP-count step, and counts no samples or FLOPs.
@@ -146,7 +155,7 @@ class FitProfiler(keras.callbacks.Callback):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] = "logs",
-        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
+        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -165,29 +174,9 @@ class FitProfiler(keras.callbacks.Callback):
         baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        log_dir = _config.normalize_log_dir(log_dir)
-        args = check_arguments(
-            profile_batch=profile_batch,
-            every_n_epochs=every_n_epochs,
-            top_k=top_k,
-            max_trace_mb=max_trace_mb,
-            keep_last_windows=keep_last_windows,
-            ranks=ranks,
-            verbose=verbose,
-            record_shapes=record_shapes,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            count_items=count_items,
-            trigger=trigger,
-            trigger_max_windows=trigger_max_windows,
-            trigger_min_spacing=trigger_min_spacing,
-            probes=probes,
-            baseline=baseline,
-        )
-        self.config, self.verbose, self.ranks, self.trigger = args.config, args.verbose, args.ranks, args.trigger
-        self.torch_options, self.count_items = args.torch_options, args.count_items
-        self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
+        log_dir = normalize_log_dir(log_dir)
+        args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
+        args.bind(self)
         self.backend = keras.backend.backend()
         fns = BACKENDS.get(self.backend)
         if fns is None:
@@ -211,7 +200,7 @@ class FitProfiler(keras.callbacks.Callback):
             args.config,
             new_window=self._new_window,
             warn=self._warn_once,
-            boundary="step_start",
+            boundary=KERAS,
             work=self._work,
             probes=(self._loader, *args.probes),
             **args.engine_settings(),
@@ -337,7 +326,7 @@ class FitProfiler(keras.callbacks.Callback):
                 "abort such a worker when a window stops (heap corruption in TraceMeRecorder, from all-reduces "
                 "that end on another thread). Pass ranks=[0] to profile the chief only.",
             )
-        unknown = _config.unknown_ranks_message(self.ranks, world)
+        unknown = unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
         found = _callbacks.fit_callbacks(self)
@@ -387,8 +376,6 @@ class FitProfiler(keras.callbacks.Callback):
         if window is not None:  # the step that ended ran in the window: its samples, as the data gives them
             self._work.step_ended(samples)
         engine.step_start(batch + 1, input_ns=wait, samples=samples)
-        if wait is not None:
-            engine.parts.input_wait(wait)
         if engine.window is not window:
             self._sync_guards()
 
@@ -417,15 +404,9 @@ class FitProfiler(keras.callbacks.Callback):
         """Rank 0: the epoch's always-on figures and its triggered windows to the event file (step = epoch), each
         triggered window's line printed when ``verbose``; a profiled window's files copied to a URL log dir."""
         if self._engine.rank == 0:
-            for triggered in result.triggered:
-                if self._verbose():
-                    print(triggered.line, flush=True)
             if self._verbose():
-                for line in result.verdicts:
-                    print(f"fitprof: {line}", flush=True)
-            advice = self._loader.advice(waiting_only=True)
-            if advice is not None and self._verbose():
-                print(f"fitprof: epoch {epoch}: {advice}", flush=True)
+                for line in (*(t.line for t in result.triggered), *result.verdict_lines, *result.advice):
+                    print(line, flush=True)
             texts = [t.text for t in result.triggered]
             self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts)
         if result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync()):

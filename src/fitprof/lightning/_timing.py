@@ -22,8 +22,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.callback import Callback
 from lightning.pytorch.profilers import PyTorchProfiler
 
-from fitprof.fit.epoch_parts import EpochParts
-from fitprof.fit.hooks import ProfilerHooks, Saves, wrap_save
+from fitprof.fit.hooks import ProfilerHooks, Saves, Spans, wrap_save
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +35,12 @@ class StepTiming:
     """The input wait of each step and, on a CUDA device, its device time (see the module docstring).
 
     Args:
-        parts: the engine's epoch-parts probe (None: the fetch time only).
+        parts: where the timed hooks' spans go, the engine's :attr:`~fitprof.fit.engine.FitEngine.spans` (None: the
+            fetch time only).
         saves: the adapter's saves (each one annotated in a window and taken out of its step).
     """
 
-    def __init__(self, parts: EpochParts | None = None, saves: Saves | None = None) -> None:
+    def __init__(self, parts: Spans | None = None, saves: Saves | None = None) -> None:
         self.parts = parts
         self.saves = saves or Saves()
         self._hooks = ProfilerHooks(parts, saves=self.saves)

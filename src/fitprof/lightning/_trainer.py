@@ -4,7 +4,6 @@ the logger step of an epoch's end, the intra-op threads and loader workers, and 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import lightning.pytorch as pl
 
@@ -39,18 +38,20 @@ def epoch_end_step(trainer: pl.Trainer) -> int:
     return max(int(count) - (0 if trainer.validating else 1), 0)
 
 
-def threads_and_workers(parts: Any, trainer: pl.Trainer) -> None:
-    """Tell the epoch-parts probe the intra-op threads and the training loader's workers (the CPU-contention
-    verdict weighs them against the cores); left as they were where Lightning does not say."""
+def threads_and_workers(trainer: pl.Trainer) -> tuple[int | None, int | None]:
+    """The intra-op threads and the training loader's workers, for the epoch-parts probe (the CPU-contention
+    verdict weighs them against the cores); None where Lightning does not say."""
+    threads = workers = None
     with contextlib.suppress(Exception):
         import torch
 
-        parts.threads = int(torch.get_num_threads())
+        threads = int(torch.get_num_threads())
     with contextlib.suppress(Exception):
         loaders = trainer.train_dataloader
         loaders = loaders.values() if isinstance(loaders, dict) else loaders
         loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
-        parts.workers = sum(int(getattr(dl, "num_workers", 0) or 0) for dl in loaders if dl is not None)
+        workers = sum(int(getattr(dl, "num_workers", 0) or 0) for dl in loaders if dl is not None)
+    return threads, workers
 
 
 def all_gather(trainer: pl.Trainer, vector: list[float]) -> list[list[float]]:

@@ -16,17 +16,26 @@ from lightning.pytorch.profilers import PyTorchProfiler
 from lightning.pytorch.utilities.types import STEP_OUTPUT
 from typing_extensions import override
 
-from fitprof import _config, _fs, metrics
+from fitprof import _fs, metrics
 from fitprof._retention import DEFAULT_MAX_TRACE_MB
 from fitprof._session import session_name
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.fit import FitEngine, Probe
-from fitprof.fit.config import check_arguments
+from fitprof.fit.boundary import LIGHTNING
+from fitprof.fit.config import (
+    DEFAULT_PROFILE_BATCH,
+    SharedAttributes,
+    check_arguments,
+    normalize_log_dir,
+    shared,
+    unknown_ranks_message,
+)
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
-from fitprof.fit.pipeline import EpochLog
 from fitprof.fit.probes import finite
+from fitprof.fit.result import EpochLog
+from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.lightning import _trainer
 from fitprof.lightning._timing import StepTiming
 from fitprof.metrics import SUMMARY_TAG
@@ -40,13 +49,12 @@ from fitprof.profilers.flops_torch import (
 from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, LoaderSet, loaders_in
 from fitprof.profilers.memory import torch_device
 from fitprof.profilers.torch import TorchProfileWindow
-from fitprof.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.throughput import WorkLog
 
 log = logging.getLogger(__name__)
 
 
-class FitProfiler(Callback):
+class FitProfiler(Callback, SharedAttributes):
     r"""Profile steps ``profile_batch`` of every ``every_n_epochs``-th epoch and log the bottleneck figures.
 
     For each profiled epoch the callback opens a ``torch.profiler`` window around training steps
@@ -106,7 +114,7 @@ class FitProfiler(Callback):
     naming those ranks. Under DDP the all-reduce evens out step times, so ``input_percent_max_rank`` is the
     figure that names a rank starved of data.
 
-    Always-on step timing (every epoch, profiled or not; :mod:`fitprof.steps`): each training step's wall time from
+    Always-on step timing (every epoch, profiled or not; :mod:`fitprof.fit.steps`): each training step's wall time from
     one ``on_train_batch_end`` to the next (``time.perf_counter_ns``, no device synchronisation), the time inside
     Lightning's batch fetch (the ``[_TrainingEpochLoop].train_dataloader_next`` action, timed by wrapping
     ``trainer.profiler.start/stop`` on that instance) and the batch size; warm-up steps, steps holding validation
@@ -143,7 +151,7 @@ class FitProfiler(Callback):
             rank left out opens no window but still takes part in the epoch-end all-gather
             (``fitprof/ranks_reported`` counts the ranks that profiled).
         verbose: print one line per profiled epoch on rank 0 (step time, input and HtoD share, top operator,
-            verdict; :func:`fitprof.window.summary_line`).
+            verdict; :func:`fitprof.fit.pipeline.summary_line`).
         record_shapes: torch only: record operator input shapes (``torch.profiler.profile(record_shapes=...)``).
         profile_memory: torch only: record allocations and frees.
         with_stack: torch only: record Python and C++ stacks (the largest traces).
@@ -166,7 +174,7 @@ class FitProfiler(Callback):
     convolutions in TF32 unless ``torch.backends.cudnn.allow_tf32`` is False, matrix products in TF32 when
     ``torch.set_float32_matmul_precision`` is not ``"highest"``; see :mod:`fitprof.profilers.flops_torch`).
         trigger: ``"slowdown"`` opens an extra profiling window when training steps stay slower than their
-            recent baseline (:class:`fitprof.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
+            recent baseline (:class:`fitprof.fit.steps.SlowdownTrigger`: 5 clean steps in a row above the median of
             the last 64 clean steps plus the larger of 8 robust standard deviations and 25%); the window opens
             at the next step boundary through the same path as the ``profile_batch`` window (that next step is its
             warm-up step: a slowdown seen after step ``S`` is analysed from step ``S + 2``), lasts as many steps,
@@ -191,8 +199,8 @@ class FitProfiler(Callback):
             all are there after ``fit``, :mod:`fitprof.fit.xplane_worker`).
         analysis_seconds: wall time of the end-of-epoch analysis and report file, per epoch (s): what the training
             loop waits for (the ``.xplane.pb`` is written in the background).
-        steps: the always-on :class:`fitprof.steps.StepRecorder` (the current or last epoch's clean steps).
-        epoch_steps: the :class:`fitprof.steps.EpochSteps` of each epoch (0-based epoch -> figures).
+        steps: the always-on :class:`fitprof.fit.steps.StepRecorder` (the current or last epoch's clean steps).
+        epoch_steps: the :class:`fitprof.fit.steps.EpochSteps` of each epoch (0-based epoch -> figures).
         triggered: one ``(epoch, TriggerEvent, report or None)`` per triggered window, in order.
         cross_rank: with several ranks, the cross-rank scalars of each profiled epoch (the same on every rank;
             empty when no rank reported).
@@ -211,7 +219,7 @@ class FitProfiler(Callback):
     def __init__(
         self,
         log_dir: str | os.PathLike[str] | None = None,
-        profile_batch: int | tuple[int, int] | str = _config.DEFAULT_PROFILE_BATCH,
+        profile_batch: int | tuple[int, int] | str = DEFAULT_PROFILE_BATCH,
         every_n_epochs: int = 1,
         top_k: int = 5,
         max_trace_mb: float | None = DEFAULT_MAX_TRACE_MB,
@@ -230,29 +238,9 @@ class FitProfiler(Callback):
         baseline: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        self.log_dir = None if log_dir is None else _config.normalize_log_dir(log_dir)
-        args = check_arguments(
-            profile_batch=profile_batch,
-            every_n_epochs=every_n_epochs,
-            top_k=top_k,
-            max_trace_mb=max_trace_mb,
-            keep_last_windows=keep_last_windows,
-            ranks=ranks,
-            verbose=verbose,
-            record_shapes=record_shapes,
-            profile_memory=profile_memory,
-            with_stack=with_stack,
-            with_flops=with_flops,
-            count_items=count_items,
-            trigger=trigger,
-            trigger_max_windows=trigger_max_windows,
-            trigger_min_spacing=trigger_min_spacing,
-            probes=probes,
-            baseline=baseline,
-        )
-        self.config, self.verbose, self.ranks, self.trigger = args.config, args.verbose, args.ranks, args.trigger
-        self.torch_options, self.count_items = args.torch_options, args.count_items
-        self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
+        self.log_dir = None if log_dir is None else normalize_log_dir(log_dir)
+        args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
+        args.bind(self)
         self._warn_rank = WarnOnce()
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
@@ -262,7 +250,7 @@ class FitProfiler(Callback):
             args.config,
             new_window=self._new_window,
             warn=self._warn_rank,
-            boundary="step_end",
+            boundary=LIGHTNING,
             work=self._work,
             probes=(self._loader, *args.probes),
             **args.engine_settings(),
@@ -274,7 +262,7 @@ class FitProfiler(Callback):
         self._last_ended = 0  # the last step whose on_train_batch_end ran
         # each step's input wait and device time, the callbacks' hooks and the saves, for the always-on timing
         saves = Saves(begin=self._engine.save_begin, end=self._engine.save_end)
-        self._timing = StepTiming(self._engine.parts, saves)
+        self._timing = StepTiming(self._engine.spans, saves)
 
     @property
     def profile_batch(self) -> tuple[int, int]:
@@ -350,7 +338,7 @@ class FitProfiler(Callback):
         engine.coverage.limit = _trainer.epoch_limit(trainer, self.config.first_step)
         engine.warm_up(kineto=True)  # the reader and the .xplane.pb process now, not at the first window's end
         self._timing.fit_start(trainer)
-        unknown = _config.unknown_ranks_message(self.ranks, world)
+        unknown = unknown_ranks_message(self.ranks, world)
         if unknown and rank == 0:
             self._warn_rank("ranks", f"fitprof: {unknown}")
         try:
@@ -382,7 +370,8 @@ class FitProfiler(Callback):
         cfg = self.config
         profiled = self._dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
         self._session = self._shared_session(trainer, epoch) if profiled else None
-        _trainer.threads_and_workers(self._engine.parts, trainer)
+        threads, workers = _trainer.threads_and_workers(trainer)
+        self._engine.cpu_share(threads=threads, workers=workers)
         self._engine.epoch_start(epoch, next_step=next_step)
 
     @override
@@ -405,11 +394,8 @@ class FitProfiler(Callback):
             self._work.stop_count()
         now = time.perf_counter_ns()  # one stamp for the fetch timer and the engine (the engine's clock)
         wait = self._timing.step_end(now)
-        engine = self._engine
-        if wait is not None:
-            engine.parts.input_wait(wait)
         self._last_ended = batch_idx + 1
-        engine.step_end(batch_idx + 1, batch, input_ns=wait, now_ns=now)
+        self._engine.step_end(batch_idx + 1, batch, input_ns=wait, now_ns=now)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -439,8 +425,8 @@ class FitProfiler(Callback):
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
         if self.verbose and engine.rank == 0:
-            for line in result.verdicts:
-                self._print(pl_module, f"fitprof: {line}")
+            for line in result.verdict_lines:
+                self._print(pl_module, line)
         # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
         self._log_scalars(pl_module, finite(result.epoch))
         self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
@@ -450,9 +436,9 @@ class FitProfiler(Callback):
             self._log_scalars(pl_module, result.trigger)
         if (result.profiled or result.triggered) and self._mirror is not None:
             self._mirror.sync()
-        advice = self._loader.advice(waiting_only=True)
-        if advice is not None and self.verbose and self._engine.rank == 0:
-            self._print(pl_module, f"fitprof: epoch {trainer.current_epoch}: {advice}")
+        if self.verbose and engine.rank == 0:
+            for line in result.advice:
+                self._print(pl_module, line)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from fitprof.fit.loader import LoaderCounters
+from fitprof.profilers.counters import LoaderCounters
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ import threading
 import time
 from typing import Any
 
-from fitprof.fit.loader import LoaderCounters
+from fitprof.profilers.counters import LoaderCounters
 
 log = logging.getLogger(__name__)
 

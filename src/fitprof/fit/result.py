@@ -1,15 +1,17 @@
 """What the engine and its adapters hand each other, besides the events: the adapter's throughput counts
-(:class:`Work`), another profiler's steps (:class:`Busy`) and what an epoch's end published (:class:`EpochResult`,
-:class:`Triggered`). Framework-free."""
+(:class:`Work`), another profiler's steps (:class:`Busy`), and the one result of an epoch's end
+(:class:`EpochResult`, with its :class:`EpochLog` and :class:`Triggered` windows), which the adapter only logs and
+prints. Framework-free."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from fitprof.analysis import BottleneckReport
-from fitprof.steps import EpochSteps, TriggerEvent
+from fitprof.fit.steps import EpochSteps, TriggerEvent
 from fitprof.throughput import StepWork
 
 
@@ -28,7 +30,7 @@ class Work(Protocol):
         """The scheduled window's first analysed step begins."""
 
     def window_step(self, batch: Any) -> None:
-        """An analysed step of the scheduled window ended (``boundary="step_end"`` only: its batch)."""
+        """An analysed step of the scheduled window ended (``LIGHTNING`` boundary only: its batch)."""
 
     def window_closed(self) -> None:
         """The scheduled window stops (its last analysed step ended)."""
@@ -47,6 +49,34 @@ class Busy:
     last: int
     who: str
     name: str
+
+
+Gather = Callable[[list[float]], list[list[float]]]
+"""All-gather one rank's vector; returns every rank's (index = global rank). Raises on failure."""
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    """What rank 0 logs at the end of one profiled epoch.
+
+    Attributes:
+        epoch: the 0-based epoch.
+        scalars: the figures under the stable keys of :func:`fitprof.fit.pipeline.logged_keys` (finite values only).
+        op_scalars: the top operators under their names, ``fitprof/top_ops/<op name>`` (ms per step), for
+            TensorBoard only.
+        text: the Markdown summary (verdict, advice, operator table) for TensorBoard's Text tab.
+        line: the one-line summary printed on rank 0 (:func:`fitprof.fit.pipeline.summary_line`).
+    """
+
+    epoch: int
+    scalars: dict[str, float]
+    op_scalars: dict[str, float] = field(default_factory=dict)
+    text: str = ""
+    line: str = ""
+
+
+Log = Callable[[EpochLog], None]
+"""Log one epoch's :class:`EpochLog` (rank 0 only)."""
 
 
 @dataclass
@@ -73,7 +103,12 @@ class EpochResult:
         figures: the always-on step timing of the epoch.
         profiled: the epoch had a window (this rank's or, for the gather, any rank's).
         session_dir: the session folder of this rank's scheduled window (None: none, or not written).
-        verdicts: the epoch's verdict lines (where its wall time went, CPU contention): the adapter prints them.
+        verdicts: the epoch's verdicts (where its wall time went, CPU contention), as the per-epoch file keeps them.
+        verdict_lines: the same as the lines the adapter prints (``fitprof: ...``).
+        advice: the probes' advice lines for this epoch, as printed (``fitprof: epoch <N>: ...``; the loader's when
+            its wait is worth acting on).
+        log: what rank 0 logs for the epoch's window (None: no window, or not rank 0); the engine hands it to the
+            adapter's ``log`` as it publishes the result.
     """
 
     window: dict[str, float] = field(default_factory=dict)
@@ -84,3 +119,9 @@ class EpochResult:
     profiled: bool = False
     session_dir: Path | None = None
     verdicts: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    log: EpochLog | None = None
+
+    @property
+    def verdict_lines(self) -> list[str]:
+        return [f"fitprof: {line}" for line in self.verdicts]

@@ -8,7 +8,7 @@ them into the warning, or None when something was profiled or nothing was meant 
 
 from __future__ import annotations
 
-from fitprof._config import ProfileConfig
+from fitprof.fit.config import ProfileConfig
 
 
 def suggest_profile_batch(steps: int, num_steps: int) -> str:
