@@ -10,9 +10,7 @@ its reason elsewhere.
 from __future__ import annotations
 
 import csv
-import os
 import shutil
-import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -28,6 +26,7 @@ from fitprof.cli import main  # noqa: E402
 from fitprof.profilers.torch import TorchProfiler, _check_written  # noqa: E402
 from fitprof.traces import read_trace  # noqa: E402
 from fitprof.traces._limits import wait_written  # noqa: E402
+from small_disk import nearly_full_disk, open_below  # noqa: E402
 from warned import fitprof_messages  # noqa: E402
 
 _REAL_EXPORT = torch.profiler.profile.export_chrome_trace
@@ -93,30 +92,8 @@ def test_the_check_reads_the_size_and_the_last_byte(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------- a real full disk
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MB tmpfs, nearly full (40 KB free); skips where mounting one is not permitted."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if shutil.which("mount") is None or os.geteuid() != 0:
-        pytest.skip("a full disk needs a tmpfs mount: mount(8) as root, which this process is not")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here: {done.stderr.strip() or done.returncode}")
-    try:
-        with open(disk / "filler", "wb") as fh:
-            fh.write(b"\0" * (4 * 1024 * 1024 - 40 * 1024))
+    with nearly_full_disk(tmp_path / "disk") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def _open_below(folder: Path) -> list[str]:
-    names = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            names.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            pass
-    return [n for n in names if n.startswith(str(folder))]
 
 
 @pytest.mark.slow
@@ -143,7 +120,7 @@ def test_lightning_on_a_full_disk_logs_every_window(small_disk: Path, capsys: py
     assert sum("could not write the trace" in m for m in msgs) == 1, msgs
     left = [n for n in _left_in(log_dir) if n.startswith("fitprof-") or n.endswith(".tmp")]
     assert left == []  # no trace part torch or fitprof began
-    assert _open_below(small_disk) == []
+    assert open_below(small_disk) == []
     capsys.readouterr()
     status = main(["report", str(log_dir)])
     out, err = capsys.readouterr()
