@@ -511,3 +511,17 @@ def test_an_events_bound_refuses_before_the_rest_is_inflated(tmp_path: Path) -> 
     finally:
         tracemalloc.stop()
     assert peak < 12e6  # 500,000 events of 11 bytes and one inflated step: not the 25 MB of the whole file
+
+
+def test_objects_that_are_no_events_cost_no_more_than_events(tmp_path: Path) -> None:
+    """``{},`` repeated: not events, so under the events bound; decoded a few at a time, not 4 MB of them at once."""
+    path = tmp_path / "objects.pt.trace.json.gz"
+    path.write_bytes(bomb("objects", 8))  # 2.8 million empty objects, 8 MB
+    tracemalloc.start()
+    try:
+        table = read_trace(path, max_trace_mb=100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(table) == 0
+    assert peak < 64e6  # 40 MB measured; 169 MB when each 4 MB chunk decoded its 1.4 million objects at once
