@@ -354,9 +354,9 @@ class TorchProfiler(StepSpans):
             # figures still reach the loggers; the caller deletes it (``temporary`` is True).
             fallback = Path(tempfile.mkdtemp(prefix="fitprof-")) / path.name
             try:
-                inexact = _export_gzipped(
-                    prof, fallback, drop=dropped, names=names, python=_python_export_available(prof)
-                )
+                # torch's C++ writer saves a window once ("Trace is already saved"), even when that save failed
+                python = bool(getattr(prof, _CXX_SAVED, False)) and _python_export_available(prof)
+                inexact = _export_gzipped(prof, fallback, drop=dropped, names=names, python=python)
             except Exception:
                 self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
                 shutil.rmtree(fallback.parent, ignore_errors=True)
@@ -550,8 +550,8 @@ def _export_gzipped(
     writer has also changed their ``\\``, control and non-ASCII characters.
 
     ``names``: the names that can need the Python writer (:class:`_EnteredNames`); None checks every recorded
-    name. ``python``: export with the Python writer whatever the names (a second export of one window: torch's C++
-    writer refuses to save a trace twice).
+    name. ``python``: export with the Python writer whatever the names (a second export of a window whose C++ save
+    was tried: that writer refuses to save a trace twice).
 
     A trace the C++ writer could not write whole (a full disk: it raises nothing, :func:`_check_written`) raises
     :class:`OSError`, and the file it left is deleted.
@@ -565,7 +565,7 @@ def _export_gzipped(
     compressing = False
     try:
         exact = False
-        if python:  # torch's C++ writer saves a trace once ("Trace is already saved"), even a save that failed
+        if python:
             prof.export_chrome_trace(tmp, use_python_export=True)
             exact = True
         elif odd and _python_export_available(prof):
@@ -575,6 +575,7 @@ def _export_gzipped(
             except Exception as err:
                 log.debug("torch's Python trace export failed (%r); using its C++ writer", err)
         if not exact:
+            setattr(prof, _CXX_SAVED, True)
             prof.export_chrome_trace(tmp)
             _check_written(Path(tmp))
             if odd:
@@ -615,6 +616,8 @@ def _release_results(prof: Any) -> None:
         prof.profiler.kineto_results = None
 
 
+_CXX_SAVED = "_fitprof_cxx_saved"
+"""Set on a ``torch.profiler.profile`` once its C++ trace writer was asked to save (it saves only once)."""
 _TORCH_PART = ".tmp"
 """The suffix of the file torch's C++ trace writer (Kineto's ``ChromeTraceLogger``, torch 2.13) writes first and
 renames to the name it was given once the whole trace is written."""
