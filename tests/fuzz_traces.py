@@ -251,15 +251,16 @@ def gzip_stream(parts: Iterator[bytes]) -> bytes:
 
 def bomb(kind: str, plain_mb: int) -> bytes:
     """A ``.json.gz`` that inflates to about ``plain_mb`` MB: ``whitespace`` inside ``traceEvents``, ``events``
-    (``{},`` repeated), ``numbers`` (``0.5,`` repeated) or ``deep`` (``[`` repeated inside an event's field)."""
-    unit = {"whitespace": b" ", "events": b"{},", "numbers": b"0.5,", "deep": b"["}[kind]
+    (``{"ph":"i"},``: instant events, repeated), ``objects`` (``{},``: objects that are no events), ``numbers``
+    (``0.5,`` repeated) or ``deep`` (``[`` repeated inside an event's field)."""
+    unit = {"whitespace": b" ", "events": b'{"ph":"i"},', "objects": b"{},", "numbers": b"0.5,", "deep": b"["}[kind]
     block = unit * ((1 << 20) // len(unit))
 
     def parts() -> Iterator[bytes]:
         yield b'{"traceEvents": [{"x": ' if kind == "deep" else b'{"traceEvents": ['
         for _ in range(plain_mb):
             yield block
-        yield b"{}]}" if kind in ("events", "numbers") else b"]}"
+        yield b"{}]}" if kind in ("events", "objects", "numbers") else b"]}"
 
     return gzip_stream(parts())
 

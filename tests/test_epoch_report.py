@@ -89,7 +89,7 @@ def test_a_damaged_epoch_file_is_named_and_the_rest_reported(
     bad.write_text('{"epoch": 0, "rank": 3, "figures": {"fitprof/epoch/wall_s": "x"}}\n', encoding="utf-8")
     assert main(["report", str(tmp_path)]) == 0  # skipped with a warning: the good files are reported
     captured = capsys.readouterr()
-    said = f"{bad}, line 1: not a fitprof report ('fitprof/epoch/wall_s' is 'x', not a number) (skipped)"
+    said = f"{bad}, line 1: not a fitprof epoch record ('fitprof/epoch/wall_s' is 'x', not a number) (skipped)"
     assert f"fitprof: warning: {said}" in captured.err
     assert "good" in captured.out
     assert main(["report", str(tmp_path), "--strict"]) == 2

@@ -16,6 +16,7 @@ import os
 import random
 import subprocess
 import sys
+import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,7 @@ def _read_in_child(seed: Path, path: Path, max_trace_mb: float, max_events: int)
     ("kind", "plain_mb", "what"),
     [
         ("whitespace", 64, "inflates to more than"),  # the issue's bomb: whitespace inside traceEvents
-        ("events", 8, "JSON objects"),  # 2.8 million `{}`: under the size bound, over the events bound
+        ("events", 15, "more than the bound of 1,000,000 events"),  # 1.4 million events: over this bound only
         ("numbers", 8, "event 0"),  # the first value that is not an event stops the decoder
         ("deep", 8, "nested deeper"),
     ],
@@ -163,7 +164,7 @@ def test_bomb_fails_fast_with_peak_rss_near_the_bound(tmp_path: Path, kind: str,
     if kind == "whitespace":
         assert "more than 16 MB, the bound" in result["error"] and "--max-trace-mb" in result["error"]
     if kind == "events":
-        assert "1,000,000 events" in result["error"] and "--max-events" in result["error"]
+        assert "--max-events" in result["error"]
     grown_mb = (result["after_kb"] - result["before_kb"]) / 1024
     # The bytes held are the bound at most (plus one 1 MB step); the inflated size is never reached.
     assert grown_mb < bound_mb + 8, result
@@ -184,12 +185,14 @@ def test_cli_bound_error_is_one_line_and_raising_the_bound_reads_the_file(
     assert err == "" and json.loads(out)[0]["verdict"] == "no-steps"  # whitespace only: a trace without steps
 
     events = tmp_path / "many.pt.trace.json"
-    events.write_text(json.dumps(kineto_seed(steps=40)))
-    objects = events.read_bytes().count(b"{")
-    assert cli.main(["analyze", str(events), "--max-events", str(objects - 1)]) == 2
+    seed = kineto_seed(steps=40)
+    events.write_text(json.dumps(seed))
+    n = len(seed["traceEvents"])
+    assert events.read_bytes().count(b"{") > n  # the events' args are objects too: they are not counted
+    assert cli.main(["analyze", str(events), "--max-events", str(n - 1)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"up to {objects:,} JSON objects" in err and "--max-events" in err
-    assert cli.main(["analyze", str(events), "--max-events", str(objects), "--format", "json"]) == 0
+    assert err.count("\n") == 1 and f"at least {n:,} events" in err and "raise it with --max-events" in err
+    assert cli.main(["analyze", str(events), "--max-events", str(n), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["steps_analyzed"] > 0
 
     for bad in (["--max-trace-mb", "0"], ["--max-trace-mb", "nan"], ["--max-events", "-3"]):
@@ -290,7 +293,7 @@ def test_counting_objects_in_steps_is_bytes_count(monkeypatch: pytest.MonkeyPatc
             assert _limits.count_objects(data, "t.json", _limits.Limits.of(), TraceError) == want
             data += b"x"  # the buffer is not held by the count: it can grow again
             if want > 1:
-                with pytest.raises(TraceError, match=f"up to {want:,} JSON objects"):
+                with pytest.raises(TraceError, match=f"up to {want:,} events .* it holds {want:,} JSON objects"):
                     _limits.count_objects(data, "t.json", _limits.Limits.of(max_events=want - 1), TraceError)
 
 
@@ -470,3 +473,55 @@ def test_batched_decoding_gives_the_same_table(tmp_path: Path, batch: int, monke
     bad["traceEvents"][30] = 5
     with pytest.raises(TraceError, match="event 30: Expected `object`, got `int`"):
         kineto.read_kineto(_write(seed, json.dumps(bad).encode()))
+
+
+def test_events_are_counted_as_their_keys_whatever_the_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(12)
+    tokens = (b'"ph":1', b"{}", b" ", b'"a"', b"x", b",")  # no token begins with what another's end could complete
+    for step in (1, 3, 64, 1 << 20):
+        monkeypatch.setattr(_limits, "_COUNT_STEP", step)
+        for size in (0, 1, 5, 40, 300):
+            data = bytearray(b"".join(rng.choice(tokens) for _ in range(size)))
+            want = bytes(data).count(b'"ph"')
+            counter = _limits.EventCounter("t.json", _limits.Limits.of(), TraceError)
+            ends = sorted(rng.randrange(len(data) + 1) for _ in range(4))
+            for end in [*ends, len(data)]:  # fed as a reader grows its text
+                counter.feed(data, end)
+            assert counter.n == want
+            data += b"x"  # no buffer is held by the count: the text can grow again
+            if want > 1:
+                counter = _limits.EventCounter("t.json", _limits.Limits.of(max_events=want - 1), TraceError)
+                with pytest.raises(
+                    TraceError, match=f"at least {want:,} events.*the bound of {want - 1:,}.*--max-events"
+                ):
+                    counter.feed(data)
+
+
+def test_an_events_bound_refuses_before_the_rest_is_inflated(tmp_path: Path) -> None:
+    path = tmp_path / "many.pt.trace.json.gz"
+    path.write_bytes(bomb("events", 24))  # 2.3 million events, 25 MB inflated
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            TraceError,
+            match=r"at least [5-6]\d\d,\d{3} events \(in its first [6-7]\.\d+ MB of text\), more than the bound of 500,000 .*--max-events",
+        ):
+            read_trace(path, max_trace_mb=100, max_events=500_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 12e6  # 500,000 events of 11 bytes and one inflated step: not the 25 MB of the whole file
+
+
+def test_objects_that_are_no_events_cost_no_more_than_events(tmp_path: Path) -> None:
+    """``{},`` repeated: not events, so under the events bound; decoded a few at a time, not 4 MB of them at once."""
+    path = tmp_path / "objects.pt.trace.json.gz"
+    path.write_bytes(bomb("objects", 8))  # 2.8 million empty objects, 8 MB
+    tracemalloc.start()
+    try:
+        table = read_trace(path, max_trace_mb=100)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(table) == 0
+    assert peak < 64e6  # 40 MB measured; 169 MB when each 4 MB chunk decoded its 1.4 million objects at once

@@ -23,9 +23,10 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from fitprof._atomic import write_text
 from fitprof._session import REPORTS_DIR, check_session, report_file_name
@@ -261,9 +262,17 @@ def _head(epoch: int, rank: int) -> dict[str, Any]:
     return {"schema": SCHEMA, "epoch": int(epoch), "rank": int(rank)}
 
 
+@overload
 def _read_inside(
     path: Path, logdir: str | os.PathLike[str] | None, limit: int, refusal: str, typical: str
-) -> tuple[Path, Path, str]:
+) -> tuple[Path, Path, str]: ...
+@overload
+def _read_inside(
+    path: Path, logdir: str | os.PathLike[str] | None, limit: int, refusal: str, typical: str, *, decode: Literal[False]
+) -> tuple[Path, Path, bytes]: ...
+def _read_inside(
+    path: Path, logdir: str | os.PathLike[str] | None, limit: int, refusal: str, typical: str, *, decode: bool = True
+) -> tuple[Path, Path, str | bytes]:
     """The run folder of the file ``path`` (three levels up), the log folder (``logdir``, default that run folder,
     resolved) and the file's text. A folder reached through a link is part of the log folder, as TensorBoard's
     walk has it; a file that is itself a link may only point inside it.
@@ -271,7 +280,7 @@ def _read_inside(
     Raises:
         ReportFileError: for a link outside the log folder; ``"{path}: {refusal} (...)"`` for more than ``limit``
             bytes (no more than ``limit + 1`` are read; ``typical`` says what such a file usually holds) or for
-            text that is not UTF-8.
+            text that is not UTF-8 (``decode`` False: the bytes are returned undecoded).
         OSError: if it cannot be read.
     """
     run = path.parent.parent.parent
@@ -283,6 +292,8 @@ def _read_inside(
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise ReportFileError(f"{path}: {refusal} (bigger than {limit / 1e6:g} MB; {typical})")
+    if not decode:
+        return run, root, data
     try:
         return run, root, data.decode("utf-8")
     except UnicodeDecodeError:
@@ -355,6 +366,10 @@ def append_epoch_record(
 ) -> Path:
     """Append one epoch's line to the rank's per-epoch file (created with its folder); returns its path.
 
+    The line is appended whole or not at all: a write that fails part way (a full disk) is cut back off, and a file
+    this call created is removed again, so the file never holds a torn line that the next epoch's line would be
+    joined to. A file whose last line was torn by a killed writer gets a line break first.
+
     Raises:
         OSError: if the file cannot be written.
     """
@@ -367,8 +382,24 @@ def append_epoch_record(
         "figures": clean_json({str(k): float(v) for k, v in figures.items()}),
         "verdicts": [str(v) for v in verdicts],
     }
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(line, allow_nan=False) + "\n")
+    data = (json.dumps(line, allow_nan=False) + "\n").encode("utf-8")
+    created = not path.exists()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        start = os.fstat(fd).st_size
+        if start and os.pread(fd, 1, start - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.ftruncate(fd, start)
+            if created and start == 0:
+                path.unlink(missing_ok=True)
+            raise
+    finally:
+        os.close(fd)
     return path
 
 
@@ -390,53 +421,108 @@ def find_epoch_files(logdir: str | os.PathLike[str]) -> list[Path]:
     return _find(logdir, is_epoch_file)
 
 
-def read_epoch_file(path: str | os.PathLike[str], *, logdir: str | os.PathLike[str] | None = None) -> list[EpochRecord]:
+def read_epoch_file(
+    path: str | os.PathLike[str],
+    *,
+    logdir: str | os.PathLike[str] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> list[EpochRecord]:
     """Read one per-epoch file back, with bounds (at most :data:`MAX_EPOCH_FILE_BYTES`; a link only inside
     ``logdir``, default its run folder, as :func:`read_report_file`).
 
+    Every line that is a whole epoch record is kept. A line that is not (a last line cut mid-write by a killed run
+    or a full disk, or a damaged line) is left out, and ``warn`` is called once for the file with one line that
+    names it and says what was left out (default: :func:`warnings.warn`).
+
     Raises:
-        ReportFileError: naming the file and the line when it is too big, not UTF-8, or a line is not a fitprof
-            epoch record.
+        ReportFileError: naming the file and the line when it is too big, or when no line of it is a fitprof epoch
+            record while some line holds something else.
         OSError: if it cannot be read.
     """
     path = Path(path)
-    run, _, text = _read_inside(
-        path, logdir, MAX_EPOCH_FILE_BYTES, "not a fitprof epoch file", "a line takes about 1 KB"
+    run, _, data = _read_inside(
+        path, logdir, MAX_EPOCH_FILE_BYTES, "not a fitprof epoch file", "a line takes about 1 KB", decode=False
     )
     out: list[EpochRecord] = []
+    bad: list[tuple[int, str]] = []  # (line number, why it was left out)
     fit, last = 1, None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+    lines = data.split(b"\n")
+    torn = lines[-1].strip() != b""  # the last line has no line break: the writer stopped in it
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        where = f"{path}, line {number}"
         try:
-            doc = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as err:
-            raise ReportFileError(f"{where}: not a fitprof epoch record (not valid JSON: {err})") from None
-        epoch, rank = (doc.get("epoch"), doc.get("rank")) if isinstance(doc, dict) else (None, None)
-        if not (isinstance(epoch, int) and isinstance(rank, int)) or isinstance(epoch, bool):
-            raise ReportFileError(f"{where}: not a fitprof epoch record ('epoch' or 'rank' is not an integer)")
-        figures = doc.get("figures")
-        verdicts = doc.get("verdicts", [])
-        if not isinstance(figures, dict) or not isinstance(verdicts, list):
-            raise ReportFileError(f"{where}: not a fitprof epoch record (no 'figures' object or 'verdicts' list)")
-        values = {str(k): _float(v, str(k), where) for k, v in figures.items()}
-        if last is not None and epoch <= last:
+            rec = _epoch_record(raw, run)
+        except ReportFileError as err:
+            bad.append((number, str(err)))
+            continue
+        if last is not None and rec.epoch <= last:
             fit += 1
-        last = epoch
-        written = doc.get("written")
-        written = float(written) if isinstance(written, (int, float)) and not isinstance(written, bool) else math.nan
-        framework = doc.get("framework")
-        out.append(
-            EpochRecord(
-                run,
-                epoch,
-                rank,
-                framework if isinstance(framework, str) else "",
-                fit,
-                values,
-                [str(v) for v in verdicts],
-                written,
-            )
+        last = rec.epoch
+        out.append(dataclasses.replace(rec, fit=fit))
+    if not bad:
+        return out
+    first, why = bad[0]
+    if not out:
+        raise ReportFileError(f"{path}, line {first}: {why}")
+    cut = torn and bad[-1][0] == len(lines)
+    if cut and len(bad) == 1:
+        note = (
+            f"{path}: its last line (line {first}, {len(lines[-1]):,} bytes) was cut while it was written (a run "
+            f"stopped or a full disk); the {len(out)} whole line(s) before it are read"
         )
+    else:
+        note = (
+            f"{path}: {len(bad)} line(s) are not whole fitprof epoch records and were left out (line {first}: {why}"
+            f"{'; the last line was cut while it was written' if cut else ''}); the {len(out)} whole line(s) are read"
+        )
+    (warn or _warn)(note)
     return out
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def _epoch_record(raw: bytes, run: Path) -> EpochRecord:
+    """One line of a per-epoch file as a record (``fit`` 1: the caller numbers the fits).
+
+    Raises:
+        ReportFileError: saying why the line is not a fitprof epoch record (without the file and line, which the
+            caller names).
+    """
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ReportFileError("not a fitprof epoch record (not UTF-8 text)") from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        raise ReportFileError(f"not a fitprof epoch record (not valid JSON: {err})") from None
+    epoch, rank = (doc.get("epoch"), doc.get("rank")) if isinstance(doc, dict) else (None, None)
+    if not (isinstance(epoch, int) and isinstance(rank, int)) or isinstance(epoch, bool):
+        raise ReportFileError("not a fitprof epoch record ('epoch' or 'rank' is not an integer)")
+    figures = doc.get("figures")
+    verdicts = doc.get("verdicts", [])
+    if not isinstance(figures, dict) or not isinstance(verdicts, list):
+        raise ReportFileError("not a fitprof epoch record (no 'figures' object or 'verdicts' list)")
+    values = {str(k): _epoch_float(v, str(k)) for k, v in figures.items()}
+    written = doc.get("written")
+    written = float(written) if isinstance(written, (int, float)) and not isinstance(written, bool) else math.nan
+    framework = doc.get("framework")
+    return EpochRecord(
+        run,
+        epoch,
+        rank,
+        framework if isinstance(framework, str) else "",
+        1,
+        values,
+        [str(v) for v in verdicts],
+        written,
+    )
+
+
+def _epoch_float(value: Any, name: str) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ReportFileError(f"not a fitprof epoch record ({name!r} is {value!r}, not a number)")
+    return float(value)

@@ -98,13 +98,19 @@ def run(args: argparse.Namespace, out: Output) -> int:
     # Cross-rank spreads of the scheduled windows only: each rank triggers on its own signal, at its own step.
     scheduled = [r for r in records if r["trigger_step"] is None]
     records += spreads(scheduled, key=lambda r: (r["run"], r["fit"], r["epoch"]), label=_fit_labeller(records))
+    notes: list[str] = []  # lines left out of files otherwise read
     for path in epoch_files:
         try:
-            records += _epoch_records(path, logdir)
+            records += _epoch_records(path, logdir, notes.append)
         except ReportFileError as err:
             out.skip(str(err))
         except OSError as err:
             out.skip(describe(path, err))
+    if not records and not out.skipped:  # else each file left out is named, and why
+        out.error(_nothing_readable(logdir, epoch_files))
+        return EXIT_BAD_INPUT
+    for note in notes:
+        out.warning(note)
     status = out.finish(args, records)
     if args.plot and any(r["record"] == RECORD_WINDOW for r in records):
         try:
@@ -155,11 +161,21 @@ def _window_record(path: Path, logdir: Path) -> dict[str, Any]:
     return rec
 
 
-def _epoch_records(path: Path, logdir: Path) -> list[dict[str, Any]]:
-    """The rows of one per-epoch file (:func:`fitprof.report_files.read_epoch_file`): where each epoch's wall
-    time went, its CPU use and verdicts, the ``fitprof/epoch/`` prefix dropped from the figures' keys."""
+def _nothing_readable(logdir: Path, epoch_files: list[Path]) -> str:
+    """The one line of a log folder whose fitprof files were all read and hold no record: per-epoch files with no
+    line (a run creates its file at its first epoch's end: one with no line stopped first, or could not write it)."""
+    return (
+        f"{logdir}: nothing readable: {len(epoch_files)} per-epoch file(s) found, with no epoch record in them (a run "
+        "that stopped before its first epoch ended, or could not write its log folder, e.g. a full disk)"
+    )
+
+
+def _epoch_records(path: Path, logdir: Path, warn: Callable[[str], None]) -> list[dict[str, Any]]:
+    """The rows of one per-epoch file (:func:`fitprof.report_files.read_epoch_file`; ``warn`` is told of the lines
+    left out): where each epoch's wall time went, its CPU use and verdicts, the ``fitprof/epoch/`` prefix dropped
+    from the figures' keys."""
     out = []
-    for rec in read_epoch_file(path, logdir=logdir):
+    for rec in read_epoch_file(path, logdir=logdir, warn=warn):
         row: dict[str, Any] = {
             "record": RECORD_EPOCH,
             "run": rec.run.relative_to(logdir).as_posix(),

@@ -68,13 +68,13 @@ class Backend:
 def _tf_window(run_dir: str, *, epoch: int, rank: int, world: int, suffix: str, **_: Any) -> ProfileWindow:
     from fitprof.profilers.tensorflow import TFProfileWindow
 
-    return TFProfileWindow(run_dir, epoch=epoch, rank=rank, world=world, suffix=suffix)
+    return TFProfileWindow(run_dir, epoch=epoch, rank=rank, world=world, suffix=suffix, warn=_.get("warn"))
 
 
 def _jax_window(run_dir: str, *, epoch: int, rank: int, world: int, suffix: str, **_: Any) -> ProfileWindow:
     from fitprof.profilers.jax import JaxProfileWindow
 
-    return JaxProfileWindow(run_dir, epoch=epoch, rank=rank, world=world, suffix=suffix)
+    return JaxProfileWindow(run_dir, epoch=epoch, rank=rank, world=world, suffix=suffix, warn=_.get("warn"))
 
 
 def _torch_window(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from fitprof._warn import WarnOnce
 from fitprof.profilers.tensorflow import TFProfileWindow
 from fitprof.traces.xspace import INPUT_ANNOTATION
 
@@ -28,10 +29,19 @@ class JaxProfileWindow(TFProfileWindow):
     _PROFILER = "jax.profiler"
     _TMP_PREFIX = "fitprof-jax-"
 
-    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1, suffix: str = "") -> None:
+    def __init__(
+        self,
+        log_dir: str,
+        *,
+        epoch: int,
+        rank: int = 0,
+        world: int = 1,
+        suffix: str = "",
+        warn: WarnOnce | None = None,
+    ) -> None:
         import jax.profiler  # noqa: F401  (fail here, at construction, when JAX is missing)
 
-        self._init_state(log_dir, epoch=epoch, rank=rank, world=world, suffix=suffix)
+        self._init_state(log_dir, epoch=epoch, rank=rank, world=world, suffix=suffix, warn=warn)
 
     @property
     def _jax_profiler(self) -> Any:

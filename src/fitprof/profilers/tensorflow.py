@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
@@ -11,6 +12,7 @@ from typing import Any
 from fitprof._atomic import move_into_place, temporary_name
 from fitprof._fs import OBJECT_STORES, scheme
 from fitprof._session import XPLANE_SUFFIX, new_session_dir, rank_host
+from fitprof._warn import WarnOnce
 from fitprof.profilers.base import StepSpans
 from fitprof.profilers.quiet import quiet_profiler_lines
 from fitprof.traces._table import OVERHEAD_ANNOTATION
@@ -23,24 +25,40 @@ class TFProfileWindow(StepSpans):
 
     ``start`` runs ``tf.profiler.experimental.start`` into a temporary folder; each step is wrapped in
     ``tf.profiler.experimental.Trace("train", step_num=n, _r=1)``, the marker xprof needs to find steps;
-    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/`` (``session_dir``,
-    :func:`fitprof._session.new_session_dir`), named ``<host>_rank<r>.xplane.pb`` when ``world`` > 1; when ``log_dir`` cannot be written it returns the temporary copy, sets ``save_error``
-    and leaves ``session_dir`` None, and ``cleanup`` deletes that copy after the analysis.
-    Every call is guarded: a failure is raised as ``RuntimeError`` for the callback to turn into a warning.
+    ``stop`` stops the profiler and moves the ``.xplane.pb`` to ``<log_dir>/plugins/profile/<session>/``
+    (``session_dir``, :func:`fitprof._session.new_session_dir`), named ``<host>_rank<r>.xplane.pb`` when ``world`` > 1.
+    When ``log_dir`` cannot be written (read-only, a full disk) it returns the temporary copy, sets ``save_error``,
+    leaves ``session_dir`` None (and no empty session folder in the Profile tab) and warns once per fit (``warn``,
+    key ``"write"``, shared with the callbacks' other writes) that the window is analysed from that copy and not
+    kept; ``cleanup`` deletes the copy after the analysis. Every other failure is raised as ``RuntimeError`` for the
+    callback to turn into a warning.
     """
 
     _PROFILER = "tf.profiler"
     _TMP_PREFIX = "fitprof-tf-"
 
-    def __init__(self, log_dir: str, *, epoch: int, rank: int = 0, world: int = 1, suffix: str = "") -> None:
+    def __init__(
+        self,
+        log_dir: str,
+        *,
+        epoch: int,
+        rank: int = 0,
+        world: int = 1,
+        suffix: str = "",
+        warn: WarnOnce | None = None,
+    ) -> None:
         """``suffix``: appended to the session name (:func:`fitprof._session.session_name`; a triggered window's
-        :func:`~fitprof._session.trigger_suffix`)."""
+        :func:`~fitprof._session.trigger_suffix`). ``warn``: the caller's :class:`~fitprof._warn.WarnOnce`
+        (default: a new one)."""
         import tensorflow  # noqa: F401  (fail here, at construction, when TensorFlow is missing)
 
-        self._init_state(log_dir, epoch=epoch, rank=rank, world=world, suffix=suffix)
+        self._init_state(log_dir, epoch=epoch, rank=rank, world=world, suffix=suffix, warn=warn)
 
-    def _init_state(self, log_dir: str, *, epoch: int, rank: int, world: int, suffix: str = "") -> None:
+    def _init_state(
+        self, log_dir: str, *, epoch: int, rank: int, world: int, suffix: str = "", warn: WarnOnce | None = None
+    ) -> None:
         self._log_dir = log_dir
+        self._warn = warn or WarnOnce()
         self._suffix = suffix
         self._epoch, self._rank, self._world = epoch, rank, world
         self._tmp: str | None = None
@@ -156,6 +174,7 @@ class TFProfileWindow(StepSpans):
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(f"{self._PROFILER} wrote no .xplane.pb")
+        session: Path | None = None
         try:
             session = new_session_dir(self._log_dir, self._epoch, getattr(self, "_suffix", ""))
             host = written[-1].name.removesuffix(XPLANE_SUFFIX)
@@ -165,6 +184,15 @@ class TFProfileWindow(StepSpans):
             # log_dir cannot be written (read-only, full disk): keep the temporary copy for the analysis.
             self.save_error = err
             self._tmp_keep = tmp
+            if session is not None:  # a folder holds no data: it is made on a full disk, and would list empty
+                with contextlib.suppress(OSError):
+                    session.rmdir()
+            warn = getattr(self, "_warn", None) or WarnOnce()
+            warn(  # the key of the callbacks' other writes: one "could not write" a fit, whatever failed first
+                "write",
+                f"fitprof: could not write the profile in {self._log_dir} ({err!r}); the window is analysed from a "
+                "temporary copy, which is then deleted: the Profile tab does not show it.",
+            )
             return written[-1]
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -354,11 +354,15 @@ class TorchProfiler(StepSpans):
             # figures still reach the loggers; the caller deletes it (``temporary`` is True).
             fallback = Path(tempfile.mkdtemp(prefix="fitprof-")) / path.name
             try:
-                inexact = _export_gzipped(prof, fallback, drop=dropped, names=names)
+                # torch's C++ writer saves a window once ("Trace is already saved"), even when that save failed
+                python = bool(getattr(prof, _CXX_SAVED, False)) and _python_export_available(prof)
+                inexact = _export_gzipped(prof, fallback, drop=dropped, names=names, python=python)
             except Exception:
                 self.warn_once("export", f"fitprof: exporting the trace to {path} failed ({err!r}).")
                 shutil.rmtree(fallback.parent, ignore_errors=True)
                 return None
+            finally:
+                _release_results(prof)
             self.warn_once(
                 "export",
                 f"fitprof: could not write the trace to {path} ({err!r}); it is analysed from a temporary "
@@ -527,7 +531,9 @@ def _python_export_available(prof: Any) -> bool:
         return False
 
 
-def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: Any = None) -> list[str]:
+def _export_gzipped(
+    prof: Any, path: Path, *, drop: str | None = None, names: Any = None, python: bool = False
+) -> list[str]:
     """Export the Chrome trace to ``path`` (``.gz``), every event name intact, without the complete events called
     ``drop`` (a step the epoch cut short).
 
@@ -544,7 +550,11 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
     writer has also changed their ``\\``, control and non-ASCII characters.
 
     ``names``: the names that can need the Python writer (:class:`_EnteredNames`); None checks every recorded
-    name.
+    name. ``python``: export with the Python writer whatever the names (a second export of a window whose C++ save
+    was tried: that writer refuses to save a trace twice).
+
+    A trace the C++ writer could not write whole (a full disk: it raises nothing, :func:`_check_written`) raises
+    :class:`OSError`, and the file it left is deleted.
 
     Returns:
         The names that could not be written exactly ([] when every name was).
@@ -555,19 +565,26 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
     compressing = False
     try:
         exact = False
-        if odd and _python_export_available(prof):
+        if python:
+            prof.export_chrome_trace(tmp, use_python_export=True)
+            exact = True
+        elif odd and _python_export_available(prof):
             try:
                 prof.export_chrome_trace(tmp, use_python_export=True)
                 exact = True
             except Exception as err:
                 log.debug("torch's Python trace export failed (%r); using its C++ writer", err)
         if not exact:
+            setattr(prof, _CXX_SAVED, True)
             prof.export_chrome_trace(tmp)
+            _check_written(Path(tmp))
             if odd:
                 _repair_file(Path(tmp))
         if drop is not None:
             try:
                 _drop_events(Path(tmp), drop)
+            except OSError:  # the rewrite may have cut the file: the caller falls back to a temporary copy
+                raise
             except Exception as err:  # the trace is kept with the partial step in it
                 log.warning("fitprof: could not drop the partial step %s from the trace (%r).", drop, err)
         plain = Path(tmp)
@@ -583,10 +600,50 @@ def _export_gzipped(prof: Any, path: Path, *, drop: str | None = None, names: An
         if text is not None:
             hand_over(path, text)
     finally:
+        with contextlib.suppress(OSError):  # what torch's C++ writer leaves when it fails (see _check_written)
+            os.unlink(tmp + _TORCH_PART)
         if not compressing:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
     return [] if exact else odd
+
+
+def _release_results(prof: Any) -> None:
+    """Free the recorded results of the stopped profiler ``prof`` now: the file its C++ writer failed to write stays
+    open, its disk space held, until they are freed, and ``prof`` itself was seen to outlive the fit (a test's
+    Lightning fit on a full disk still held the file open after ``fit`` returned)."""
+    with contextlib.suppress(Exception):  # private attribute moved: freed with ``prof`` as before
+        prof.profiler.kineto_results = None
+
+
+_CXX_SAVED = "_fitprof_cxx_saved"
+"""Set on a ``torch.profiler.profile`` once its C++ trace writer was asked to save (it saves only once)."""
+_TORCH_PART = ".tmp"
+"""The suffix of the file torch's C++ trace writer (Kineto's ``ChromeTraceLogger``, torch 2.13) writes first and
+renames to the name it was given once the whole trace is written."""
+
+
+def _check_written(plain: Path) -> None:
+    """Raise when torch's C++ trace writer did not write the whole trace to ``plain``.
+
+    On a full disk that writer logs "Failed to write to log file!" and raises nothing (torch 2.13): the trace it
+    was writing stays cut under ``<plain>.tmp`` (open until the profiler object is freed) and ``plain`` keeps what
+    it held before (here: nothing, as it is created empty first). A whole trace is a JSON document, so it ends in
+    ``}`` (or ``]``, the legacy bare list): this checks the leftover, the size and that last byte, not the JSON.
+
+    Raises:
+        OSError: naming what was found.
+    """
+    part = Path(os.fspath(plain) + _TORCH_PART)
+    if part.exists():
+        raise OSError(f"torch's trace writer could not write the whole trace (a full disk?); it left {part.name} cut")
+    with open(plain, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(size - 64, 0))
+        tail = fh.read().rstrip()
+    if not tail or tail[-1:] not in (b"}", b"]"):
+        what = "an empty file" if size == 0 else f"a file cut at {size:,} bytes"
+        raise OSError(f"torch's trace writer left {what} (a full disk?)")
 
 
 GZIP_LEVEL = 1

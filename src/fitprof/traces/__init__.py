@@ -45,7 +45,7 @@ def read_trace(
     Args:
         path: an ``.xplane.pb`` or a Kineto ``.pt.trace.json[.gz]`` file.
         max_trace_mb: the bound on the file's size in MB, inflated for a gzip file (default 512).
-        max_events: the bound on its events (default 10,000,000; for a Kineto trace, its JSON objects).
+        max_events: the bound on its events (default 10,000,000; for a Kineto trace, counted as it is read).
             Both are checked before the memory is spent; see :mod:`fitprof.traces._limits`.
 
     Raises:

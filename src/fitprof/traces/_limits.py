@@ -8,9 +8,13 @@ it, never in a machine out of memory. The bounds, and their defaults:
   the file's size, or for a gzip file its inflated size. A gzip file is inflated in a stream that stops at the
   bound, so a file that inflates to 1 GB holds at most the bound in memory. The largest real trace seen by this
   project is 33 MB of JSON (105k events, an A100 rank of an 8-GPU DDP job).
-* ``max_events`` (default :data:`DEFAULT_MAX_EVENTS` = 10,000,000): for a Kineto trace, the JSON objects it holds
-  (each event is one, its ``args`` another), counted as ``{`` bytes in the text before it is parsed; for an
-  XSpace, its events, counted before the event table is built. The 33 MB trace above holds 193k objects.
+* ``max_events`` (default :data:`DEFAULT_MAX_EVENTS` = 10,000,000): for a Kineto trace, its events, counted as
+  their ``"ph"`` keys (every Chrome trace event has one, its phase; an ``args`` object has none) while the text is
+  read or inflated, so that a trace over the bound is refused as soon as the count passes it, before the rest is
+  read and before anything is parsed (:class:`EventCounter`); for an XSpace, its events, counted before the event
+  table is built. The 33 MB trace above holds 105k events. A Kineto trace that only the slower three-pass reader
+  can read (invalid JSON that must be repaired first) holds about 80 bytes per JSON object while it is read: there
+  the bound also applies to its JSON objects (:func:`count_objects`), each of which could be an event.
 * :data:`MAX_XSPACE_STRING_BYTES` (1 MB): the longest name or string value in an XSpace (event and stat names,
   string stats). Not raisable: no profiler writes names that long.
 * JSON nesting: deeper than the parser's recursion limit (about 1,000 levels) is refused; a Chrome trace nests
@@ -23,6 +27,7 @@ Raise the first two with ``fitprof analyze --max-trace-mb N --max-events N``, or
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import mmap
 import os
@@ -49,13 +54,16 @@ except ImportError:  # pragma: no cover - a platform without its wheel: zlib giv
 DEFAULT_MAX_TRACE_MB = 512.0
 """Default bound on the (inflated) size of one trace file, in MB (10**6 bytes)."""
 DEFAULT_MAX_EVENTS = 10_000_000
-"""Default bound on the events of one trace (JSON objects of a Kineto trace, events of an XSpace)."""
+"""Default bound on the events of one trace (``"ph"`` keys of a Kineto trace, events of an XSpace)."""
 MAX_XSPACE_STRING_BYTES = 1_000_000
 """Longest string (name, string stat) accepted in an XSpace."""
 _CHUNK = 1 << 20
 """Bytes read from the compressed file, and inflated, per step."""
 _COUNT_STEP = 1 << 20
-"""Bytes compared at a time when counting ``{`` (a boolean temporary of that size, not of the whole text)."""
+"""Bytes compared at a time when counting ``{`` (a boolean temporary of that size, not of the whole text), and
+bytes searched at a time when counting events."""
+EVENT_KEY = b'"ph"'
+"""What :class:`EventCounter` counts: the key every Chrome trace event has (its phase), and no ``args`` has."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,11 +302,61 @@ def wait_all_written() -> None:
         job.thread.join()
 
 
+class EventCounter:
+    """The events of a Kineto trace's text, counted as it is read (``"ph"`` keys, :data:`EVENT_KEY`), refused as
+    soon as they pass ``limits.max_events``.
+
+    An upper bound of the events a reader can decode: a string value ``"ph"`` counts too; a key spelled with a
+    ``\\u`` escape is not counted, and the reader that relies on the count falls back to one that does not
+    (:func:`fitprof.traces.kineto._load`).
+
+    Attributes:
+        n: the events counted so far.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], limits: Limits, error: type[Exception]) -> None:
+        self.path, self.limits, self.error = path, limits, error
+        self.n = 0
+        self._pos = 0  # the text before it is counted
+
+    def feed(self, text: bytes | Text, end: int | None = None) -> None:
+        """Count the events in ``text[:end]`` (default: all of it) not counted yet; ``text`` is the same growing
+        text at every call, its first bytes unchanged (a key cut by the previous end is counted once whole).
+
+        Raises:
+            error: once the count passes ``limits.max_events`` (the message names the file, the bound and the flag).
+        """
+        end = len(text) if end is None else end
+        key = len(EVENT_KEY)
+        with memoryview(text) as view:  # released at once: the caller may grow a bytearray again
+            at = self._pos
+            while at < end:
+                stop = min(at + _COUNT_STEP, end)
+                # from key - 1 bytes back: a key begun before ``at`` that did not end there was not counted
+                self.n += bytes(view[max(at - key + 1, 0) : stop]).count(EVENT_KEY)
+                at = stop
+                if self.n > self.limits.max_events:  # refused here: the rest is neither read nor counted
+                    what = f"the trace holds at least {self.n:,} events (in its first {_mb(stop)} of text)"
+                    raise self.error(too_many(self.path, what, self.limits))
+        self._pos = max(self._pos, end)
+
+
 @overload
-def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: Literal[False]) -> bytearray: ...
+def read_bounded(
+    path: Path,
+    limits: Limits,
+    error: type[Exception],
+    *,
+    inflate: Literal[False],
+    count: EventCounter | None = None,
+) -> bytearray: ...
 @overload
-def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True) -> Text: ...
-def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True) -> Text:
+def read_bounded(
+    path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True, count: EventCounter | None = None
+) -> Text: ...
+def read_bounded(
+    path: Path, limits: Limits, error: type[Exception], *, inflate: bool = True, count: EventCounter | None = None
+) -> Text:
     """The file's bytes, at most ``limits.max_bytes`` of them; inflated when it starts with the gzip magic bytes
     and ``inflate`` is true.
 
@@ -309,11 +367,24 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
     stream, as :func:`gzip.decompress` does. A file still being written in the background
     (:func:`write_in_background`) is read once it is whole, unless its text was handed over.
 
+    ``count``: fed every part of the text as it is read or inflated (:meth:`EventCounter.feed`), so that a trace
+    over the events bound is refused as soon as its count passes the bound, with the rest of it neither read nor
+    held.
+
     Raises:
         error: (a :class:`~fitprof.traces.TraceError`) if the file is missing or unreadable, is a truncated or
             corrupt gzip, or is bigger than the bound; or if its background write failed and left no text (the
-            write's own error is still returned by :func:`wait_written`).
+            write's own error is still returned by :func:`wait_written`); or from ``count``, over the events bound.
     """
+    text = _read_bounded(path, limits, error, inflate, count)
+    if count is not None:
+        count.feed(text)  # what was not counted as it was read: a handed-over text, the rest of a short read
+    return text
+
+
+def _read_bounded(
+    path: Path, limits: Limits, error: type[Exception], inflate: bool, count: EventCounter | None
+) -> Text:
     job = _job(path) if _writing else None
     if job is not None:
         with _writing_lock:
@@ -334,24 +405,46 @@ def read_bounded(path: Path, limits: Limits, error: type[Exception], *, inflate:
                     raise error(too_big(path, f"the file is {_mb(size)}, more than", limits))
                 data = bytearray(size)  # read in place: one copy of the file in memory, never two
                 fh.seek(0)
-                got = fh.readinto(data)
+                got = _read_into(fh, data, count)
                 del data[got:]  # a file that shrank meanwhile; one that grew is read up to its size at the check
                 return data
             handed = _take(path, os.fstat(fh.fileno())) if _handed is not None else None
             if handed is not None and len(handed) <= limits.max_bytes:
                 return handed
             fh.seek(0)
-            return _inflate(fh, path, limits, error)
+            return _inflate(fh, path, limits, error, count=count)
     except FileNotFoundError:
         raise error(f"{path}: no such file") from None
     except OSError as err:
         raise error(f"{path}: cannot read the file ({err.strerror or err})") from None
 
 
+def _read_into(fh: io.BufferedIOBase, data: bytearray, count: EventCounter | None) -> int:
+    """Read ``fh`` into ``data`` (at most its length), ``_CHUNK`` bytes at a time when ``count`` is fed as it goes
+    (whole at once without it); the bytes read."""
+    if count is None:
+        return fh.readinto(data)
+    got = 0
+    with memoryview(data) as view:
+        while got < len(data):
+            n = fh.readinto(view[got : got + _CHUNK])
+            if not n:
+                break
+            got += n
+            count.feed(data, got)
+    return got
+
+
 def _inflate(
-    fh: BinaryIO, path: Path, limits: Limits, error: type[Exception], lib: ModuleType | None = None
+    fh: BinaryIO,
+    path: Path,
+    limits: Limits,
+    error: type[Exception],
+    lib: ModuleType | None = None,
+    count: EventCounter | None = None,
 ) -> bytearray:
-    """The inflated stream, ``lib`` (one of :data:`INFLATERS`, default the first) in ``_CHUNK`` steps."""
+    """The inflated stream, ``lib`` (one of :data:`INFLATERS`, default the first) in ``_CHUNK`` steps, each fed to
+    ``count`` as it comes."""
     lib = INFLATERS[0] if lib is None else lib
     out = bytearray()
     cap = limits.max_bytes
@@ -363,6 +456,8 @@ def _inflate(
             out += inflater.decompress(buf, min(_CHUNK, cap + 1 - len(out)))  # never more than the bound + 1
             if len(out) > cap:
                 raise error(too_big(path, "it inflates to more than", limits))
+            if count is not None:
+                count.feed(out)
             if inflater.eof:  # one member done; another may follow, as gzip.decompress reads them
                 buf = inflater.unused_data or fh.read(_CHUNK)
                 if 0 < len(buf) < 4:  # enough of the next member's header for its magic bytes and flags
@@ -391,7 +486,10 @@ def _check_flags(head: bytes, path: Path, error: type[Exception]) -> None:
 
 
 def count_objects(data: bytes | Text, path: str | os.PathLike[str], limits: Limits, error: type[Exception]) -> int:
-    """The number of ``{`` in a JSON text: an upper bound of the objects it holds (one inside a string counts too).
+    """The number of ``{`` in a JSON text: an upper bound of the objects it holds (one inside a string counts too),
+    and so of the events a reader that decodes every array element at once may have to hold (the three-pass reader
+    of :func:`fitprof.traces.kineto._load`, for a file that is not valid JSON as written, and the memory events'
+    reader), where an element without a ``"ph"`` costs as much as an event.
 
     Raises:
         error: if it passes ``limits.max_events``.
@@ -402,5 +500,12 @@ def count_objects(data: bytes | Text, path: str | os.PathLike[str], limits: Limi
         n += int(np.count_nonzero(view[at : at + _COUNT_STEP] == 0x7B))  # "{"
     del view  # the buffer export: the caller may resize a bytearray again
     if n > limits.max_events:
-        raise error(too_many(path, f"the trace holds up to {n:,} JSON objects (events and their args)", limits))
+        raise error(
+            too_many(
+                path,
+                f"the trace may hold up to {n:,} events (read whole at once here, where its events cannot be counted "
+                f"apart: it holds {n:,} JSON objects, events and their args)",
+                limits,
+            )
+        )
     return n

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from fitprof.traces._kineto_rules import Columns, frame, frame_columns, gc_paused
-from fitprof.traces._limits import Limits, Text, count_objects, read_bounded
+from fitprof.traces._limits import EventCounter, Limits, Text, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
 from fitprof.traces._table import TraceError, make_table, table_from_columns
 
@@ -42,8 +42,8 @@ def read_kineto(
         path: the trace file. Gzip is recognised by its magic bytes, whatever the file is called.
         max_trace_mb: the bound on the file's size, inflated, in MB (default 512; see
             :mod:`fitprof.traces._limits`). A gzip file is inflated in a stream that stops at the bound.
-        max_events: the bound on the JSON objects in the trace (each event and each ``args``; default
-            10,000,000), counted before it is parsed.
+        max_events: the bound on the trace's events (default 10,000,000), counted as the file is read: a trace
+            over it is refused as soon as the count passes it, before it is parsed.
 
     Returns:
         The event table (:func:`fitprof.traces._table.make_table`), sorted by ``ts_us``. ``attrs`` holds
@@ -216,15 +216,17 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     pytorch/pytorch#146900) is read after :func:`fitprof.traces._repair.repair_names`; the names repaired are
     added to ``repaired``.
 
-    The bounds of :mod:`fitprof.traces._limits` are checked first: the (inflated) size while the file is read,
-    the number of JSON objects before it is parsed. Memory: the text, 56 bytes an event for the first pass, then
-    the columns (about 70 bytes an event), which grow as the raw events are let go batch by batch.
+    The bounds of :mod:`fitprof.traces._limits` are checked first: the (inflated) size and the events
+    (:class:`~fitprof.traces._limits.EventCounter`) while the file is read; before the three-pass reader, which
+    holds every element of the array at once, its JSON objects too. Memory: the text, 56 bytes an event for the
+    first pass, then the columns (about 70 bytes an event), which grow as the raw events are let go batch by batch.
     """
-    data = read_bounded(path, limits, TraceError)
-    objects = count_objects(data, path, limits, TraceError)
-    fast = _load_in_chunks(data, path, objects)
+    events = EventCounter(path, limits, TraceError)
+    data = read_bounded(path, limits, TraceError, count=events)
+    fast = _load_in_chunks(data, path, events.n)
     if fast is not None:
         return fast
+    count_objects(data, path, limits, TraceError)  # this reader holds every array element at once
     with _decode_errors(path):
         try:
             _PROBE.decode(data)  # the raw pass alone would hold 56 bytes for each value of a list of numbers
@@ -263,6 +265,24 @@ _CUT = re.compile(rb"\}[ \t\n\r]*,")
 """Where one event may end and the next begin: ``}`` and ``,`` with only JSON whitespace between them."""
 
 
+_CHUNK_OBJECTS = 1 << 16
+"""The JSON objects one chunk of :func:`_load_in_chunks` may hold, about: each decodes to a struct of about 100 bytes
+whether or not it is an event, and only events are counted against the events bound."""
+
+
+def _chunk_bytes(data: Text, pos: int, stop: int) -> int:
+    """The bytes of the next chunk from ``pos``: ``_CHUNK_BYTES``, less where they hold more than ``_CHUNK_OBJECTS``
+    JSON objects (``{``), so that a text of objects that are not events (``{},`` repeated: 1.4 million structs in
+    4 MB) costs no more a chunk than real events do (a real trace's 4 MB hold about 25k objects). A map handed over
+    by fitprof's own export is not counted: it holds real events."""
+    span = _CHUNK_BYTES
+    if isinstance(data, bytearray):
+        objects = data.count(b"{", pos, min(pos + span, stop))
+        if objects > _CHUNK_OBJECTS:
+            span = max(span * _CHUNK_OBJECTS // objects, 1)
+    return span
+
+
 class _Frame(msgspec.Struct, gc=False):
     """The document around the events (``traceEvents`` replaced by ``[]``)."""
 
@@ -274,7 +294,7 @@ class _Frame(msgspec.Struct, gc=False):
 _FRAME_DECODER = msgspec.json.Decoder(_Frame | list[msgspec.Raw])
 
 
-def _load_in_chunks(data: Text, path: Path, objects: int) -> tuple[dict[str, Any], Columns] | None:
+def _load_in_chunks(data: Text, path: Path, counted: int) -> tuple[dict[str, Any], Columns] | None:
     """The trace's ``distributedInfo`` and columns in one pass over the text, or ``None`` when this fast path
     cannot prove its reading right (the caller then reads the file with the three passes of :func:`_load`, which
     give the errors and the repaired names).
@@ -308,11 +328,11 @@ def _load_in_chunks(data: Text, path: Path, objects: int) -> tuple[dict[str, Any
     if isinstance(doc, _Frame):
         _read_distributed_info(doc.distributedInfo, meta)
         meta["profile_memory"] = _flag(doc.profile_memory)
-    builder = _ColumnBuilder(path, objects)  # every event is one of the JSON objects counted
+    builder = _ColumnBuilder(path, counted)  # past the events counted: a TraceError, and the three-pass reader
     view = memoryview(data)
     pos = start + 1
     while pos < stop:
-        cut_from, end, after = pos + _CHUNK_BYTES, stop, stop
+        cut_from, end, after = pos + _chunk_bytes(data, pos, stop), stop, stop
         for _ in range(_TRIES):
             cut = _CUT.search(data, cut_from, stop) if cut_from < stop else None
             end, after = (cut.start() + 1, cut.end()) if cut else (stop, stop)
@@ -437,7 +457,7 @@ class _ColumnBuilder:
     """The columns of :class:`Columns`, filled a batch of decoded events at a time (names, threads and flow
     arrows that span batches come out as in one batch).
 
-    ``capacity`` is an upper bound on the complete events (the ``{`` counted in the text, or the events): each
+    ``capacity`` is an upper bound on the complete events (the events counted in the text, or the array's length): each
     column is allocated once at that length and filled in place. Its pages that are never written are never
     resident, so the bound costs address space, not memory; no batch list is joined (joining would hold the
     columns twice).
@@ -490,8 +510,8 @@ class _ColumnBuilder:
         if not n:
             return
         end = done + n
-        if end > len(cols["ts"]):  # cannot happen: every complete event is a counted object
-            raise TraceError(f"{path}: more complete events than JSON objects counted")
+        if end > len(cols["ts"]):  # an event key spelled with a \u escape was not counted: the caller reads anew
+            raise TraceError(f"{path}: more complete events than counted")
         cols["ts"][done:end] = _numbers_of(rows, _TS, "ts", path, done)
         cols["dur"][done:end] = _numbers_of(rows, _DUR, "dur", path, done)
         interners = self.interners

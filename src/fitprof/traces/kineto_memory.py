@@ -38,7 +38,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from fitprof.traces._limits import Limits, count_objects, read_bounded
+from fitprof.traces._limits import EventCounter, Limits, count_objects, read_bounded
 from fitprof.traces._repair import repair_names
 from fitprof.traces._table import TraceError
 
@@ -112,8 +112,9 @@ def read_memory_events(
 
     Args:
         path: a ``.pt.trace.json[.gz]`` file.
-        max_trace_mb, max_events: the bounds of :mod:`fitprof.traces._limits` (defaults 512 MB, 10,000,000 JSON
-            objects), checked before the memory is spent.
+        max_trace_mb, max_events: the bounds of :mod:`fitprof.traces._limits` (defaults 512 MB, 10,000,000
+            events), checked before the memory is spent (the decoder here holds every event at once, so its JSON
+            objects are bounded too).
 
     Returns:
         The table; no rows when the trace holds no memory events (recorded without ``profile_memory``).
@@ -124,10 +125,10 @@ def read_memory_events(
     """
     limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
-    data = read_bounded(p, limits, TraceError)
+    data = read_bounded(p, limits, TraceError, count=EventCounter(p, limits, TraceError))
     if data.find(MEMORY_EVENT.encode()) < 0:  # not ``in``: a handed-over map's ``in`` looks for one byte
         return empty_memory_table()
-    count_objects(data, p, limits, TraceError)
+    count_objects(data, p, limits, TraceError)  # the decoder below holds every array element at once
     try:
         try:
             doc = _DECODER.decode(data)
