@@ -272,6 +272,7 @@ class FitEngine:
             importlib.import_module("fitprof.traces.kineto" if kineto else "fitprof.traces.xspace")
             if kineto:
                 self._converter().start()
+                self._converter().adopt(self.log_dir)  # what an earlier fit left unconverted here
         except Exception as err:  # the first epoch end loads them instead
             _log.debug("fitprof: could not prepare the window analysis at the fit's start (%r)", err)
 
@@ -289,7 +290,7 @@ class FitEngine:
         if worker is None:
             return []
         try:
-            return worker.finish()
+            return worker.end_of_fit()  # hands the conversions over; waits only under WAIT_ENV
         except Exception as err:  # never fails the fit
             _log.warning("fitprof: could not stop the .xplane.pb converter: %s", err)
             return []
