@@ -141,7 +141,7 @@ def test_a_script_that_exits_right_after_fit_still_gets_its_xplane(tmp_path: Pat
 def test_detach_returns_before_the_file_and_wait_for_profiles_waits_for_it(tmp_path: Path) -> None:
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(1.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(5.0))
     done: list[tuple[Path | None, str]] = []
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h", on_done=lambda p, why: done.append((p, why))))
     pid = worker.pid
