@@ -221,9 +221,9 @@ class Mirror:
     def close(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         """Wait up to ``timeout_s`` for the ``.xplane.pb`` conversions still running in the staging folder
         (:func:`fitprof.wait_for_profiles`: the background converter writes there, and the folder goes once this
-        copy is done), sync, then delete the staging folder. A conversion not done in time is named in one warning
-        and never reaches the URL."""
-        if self.local.is_dir() and not self._failed:
+        copy is done, and the converter would write into a deleted folder), sync, then delete the staging folder. A
+        conversion not done in time is named in one warning and never reaches the URL."""
+        if self.local.is_dir():
             try:
                 wait_for_profiles(self.local, timeout=timeout_s)
             except (TimeoutError, OSError) as err:
