@@ -268,3 +268,21 @@ def test_a_url_log_dir_still_gets_the_xplane_the_fit_did_not_wait_for(tmp_path: 
     local = tmp_path / "copy.xplane.pb"
     fs.get_file(f"{root}/{xplane}", str(local))
     assert steps_in(local) == 3
+
+
+def test_a_run_deleted_after_fit_is_not_written_again(tmp_path: Path) -> None:
+    """The run's folder is deleted while its conversion waits: the converter writes nothing (it would create the
+    folder again)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    trace = tmp_path / "h.s1.pt.trace.json.gz"
+    shutil.copyfile(TRACE, trace)
+    worker = XplaneWorker(WarnOnce(), command=held_back(3.0))
+    worker.submit(Job(0, trace, str(run), "s1", "h"))
+    proc = worker._proc
+    assert proc is not None
+    worker.detach()
+    shutil.rmtree(run)
+    proc.wait(120)  # the converter ends once its input is done
+    assert not run.exists()
+    assert trace.is_file()

@@ -30,7 +30,8 @@ itself. Converting a 10^5-event window costs seconds of Python work, so the epoc
   (:mod:`fitprof._profile_jobs`), owned by the training process and, once sent to the process, by the process. A
   job whose owner is gone (the process was killed after the fit, the machine restarted) is finished by the next fit
   that profiles into the same log directory (:meth:`XplaneWorker.adopt`, in a background process, one warning
-  naming the files), by ``fitprof report``, or by :func:`fitprof.wait_for_profiles`.
+  naming the files), by ``fitprof report``, or by :func:`fitprof.wait_for_profiles`. A job whose job file is gone
+  when its turn comes (its run folder was deleted) is skipped: writing it would create the folder again.
 * **A crash or kill** of the process during the fit loses only the ``.xplane.pb`` it was writing (one warning); the
   trace, the report, the scalars and training are untouched, and the next window starts a new process. The file is
   written under a temporary name and renamed (:func:`fitprof.traces.xspace_write.write_xspace`), so a remote mirror
@@ -522,6 +523,15 @@ def main() -> None:
         except ValueError:
             continue
         answer: dict[str, Any] = {"id": job.get("id")}
+        if job.get("job_file") and not os.path.exists(job["job_file"]):
+            # its job file is gone with its folder (a staging folder deleted, a run removed): writing it would
+            # create that folder again
+            answer.update(ok=False, error="cancelled: its folder was deleted")
+            with contextlib.suppress(OSError, ValueError):
+                if out is not None:
+                    out.write(json.dumps(answer).encode() + b"\n")
+                    out.flush()
+            continue
         try:
             # Imported at the first job, not at the start: fitprof and pandas take about 0.8 s of CPU to load, which
             # a process started with the fit would spend while the first epoch's steps (its window among them) run.
