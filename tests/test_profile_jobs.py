@@ -286,3 +286,21 @@ def test_a_run_deleted_after_fit_is_not_written_again(tmp_path: Path) -> None:
     proc.wait(120)  # the converter ends once its input is done
     assert not run.exists()
     assert trace.is_file()
+
+
+def test_an_exited_owner_not_yet_reaped_is_gone(tmp_path: Path) -> None:
+    """A killed converter whose parent has not reaped it (a zombie) owns nothing: its job is left over."""
+    target = plant_left_over(tmp_path)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    end = time.monotonic() + 60
+    while Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+        assert time.monotonic() < end
+        time.sleep(0.02)
+    fields = {"trace": str(tmp_path / "h.s1.pt.trace.json.gz"), "run_dir": str(tmp_path), "session": "s1", "host": "h"}
+    _profile_jobs.write_job(target, fields, zombie.pid)
+    doc = _profile_jobs.read_job(_profile_jobs.job_path(target))
+    assert doc is not None and not _profile_jobs.owner_alive(doc)
+    zombie.wait()
+    doc["owner"] = os.getpid()
+    doc["started"] = ""
+    assert _profile_jobs.owner_alive(doc)  # this process runs

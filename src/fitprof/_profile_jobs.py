@@ -63,14 +63,19 @@ def _boot_id() -> str:
         return ""
 
 
-def _start_ticks(pid: int) -> str:
-    """The process's start time since boot (Linux's ``/proc/<pid>/stat``, field 22), "" where unknown: with the
-    pid and the boot, it tells the owner from a later process given the same pid."""
+def _stat(pid: int) -> list[str]:
+    """The fields of Linux's ``/proc/<pid>/stat`` after the command name (state first), [] where unknown."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
-        return stat.rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return ""
+        return Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace").rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def _start_ticks(pid: int) -> str:
+    """The process's start time since boot (``/proc/<pid>/stat``, field 22), "" where unknown: with the pid and the
+    boot, it tells the owner from a later process given the same pid."""
+    fields = _stat(pid)
+    return fields[19] if len(fields) > 19 else ""
 
 
 def owner_record(pid: int) -> dict[str, Any]:
@@ -115,8 +120,11 @@ def owner_alive(doc: dict[str, Any]) -> bool:
         pass  # someone else's process holds the pid
     except OSError:
         return False
+    fields = _stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return False  # it has exited; its parent has not reaped it yet
     started = doc.get("started")
-    return not started or started == _start_ticks(pid)
+    return not started or started == (fields[19] if len(fields) > 19 else "")
 
 
 def find_jobs(root: str | os.PathLike[str]) -> list[Path]:
