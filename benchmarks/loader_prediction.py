@@ -25,6 +25,14 @@ Keras loads in the main thread, timed as the input wait.
 
     python benchmarks/loader_prediction.py --source pydataset-processes --repeats 3 --modes sleep
     python benchmarks/loader_prediction.py --source pydataset-threads --keras-backend jax --base 2 --modes sleep
+
+``--agreement``: does the advised count depend on the count a run started from? For each repeat and mode, runs
+with each of ``--bases`` workers (1 and 3 by default) interleaved, each giving its advised count
+(``loader_workers_needed``) and that count's predicted step time; then each advised count is run and its step
+re-measured. An epoch the probe finds contended (its workers waited for a core while other processes held cores)
+advises no count: it is counted as such, not re-measured. The issue's loader: 6 ms a sample, batches of 8.
+
+    python benchmarks/loader_prediction.py --agreement --item-ms 6 --batch-size 8 --repeats 3 --modes sleep
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ def main() -> None:
     parser.add_argument("--step-ms", type=float, default=6.0)
     parser.add_argument("--ctx", default="fork", choices=["fork", "spawn", "forkserver"])
     parser.add_argument("--json", type=Path, help="write every run here")
+    parser.add_argument("--agreement", action="store_true", help="the advised count from each of --bases workers")
+    parser.add_argument("--bases", type=int, nargs="+", default=[1, 3], help="--agreement: the starting counts")
     parser.add_argument(
         "--source", default="dataloader", choices=["dataloader", "pydataset-threads", "pydataset-processes"]
     )
@@ -75,6 +85,9 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.1f}, cores {len(os.sched_getaffinity(0))}, {time.strftime('%Y-%m-%d %H:%M')}"
     )
     rows: list[dict[str, object]] = []
+    if args.agreement:
+        agreement(args)
+        return
     if args.source != "dataloader":
         rows = pydataset_rows(args)
         table(rows, args)
@@ -137,6 +150,54 @@ def main() -> None:
                 )
                 print(f"  advice (N={args.base}): {e.advice()}; needed {e.needed}", flush=True)
     table(rows, args)
+
+
+def agreement(args: argparse.Namespace) -> None:
+    """The advised count from each of ``--bases`` workers, and each advised count re-measured (``--agreement``)."""
+    summary: list[tuple[str, dict[int, int | None], list[float]]] = []
+    for mode in args.modes:
+        item = args.cpu_item_ms if mode == "cpu" else args.item_ms
+        kw = dict(
+            steps=args.steps,
+            batch_size=args.batch_size,
+            item_ms=item,
+            step_ms=args.step_ms,
+            ctx=args.ctx,
+            cpu=mode == "cpu",
+        )
+        for r in range(args.repeats):
+            counts: dict[int, int | None] = {}
+            errors: list[float] = []
+            for base in args.bases if r % 2 == 0 else args.bases[::-1]:
+                (b,) = run(base, **kw)  # type: ignore[arg-type]
+                e = b.probe
+                assert e is not None, "no steady steps: raise --steps"
+                if e.contended:
+                    counts[base] = None
+                    print(f"{mode:5s} r{r} from {base}: contended, no count ({e.advice()})", flush=True)
+                    continue
+                counts[base] = e.needed
+                (again,) = run(e.needed, **kw)  # type: ignore[arg-type]
+                err = 100.0 * (e.predicted_ns * 1e-6 - again.step_ms) / again.step_ms
+                errors.append(err)
+                print(
+                    f"{mode:5s} r{r} from {base} ({b.step_ms:.1f} ms a step, W {e.batch_ns * 1e-6:.1f} ms, waiting for a "
+                    f"core {e.batch_runq_ns * 1e-6:.1f}): advised {e.needed}, predicted {e.predicted_ns * 1e-6:.1f} ms, "
+                    f"re-measured {again.step_ms:.1f} ms ({err:+.1f}%)",
+                    flush=True,
+                )
+            summary.append((mode, counts, errors))
+    print("\n| mode | repeat | advised count from each base | within ±1 | prediction error of each | within 20% |")
+    print("|---|---|---|---|---|---|")
+    for r, (mode, counts, errors) in enumerate(summary):
+        given = [c for c in counts.values() if c is not None]
+        agree = "–" if len(given) < 2 else ("yes" if max(given) - min(given) <= 1 else "no")
+        said = ", ".join(f"{b}: {'none (contended)' if c is None else c}" for b, c in sorted(counts.items()))
+        errs = ", ".join(f"{v:+.1f}%" for v in errors)
+        print(
+            f"| {mode} | {r % args.repeats} | {said} | {agree} | {errs} | {sum(abs(v) <= 20 for v in errors)}/{len(errors)} |"
+        )
+    print(f"load average {os.getloadavg()[0]:.1f} ({Path('/proc/loadavg').read_text().strip()})")
 
 
 def table(rows: list[dict[str, object]], args: argparse.Namespace) -> None:

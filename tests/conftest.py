@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The tests that read a fit's .xplane.pb right after it returns have the fit wait for its conversions
+# (fitprof.fit.xplane_worker.WAIT_ENV); tests/test_profile_jobs.py clears it and tests the fit that does not wait.
+os.environ.setdefault("FITPROF_WAIT_FOR_PROFILES", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Under ``pytest -n N`` each worker (and every process it starts) gets a temporary folder of its own: tests check
     # that fitprof left nothing in the system's temporary folder, which the other workers' fits would race.

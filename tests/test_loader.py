@@ -169,15 +169,20 @@ def test_cpu_bound_loading_is_bounded_by_the_cores() -> None:
     assert (probe2.advice() or "").startswith("only 2 cores: CPU-bound loading needs cheaper transforms or more cores")
 
 
-def test_loading_that_waits_for_a_core_is_cpu_bound() -> None:
-    """20 ms of CPU in a 60 ms batch, 35 ms of it waiting for a core (other processes load the machine): CPU-bound,
-    so the count stops at the cores; the same batch sleeping those 35 ms instead may use more workers."""
+def test_an_epoch_whose_workers_wait_for_a_core_advises_no_count() -> None:
+    """20 ms of CPU in a 60 ms batch, 35 ms of it waiting for a core (other processes load the machine): contended,
+    no count and the advice says why; the same batch sleeping those 35 ms instead may use more workers."""
     waiting, sleeping = FakeSource(1, 60, cpu_ms=20, runq_ms=35), FakeSource(1, 60, cpu_ms=20)
     p1, p2 = LoaderProbe(waiting, cores=2), LoaderProbe(sleeping, cores=2)
     drive(p1, waiting, steps=40, wait_ms=50, rest_ms=10)
     drive(p2, sleeping, steps=40, wait_ms=50, rest_ms=10)
-    assert p1.epoch_figures()["fitprof/epoch/loader_workers_needed"] == 2
-    assert (p1.advice() or "").endswith("only 2 cores: CPU-bound loading needs cheaper transforms or more cores")
+    assert p1.last is not None and p1.last.contended
+    assert math.isnan(p1.epoch_figures()["fitprof/epoch/loader_workers_needed"])
+    assert math.isnan(p1.epoch_figures()["fitprof/epoch/step_time_if_enough_workers_ms"])
+    assert (p1.advice() or "").startswith(
+        "the machine was busy: the loader's workers waited for a core 58% of their batch time (35.0 of 60.0 ms; "
+        "input wait 83% of a 60.0 ms step), so no num_workers count is advised"
+    )
     assert p2.epoch_figures()["fitprof/epoch/loader_workers_needed"] == 6  # 66/6 = 11 ms: no count does better
     assert "only 2 cores" not in (p2.advice() or "")
 
@@ -193,16 +198,20 @@ def test_cores_other_processes_hold_are_not_counted() -> None:
         assert probe.last is not None
         results[idle] = probe.last
     roomy, full = results[2.0], results[0.0]
-    assert roomy.free_cores == pytest.approx(2.0) and roomy.predict(2) == pytest.approx(30 * MS)
+    # the 35 ms wait for a core is not the batch's own time: 25 ms of it, over 2 workers
+    assert roomy.free_cores == pytest.approx(2.0) and roomy.predict(2) == pytest.approx(12.5 * MS)
+    assert not roomy.contended and roomy.other_cores == pytest.approx(0.0, abs=0.01)
     assert full.free_cores == pytest.approx(20 * 40 / (40 * 60), rel=0.01)  # its own CPU time over the wall time
     assert full.predict(2) == pytest.approx(60 * MS, rel=0.01)  # W_cpu / F: 20 ms / (1/3 core)
-    assert (full.advice() or "").startswith("only 2 cores (0.3 of them free to the loader): CPU-bound loading")
+    assert full.contended and full.other_cores == pytest.approx(2 - 1 / 3, rel=0.02)
+    assert (full.advice() or "").startswith("the machine was busy: the loader's workers waited for a core 58%")
+    assert "other processes holding 1.7 cores" in (full.advice() or "")
     # a worker that sleeps most of its batch gets its little CPU time on a full machine all the same
     sleeper = FakeSource(1, 60, cpu_ms=1, runq_ms=2)
     probe = LoaderProbe(sleeper, cores=2)
     drive(probe, sleeper, steps=40, wait_ms=50, rest_ms=10, first_wait_ms=50, idle_cores=0.0, t0=10**12)
-    assert probe.last is not None and probe.last.free_cores is None
-    assert probe.last.predict(2) == pytest.approx(30 * MS)
+    assert probe.last is not None and probe.last.free_cores is None and not probe.last.contended
+    assert probe.last.predict(2) == pytest.approx(29 * MS)  # (60 - 2) ms of its own over 2 workers
 
 
 def test_the_main_threads_cpu_time_counts_even_where_the_workers_hide_it() -> None:
@@ -359,3 +368,35 @@ def test_several_loaders_combine_into_one_step() -> None:
     assert probe.epoch_figures()["fitprof/epoch/loader_batch_ms"] == pytest.approx(30)
     loaders.detach()
     assert a.detached and b.detached and loaders.workers == 0 and loaders.read() is None
+
+
+def test_the_count_does_not_depend_on_the_worker_count_it_started_from() -> None:
+    """The same sleep-modelled loader (96 ms of its own a batch, 3 ms of CPU) on a 4-core machine others load: from
+    1 worker it waited 2 ms a batch for a core, from 3 workers 22 ms (more workers, more waiting). Taken out of the
+    batch time, both runs advise the same count and predict the same step."""
+    runs = {}
+    for workers, runq in ((1, 2.0), (3, 22.0)):
+        source = FakeSource(workers, 96 + runq, cpu_ms=3, runq_ms=runq)
+        probe = LoaderProbe(source, cores=4)
+        drive(probe, source, steps=60, wait_ms=(96 + runq) / workers - 10, rest_ms=10)
+        assert probe.last is not None and not probe.last.contended  # 2% and 19% of the batch: under CONTENDED
+        runs[workers] = probe.last
+    assert abs(runs[1].needed - runs[3].needed) <= 1
+    assert runs[1].needed == runs[3].needed == 11  # 96 ms * 1.1 / 11 = 9.6 ms, under the 10 ms step
+    assert runs[1].predicted_ns == pytest.approx(runs[3].predicted_ns, rel=0.01)
+
+
+def test_step_time_without_workers_is_bounded_by_the_cores() -> None:
+    """No workers: the main thread loads and steps on one core at most, and only on the share of it free to it."""
+    assert StepModel(w=40, s=10, w_cpu=40, s_cpu=10, cores=2).step_ns(0) == 50
+    assert StepModel(w=40, s=10, w_cpu=40, s_cpu=10, cores=2, free=0.5).step_ns(0) == 100  # 50 ms of CPU, half a core
+    assert StepModel(w=40, s=10, w_cpu=1, s_cpu=1, cores=2, free=0.5).step_ns(0) == 50  # sleeping loading: S + W
+
+
+def test_the_wait_for_a_core_is_not_loading_time() -> None:
+    """A 60 ms batch of which the worker stood 35 ms waiting for a core: 25 ms of loading, 20 of it CPU."""
+    model = StepModel(w=60, s=10, w_cpu=20, w_runq=35, cores=8)
+    assert model.own_ns == 25
+    assert model.step_ns(1) == 25 and model.step_ns(2) == 12.5 and model.step_ns(0) == 35
+    assert model.needed() == (3, 10, True)  # 25 * 1.1 / 3 = 9.2 ms: under the step; the CPU-bound bound is 8 cores
+    assert StepModel(w=60, s=10, w_cpu=20, w_runq=70, cores=8).own_ns == 20  # never below the CPU time

@@ -137,6 +137,7 @@ def test_lightning_file_url_is_a_local_folder(tmp_path: Path, monkeypatch: pytes
     assert url.startswith("file://")
     profiler = LightningProfiler(log_dir=url, profile_batch=(2, 4))
     _fit_lightning(profiler, False, work)
+    fitprof.wait_for_profiles(url, timeout=120)  # a file:// URL is a local folder: the .xplane.pb comes after fit
     assert _files(work) == []
     written = _files(logs)
     assert len([n for n in written if n.endswith(".pt.trace.json.gz")]) == 1

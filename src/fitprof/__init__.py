@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from fitprof._profile_jobs import wait_for_profiles
 from fitprof._session import split_rank
 from fitprof._warn import FitProfilerWarning
 from fitprof.analysis import BottleneckReport, OpStat, analyze_table
@@ -80,4 +81,5 @@ __all__ = [
     "analyze",
     "analyze_table",
     "read_trace",
+    "wait_for_profiles",
 ]

@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from fitprof._atomic import is_temporary, temporary_name
+from fitprof._profile_jobs import DEFAULT_TIMEOUT_S, wait_for_profiles
 from fitprof.traces._limits import wait_all_written
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+)://")
@@ -217,8 +218,20 @@ class Mirror:
             return False
         return True
 
-    def close(self) -> None:
-        """Sync, then delete the staging folder."""
+    def close(self, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        """Wait up to ``timeout_s`` for the ``.xplane.pb`` conversions still running in the staging folder
+        (:func:`fitprof.wait_for_profiles`: the background converter writes there, and the folder goes once this
+        copy is done, and the converter would write into a deleted folder), sync, then delete the staging folder. A
+        conversion not done in time is named in one warning and never reaches the URL."""
+        if self.local.is_dir():
+            try:
+                wait_for_profiles(self.local, timeout=timeout_s)
+            except (TimeoutError, OSError) as err:
+                self._warn(
+                    "remote-xplane",
+                    f"fitprof: {err}; those .xplane.pb files are not copied to {self.url} (their traces, reports and "
+                    "figures are).",
+                )
         self.sync()
         shutil.rmtree(self.local, ignore_errors=True)
 

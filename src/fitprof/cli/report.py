@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fitprof._profile_jobs import finish_here, leftover_line
 from fitprof._session import trigger_step
 from fitprof.cli._parallel import auto_jobs, ordered_map
 from fitprof.cli.arguments import add_output_options
@@ -63,6 +64,10 @@ def run(args: argparse.Namespace, out: Output) -> int:
     if not logdir.is_dir():
         out.error(f"{logdir}: not a folder (report takes a log folder; for a trace file use 'fitprof analyze')")
         return EXIT_BAD_INPUT
+    # the .xplane.pb conversions a killed converter (or a restart) left below LOGDIR: done now, and said
+    line = leftover_line(*finish_here(logdir), by="report")
+    if line:
+        print(line, file=sys.stderr)  # stderr, as the other notes: stdout stays the records
     files = find_report_files(logdir)
     epoch_files = find_epoch_files(logdir)
     if not files and not epoch_files:

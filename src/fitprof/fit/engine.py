@@ -84,8 +84,8 @@ class FitEngine:
             rules), ``fitprof/vs_baseline/step_time_percent`` is logged beside the window's figures, the Markdown
             summary gets a line naming the operator that grew most, and a regression gives one warning a fit.
         clock: the engine's clock in ns (``time.perf_counter_ns``; tests pass a fake).
-        xplane_timeout_s: how long the end of a ``fit`` waits for the background ``.xplane.pb`` conversions (s;
-            :mod:`fitprof.fit.xplane_worker`); what is left unwritten then is named in one warning.
+        xplane_timeout_s: how long the end of a ``fit`` waits for the background ``.xplane.pb`` conversions when
+            ``FITPROF_WAIT_FOR_PROFILES`` is set (s; :mod:`fitprof.fit.xplane_worker`: by default it waits for none).
 
     Raises:
         TypeError: ``baseline`` is not a path.
@@ -273,6 +273,7 @@ class FitEngine:
             importlib.import_module("fitprof.traces.kineto" if kineto else "fitprof.traces.xspace")
             if kineto:
                 self._converter().start()
+                self._converter().adopt(self.log_dir)  # what an earlier fit left unconverted here
         except Exception as err:  # the first epoch end loads them instead
             _log.debug("fitprof: could not prepare the window analysis at the fit's start (%r)", err)
 
@@ -284,13 +285,14 @@ class FitEngine:
         return self._xplane
 
     def finish_conversions(self) -> list[int]:
-        """Wait up to ``xplane_timeout_s`` for the pending ``.xplane.pb`` conversions and stop the converter; the
-        epochs left unwritten (named in one warning). Called at the end of a ``fit`` (normal or not)."""
+        """Hand the pending ``.xplane.pb`` conversions to the converter, which finishes them after the ``fit``
+        (:meth:`XplaneWorker.end_of_fit`; under its ``WAIT_ENV``, wait up to ``xplane_timeout_s``); the epochs left
+        unwritten by that wait (named in one warning). Called at the end of a ``fit`` (normal or not)."""
         worker, self._xplane = self._xplane, None
         if worker is None:
             return []
         try:
-            return worker.finish()
+            return worker.end_of_fit()  # hands the conversions over; waits only under WAIT_ENV
         except Exception as err:  # never fails the fit
             _log.warning("fitprof: could not stop the .xplane.pb converter: %s", err)
             return []

@@ -16,9 +16,13 @@ N workers deliver a batch every W/N at best; the loop needs one every S + M; C c
 of those CPU-bound workers can count on F, the cores they used plus the cores that stood idle this epoch (other
 processes hold the rest; more workers may win a larger share from them, so this errs on the slow side):
 
-    T(N) = max(S + M, W / N, W_cpu / min(N, F), (W_cpu + S_cpu) / C)
+    T(N) = max(S + M, W' / N, W_cpu / min(N, F), (W_cpu + S_cpu) / C)
 
-and the input wait is T(N) - S. With no workers the main process does the work: T(0) = S + W. M is what the measured
+and the input wait is T(N) - S. W' is the batch's own time, W less the time the worker stood runnable waiting for a
+core (Linux's run-queue wait, R): that wait is the machine's load, not the loading's work, and counting it would
+make the count depend on how many workers the run started from (more workers, more waiting). With no workers the
+main process does the work, on one thread: T(0) = max(S + W', (W_cpu + S_cpu) / min(1, F)), bounded by the cores as
+every other count is. M is what the measured
 wait leaves over once the workers' share (max(0, W/N - S)) is taken out, and at least the main thread's CPU time
 while the loop waited (its work in the framework's fetch path runs whatever the workers do; while the workers are the
 bound it is hidden in the wait, and only the CPU clock shows it).
@@ -33,6 +37,11 @@ process workers, before the cost of sending each batch between processes, which 
 main thread with ``workers=1`` and threads, so threads are advised in counts of 0 or at least 2. From a Keras run with
 no workers the loading's CPU time is not known (its wait is timed without the main thread's CPU clock), and the
 threads' prediction then takes the loading to wait, not compute.
+
+An epoch whose workers waited for a core :data:`CONTENDED` of their batch time or more, on a machine where other
+processes held at least :data:`CONTENDED_CORES` (where the idle time is known), is *contended*: what it measured
+holds for that load only (at load 14-21, the same loader started from 1 and from 3 workers was advised 5 and 2
+workers), so no count is advised, its figures are NaN, and the advice says why.
 """
 
 from __future__ import annotations
@@ -68,6 +77,12 @@ time a batch filled 0.46, 0.44 and 0.53 of a core, the loop's step without its w
 Python, 29.7 ms with the main thread loading) stretched to 67.3, 57.6 and 39.0 ms waiting for the GIL, and the step
 times re-measured (83.2, 67.7, 48.9 ms) missed what the model predicted from 2 threads (81.7 ms for each count) by up
 to 67% (``tests/pydataset_loop.py --cpu --batch-ms 40``)."""
+CONTENDED = 0.2
+"""An epoch is contended when its workers waited for a core at least this share of their batch time (and other
+processes held cores: :data:`CONTENDED_CORES`)."""
+CONTENDED_CORES = 0.5
+"""The cores other processes must have held, over the epoch, for a worker's run-queue wait to count as contention
+(where the usable cores' idle time is known): more workers than cores wait for each other, which the model counts."""
 HEADROOM = 1.1
 """The worker count is chosen as if each batch took this much longer (the step time it predicts is not): a count
 whose workers only just keep pace (W/N = S) re-measured up to 26% slower than predicted (Lightning, sleep-modelled
@@ -133,6 +148,7 @@ class StepModel:
         w: worker wall time per batch. s: the step without its input wait. m: the main process's own per-batch cost.
         w_cpu: worker CPU time per batch. s_cpu: the main thread's CPU time per step. cores: usable cores (>= 1).
         free: the cores the loader's workers can have (:attr:`LoaderEpoch.free_cores`; None: all ``cores``).
+        w_runq: the part of ``w`` the worker stood runnable waiting for a core: not the loading's own time.
 
     Raises:
         ValueError: ``cores`` below 1.
@@ -145,6 +161,7 @@ class StepModel:
     s_cpu: float = 0.0
     cores: int = 1
     free: float | None = None
+    w_runq: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -158,11 +175,18 @@ class StepModel:
         """
         if n < 0:
             raise ValueError(f"n must be >= 0 workers, got {n}")
-        if n == 0:
-            return self.s + self.w
         cores = float(self.cores)
-        room = min(float(n), cores if self.free is None else max(min(self.free, cores), 1e-3))
-        return max(self.s + self.m, self.w / n, self.w_cpu / room, (self.w_cpu + self.s_cpu) / cores)
+        free = cores if self.free is None else max(min(self.free, cores), 1e-3)
+        own = self.own_ns
+        if n == 0:  # the main thread loads and steps, on one core at most
+            return max(self.s + own, (self.w_cpu + self.s_cpu) / min(1.0, free))
+        room = min(float(n), free)
+        return max(self.s + self.m, own / n, self.w_cpu / room, (self.w_cpu + self.s_cpu) / cores)
+
+    @property
+    def own_ns(self) -> float:
+        """W', the batch's own time: ``w`` less its wait for a core, and never less than its CPU time."""
+        return max(self.w - self.w_runq, self.w_cpu)
 
     def needed(
         self, *, w_runq: float = 0.0, most: int | None = None, skip_one: bool = False
@@ -170,7 +194,8 @@ class StepModel:
         """The smallest worker count (0 to ``most``) whose predicted input wait is under :data:`WAIT_TARGET` of the
         step.
 
-        ``most`` defaults to :func:`search_bound` (``w_runq``: the worker's wait for a core per batch); ``skip_one``
+        ``most`` defaults to :func:`search_bound` of the batch's own time (``w_runq``: unused, kept for callers; the
+        model's own :attr:`w_runq` is taken out of ``w``); ``skip_one``
         leaves out the count 1 (Keras loads in the main thread with one worker thread). The count is chosen with
         :data:`HEADROOM`; the step time returned is predicted without it. The cores bound the count through the
         model's CPU terms: once the workers' CPU time fills the cores, more workers predict no gain and are not chosen.
@@ -179,10 +204,10 @@ class StepModel:
             ``(n, step_ns, reached)``: the count, its predicted step time, and whether the target is met; when no count
             meets it, the smallest count within 1% of the best predicted time.
         """
-        top = search_bound(self.w, self.w_cpu + w_runq, self.cores) if most is None else most
+        top = search_bound(self.own_ns, self.w_cpu, self.cores) if most is None else most
         # chosen with batches HEADROOM late: at W/N = S the loop waits whenever one batch is late, so the count that
         # only just keeps pace re-measures slower than predicted
-        late = replace(self, w=self.w * HEADROOM, w_cpu=self.w_cpu * HEADROOM)
+        late = replace(self, w=self.own_ns * HEADROOM, w_runq=0.0, w_cpu=self.w_cpu * HEADROOM)
         counts = [k for k in range(max(top, 2 if skip_one else 1) + 1) if not (skip_one and k == 1)]
         margin = [(k, late.step_ns(k)) for k in counts]
         for k, tk in margin:
@@ -193,12 +218,12 @@ class StepModel:
         return k, self.step_ns(k), False
 
 
-def search_bound(w: float, w_wants_cpu: float, cores: int) -> int:
-    """The largest worker count advised: the cores when the loading is CPU-bound (the worker ran or waited for a core,
-    ``w_wants_cpu``, at least half its wall time ``w``: on a machine other processes load, a CPU-bound worker spends
-    much of its time waiting for a core), else 4 times the cores (workers that mostly sleep or wait on storage share
-    cores; measured on 2 cores: 4 sleeping workers ran about 4 times as fast as one, ``benchmarks/loader_prediction.py``)."""
-    return cores if w_wants_cpu >= 0.5 * w else 4 * cores
+def search_bound(w: float, w_cpu: float, cores: int) -> int:
+    """The largest worker count advised: the cores when the loading is CPU-bound (its CPU time ``w_cpu`` is at least
+    half the batch's own time ``w``, the wall time less the wait for a core: that wait is the machine's load, not
+    the loading's), else 4 times the cores (workers that mostly sleep or wait on storage share cores; measured on 2
+    cores: 4 sleeping workers ran about 4 times as fast as one, ``benchmarks/loader_prediction.py``)."""
+    return cores if w_cpu >= 0.5 * w else 4 * cores
 
 
 @dataclass(frozen=True)
@@ -223,6 +248,8 @@ class LoaderEpoch:
         process_needed: with threads, the process count the model advises where processes are predicted to bring
             steps at least :data:`WAIT_TARGET` below ``predicted_ns``, else None. process_predicted_ns: its step time.
         worker_cpu_cores: the workers' CPU time over the epoch's wall time, in cores (None with no workers).
+        other_cores: the cores other processes held over the epoch: the usable cores less their idle time and this
+            process's measured CPU time (None where the idle time is unknown).
     """
 
     workers: int
@@ -245,6 +272,19 @@ class LoaderEpoch:
     process_needed: int | None = None
     process_predicted_ns: float | None = None
     worker_cpu_cores: float | None = None
+    other_cores: float | None = None
+
+    @property
+    def runq_share(self) -> float:
+        """The share of the workers' batch time they stood waiting for a core (0 where unknown)."""
+        return self.batch_runq_ns / self.batch_ns if self.workers > 0 and self.batch_ns > 0 else 0.0
+
+    @property
+    def contended(self) -> bool:
+        """The workers waited for a core :data:`CONTENDED` of their batch time or more while other processes held
+        :data:`CONTENDED_CORES` or more (that part unchecked where the idle time is unknown): no count holds."""
+        others = self.other_cores
+        return self.runq_share >= CONTENDED and (others is None or others >= CONTENDED_CORES)
 
     @property
     def gil_bound(self) -> bool:
@@ -268,6 +308,7 @@ class LoaderEpoch:
             s_cpu=self.step_cpu_ns,
             cores=self.cores,
             free=self.free_cores,
+            w_runq=self.batch_runq_ns,
         )
 
     def predict(self, n: int) -> float:
@@ -280,6 +321,14 @@ class LoaderEpoch:
         now = self.measured_ns * ms
         wait_share = self.wait_ns / self.measured_ns if self.measured_ns > 0 else 0.0
         n = self.workers
+        if self.contended:
+            others = "" if self.other_cores is None else f", other processes holding {self.other_cores:.1f} cores"
+            return (
+                f"the machine was busy: the loader's workers waited for a core {100 * self.runq_share:.0f}% of their "
+                f"batch time ({self.batch_runq_ns * ms:.1f} of {self.batch_ns * ms:.1f} ms{others}; input wait "
+                f"{100 * wait_share:.0f}% of a {now:.1f} ms step), so no {self.label} count is advised: what this "
+                "epoch measured holds only for this load. Measure again with the machine less loaded"
+            )
         if wait_share <= WAIT_TARGET:
             if self.needed < n:
                 return (
@@ -522,8 +571,8 @@ class LoaderProbe:
             w_runq = sum(counts.runq_ns) / batches
             busy = 100.0 * sum(counts.busy_ns) / (workers * wall)
             # the idle cores bound only loading that wants a core: a worker that mostly sleeps gets its little CPU
-            # time on a busy machine all the same
-            cpu_bound = w_cpu + w_runq >= 0.5 * w
+            # time on a busy machine all the same (its wait for a core is the machine's, not the loading's)
+            cpu_bound = w_cpu >= 0.5 * max(w - w_runq, w_cpu)
             free = None if idle is None or not cpu_bound else min(float(self.cores), idle + sum(counts.cpu_ns) / wall)
             # threads: the GIL runs their Python code one at a time, whatever the cores (a thread waiting for the GIL
             # is neither on a core nor on its run queue, so W_cpu and the run-queue wait do not show it)
@@ -542,7 +591,10 @@ class LoaderProbe:
             self.last = None
             return
 
-        model = StepModel(w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, free=free)
+        model = StepModel(w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, free=free, w_runq=w_runq)
+        # the cores other processes held: the usable cores less the idle ones and this process's own CPU time
+        own_cores = (worker_cores or 0.0) + (rest_cpu + wait_cpu) * k / wall
+        others = None if idle is None else max(0.0, self.cores - idle - own_cores)
         needed, predicted, reached = model.needed(w_runq=w_runq, skip_one=threads)
         process_needed: int | None = None
         process_predicted: float | None = None
@@ -571,20 +623,23 @@ class LoaderProbe:
             process_needed=process_needed,
             process_predicted_ns=process_predicted,
             worker_cpu_cores=worker_cores,
+            other_cores=others,
         )
 
     def epoch_figures(self) -> dict[str, float]:
         """This epoch's ``fitprof/epoch/loader_*`` figures (NaN without a source or steady steps; the worker count and
-        its step time NaN for worker threads held back by the GIL, :attr:`LoaderEpoch.gil_bound`)."""
+        its step time NaN for worker threads held back by the GIL, :attr:`LoaderEpoch.gil_bound`, and for a contended
+        epoch, :attr:`LoaderEpoch.contended`)."""
         e = self.last
         if e is None:
             return {m.key: math.nan for m in LOADER_METRICS}
+        none = e.gil_bound or e.contended
         return {
             LOADER_WORKERS.key: float(e.workers),
             LOADER_BUSY_PERCENT.key: e.busy_percent,
             LOADER_BATCH_MS.key: e.batch_ns * 1e-6,
-            LOADER_WORKERS_NEEDED.key: math.nan if e.gil_bound else float(e.needed),
-            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: math.nan if e.gil_bound else e.predicted_ns * 1e-6,
+            LOADER_WORKERS_NEEDED.key: math.nan if none else float(e.needed),
+            LOADER_STEP_TIME_IF_ENOUGH_WORKERS_MS.key: math.nan if none else e.predicted_ns * 1e-6,
         }
 
     def window_figures(self) -> dict[str, float]:
