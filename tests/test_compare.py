@@ -625,8 +625,12 @@ def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert op["regression"] and op["change"] > 4.0, op
     # a side given as one report file, the other as a trace of the run
     trace = next(worse.glob("*.pt.trace.json.gz"))  # the Lightning callback writes its traces in the run directory
+    # (one window a side: on a busy machine the baseline's window may have held a stall as long as the operator's
+    # growth, and then the step did not grow by it; the operator is past its thresholds either way)
     rc, records = as_json(capsys, find_report_files(base)[0], trace, "--min-ms", "2")
-    assert rc in (1, 3) and row(records, "fitprof_test::slow")["regression"]
+    op = row(records, "fitprof_test::slow")
+    assert op["change"] > 4.0 and (op["regression"] or op["step_held"]), op
+    assert rc in (1, 3) or op["step_held"]
 
 
 # ------------------------------------------------------------------------------ one window against a baseline

@@ -35,9 +35,9 @@ the windows' one.
 * Operator names are matched across Keras's auto-numbering (:func:`operator_key`: ``dense_1/MatMul`` and
   ``dense_2/MatMul`` are one operator).
 
-**Inconclusive.** When more than a quarter of either side's epochs (or any of its windows) were CPU-contended (the
-training thread waited for a core :data:`CONTENDED_WAIT_PERCENT` % of the wall time or more), the step times
-measure the wait, not the code: the status is :data:`STATUS_INCONCLUSIVE` whatever the figures say, and
+**Inconclusive.** When more than a quarter of either side's epochs were CPU-contended (the training thread waited
+for a core :data:`CONTENDED_WAIT_PERCENT` % of the wall time or more; a side of report files alone: any of its
+windows' epochs), the step times measure the wait, not the code: the status is :data:`STATUS_INCONCLUSIVE` whatever the figures say, and
 :attr:`Comparison.contention` names the side and by how much.
 
 **Comparable.** Two sides are comparable when they agree on the setup the reports record: framework, world size,
@@ -765,8 +765,9 @@ def operator_key(name: str) -> str:
 def contention(side: Side, label: str) -> Contention | None:
     """How CPU-contended ``side`` was (None when it was not, by :data:`CONTENDED_SHARE`): from each epoch's
     run-queue wait (``fitprof/epoch/run_wait_percent`` at :data:`CONTENDED_WAIT_PERCENT` or more; without it,
-    involuntary switches per CPU second at :data:`CONTENDED_SWITCHES_PER_CPU_S` or more) and each window's
-    ``contention`` (the callback found its epoch contended)."""
+    involuntary switches per CPU second at :data:`CONTENDED_SWITCHES_PER_CPU_S` or more); a side without the
+    always-on figures (report files alone), from each window's ``contention`` (the callback found its epoch
+    contended)."""
     epochs, waits = 0, []
     for row in side.rows:
         wait = row.get(EPOCH_RUN_WAIT_PERCENT.key, math.nan)
@@ -780,7 +781,9 @@ def contention(side: Side, label: str) -> Contention | None:
         )
         if cpu > 0 and switches / (cpu / 100.0) >= CONTENDED_SWITCHES_PER_CPU_S:
             epochs += 1
-    windows = sum(1 for w in side.windows if w.report.contention)
+    # The windows' flag is their epoch's verdict: it decides only where the side has no epoch rows (report files
+    # alone), else one contended epoch of many would count twice.
+    windows = 0 if side.rows else sum(1 for w in side.windows if w.report.contention)
     if not windows and not (side.rows and epochs > CONTENDED_SHARE * len(side.rows)):
         return None
     return Contention(label, epochs, len(side.rows), windows, max(waits, default=math.nan))
