@@ -478,6 +478,8 @@ def _change_text(c: Change) -> str:
 
 def _why(c: Change) -> str:
     if c.regression:
+        if c.status == "new":
+            return f", past the {c.threshold:g}% threshold over the most it can have had"
         return f", past the {c.threshold:g}% threshold" + (
             " and significant" if c.significant else " (one sample a side: significance unknown)"
         )
