@@ -622,7 +622,10 @@ def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert rc == 1 or (rc == 3 and records[0]["contention"]), records[0]["headline"]
     assert "fitprof_test::slow" in records[0]["headline"]
     op = row(records, "fitprof_test::slow")
-    assert op["regression"] and op["change"] > 15.0, op
+    # contended, the operator's windows hold its wait for a core after each sleep, which the step's median need not
+    # show as much: past its thresholds, it may be held by the step-relative rule; uncontended, it is a regression
+    assert op["change"] > 15.0 and op["significant"], op
+    assert op["regression"] or (rc == 3 and op["step_held"]), op
     # a side given as one report file, the other as a trace of the run
     trace = next(worse.glob("*.pt.trace.json.gz"))  # the Lightning callback writes its traces in the run directory
     # (one window a side: on a busy machine the baseline's window may have held a stall as long as the operator's
