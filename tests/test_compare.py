@@ -18,7 +18,7 @@ import pytest
 import fitprof
 from fitprof.cli import main
 from fitprof.cli.compare import records as compare_records
-from fitprof.compare import NOISE_FACTOR, CompareInputError, against_baseline, compare, load_baseline, load_side
+from fitprof.compare import CompareInputError, against_baseline, compare, load_baseline, load_side
 from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50, VS_BASELINE_STEP_TIME_PERCENT
 from fitprof.report_files import find_report_files, write_report_file
 from planted import write_run_trace, xus
@@ -134,13 +134,14 @@ def test_planted_slower_operator_fails_and_is_named(tmp_path: Path, capsys: pyte
     assert "aten::cumsum" in head["headline"]
     op = row(records, "aten::cumsum")
     assert op["record"] == "operator" and op["regression"] and op["significant"]
-    # the values are the analysed ones: means over the windows of each side's report files
+    # the values are the analysed ones: medians over the windows of each side's report files
     for side, path in (("baseline", base), ("candidate", cand)):
         reports = [load_side(f).windows[0].report for f in find_report_files(path)]
         times = [next(o.self_ms_per_step for o in r.top_ops if o.name == "aten::cumsum") for r in reports]
-        assert op[side] == pytest.approx(np.mean(times), rel=1e-9)
+        assert op[side] == pytest.approx(np.median(times), rel=1e-9)
+        assert op[f"{side}_mean"] == pytest.approx(np.mean(times), rel=1e-9)
         assert op[f"{side}_spread"] == pytest.approx(np.std(times, ddof=1), rel=1e-9)
-        assert row(records, "step_time_ms")[side] == pytest.approx(np.mean([r.step_time_ms for r in reports]))
+        assert row(records, "step_time_ms")[side] == pytest.approx(np.median([r.step_time_ms for r in reports]))
     assert op["change"] == pytest.approx(op["candidate"] - op["baseline"])
     # the operators that did not change are not regressions
     assert not row(records, "aten::addmm")["regression"]
@@ -168,10 +169,10 @@ def test_a_change_within_the_run_to_run_spread_passes(tmp_path: Path, capsys: py
     assert rc == 1 and step["regression"] and step["significant"]
     rc, records = as_json(capsys, noisy, cand)
     step = row(records, "step_time_ms")
-    assert step["noise"] == pytest.approx(NOISE_FACTOR * max(step["baseline_spread"], step["candidate_spread"]))
-    assert abs(step["change"]) < step["noise"], step  # the planted noise is wide enough for this test to mean it
+    assert step["change_percent"] > 10  # past the threshold: only the interval keeps it from failing
+    assert step["ratio_low"] < 1 < step["ratio_high"], step
     assert rc == 0 and step["significant"] is False and not step["regression"]
-    assert "within the run-to-run noise" in records[0]["headline"]
+    assert "not significant" in records[0]["headline"]
 
 
 def test_fail_over_and_min_ms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,20 +245,20 @@ def test_an_operator_slow_in_one_window_only_is_no_regression(
     assert rc == 1 and row(records, "aten::stall")["regression"]
 
 
-def test_a_change_within_the_baseline_range_is_not_significant(tmp_path: Path) -> None:
-    """Ten baseline windows at 10 ms but one at 12.2 ms; ten candidate windows at 12 ms: the means differ by more
-    than twice the baseline's spread, yet no candidate window is past the baseline's slowest one."""
+def test_a_spike_in_one_window_moves_no_median(tmp_path: Path) -> None:
+    """Nine candidate windows as the baseline's and one at +40% (a thread preempted in one window): the mean grows
+    by 4%, the median (what is compared) does not, and nothing regresses; every window 12% slower does."""
     ops = {"aten::addmm": 9.0}
-    base = run_dir(tmp_path / "base", ops, seed=1, jitter=0, epochs=10, per_epoch={9: {"aten::addmm": 11.2}})
-    cand = run_dir(tmp_path / "cand", {"aten::addmm": 11.0}, seed=2, jitter=0, epochs=10)
-    step = compare(load_side(base), load_side(cand)).step_time()
+    base = run_dir(tmp_path / "base", ops, seed=1, jitter=0, epochs=10)
+    spike = run_dir(tmp_path / "spike", ops, seed=2, jitter=0, epochs=10, per_epoch={9: {"aten::addmm": 13.0}})
+    step = compare(load_side(base), load_side(spike), fail_over_percent=3).step_time()
     assert step is not None
-    assert step.change > step.noise > 0  # beyond twice the spread...
-    assert step.candidate.hi < step.baseline.hi  # ...but inside the baseline's range
-    assert step.significant is False and not step.regression
-    worse = run_dir(tmp_path / "worse", {"aten::addmm": 11.3}, seed=2, jitter=0, epochs=10)
+    assert step.candidate.mean > 1.03 * step.baseline.mean  # the mean moved past the 3% threshold...
+    assert step.change == 0 and not step.regression  # ...the median did not
+    worse = run_dir(tmp_path / "worse", {"aten::addmm": 10.2}, seed=2, jitter=0, epochs=10)
     step = compare(load_side(base), load_side(worse)).step_time()
     assert step is not None and step.significant and step.regression
+    assert step.ratio_lo == pytest.approx(step.ratio_hi) == pytest.approx(11.2 / 10.0)
 
 
 def test_new_and_gone_operators(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -313,11 +314,13 @@ def test_the_always_on_step_timing_is_read_and_compared(tmp_path: Path, capsys: 
     rc, records = as_json(capsys, base, cand)
     assert rc == 0
     every = row(records, EPOCH_STEP_TIME_MS_P50.key)
-    assert every["baseline"] == pytest.approx(np.mean([8.0, 8.5, 8.25]))
+    assert every["baseline"] == pytest.approx(8.25)  # the median
+    assert every["baseline_mean"] == pytest.approx(np.mean([8.0, 8.5, 8.25]))
     assert every["baseline_spread"] == pytest.approx(np.std([8.0, 8.5, 8.25], ddof=1))
     assert every["candidate_windows"] == 3
     assert row(records, EPOCH_INPUT_PERCENT.key)["candidate"] == pytest.approx(11.0)
-    assert "every step's median" in records[0]["headline"]
+    assert "step time, every step (median)" in records[0]["headline"]
+    assert records[0]["baseline_runs"] == 1 and records[0]["baseline_epochs"] == 3
 
 
 def test_a_window_regression_needs_the_always_on_timing_to_confirm_it(
@@ -336,7 +339,7 @@ def test_a_window_regression_needs_the_always_on_timing_to_confirm_it(
     assert rc == 0 and not step["regression"]
     assert any("does not confirm" in n for n in records[0]["notes"])
     rc, records = as_json(capsys, base, slower_too)
-    assert rc == 1 and row(records, "step_time_ms")["regression"]
+    assert rc == 1 and row(records, EPOCH_STEP_TIME_MS_P50.key)["regression"]
 
 
 # ------------------------------------------------------------------------------------- every kind of input
@@ -391,13 +394,13 @@ def test_an_xspace_trace_is_a_side(capsys: pytest.CaptureFixture[str]) -> None:
     [
         ({"samples_per_step": 64.0}, "samples per step (batch size) 32 vs 64"),
         ({"world_size": 4}, "world size 2 vs 4"),
-        ({"ops": {"aten::conv2d": 5.0, "aten::bn": 2.0, "aten::relu": 1.0}}, "mostly different operators"),
+        ({"fields": {"compute_dtype": "bfloat16"}}, "precision float32 vs bfloat16"),
     ],
 )
 def test_sides_that_are_not_comparable(
     change: dict[str, Any], reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kwargs: dict[str, Any] = {"world_size": 2}
+    kwargs: dict[str, Any] = {"world_size": 2, "fields": {"compute_dtype": "float32"}}
     base = run_dir(tmp_path / "base", BASE_OPS, seed=1, **kwargs)
     kwargs.update(change)
     ops = kwargs.pop("ops", BASE_OPS)
@@ -598,29 +601,39 @@ def _lightning_run(root: Path, name: str, sleep_ms: float, **kwargs: Any) -> tup
 
 @pytest.mark.slow
 def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Two runs of the same code pass; a run whose ``fitprof_test::slow`` sleeps 5 ms a step more fails and
-    names it. Sleep-modelled: 5 ms is several times the ~1-3 ms steps of this model on a busy machine. The
-    operator floor is 2 ms a step, as a CI job on a shared runner would set it: on a loaded 2-core machine a small
-    operator preempted inside its windows read 0.96-2.2 ms a step against 0.02-0.07 ms in the other runs
-    (benchmarks/compare_false_alarms.py), while the planted 5 ms reads 5 ms or more."""
+    """Two runs of the same code pass; a run whose ``fitprof_test::slow`` sleeps 20 ms a step more fails and
+    names it. Sleep-modelled: 20 ms is several times the ~1-3 ms steps of this model, and of the few ms a woken
+    thread waits for a core on a machine at load 10-16 (2 cores). The operator floor is 2 ms a step, as a CI job
+    on a shared runner would set it: on a loaded 2-core machine a small operator preempted inside its windows read
+    0.96-2.2 ms a step against 0.02-0.07 ms in the other runs (benchmarks/compare_false_alarms.py)."""
     pytest.importorskip("lightning")
     base, base_profiler = _lightning_run(tmp_path, "base", 0.0)
     same, _ = _lightning_run(tmp_path, "same", 0.0)
-    worse, _ = _lightning_run(tmp_path, "worse", 5.0)
+    worse, _ = _lightning_run(tmp_path, "worse", 20.0)
+    # On a busy machine the runs are CPU-contended: then the answer is "inconclusive" (3), naming the side, and the
+    # figures are still computed; never a regression for the same code, never "ok" for the slower one.
     rc, records = as_json(capsys, base, same, "--min-ms", "2")
-    assert rc == 0, records[0]["headline"]
-    # the always-on step timing, read back from the TensorBoardLogger's event file: what the callback measured
+    assert rc == 0 or (rc == 3 and records[0]["contention"]), records[0]["headline"]
+    assert not any(r.get("regression") for r in records), records[0]["headline"]
+    # the always-on step timing, read back from the per-epoch file: what the callback measured
     logged = [base_profiler.epoch_steps[e].step_time_ms_p50 for e in range(5)]
     assert load_side(base).epochs[EPOCH_STEP_TIME_MS_P50.key] == pytest.approx(logged, rel=1e-6)
     rc, records = as_json(capsys, base, worse, "--min-ms", "2")
-    assert rc == 1
+    assert rc == 1 or (rc == 3 and records[0]["contention"]), records[0]["headline"]
     assert "fitprof_test::slow" in records[0]["headline"]
     op = row(records, "fitprof_test::slow")
-    assert op["regression"] and op["change"] > 4.0, op
+    # contended, the operator's windows hold its wait for a core after each sleep, which the step's median need not
+    # show as much: past its thresholds, it may be held by the step-relative rule; uncontended, it is a regression
+    assert op["change"] > 15.0 and op["significant"], op
+    assert op["regression"] or (rc == 3 and op["step_held"]), op
     # a side given as one report file, the other as a trace of the run
     trace = next(worse.glob("*.pt.trace.json.gz"))  # the Lightning callback writes its traces in the run directory
+    # (one window a side: on a busy machine the baseline's window may have held a stall as long as the operator's
+    # growth, and then the step did not grow by it; the operator is past its thresholds either way)
     rc, records = as_json(capsys, find_report_files(base)[0], trace, "--min-ms", "2")
-    assert rc == 1 and row(records, "fitprof_test::slow")["regression"]
+    op = row(records, "fitprof_test::slow")
+    assert op["change"] > 15.0 and (op["regression"] or op["step_held"]), op
+    assert rc in (1, 3) or op["step_held"]
 
 
 # ------------------------------------------------------------------------------ one window against a baseline
@@ -660,13 +673,13 @@ def test_a_baseline_is_a_run_directory_or_a_report_file(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_baseline_in_the_lightning_callback(tmp_path: Path) -> None:
-    """``FitProfiler(baseline=...)``: a run whose ``fitprof_test::slow`` sleeps 5 ms a step more than the baseline's
+    """``FitProfiler(baseline=...)``: a run whose ``fitprof_test::slow`` sleeps 20 ms a step more than the baseline's
     logs a positive ``fitprof/vs_baseline/step_time_percent`` through Lightning's logging (``callback_metrics``)
     and warns once, naming the operator (the engine test reads the text summary)."""
     pytest.importorskip("lightning")
     base, _ = _lightning_run(tmp_path, "base", 0.0)
     with pytest.warns(fitprof.FitProfilerWarning, match="regressed") as caught:
-        _, profiler = _lightning_run(tmp_path, "worse", 5.0, baseline=base)
+        _, profiler = _lightning_run(tmp_path, "worse", 20.0, baseline=base)
     assert len([w for w in caught if "regressed" in str(w.message)]) == 1
     assert "fitprof_test::slow" in str(next(w for w in caught if "regressed" in str(w.message)).message)
     pct = float(profiler.trainer.callback_metrics[VS_BASELINE_STEP_TIME_PERCENT.key])

@@ -122,7 +122,10 @@ BAD = {
     "url": ("analyze", {"trace": "s3://bucket/secret.pt.trace.json.gz"}),
     "corrupt": ("analyze", {"trace": "traces/corrupt.pt.trace.json.gz"}),
     "missing": ("analyze", {"trace": "traces/missing.pt.trace.json.gz"}),
-    "not comparable": ("compare", {"baseline": "logs/a", "candidate": "logs/ddp"}),
+    "not comparable": (
+        "compare",
+        {"baseline": "traces/lightning_cpu.pt.trace.json.gz", "candidate": "traces/keras_tf_cpu.xplane.pb"},
+    ),
     "option that writes": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": {"out": "x.json"}}),
     "unknown option": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": {"nope": 1}}),
     "argument that writes": ("compare", {"baseline": "logs/a", "candidate": "logs/b", "options": ["--out", "x"]}),

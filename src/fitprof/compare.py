@@ -1,39 +1,49 @@
 """Compare two runs' bottleneck figures, aware of their noise: the regression gate behind ``fitprof compare``.
 
-Framework-free. Each side is what one run left behind:
+Framework-free. Each side is what one run (or a folder of runs) left behind:
 
-* a run directory: every report file below it (``<run>/plugins/fitprof/<session>.rank<r>.json``, found and read
-  with :func:`fitprof.report_files.find_report_files` / :func:`~fitprof.report_files.read_report_file`, as
-  ``fitprof report`` reads them), one per profiled window and rank; windows the slowdown trigger opened are left
-  out (they were taken because steps were slow);
+* a run directory, or a folder of several: every report file below it (``<run>/plugins/fitprof/<session>.rank<r>.json``,
+  read with :func:`fitprof.report_files.read_report_file`, as ``fitprof report`` reads them), one per profiled
+  window and rank; windows the slowdown trigger opened are left out (they were taken because steps were slow);
+  and every epoch of every run's always-on timing (:func:`epoch_rows`: the per-epoch files
+  ``plugins/fitprof/epochs.rank<r>.jsonl``, or else the ``fitprof/epoch/*`` scalars of the TensorBoard event files);
 * one report file (anywhere: a baseline kept in the repository is one);
-* one trace file (``.xplane.pb``, ``.pt.trace.json[.gz]``), analysed with :func:`fitprof.analyze`, as
-  ``fitprof analyze`` does.
+* one trace file (``.xplane.pb``, ``.pt.trace.json[.gz]``), analysed with :func:`fitprof.analyze`.
 
-A side's value of a figure is the mean over its windows, and its spread the sample standard deviation over them
-(NaN with a single window). A change counts as significant when it is larger than :data:`NOISE_FACTOR` times the
-larger of the two sides' spreads (the run-to-run noise the runs themselves show) and the two sides' ranges do not
-overlap (every window of the candidate past every window of the baseline). With no spread on either side
-(one window each) significance is unknown, and only the threshold decides.
+**The statistic.** A figure's samples on a side are its values over every window (window figures) or over every
+epoch of every run (every-step figures, the epoch parts): a folder of N runs gives N runs' samples to every figure.
+A side's value is the median of its samples. The effect is the ratio of the candidate's median to the baseline's,
+with its :data:`CONFIDENCE` percentile-bootstrap interval (:data:`BOOTSTRAP_RESAMPLES` resamples of each side, a
+fixed seed, so the same inputs give the same interval). A change is *significant* when the interval of the
+difference of the medians excludes 0; with a single sample on both sides significance is unknown and the threshold
+alone decides.
 
-What fails the gate (:attr:`Comparison.regressed`), with ``fail_over_percent`` (``fitprof compare --fail-over``)
-and ``min_ms`` (``--min-ms``):
+**What fails the gate** (:attr:`Comparison.regressed`): each gate of :data:`GATES` has its own threshold
+(``fitprof compare --fail-over [GATE=]PCT``). A gate's figure regresses when it went the worse way by more than
+its threshold (%), by more than its floor (:data:`FLOORS`: ``min_ms`` for ms figures), and significantly. The
+figure that decides a gate is the every-step one where both sides have it (every clean step of every epoch), else
+the windows' one.
 
-* the step time grew by more than ``fail_over_percent`` and the change is not within the noise;
-* an operator's self time per step grew by more than ``fail_over_percent`` and by more than ``min_ms``, the
-  change is not within the noise, and its share of step time grew beyond the shares' noise too (a run on a busier
-  machine slows every operator alike; a slower operator takes a larger share). An operator ranked on the
-  candidate side only ("new") is compared with the smallest time ranked on the baseline side, the most it can
-  have had there. It must be ranked in more than half of the candidate's windows: one window's stall (a thread
-  preempted inside one operator) is not a slower operator.
+* The step's own parts (input wait, host-to-device copies, collectives) and the operators are judged in ms per step
+  against the step's own change: they regress only when the step time grew by at least :data:`PART_OF_STEP` times
+  their own growth. A faster step therefore never fails on its parts: when the step shrinks, what did not shrink
+  gains share, which is no regression.
+* An operator also needs its share of step time to have grown (a machine busier during one run slows every operator
+  alike), and to be ranked in more than half of the candidate's windows (one window's stall is not a slower
+  operator). An operator ranked on the candidate side only ("new") is compared with the smallest time ranked on
+  the baseline side, the most it can have had there: a new dominant operator is a named regression.
+* Operator names are matched across Keras's auto-numbering (:func:`operator_key`: ``dense_1/MatMul`` and
+  ``dense_2/MatMul`` are one operator).
 
-The other figures (input wait, host-to-device copies, collectives, throughput) are reported with their
-significance but do not fail the gate: a step-time regression is what they would explain.
+**Inconclusive.** When more than a quarter of either side's epochs were CPU-contended (the training thread waited
+for a core :data:`CONTENDED_WAIT_PERCENT` % of the wall time or more; a side of report files alone: any of its
+windows' epochs), the step times measure the wait, not the code: the status is :data:`STATUS_INCONCLUSIVE` whatever the figures say, and
+:attr:`Comparison.contention` names the side and by how much.
 
-Two sides are comparable only when both are known to hold the same framework, world size, device, samples per
-step and operator-time source, and at least half of the operators ranked in most windows of the smaller side are
-ranked in most windows of the other;
-:func:`compare` raises :class:`NotComparableError` naming every difference otherwise.
+**Comparable.** Two sides are comparable when they agree on the setup the reports record: framework, world size,
+device, precision (compute dtype), samples per step (the batch size) and the operator-time source. A property
+unknown on a side is not held against it. The model's structure and parameter count are not recorded in the
+report files, so they are not checked. :func:`compare` raises :class:`NotComparableError` naming every difference.
 """
 
 from __future__ import annotations
@@ -41,42 +51,76 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fitprof._session import trigger_step
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import (
+    EPOCH_CHECKPOINT_S,
+    EPOCH_CPU_PERCENT,
     EPOCH_INPUT_PERCENT,
+    EPOCH_INVOLUNTARY_SWITCHES_PER_S,
     EPOCH_MEMORY_PEAK_MB,
     EPOCH_PREFIX,
+    EPOCH_RUN_WAIT_PERCENT,
     EPOCH_SAMPLES_PER_S,
+    EPOCH_STARTUP_S,
     EPOCH_STEP_TIME_MS_P50,
+    EPOCH_VALIDATION_S,
 )
 from fitprof.report_files import (
     MAX_REPORT_BYTES,
     ReportFileError,
+    find_epoch_files,
     find_report_files,
     is_report_file,
+    read_epoch_file,
     read_report_file,
 )
 
 NOISE_FACTOR = 2.0
-"""A change is significant when it exceeds this many times the larger side's spread (sample standard deviation of
-the figure over the side's windows)."""
+"""Kept for the records: the old rule's factor on the spread. Significance is now the bootstrap interval's."""
+CONFIDENCE = 0.99
+"""The bootstrap interval's coverage: a change is significant when this interval of the difference of the
+medians excludes 0 (a strict level, as asv's p < 0.002 is strict: with 3 samples a side it takes every candidate
+sample past every baseline sample)."""
+BOOTSTRAP_RESAMPLES = 2000
+"""Resamples of each side for the interval."""
+BOOTSTRAP_SEED = 20260101
+"""The generator's seed: the same inputs give the same interval and the same verdict."""
 DEFAULT_FAIL_OVER_PERCENT = 10.0
-"""``fitprof compare --fail-over``'s default: step time or an operator's time per step grown by more than this (%)."""
+"""``fitprof compare --fail-over``'s default for every gate (%)."""
 DEFAULT_MIN_MS = 0.1
-"""``--min-ms``'s default: an operator must also grow by more than this many ms per step to fail the gate."""
-MIN_SHARED_OPERATORS = 0.5
-"""Two sides are comparable only when this share of the smaller side's steadily ranked operators (ranked in most
-of its windows) are steadily ranked on the other side too."""
+"""``--min-ms``'s default: a ms figure or an operator must also grow by more than this many ms per step."""
+PART_OF_STEP = 0.5
+"""A part of the step (input wait, copies, collectives, an operator) regresses only when the step time grew by at
+least this fraction of the part's own growth (ms per step): what the step did not feel is not a regression."""
+CONTENDED_WAIT_PERCENT = 20.0
+"""An epoch whose training thread waited for a core this share of its wall time (or more) is CPU-contended (the
+figure ``fitprof/epoch/run_wait_percent`` documents the same line)."""
+CONTENDED_SWITCHES_PER_CPU_S = 1000.0
+"""Without the run-queue wait (no schedstat): this many involuntary context switches per CPU second make an epoch
+CPU-contended."""
+CONTENDED_SHARE = 0.25
+"""A side is CPU-contended when more than this share of its epochs were, or any of its windows was."""
 SAMPLES_TOLERANCE = 0.01
 """Samples per step that differ by more than this fraction mean another batch size."""
+EVERY_STEP_INPUT_MS = EPOCH_PREFIX + "input_ms_per_step"
+"""Derived per epoch, not logged: ``input_percent`` / 100 x ``step_time_ms_p50``, the input wait in ms per step."""
+
+GATES = ("step", "operator", "input", "htod", "collectives", "validation", "checkpoint", "startup", "memory")
+"""The figures that can fail the gate, each with its own threshold (``--fail-over GATE=PCT``)."""
+FLOORS = {"validation": 0.01, "checkpoint": 0.01, "startup": 0.01, "memory": 1.0}
+"""A gate's figure must also grow by more than this (in its unit: s for the epoch parts, MB for memory); the ms
+figures use ``min_ms``."""
 
 KIND_RUN = "run directory"
 KIND_REPORT = "report file"
@@ -84,6 +128,7 @@ KIND_TRACE = "trace file"
 
 STATUS_REGRESSION = "regression"
 STATUS_OK = "ok"
+STATUS_INCONCLUSIVE = "inconclusive"
 
 
 class CompareInputError(ValueError):
@@ -112,15 +157,18 @@ class Window:
 
 @dataclass(frozen=True)
 class Side:
-    """What one run left behind, as :func:`load_side` found it.
+    """What one run (or a folder of runs) left behind, as :func:`load_side` found it.
 
     Attributes:
         path: the path as given.
         kind: :data:`KIND_RUN`, :data:`KIND_REPORT` or :data:`KIND_TRACE`.
         windows: the profiled windows compared (scheduled windows only), at least one.
         triggered_left_out: windows the slowdown trigger opened, not compared.
-        epochs: a run directory's always-on step timing, ``fitprof/epoch/<name>`` -> one value per epoch (in step
-            order), read from the TensorBoard event files below it (:func:`epoch_values`); empty without them.
+        epochs: the always-on timing, ``fitprof/epoch/<name>`` -> one value per epoch of every run (runs one after
+            the other, epochs in order; :func:`epoch_rows`), plus the derived :data:`EVERY_STEP_INPUT_MS`; empty
+            without it.
+        runs: how many runs the epochs come from (0 without any).
+        rows: the same epochs as one dict of figures each (what the contention check reads).
     """
 
     path: str
@@ -128,50 +176,60 @@ class Side:
     windows: list[Window]
     triggered_left_out: int = 0
     epochs: dict[str, list[float]] = field(default_factory=dict)
+    runs: int = 0
+    rows: list[dict[str, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Figure:
-    """A figure compared: the :class:`~fitprof.BottleneckReport` field it is read from, how it is shown, and
-    which way is worse."""
+    """A figure compared: the :class:`~fitprof.BottleneckReport` field (or ``fitprof/epoch/*`` tag) it is read
+    from, how it is shown, which way is worse, and the gate it can fail ("" for none)."""
 
     field: str
     label: str
     unit: str
     higher_is_worse: bool = True
-    gates: bool = False
-    """Whether a regression of this figure fails the gate (step time only)."""
+    gate: str = ""
     every_step: bool = False
-    """Read from the always-on step timing (:attr:`Side.epochs`, one value per epoch), not from the windows."""
+    """Read from the always-on timing (:attr:`Side.epochs`, one value per epoch of every run), not the windows."""
 
+    @property
+    def gates(self) -> bool:
+        return bool(self.gate)
+
+
+_PARTS = ("input", "htod", "collectives")
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("step_time_ms", "step time", "ms", gates=True),
-    Figure(EPOCH_STEP_TIME_MS_P50.key, "step time, every step (median)", "ms", every_step=True),
+    Figure("step_time_ms", "step time", "ms", gate="step"),
+    Figure(EPOCH_STEP_TIME_MS_P50.key, "step time, every step (median)", "ms", gate="step", every_step=True),
     Figure(EPOCH_INPUT_PERCENT.key, "input wait, every step", "%", every_step=True),
+    Figure(EVERY_STEP_INPUT_MS, "input wait, every step", "ms/step", gate="input", every_step=True),
     Figure(EPOCH_SAMPLES_PER_S.key, "throughput, every step", "samples/s", higher_is_worse=False, every_step=True),
-    Figure("input_ms_per_step", "input wait", "ms/step"),
-    Figure("htod_ms_per_step", "host-to-device copies", "ms/step"),
+    Figure("input_ms_per_step", "input wait", "ms/step", gate="input"),
+    Figure("htod_ms_per_step", "host-to-device copies", "ms/step", gate="htod"),
     Figure("dtoh_ms_per_step", "device-to-host copies", "ms/step"),
-    Figure("collective_ms_per_step", "collectives", "ms/step"),
+    Figure("collective_ms_per_step", "collectives", "ms/step", gate="collectives"),
     Figure("samples_per_s", "throughput", "samples/s", higher_is_worse=False),
     Figure("items_per_s", "items throughput", "items/s", higher_is_worse=False),
     Figure("flops_per_s", "FLOP rate", "FLOP/s", higher_is_worse=False),
     Figure("allocs_per_step", "allocations", "per step"),
     Figure("alloc_mb_per_step", "memory allocated", "MB/step"),
-    Figure("allocated_peak_mb", "memory held at once by the steps' allocations", "MB"),
-    Figure(EPOCH_MEMORY_PEAK_MB.key, "memory peak, every epoch", "MB", every_step=True),
+    Figure("allocated_peak_mb", "memory held at once by the steps' allocations", "MB", gate="memory"),
+    Figure(EPOCH_MEMORY_PEAK_MB.key, "memory peak, every epoch", "MB", gate="memory", every_step=True),
+    Figure(EPOCH_VALIDATION_S.key, "validation, every epoch", "s", gate="validation", every_step=True),
+    Figure(EPOCH_CHECKPOINT_S.key, "checkpoint saves, every epoch", "s", gate="checkpoint", every_step=True),
+    Figure(EPOCH_STARTUP_S.key, "epoch start-up, every epoch", "s", gate="startup", every_step=True),
 )
-"""The figures compared, in this order; a figure with no finite value on either side is left out. A report
-field added later (memory, ...) is one row here. Where both sides have the always-on step timing, a step-time
-regression of the windows counts only when the every-step median confirms it (grew past the same threshold, not
-within its own noise across epochs): the windows hold a few steps, the always-on timing every clean step."""
+"""The figures compared, in this order; a figure with no finite value on either side is left out. Where a gate has
+two figures (the windows' and the every-step one) and both sides have the every-step one, it decides: the windows
+hold a few steps, the always-on timing every clean step of every epoch of every run."""
 
 
 @dataclass(frozen=True)
 class Stat:
-    """One side's value of a figure: ``mean`` over ``n`` windows, ``spread``, their sample standard deviation
-    (NaN when ``n`` < 2), and their smallest and largest value ``lo`` / ``hi``. ``n`` 0 with a finite mean is a
+    """One side's samples of a figure: their ``median``, ``mean``, sample standard deviation ``spread`` (NaN when
+    ``n`` < 2), smallest ``lo`` and largest ``hi``, and the samples themselves. ``n`` 0 with a finite median is a
     bound, not a measurement (an operator a side does not rank)."""
 
     mean: float
@@ -179,18 +237,46 @@ class Stat:
     n: int
     lo: float = math.nan
     hi: float = math.nan
+    median: float = math.nan
+    values: tuple[float, ...] = ()
 
     @staticmethod
     def of(values: Sequence[float]) -> Stat:
-        finite = [v for v in values if math.isfinite(v)]
+        finite = tuple(float(v) for v in values if math.isfinite(v))
         if not finite:
             return Stat(math.nan, math.nan, 0)
         spread = statistics.stdev(finite) if len(finite) >= 2 else math.nan
-        return Stat(statistics.fmean(finite), spread, len(finite), min(finite), max(finite))
+        return Stat(
+            statistics.fmean(finite), spread, len(finite), min(finite), max(finite), statistics.median(finite), finite
+        )
 
     @staticmethod
     def bound(value: float) -> Stat:
-        return Stat(value, math.nan, 0, value, value)
+        return Stat(value, math.nan, 0, value, value, value)
+
+
+def bootstrap(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[float, float, float, float]:
+    """The :data:`CONFIDENCE` percentile-bootstrap intervals of the difference of the medians (candidate less
+    baseline, in the figure's unit) and of their ratio (candidate over baseline; NaN bounds when a baseline
+    resample's median is 0): ``(diff_lo, diff_hi, ratio_lo, ratio_hi)``. Each side is resampled with replacement
+    :data:`BOOTSTRAP_RESAMPLES` times by a generator seeded with :data:`BOOTSTRAP_SEED`.
+
+    Raises:
+        ValueError: a side is empty.
+    """
+    if not baseline or not candidate:
+        raise ValueError("bootstrap needs at least one sample a side")
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
+    mb = np.median(b[rng.integers(0, len(b), (BOOTSTRAP_RESAMPLES, len(b)))], axis=1)
+    mc = np.median(c[rng.integers(0, len(c), (BOOTSTRAP_RESAMPLES, len(c)))], axis=1)
+    tail = 100 * (1 - CONFIDENCE) / 2
+    d_lo, d_hi = np.percentile(mc - mb, [tail, 100 - tail])
+    if np.all(mb > 0):
+        r_lo, r_hi = np.percentile(mc / mb, [tail, 100 - tail])
+    else:
+        r_lo = r_hi = math.nan
+    return float(d_lo), float(d_hi), float(r_lo), float(r_hi)
 
 
 @dataclass(frozen=True)
@@ -198,24 +284,28 @@ class Change:
     """One compared figure or operator.
 
     Attributes:
-        name: the figure's field (``step_time_ms``) or the operator's name.
+        name: the figure's field (``step_time_ms``) or the operator's name (auto-numbering taken out).
         label: how it is shown (``step time``; the operator's name).
         unit: ``ms``, ``ms/step``, ``samples/s``, ...
         baseline, candidate: each side's :class:`Stat`; an operator not ranked on a side has ``n`` 0 there.
-        change: ``candidate.mean - baseline.mean`` (NaN when either is unknown); for a new operator, at least
-            this much (the baseline mean stands for the most it can have had).
-        change_percent: ``change`` over the baseline mean, times 100 (NaN when the baseline is 0 or unknown).
-        noise: :data:`NOISE_FACTOR` times the larger side spread (NaN when neither side has one).
-        significant: ``abs(change) > noise``; None when the noise is unknown.
+        change: ``candidate.median - baseline.median`` (NaN when either is unknown); for a new operator, at least
+            this much (the baseline value stands for the most it can have had).
+        change_percent: ``change`` over the baseline median, times 100 (NaN when the baseline is 0 or unknown).
+        noise: half the width of the interval of the difference (NaN when unknown), for the tables.
+        significant: the interval of the difference excludes 0; None when unknown (one sample a side).
         regression: whether this change fails the gate.
         worse: whether the change goes the bad way (slower, less throughput).
         status: ``both``, ``new`` (ranked on the candidate side only) or ``gone`` (baseline only); figures:
             ``both``.
         baseline_share, candidate_share: operators only: the share of step time (%) on each side.
-        share_held: operators only: the time grew past the thresholds, but its share of step time did not grow
-            beyond its noise (the whole step slowed alike), so it is not a regression.
-        sporadic: operators only: it grew past the thresholds but is ranked in at most half of the candidate's
-            windows (a stall in one window, not a slower operator), so it is not a regression.
+        share_held: operators only: grew past the thresholds, but its share of step time did not grow
+            significantly (the whole step slowed alike).
+        sporadic: operators only: grew past the thresholds but is ranked in at most half of the candidate's
+            windows.
+        gate: the gate this change can fail ("" for none); threshold: that gate's threshold (%).
+        ratio, ratio_lo, ratio_hi: the ratio of the medians and its interval (NaN when unknown).
+        step_held: a part of the step (or an operator) that grew past its thresholds while the step time did not
+            grow by :data:`PART_OF_STEP` of that: not a regression.
     """
 
     name: str
@@ -234,6 +324,37 @@ class Change:
     candidate_share: Stat | None = None
     share_held: bool = False
     sporadic: bool = False
+    gate: str = ""
+    threshold: float = math.nan
+    ratio: float = math.nan
+    ratio_lo: float = math.nan
+    ratio_hi: float = math.nan
+    step_held: bool = False
+
+
+@dataclass(frozen=True)
+class Contention:
+    """How CPU-contended a side was: ``epochs`` of its ``of`` epochs (and ``windows`` of its windows) contended, the
+    largest run-queue wait seen (% of wall time, NaN without schedstat)."""
+
+    side: str
+    epochs: int
+    of: int
+    windows: int
+    worst_wait_percent: float
+
+    def text(self) -> str:
+        parts = []
+        if self.epochs:
+            parts.append(f"{self.epochs} of {self.of} epochs CPU-contended")
+        if self.windows:
+            parts.append(f"{self.windows} window(s) of a CPU-contended epoch")
+        wait = (
+            f" (the training thread waited for a core up to {self.worst_wait_percent:.0f}% of the wall time)"
+            if math.isfinite(self.worst_wait_percent)
+            else ""
+        )
+        return f"{self.side}: {', '.join(parts)}{wait}"
 
 
 @dataclass(frozen=True)
@@ -244,9 +365,10 @@ class Comparison:
         baseline, candidate: the two sides.
         figures: one :class:`Change` per figure of :data:`FIGURES` with a value on both sides.
         operators: one :class:`Change` per operator ranked on either side, the largest growth first.
-        fail_over_percent, min_ms: the thresholds used.
-        notes: what the reader should know beside the figures (windows left out, a step-time regression the
-            always-on timing did not confirm).
+        fail_over_percent: the step gate's threshold (%); thresholds: every gate's.
+        min_ms: the floor of the ms figures and operators.
+        notes: what the reader should know beside the figures.
+        contention: each CPU-contended side (empty when neither was): the comparison is inconclusive.
     """
 
     baseline: Side
@@ -256,30 +378,39 @@ class Comparison:
     fail_over_percent: float
     min_ms: float
     notes: list[str] = field(default_factory=list)
+    contention: list[Contention] = field(default_factory=list)
+    thresholds: dict[str, float] = field(default_factory=dict)
 
     @property
     def regressions(self) -> list[Change]:
-        """Every change that fails the gate, the largest growth (ms) first."""
+        """Every change that fails the gate, the step time first, then the largest growth (% of the baseline)."""
         found = [c for c in (*self.figures, *self.operators) if c.regression]
-        return sorted(found, key=lambda c: -c.change)
+        return sorted(found, key=lambda c: (c.gate != "step", -_size(c)))
 
     @property
     def regressed(self) -> bool:
         return bool(self.regressions)
 
     @property
+    def inconclusive(self) -> bool:
+        return bool(self.contention)
+
+    @property
     def status(self) -> str:
-        """:data:`STATUS_REGRESSION` or :data:`STATUS_OK`."""
+        """:data:`STATUS_INCONCLUSIVE` when a side was CPU-contended, else :data:`STATUS_REGRESSION` or
+        :data:`STATUS_OK`."""
+        if self.inconclusive:
+            return STATUS_INCONCLUSIVE
         return STATUS_REGRESSION if self.regressed else STATUS_OK
 
     def step_time(self) -> Change | None:
-        return next((c for c in self.figures if c.name == "step_time_ms"), None)
+        """The step time that decides the step gate: every step's where both sides have it, else the windows'."""
+        return _decider(self.figures, "step")
 
     def grew_most(self) -> Change | None:
         """The operator whose self time per step grew most in ms per step (its percentage aside: a 0.01 ms operator
-        doubling is no news), among the changes that count: by more than :attr:`min_ms`, not within the noise (with
-        no spread known on either side, the threshold alone decides, as for the gate), ranked in most of the
-        candidate's windows. None when no operator's growth counts."""
+        doubling is no news), among the changes that count: by more than :attr:`min_ms`, not within the noise,
+        ranked in most of the candidate's windows. None when no operator's growth counts."""
         grown = [
             c
             for c in self.operators
@@ -291,44 +422,73 @@ class Comparison:
         return max(grown, key=lambda c: c.change, default=None)
 
     def headline(self) -> str:
-        """One line: regression or not, the step time's change and why it counts or not, and the largest
-        regression (or the operator that grew most)."""
+        """One line: the status, the CPU-contended side (if any), the largest regression other than the step time
+        (named: an operator, the input wait), the step time's change with its interval, else the operator that
+        grew most."""
         step = self.step_time()
         parts = []
+        if self.contention:
+            parts.append(
+                "CPU-contended, so step times measure the wait for a core ("
+                + "; ".join(c.text() for c in self.contention)
+                + ")"
+            )
+        others = [c for c in self.regressions if c.gate != "step"]
+        if others:
+            top = others[0]
+            more = f" (and {len(others) - 1} more)" if len(others) > 1 else ""
+            parts.append(f"{top.label} {_change_text(top)}{_why(top)}{more}")
         if step is not None:
-            parts.append(f"step time {_change_text(step)}{_why(step, self.fail_over_percent)}")
-        every = next((c for c in self.figures if c.name == EPOCH_STEP_TIME_MS_P50.key), None)
-        if every is not None:
-            parts.append(f"every step's median {_change_text(every)}{_why(every, self.fail_over_percent)}")
-        regs = [c for c in self.regressions if c is not step]
-        if regs:
-            top = regs[0]
-            more = f" (and {len(regs) - 1} more)" if len(regs) > 1 else ""
-            parts.append(f"largest operator regression: {top.label} {_change_text(top)}{more}")
-        elif (op := self.grew_most()) is not None:
+            parts.append(f"{step.label} {_change_text(step)}{_why(step)}")
+        if not others and (op := self.grew_most()) is not None:
             parts.append(f"the operator that grew most: {op.label} {_change_text(op)}")
         return f"{self.status}: {'; '.join(parts) or 'no figure on both sides'}."
 
 
+def _size(c: Change) -> float:
+    if math.isfinite(c.change_percent):
+        return c.change_percent
+    return math.inf if c.change > 0 else 0.0
+
+
+def _decider(changes: Sequence[Change], gate: str) -> Change | None:
+    """The change that decides ``gate``: its every-step figure where present, else its windows' figure."""
+    mine = [c for c in changes if c.gate == gate]
+    every = {f.field for f in FIGURES if f.every_step}
+    return next((c for c in mine if c.name in every), None) or next(iter(mine), None)
+
+
 def _change_text(c: Change) -> str:
-    """``+23.4% (12.10 -> 14.93 ms)``; a new operator: ``new, 2.31 ms/step (at most 0.12 before)``."""
+    """``+23.4% (12.10 -> 14.93 ms, ratio 1.23 [1.18, 1.29])``; a new operator: ``new, 2.31 ms/step (at most 0.12
+    before)``."""
     if c.status == "new":
-        return f"new in the ranked operators, {c.candidate.mean:.3g} {c.unit} (at most {c.baseline.mean:.3g} before)"
-    if c.status == "gone":
-        return f"no longer ranked (was {c.baseline.mean:.3g} {c.unit})"
-    pct = f"{c.change_percent:+.1f}% " if math.isfinite(c.change_percent) else ""
-    return f"{pct}({c.baseline.mean:.4g} -> {c.candidate.mean:.4g} {c.unit})"
-
-
-def _why(c: Change, fail_over: float) -> str:
-    if c.regression:
-        return f", past the {fail_over:g}% threshold" + (
-            f" and the run-to-run noise (+-{c.noise:.3g} {c.unit})" if c.significant else " (no spread known)"
+        return (
+            f"new in the ranked operators, {c.candidate.median:.3g} {c.unit} (at most {c.baseline.median:.3g} before)"
         )
-    if c.significant is False:
-        return f", within the run-to-run noise (+-{c.noise:.3g} {c.unit})"
-    if c.worse and math.isfinite(c.change_percent) and abs(c.change_percent) <= fail_over:
-        return f", under the {fail_over:g}% threshold"
+    if c.status == "gone":
+        return f"no longer ranked (was {c.baseline.median:.3g} {c.unit})"
+    pct = f"{c.change_percent:+.1f}% " if math.isfinite(c.change_percent) else ""
+    interval = (
+        f", ratio {c.ratio:.3f} [{c.ratio_lo:.3f}, {c.ratio_hi:.3f}] at {CONFIDENCE:.0%}"
+        if math.isfinite(c.ratio_lo) and c.baseline.n + c.candidate.n > 2
+        else ""
+    )
+    return f"{pct}({c.baseline.median:.4g} -> {c.candidate.median:.4g} {c.unit}{interval})"
+
+
+def _why(c: Change) -> str:
+    if c.regression:
+        if c.status == "new":
+            return f", past the {c.threshold:g}% threshold over the most it can have had"
+        return f", past the {c.threshold:g}% threshold" + (
+            " and significant" if c.significant else " (one sample a side: significance unknown)"
+        )
+    if c.step_held:
+        return ", but the step time did not grow by as much"
+    if c.significant is False and c.worse:
+        return ", not significant (the interval holds no change)"
+    if c.worse and math.isfinite(c.change_percent) and abs(c.change_percent) <= c.threshold:
+        return f", under the {c.threshold:g}% threshold"
     return ""
 
 
@@ -392,7 +552,8 @@ def load_side(
                 skip(line)
         if not windows:
             raise CompareInputError(f"{shown}: only windows the slowdown trigger opened; no scheduled window")
-        return Side(shown, KIND_RUN, windows, triggered, epoch_values(p))
+        rows, runs = epoch_rows(p)
+        return Side(shown, KIND_RUN, windows, triggered, _columns(rows), runs, rows)
     if not p.exists():
         raise CompareInputError(f"{shown}: no such file or folder")
     if _looks_like_report(p):
@@ -444,20 +605,68 @@ MAX_EVENT_FILE_BYTES = 256_000_000
 """Event files bigger than this are not read for the always-on step timing (a run's scalars take a few MB)."""
 
 
+def epoch_rows(run: Path) -> tuple[list[dict[str, float]], int]:
+    """Every epoch of every run below ``run`` (a run directory, or a folder of several): one dict of its
+    ``fitprof/epoch/*`` figures each, and how many runs they come from.
+
+    Read from the per-epoch files (``plugins/fitprof/epochs.rank<r>.jsonl``, every rank, every fit: each fit of
+    each file is one run) where there are any; else from the TensorBoard event files' ``fitprof/epoch/*``
+    scalars, each folder of event files one run (:func:`epoch_values`). Each row also holds the derived
+    :data:`EVERY_STEP_INPUT_MS`. A file that cannot be read is left out (the windows are compared all the same).
+    """
+    rows: list[dict[str, float]] = []
+    runs: set[tuple[str, int]] = set()
+    for path in find_epoch_files(run):
+        try:
+            records = read_epoch_file(path, logdir=run)
+        except (ReportFileError, OSError):
+            continue
+        for record in records:
+            rows.append(_with_input_ms(dict(record.figures)))
+            runs.add((os.fspath(path), record.fit))
+    if rows:
+        return rows, len(runs)
+    by_run = _event_values(run)
+    for steps in by_run.values():
+        rows.extend(_with_input_ms(figures) for _, figures in sorted(steps.items()))
+    return rows, len(by_run)
+
+
+def _with_input_ms(figures: dict[str, float]) -> dict[str, float]:
+    pct, p50 = figures.get(EPOCH_INPUT_PERCENT.key, math.nan), figures.get(EPOCH_STEP_TIME_MS_P50.key, math.nan)
+    if math.isfinite(pct) and math.isfinite(p50):
+        figures[EVERY_STEP_INPUT_MS] = pct / 100.0 * p50
+    return figures
+
+
+def _columns(rows: Sequence[Mapping[str, float]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for row in rows:
+        for tag, value in row.items():
+            out.setdefault(tag, []).append(value)
+    return out
+
+
 def epoch_values(run: Path) -> dict[str, list[float]]:
-    """The always-on step timing logged below ``run``: every ``fitprof/epoch/*`` scalar in its TensorBoard event
-    files (``events.out.tfevents.*``: the Keras callback's own file, Lightning's ``TensorBoardLogger``), one value
-    per step it was logged at (the last one when a step repeats), in step order. Empty when there is none, when
-    tensorboard is not installed, or for a file that cannot be read (the windows are compared all the same).
+    """The always-on step timing logged in the TensorBoard event files below ``run``: every ``fitprof/epoch/*``
+    scalar, one value per step it was logged at (the last one when a step repeats within one run), runs one after
+    the other (each folder of event files is one run: a folder of N runs gives N runs' values, none overwriting
+    another's). Empty when there is none, when tensorboard is not installed, or for a file that cannot be read.
 
     The files are TFRecord framed (length, its CRC, the record, its CRC); each record is a TensorBoard ``Event``
     parsed with tensorboard's protobuf classes, without TensorFlow.
     """
+    rows = [figures for steps in _event_values(run).values() for _, figures in sorted(steps.items())]
+    return _columns(rows)
+
+
+def _event_values(run: Path) -> dict[str, dict[int, dict[str, float]]]:
+    """Folder of event files -> step -> ``fitprof/epoch/*`` tag -> value."""
     try:
         from tensorboard.compat.proto import event_pb2
     except ImportError:
         return {}
-    found: dict[str, dict[int, float]] = {}
+    found: dict[str, dict[int, dict[str, float]]] = {}
     for path in sorted(run.rglob("events.out.tfevents.*")):
         try:
             if path.stat().st_size > MAX_EVENT_FILE_BYTES:
@@ -465,6 +674,7 @@ def epoch_values(run: Path) -> dict[str, list[float]]:
             data = path.read_bytes()
         except OSError:
             continue
+        steps = found.setdefault(os.fspath(path.parent), {})
         at = 0
         while at + 12 <= len(data):
             (length,) = struct.unpack_from("<Q", data, at)
@@ -480,8 +690,8 @@ def epoch_values(run: Path) -> dict[str, list[float]]:
                 if value.tag.startswith(EPOCH_PREFIX):
                     number = _scalar(value)
                     if number is not None:
-                        found.setdefault(value.tag, {})[int(event.step)] = number
-    return {tag: [v for _, v in sorted(steps.items())] for tag, steps in found.items()}
+                        steps.setdefault(int(event.step), {})[value.tag] = number
+    return {k: v for k, v in found.items() if v}
 
 
 def _scalar(value: Any) -> float | None:
@@ -510,34 +720,29 @@ def _describe(where: str, err: BaseException) -> str:
 
 
 def comparable(baseline: Side, candidate: Side) -> list[str]:
-    """Why the two sides cannot be compared, one reason each (empty: comparable). A property unknown on a side
-    (a bare trace knows no batch size) is not held against it."""
+    """Why the two sides cannot be compared, one reason each (empty: comparable), from the setup the report files
+    record: framework, world size, device, precision, samples per step, operator-time source. A property unknown on
+    a side (a bare trace knows no batch size) is not held against it. The operators ranked are no part of it: an
+    operator that appears is a finding (:func:`compare`), not another setup."""
     reasons = []
     for what, get in (
         ("framework", lambda r: r.framework or None),
         ("world size", lambda r: r.world_size),
         ("device", lambda r: r.device_name or None),
+        ("precision", lambda r: r.compute_dtype or None),
         ("operator times", lambda r: r.op_time_source or None),
     ):
         b, c = _values(baseline, get), _values(candidate, get)
         if b and c and b != c:
             reasons.append(f"{what} {_set_text(b)} vs {_set_text(c)}")
-    b_samples = Stat.of([w.report.samples_per_step for w in baseline.windows]).mean
-    c_samples = Stat.of([w.report.samples_per_step for w in candidate.windows]).mean
+    b_samples = Stat.of([w.report.samples_per_step for w in baseline.windows]).median
+    c_samples = Stat.of([w.report.samples_per_step for w in candidate.windows]).median
     if (
         math.isfinite(b_samples)
         and math.isfinite(c_samples)
         and abs(c_samples - b_samples) > SAMPLES_TOLERANCE * max(b_samples, c_samples)
     ):
         reasons.append(f"samples per step (batch size) {b_samples:g} vs {c_samples:g}")
-    b_ops, c_ops = _steady_ops(baseline), _steady_ops(candidate)
-    if b_ops and c_ops:
-        shared, smaller = len(b_ops & c_ops), min(len(b_ops), len(c_ops))
-        if shared < MIN_SHARED_OPERATORS * smaller:
-            reasons.append(
-                f"mostly different operators ({shared} of the {smaller} operators ranked in most windows of the "
-                "smaller side are ranked on the other)"
-            )
     return reasons
 
 
@@ -549,21 +754,69 @@ def _set_text(values: set[Any]) -> str:
     return "/".join(sorted(map(str, values)))
 
 
-def _steady_ops(side: Side) -> set[str]:
-    """The operators ranked in more than half of the side's windows: on a busy machine a thread preempted inside
-    an operator lifts it into one window's top list, never into most of them."""
-    counts: dict[str, int] = {}
-    for w in side.windows:
-        for name in {op.name for op in w.report.top_ops}:
-            counts[name] = counts.get(name, 0) + 1
-    return {name for name, n in counts.items() if 2 * n > len(side.windows)}
+_AUTO_NUMBER = re.compile(r"(?<=[A-Za-z])_\d+(?=$|[/:.])")
+
+
+def operator_key(name: str) -> str:
+    """An operator's name with Keras's auto-numbering taken out of each scope (``sequential_3/dense_2/MatMul`` ->
+    ``sequential/dense/MatMul``): a model built twice in one process numbers its layers anew. Two layers of one
+    model that differ only by that number become one operator (their times added)."""
+    return _AUTO_NUMBER.sub("", name)
+
+
+def contention(side: Side, label: str) -> Contention | None:
+    """How CPU-contended ``side`` was (None when it was not, by :data:`CONTENDED_SHARE`): from each epoch's
+    run-queue wait (``fitprof/epoch/run_wait_percent`` at :data:`CONTENDED_WAIT_PERCENT` or more; without it,
+    involuntary switches per CPU second at :data:`CONTENDED_SWITCHES_PER_CPU_S` or more); a side without the
+    always-on figures (report files alone), from each window's ``contention`` (the callback found its epoch
+    contended)."""
+    epochs, waits = 0, []
+    for row in side.rows:
+        wait = row.get(EPOCH_RUN_WAIT_PERCENT.key, math.nan)
+        if math.isfinite(wait):
+            waits.append(wait)
+            epochs += wait >= CONTENDED_WAIT_PERCENT
+            continue
+        cpu, switches = (
+            row.get(EPOCH_CPU_PERCENT.key, math.nan),
+            row.get(EPOCH_INVOLUNTARY_SWITCHES_PER_S.key, math.nan),
+        )
+        if cpu > 0 and switches / (cpu / 100.0) >= CONTENDED_SWITCHES_PER_CPU_S:
+            epochs += 1
+    # The windows' flag is their epoch's verdict: it decides only where the side has no epoch rows (report files
+    # alone), else one contended epoch of many would count twice.
+    windows = 0 if side.rows else sum(1 for w in side.windows if w.report.contention)
+    if not windows and not (side.rows and epochs > CONTENDED_SHARE * len(side.rows)):
+        return None
+    return Contention(label, epochs, len(side.rows), windows, max(waits, default=math.nan))
+
+
+def parse_thresholds(fail_over: float | Mapping[str, float]) -> dict[str, float]:
+    """Every gate's threshold (%): ``fail_over`` for all, or a mapping of some gates (the rest keep
+    :data:`DEFAULT_FAIL_OVER_PERCENT`; ``"*"`` sets the rest).
+
+    Raises:
+        ValueError: an unknown gate, or a threshold negative or not finite.
+    """
+    if isinstance(fail_over, Mapping):
+        unknown = [g for g in fail_over if g != "*" and g not in GATES]
+        if unknown:
+            raise ValueError(f"unknown figure {unknown[0]!r} for a threshold; allowed: {', '.join(GATES)}")
+        rest = float(fail_over.get("*", DEFAULT_FAIL_OVER_PERCENT))
+        out = {g: float(fail_over.get(g, rest)) for g in GATES}
+    else:
+        out = {g: float(fail_over) for g in GATES}
+    for gate, value in out.items():
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"the {gate} threshold must be a finite number >= 0, got {value}")
+    return out
 
 
 def compare(
     baseline: Side,
     candidate: Side,
     *,
-    fail_over_percent: float = DEFAULT_FAIL_OVER_PERCENT,
+    fail_over_percent: float | Mapping[str, float] = DEFAULT_FAIL_OVER_PERCENT,
     min_ms: float = DEFAULT_MIN_MS,
     check_comparable: bool = True,
 ) -> Comparison:
@@ -571,38 +824,46 @@ def compare(
 
     Args:
         baseline, candidate: the sides (:func:`load_side`).
-        fail_over_percent: the step time or an operator grown by more than this (%) fails the gate; >= 0.
-        min_ms: an operator must also grow by more than this (ms per step); >= 0.
+        fail_over_percent: every gate's threshold (%), or a mapping gate -> threshold (:func:`parse_thresholds`).
+        min_ms: a ms figure or an operator must also grow by more than this (ms per step); >= 0.
         check_comparable: raise when the sides are not comparable (:func:`comparable`).
 
     Raises:
         NotComparableError: the sides differ in setup (``check_comparable``).
-        ValueError: a threshold is negative or not finite.
+        ValueError: a threshold is negative or not finite, or names an unknown gate.
     """
-    for name, value in (("fail_over_percent", fail_over_percent), ("min_ms", min_ms)):
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    thresholds = parse_thresholds(fail_over_percent)
+    if not math.isfinite(min_ms) or min_ms < 0:
+        raise ValueError(f"min_ms must be a finite number >= 0, got {min_ms}")
     if check_comparable and (reasons := comparable(baseline, candidate)):
         raise NotComparableError(baseline.path, candidate.path, reasons)
-    figures = []
+    figures: list[Change] = []
     for fig in FIGURES:
         b, c = Stat.of(_figure_values(baseline, fig)), Stat.of(_figure_values(candidate, fig))
-        if b.n == 0 or c.n == 0 or b.mean == c.mean == 0:  # absent, or nothing on either side (HtoD on a CPU)
+        if b.n == 0 or c.n == 0 or b.median == c.median == 0:  # absent, or nothing on either side (HtoD on a CPU)
             continue
-        figures.append(_change(fig.field, fig.label, fig.unit, b, c, fig.higher_is_worse, fail_over_percent, None))
+        floor = FLOORS.get(fig.gate, min_ms if fig.unit.startswith("ms") else 0.0)
+        threshold = thresholds.get(fig.gate, thresholds["step"])
+        change = _change(fig.field, fig.label, fig.unit, b, c, fig.higher_is_worse, threshold, floor)
+        figures.append(replace(change, gate=fig.gate, regression=change.regression and fig.gates))
     notes = []
-    by_name = {c.name: c for c in figures}
-    step, every = by_name.get("step_time_ms"), by_name.get(EPOCH_STEP_TIME_MS_P50.key)
-    if step is not None and step.regression and every is not None and not every.regression:
-        notes.append(
-            "the windows' step time grew, but the always-on step timing of every step does not confirm it "
-            f"({_change_text(every)}{_why(every, fail_over_percent)}): not counted"
-        )
-    gating = {f.field for f in FIGURES if f.gates}
-    figures = [
-        c if c.name in gating and (c is not step or every is None or every.regression) else _no_gate(c) for c in figures
-    ]
-    operators = _operators(baseline, candidate, fail_over_percent, min_ms)
+    deciders = {gate: _decider(figures, gate) for gate in GATES}
+    kept = []
+    for ch in figures:
+        decider = deciders.get(ch.gate)
+        if ch.gate and ch is not decider and ch.regression:
+            if decider is not None and not decider.regression:
+                notes.append(
+                    f"the windows' {ch.label} grew ({_change_text(ch)}), but the always-on timing of every step "
+                    f"does not confirm it ({_change_text(decider)}{_why(decider)}): not counted"
+                )
+            ch = replace(ch, regression=False)
+        kept.append(ch)
+    figures = kept
+    step = _decider(figures, "step")
+    step_change = step.change if step is not None else math.nan
+    figures = [_held_by_step(c, step_change) if c.gate in _PARTS else c for c in figures]
+    operators = [_held_by_step(c, step_change) for c in _operators(baseline, candidate, thresholds["operator"], min_ms)]
     for side, label in ((baseline, "baseline"), (candidate, "candidate")):
         if side.triggered_left_out:
             notes.append(
@@ -611,17 +872,22 @@ def compare(
             )
     if all(w.report.steps_analyzed == 0 for s in (baseline, candidate) for w in s.windows):
         notes.append("no training step was analysed on either side")
-    return Comparison(baseline, candidate, figures, operators, fail_over_percent, min_ms, notes)
+    contended = [x for x in (contention(baseline, "baseline"), contention(candidate, "candidate")) if x is not None]
+    return Comparison(baseline, candidate, figures, operators, thresholds["step"], min_ms, notes, contended, thresholds)
+
+
+def _held_by_step(c: Change, step_change: float) -> Change:
+    """A part of the step that regressed only counts when the step itself grew by :data:`PART_OF_STEP` of the
+    part's growth (ms): a faster step never fails on what did not shrink with it."""
+    if c.regression and math.isfinite(step_change) and not step_change >= PART_OF_STEP * c.change:
+        return replace(c, regression=False, step_held=True)
+    return c
 
 
 def _figure_values(side: Side, fig: Figure) -> list[float]:
     if fig.every_step:
         return side.epochs.get(fig.field, [])
     return [float(getattr(w.report, fig.field, math.nan)) for w in side.windows]
-
-
-def _no_gate(c: Change) -> Change:
-    return replace(c, regression=False)
 
 
 def _change(
@@ -631,31 +897,46 @@ def _change(
     b: Stat,
     c: Stat,
     higher_is_worse: bool,
-    fail_over: float,
-    min_ms: float | None,
+    threshold: float,
+    floor: float | None,
     status: str = "both",
 ) -> Change:
-    change = c.mean - b.mean
-    pct = 100.0 * change / b.mean if b.mean > 0 else math.nan
-    spreads = [s for s in (b.spread, c.spread) if math.isfinite(s)]
-    noise = NOISE_FACTOR * max(spreads) if spreads else math.nan
-    if math.isfinite(noise):
-        # Beyond the noise, and every window of one side past every window of the other: a spike in one window
-        # of a run moves the mean and the spread, not the whole range.
-        apart = c.lo > b.hi if change > 0 else c.hi < b.lo
-        significant: bool | None = abs(change) > noise and apart
-    else:
-        significant = None
+    change = c.median - b.median
+    pct = 100.0 * change / b.median if b.median > 0 else math.nan
+    ratio = c.median / b.median if b.median > 0 else math.nan
+    significant: bool | None = None
+    noise = r_lo = r_hi = math.nan
+    if b.n >= 1 and c.n >= 1 and b.n + c.n > 2:
+        d_lo, d_hi, r_lo, r_hi = bootstrap(b.values, c.values)
+        significant = d_lo > 0 or d_hi < 0
+        noise = (d_hi - d_lo) / 2
     worse = change > 0 if higher_is_worse else change < 0
-    grown = abs(pct) > fail_over if math.isfinite(pct) else (b.mean == 0 and c.mean > 0)
-    regression = worse and grown and significant is not False and (min_ms is None or abs(change) > min_ms)
-    return Change(name, label, unit, b, c, change, pct, noise, significant, regression, worse, status)
+    grown = abs(pct) > threshold if math.isfinite(pct) else (b.median == 0 and c.median > 0)
+    regression = worse and grown and significant is not False and (floor is None or abs(change) > floor)
+    return Change(
+        name,
+        label,
+        unit,
+        b,
+        c,
+        change,
+        pct,
+        noise,
+        significant,
+        regression,
+        worse,
+        status,
+        threshold=threshold,
+        ratio=ratio,
+        ratio_lo=r_lo,
+        ratio_hi=r_hi,
+    )
 
 
-def _operators(baseline: Side, candidate: Side, fail_over: float, min_ms: float) -> list[Change]:
-    """Per operator ranked on either side: its self time per step on each (mean over the windows that rank it),
-    and its share of step time. An operator regresses only when its share of step time grew too (beyond the
-    shares' noise): a machine busier during one run slows every operator alike and leaves the shares as they
+def _operators(baseline: Side, candidate: Side, threshold: float, min_ms: float) -> list[Change]:
+    """Per operator ranked on either side (names matched by :func:`operator_key`): its self time per step on each
+    (over the windows that rank it), and its share of step time. An operator regresses only when its share of
+    step time grew too: a machine busier during one run slows every operator alike and leaves the shares as they
     were, while an operator that itself got slower takes a larger share."""
     b_ops, c_ops = _op_values(baseline), _op_values(candidate)
     b_floor, c_floor = _smallest_ranked(baseline), _smallest_ranked(candidate)
@@ -668,9 +949,9 @@ def _operators(baseline: Side, candidate: Side, fail_over: float, min_ms: float)
             status, (b, b_share), (c, c_share) = "new", b_floor, _op_stats(c_ops[name])
         else:
             status, (b, b_share), (c, c_share) = "gone", _op_stats(b_ops[name]), c_floor
-        change = _change(name, name, "ms/step", b, c, True, fail_over, min_ms, status)
+        change = _change(name, name, "ms/step", b, c, True, threshold, min_ms, status)
         share = _change(name, name, "%", b_share, c_share, True, 0.0, None, status)
-        change = replace(change, baseline_share=b_share, candidate_share=c_share)
+        change = replace(change, baseline_share=b_share, candidate_share=c_share, gate="operator")
         if status == "gone":  # the candidate's value is a bound only: no change can be claimed
             change = replace(change, regression=False, significant=None, worse=False)
         elif change.regression and not share.regression:
@@ -682,11 +963,17 @@ def _operators(baseline: Side, candidate: Side, fail_over: float, min_ms: float)
 
 
 def _op_values(side: Side) -> dict[str, list[tuple[float, float]]]:
-    """Operator name -> (self ms per step, percent of step time) of each window that ranks it."""
+    """Operator key (:func:`operator_key`) -> (self ms per step, percent of step time) of each window that ranks
+    it; operators of one window with one key are added."""
     out: dict[str, list[tuple[float, float]]] = {}
     for w in side.windows:
+        mine: dict[str, tuple[float, float]] = {}
         for op in w.report.top_ops:
-            out.setdefault(op.name, []).append((op.self_ms_per_step, op.percent))
+            key = operator_key(op.name)
+            ms, pct = mine.get(key, (0.0, 0.0))
+            mine[key] = (ms + op.self_ms_per_step, pct + op.percent)
+        for key, value in mine.items():
+            out.setdefault(key, []).append(value)
     return out
 
 
@@ -695,14 +982,14 @@ def _op_stats(values: list[tuple[float, float]]) -> tuple[Stat, Stat]:
 
 
 def _smallest_ranked(side: Side) -> tuple[Stat, Stat]:
-    """The mean over windows of each window's smallest ranked operator time and share: the most an operator the
+    """The median over windows of each window's smallest ranked operator time and share: the most an operator the
     side does not rank can take there (0 where a window ranks none); ``n`` 0 (a bound, not a measurement)."""
     ms, pct = [], []
     for w in side.windows:
         smallest = min(w.report.top_ops, key=lambda op: op.self_ms_per_step, default=None)
         ms.append(smallest.self_ms_per_step if smallest else 0.0)
         pct.append(smallest.percent if smallest else 0.0)
-    return Stat.bound(statistics.fmean(ms)), Stat.bound(statistics.fmean(pct))
+    return Stat.bound(statistics.median(ms)), Stat.bound(statistics.median(pct))
 
 
 # ------------------------------------------------------------------------------------ against a baseline (callbacks)
@@ -733,7 +1020,7 @@ class VsBaseline:
         if self.comparison is None:
             return f"Not compared with the baseline {self.baseline}: {'; '.join(self.reasons)}."
         step = self.comparison.step_time()
-        parts = [f"step time {_change_text(step)}{_why(step, self.comparison.fail_over_percent)}"] if step else []
+        parts = [f"step time {_change_text(step)}{_why(step)}"] if step else []
         op = self.comparison.grew_most()
         if op is not None:
             parts.append(f"the operator that grew most: {op.label} {_change_text(op)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from fitprof import _fs
-from fitprof.cli import analyze, compare, mcp, report
+from fitprof.cli import analyze, baseline, compare, mcp, report
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.report_files import is_epoch_file, is_report_file
 
@@ -40,7 +40,13 @@ class Command(Protocol):
         """Run it on the parsed ``args``, printing through ``out``; the exit status."""
 
 
-COMMANDS: dict[str, Command] = {"report": report, "analyze": analyze, "compare": compare, "mcp": mcp}
+COMMANDS: dict[str, Command] = {
+    "report": report,
+    "analyze": analyze,
+    "compare": compare,
+    "baseline": baseline,
+    "mcp": mcp,
+}
 """The subcommands by name, in the order ``fitprof --help`` lists them. A new subcommand is a module holding what
 :class:`Command` names, and one entry here."""
 

@@ -378,19 +378,26 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 def _compare_text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     """``fitprof compare``'s output: the status, the two sides and the headline, then a table of the figures and
-    one of the operators (each side's mean, its spread across windows, the change and what it means)."""
+    one of the operators (each side's median, its spread, the change, the ratio of the medians with its interval
+    and what it means)."""
     head = records[0]
     figures = [r for r in records if r["record"] == RECORD_FIGURE]
     operators = [r for r in records if r["record"] == RECORD_OPERATOR]
-    status = "REGRESSION" if head["status"] == "regression" else "no regression"
+    status = {"regression": "REGRESSION", "inconclusive": "INCONCLUSIVE"}.get(head["status"], "no regression")
     sides = [
         f"{which}: {head[which]} ({head[which + '_kind']}, {head[which + '_windows']} window"
-        f"{'s' if head[which + '_windows'] != 1 else ''})"
+        f"{'s' if head[which + '_windows'] != 1 else ''}"
+        + (f", {head[which + '_epochs']} epochs of {head[which + '_runs']} run(s)" if head.get(which + "_runs") else "")
+        + ")"
         for which in ("baseline", "candidate")
     ]
+    limits = head.get("thresholds") or {"step": head["fail_over_percent"]}
+    same = len(set(limits.values())) == 1
+    shown = f"{head['fail_over_percent']:g}%" if same else ", ".join(f"{k} {v:g}%" for k, v in limits.items())
     gate = (
-        f"gate: step time or an operator grown by more than {head['fail_over_percent']:g}% (operators also by more "
-        f"than {head['min_ms']:g} ms/step), beyond {head['noise_factor']:g} x the larger side's spread across windows"
+        f"gate: a figure grown by more than its threshold ({shown}) with its {head.get('confidence', 0.99):.0%} "
+        f"bootstrap interval excluding no change (ms figures and operators also by more than {head['min_ms']:g} "
+        "ms/step; the step's parts and operators only when the step time grew too)"
     )
     bullet = "- " if markdown else "  "
     if markdown:
@@ -398,9 +405,21 @@ def _compare_text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
         lines += [f"{bullet}{_md_escape(x)}" for x in (*sides, gate)]
     else:
         lines = [f"fitprof compare: {status}", head["headline"], *(f"{bullet}{x}" for x in (*sides, gate))]
+    lines += [f"{bullet}CPU-contended: {n}" for n in head.get("contention") or []]
     lines += [f"{bullet}note: {n}" for n in head.get("notes") or []]
     lines.append("")
-    header = ["figure", "unit", "baseline", "+-", "candidate", "+-", "change", "change %", "noise", "verdict"]
+    header = [
+        "figure",
+        "unit",
+        "baseline",
+        "+-",
+        "candidate",
+        "+-",
+        "change",
+        "change %",
+        "ratio [interval]",
+        "verdict",
+    ]
     body = [[r["label"], r["unit"], *_compare_cells(r)] for r in figures]
     left = {"figure", "unit", "operator", "verdict"}
     table = _markdown_table if markdown else _plain_table
@@ -435,9 +454,18 @@ def _compare_cells(r: dict[str, Any]) -> list[str]:
         _fmt(r["candidate_spread"], spec),
         change,
         pct,
-        _fmt(r["noise"], spec),
+        _ratio_cell(r),
         _compare_verdict(r),
     ]
+
+
+def _ratio_cell(r: dict[str, Any]) -> str:
+    """``1.23 [1.18, 1.29]``: the ratio of the medians and its bootstrap interval (``-`` when unknown)."""
+    if r["status"] != "both" or not finite(r.get("ratio", math.nan)):
+        return "-"
+    if not finite(r.get("ratio_low", math.nan)):
+        return format(r["ratio"], ".3f")
+    return f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}]"
 
 
 def _compare_verdict(r: dict[str, Any]) -> str:
@@ -454,7 +482,9 @@ def _compare_verdict(r: dict[str, Any]) -> str:
     if not finite(r["change"]) or r["change"] == 0:
         return "same"
     if r["significant"] is False:
-        return "within noise"
+        return "not significant"
     if r.get("share_held"):
         return "slower, same share"
+    if r.get("step_held"):
+        return "slower, step not"
     return "worse" if r["worse"] else "better"

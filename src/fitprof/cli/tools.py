@@ -437,6 +437,9 @@ def explain(name: str) -> Answer:
                 f"{name!r}: neither a figure nor a verdict (verdicts: {', '.join(rules)}; figures: the keys of "
                 f"docs/metrics.md, with or without 'fitprof/'){hint}"
             )
-        data = {"kind": "figure", "figures": [dataclasses.asdict(m) for m in figures]}
+        data = {
+            "kind": "figure",
+            "figures": [{k: getattr(m, k) for k in ("key", "unit", "definition", "group")} for m in figures],
+        }
         summary = "\n".join(f"{m.key} ({m.unit}): {m.definition}" for m in figures)
     return Answer(data, json.dumps(data, indent=2), summary, [])

@@ -1,0 +1,306 @@
+"""``fitprof compare`` as a CI gate, measured: false alarms of the same code (quiet, and under a planted load of busy
+processes), detection of slower code, the input wait, a faster candidate and a new dominant operator.
+
+    python benchmarks/compare_gate.py [--runs 8] [--load 2] [--steps 24] [--epochs 3] [--out DIR] [--json FILE]
+
+Every run is a Lightning fit of a tiny MLP (``torch.set_num_threads(1)``, one process for all fits: the imports
+once) with ``FitProfiler(profile_batch=(6, 15))``: ``--epochs`` epochs of ``--steps`` steps, one 10-step window
+each, the always-on timing of every step in the per-epoch file. Each step calls ``fitprof_gate::work``, which sleeps
+the step's modelled time (``time.sleep``: the step's length is set, not the machine's speed), then the MLP's
+forward and backward. The cases (a pair is one ``fitprof compare BASELINE CANDIDATE`` run in-process; every ordered
+pair of distinct runs of a group, so pairs share runs):
+
+* same code, quiet: ``--runs`` runs of a 10 ms step, every ordered pair; a false alarm is exit 1 (or 2);
+* +10% step, quiet: runs of an 11 ms step against each same-code run; caught is exit 1;
+* +20 ms in ``collate_fn`` on a ~50 ms step, quiet: caught is exit 1 with the headline naming the input wait;
+* 40% faster: runs of a 6 ms step against each same-code run; must never exit 1;
+* a new dominant operator: a 384x384 QR decomposition (``torch.linalg.qr``) added to each step; exit 1 naming
+  ``linalg_qr``;
+* under load: ``--load`` busy processes (a Python spin loop each) run while ``--runs`` same-code runs and runs of a
+  12.5 ms step (+25%) are trained and compared; same code must not exit 1; +25% must exit 1 or 3 (inconclusive),
+  never 0.
+
+Exit 3 (inconclusive: a side CPU-contended) is counted apart. ``/proc/loadavg`` is recorded before and after every
+case (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import itertools
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+WINDOW = (6, 15)
+BASE_MS = 10.0
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _spin() -> None:
+    while True:
+        pass
+
+
+_WORK: Any = None
+
+
+def _work_op() -> Any:
+    global _WORK
+    if _WORK is None:
+        import torch
+
+        @torch.library.custom_op("fitprof_gate::work", mutates_args=(), schema="(Tensor x, float ms) -> Tensor")
+        def work(x: torch.Tensor, ms: float) -> torch.Tensor:
+            if ms > 0:
+                time.sleep(ms / 1000)
+            return x.clone()
+
+        work.register_fake(lambda x, ms: torch.empty_like(x))
+        work.register_autograd(lambda ctx, grad: (grad, None))
+        _WORK = work
+    return _WORK
+
+
+def fit(run_dir: Path, *, step_ms: float, collate_ms: float = 0.0, qr: bool = False, steps: int, epochs: int) -> None:
+    """One training run into ``run_dir``."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import default_collate as collate
+
+    from fitprof.lightning import FitProfiler
+
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+    work = _work_op()
+
+    class Model(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            if qr:
+                torch.linalg.qr(torch.randn(384, 384))
+            return torch.nn.functional.cross_entropy(self.net(work(x, step_ms)), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def slow_collate(batch: Any) -> Any:
+        time.sleep(collate_ms / 1000)
+        return collate(batch)
+
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(steps * 32, 64, generator=g), torch.randint(0, 10, (steps * 32,), generator=g))
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        callbacks=[FitProfiler(log_dir=run_dir, profile_batch=WINDOW, verbose=False)],
+    )
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        trainer.fit(Model(), DataLoader(data, batch_size=32, collate_fn=slow_collate if collate_ms else collate))
+
+
+def compare(a: Path, b: Path) -> tuple[int, str, bool, str]:
+    """``fitprof compare a b``'s exit status (0, 1, 2 or 3) and headline, and what the figures alone said (whether
+    anything regressed, and the headline without the contention), through the API the command runs."""
+    from fitprof.compare import NotComparableError, load_side
+    from fitprof.compare import compare as run_compare
+
+    try:
+        result = run_compare(load_side(a), load_side(b))
+    except NotComparableError as err:
+        return 2, str(err), False, str(err)
+    rc = 3 if result.inconclusive else (1 if result.regressed else 0)
+    bare = dataclasses.replace(result, contention=[])
+    return rc, result.headline(), result.regressed, bare.headline()
+
+
+def train(root: Path, name: str, n: int, **kwargs: Any) -> list[Path]:
+    """``n`` runs ``<root>/<name><i>``; a run already there (``--out`` kept from an earlier call) is reused."""
+    runs = []
+    for i in range(n):
+        run = root / f"{name}{i}"
+        if not list(run.glob("plugins/fitprof/epochs.rank*.jsonl")):
+            fit(run, **kwargs)
+        runs.append(run)
+    return runs
+
+
+def pairs(base: list[Path], cand: list[Path] | None) -> list[tuple[Path, Path]]:
+    if cand is None:
+        return list(itertools.permutations(base, 2))
+    return [(b, c) for b in base for c in cand]
+
+
+def case(
+    name: str,
+    load: str,
+    todo: list[tuple[Path, Path]],
+    good: Callable[[int, str], bool],
+    what: str,
+    before: str,
+    figures_good: Callable[[bool, str], bool],
+) -> dict[str, Any]:
+    """Compare every pair; count the exit statuses, the pairs that meet ``good`` (exit status, headline), and the
+    pairs whose figures alone (contention aside) meet ``figures_good`` (regressed, bare headline)."""
+    counts = {0: 0, 1: 0, 2: 0, 3: 0}
+    goods, figure_goods = 0, 0
+    bad_headlines: list[str] = []
+    for a, b in todo:
+        rc, headline, regressed, bare = compare(a, b)
+        counts[rc] = counts.get(rc, 0) + 1
+        goods += good(rc, headline)
+        figure_goods += figures_good(regressed, bare)
+        if not good(rc, headline) and len(bad_headlines) < 2:
+            bad_headlines.append(f"exit {rc}: {headline}")
+    result = {
+        "case": name,
+        "load": load,
+        "pairs": len(todo),
+        "exit0": counts[0],
+        "exit1": counts[1],
+        "exit2": counts[2],
+        "inconclusive": counts[3],
+        "good": goods,
+        "what_is_good": what,
+        "figures_alone_good": figure_goods,
+        "loadavg_before": before,
+        "loadavg_after": loadavg(),
+        "examples_of_bad": bad_headlines,
+    }
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def not_failed(rc: int, headline: str) -> bool:
+    return rc not in (1, 2)
+
+
+def caught(rc: int, headline: str) -> bool:
+    return rc == 1
+
+
+def caught_or_3(rc: int, headline: str) -> bool:
+    return rc in (1, 3)
+
+
+def qr_named(rc: int | bool, headline: str) -> bool:
+    """Exit 1 (or, for the figures alone, regressed) with the headline naming ``linalg_qr`` first."""
+    return rc == 1 and "linalg_qr" in headline.split(";")[0]  # True == 1: a regressed flag counts
+
+
+def input_named(rc: int | bool, headline: str) -> bool:
+    """Exit 1 (or regressed) with the headline naming the input wait first."""
+    return rc == 1 and headline.split(";")[0].startswith("regression: input wait")
+
+
+def not_regressed(flag: bool, headline: str) -> bool:
+    return not flag
+
+
+def regressed(flag: bool, headline: str) -> bool:
+    return flag
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=8, help="same-code runs a group (default 8: 56 ordered pairs)")
+    parser.add_argument("--slower", type=int, default=4, help="runs of each changed code (default 4)")
+    parser.add_argument("--load", type=int, default=2, help="busy processes of the planted load (default 2)")
+    parser.add_argument("--steps", type=int, default=24, help="steps an epoch (default 24)")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs a run (default 3)")
+    parser.add_argument(
+        "--out", type=Path, help="keep the runs here, and reuse the runs already there (default: a temporary folder)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results here, one JSON object a line")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fitprof-gate-") as tmp:
+        root = args.out or Path(tmp)
+        shape = {"steps": args.steps, "epochs": args.epochs}
+        results = []
+        t0 = time.perf_counter()
+
+        before = loadavg()
+        same = train(root, "same", args.runs, step_ms=BASE_MS, **shape)
+        slower = train(root, "slower10_", args.slower, step_ms=BASE_MS * 1.10, **shape)
+        faster = train(root, "faster40_", args.slower, step_ms=BASE_MS * 0.60, **shape)
+        qr = train(root, "qr", max(2, args.slower // 2), step_ms=BASE_MS, qr=True, **shape)
+        results.append(case("same code", "none", pairs(same, None), not_failed, "not exit 1/2", before, not_regressed))
+        results.append(case("+10% step", "none", pairs(same, slower), caught, "exit 1", before, regressed))
+        results.append(case("40% faster", "none", pairs(same, faster), not_failed, "not exit 1", before, not_regressed))
+        results.append(
+            case(
+                "QR added",
+                "none",
+                pairs(same, qr),
+                qr_named,
+                "exit 1 naming linalg_qr",
+                before,
+                qr_named,
+            )
+        )
+
+        before = loadavg()
+        step50 = train(root, "step50_", max(2, args.slower // 2), step_ms=48.0, **shape)
+        collate = train(root, "collate20_", max(2, args.slower // 2), step_ms=48.0, collate_ms=20.0, **shape)
+        results.append(
+            case(
+                "+20 ms collate_fn",
+                "none",
+                pairs(step50, collate),
+                input_named,
+                "exit 1, headline input wait",
+                before,
+                input_named,
+            )
+        )
+
+        busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.load)]
+        for p in busy:
+            p.start()
+        try:
+            time.sleep(1.0)
+            before = loadavg()
+            loaded = train(root, "loaded", args.runs, step_ms=BASE_MS, **shape)
+            loaded25 = train(root, "loaded25_", args.slower, step_ms=BASE_MS * 1.25, **shape)
+        finally:
+            for p in busy:
+                p.terminate()
+                p.join()
+        label = f"{args.load} busy processes"
+        results.append(case("same code", label, pairs(loaded, None), not_failed, "not exit 1/2", before, not_regressed))
+        results.append(case("+25% step", label, pairs(loaded, loaded25), caught_or_3, "exit 1 or 3", before, regressed))
+        print(f"# {time.perf_counter() - t0:.0f} s in all; cpus {os.cpu_count()}", flush=True)
+        if args.json:
+            args.json.write_text("".join(json.dumps(r) + "\n" for r in results))
+
+
+if __name__ == "__main__":
+    main()
