@@ -18,8 +18,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import gputrace  # noqa: E402
-import planted  # noqa: E402
+import gputrace
+import planted
 
 DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parent.parent / ".." / "shared" / "fixtures" / "kineto"
@@ -97,7 +97,9 @@ def encode(value: Any) -> Any:
 def report_fields(report: Any, tmp: Path) -> dict[str, Any]:
     """Every field of ``report``, encoded, with the scratch folder taken out of ``source``."""
     d = report.to_dict()
-    d["source"] = str(d["source"]).replace(str(tmp), "<tmp>").replace(str(DATA), "<data>").replace(str(SHARED), "<shared>")
+    d["source"] = (
+        str(d["source"]).replace(str(tmp), "<tmp>").replace(str(DATA), "<data>").replace(str(SHARED), "<shared>")
+    )
     return encode(d)
 
 

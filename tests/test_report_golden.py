@@ -7,11 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
-import report_cases
 
 import fitprof
+import report_cases
 from fitprof._session import split_rank
+from fitprof.analysis import columns
 from fitprof.traces import read_trace
 
 GOLDEN = json.loads(report_cases.GOLDEN.read_text())
@@ -53,3 +56,40 @@ def test_dataframe_and_columns_give_one_report(name: str, tmp_path: Path) -> Non
     if table.attrs.get("profile_memory"):
         pytest.skip("the memory churn is added by analyze only")
     assert report_cases.report_fields(via_frame, tmp_path) == report_cases.report_fields(direct, tmp_path)
+
+
+def _bits(a: np.ndarray) -> list[str]:
+    return [float(v).hex() for v in a]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_sums_match_pandas_bit_for_bit(seed: int) -> None:
+    """The Python Kahan loop of small inputs against pandas' groupby itself: values of every magnitude, NaN, both
+    infinities, signed zeros, missing keys."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    values = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 9, n)
+    special = rng.integers(0, 40, n)
+    values[special == 0] = np.nan
+    values[special == 1] = np.inf if seed % 2 else -np.inf
+    values[special == 2] = -0.0
+    values[special == 3] = 1e300
+    keys = np.array([f"op{k}" for k in rng.integers(0, 1 + n // 50, n)], dtype=object)
+    keys[rng.integers(0, 200, n) == 0] = None
+    want = pd.Series(values).groupby(keys).sum()
+    got_keys, got = columns._kahan_group_sums(keys, values)
+    assert got_keys.tolist() == want.index.tolist()
+    assert _bits(got) == _bits(want.to_numpy(dtype=float))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_group_sums_of_each_case_match_pandas(name: str, tmp_path: Path) -> None:
+    """Every case's operator self times and device times by name, summed both ways."""
+    table = read_trace(CASES[name](tmp_path))
+    on_device = table["on_device"].to_numpy()
+    for mask, col in ((on_device, "dur_us"), (~on_device, "self_us"), (~on_device, "dur_us")):
+        keys, values = table["name"].to_numpy()[mask], table[col].to_numpy(dtype=float)[mask]
+        want = pd.Series(values).groupby(keys).sum()
+        got_keys, got = columns._kahan_group_sums(keys, values)
+        assert got_keys.tolist() == want.index.tolist()
+        assert _bits(got) == _bits(want.to_numpy(dtype=float))

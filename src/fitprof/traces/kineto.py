@@ -30,7 +30,7 @@ import pandas as pd
 from fitprof.traces._kineto_rules import Columns, frame, frame_columns, gc_paused
 from fitprof.traces._limits import Limits, Text, count_objects, read_bounded
 from fitprof.traces._repair import repair_names, repaired_names_warning
-from fitprof.traces._table import TraceError, make_table, table_from_columns
+from fitprof.traces._table import PlainTable, TraceError, make_table, plain_from_columns
 
 
 def read_kineto(
@@ -61,6 +61,14 @@ def read_kineto(
             names the file.
         ValueError: if a bound is not a positive number.
     """
+    return read_kineto_plain(path, max_trace_mb=max_trace_mb, max_events=max_events).to_frame()
+
+
+def read_kineto_plain(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> PlainTable:
+    """:func:`read_kineto` as plain columns (:class:`~fitprof.traces._table.PlainTable`): the same arrays and
+    ``attrs``, no DataFrame built. Raises as :func:`read_kineto`."""
     limits = Limits.of(max_trace_mb, max_events)
     with gc_paused():  # parsing creates millions of small objects; collecting them meanwhile doubles the time
         repaired: list[str] = []
@@ -68,7 +76,7 @@ def read_kineto(
         columns = frame_columns(events, path)
         threads = _threads(events) if columns else None
         del events
-        table = table_from_columns(columns, threads) if columns else make_table(pd.DataFrame())
+        table = plain_from_columns(columns, threads) if columns else PlainTable.of(make_table(pd.DataFrame()))
         del columns
     dist = meta.get("distributedInfo")
     dist = dist if isinstance(dist, Mapping) else {}

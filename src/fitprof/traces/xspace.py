@@ -71,9 +71,10 @@ from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded
 from fitprof.traces._table import (
     NOT_TRAINING_ANNOTATIONS,
     Kind,
+    PlainTable,
     TraceError,
     make_table,
-    table_from_columns,
+    plain_from_columns,
 )
 from fitprof.traces._xspace_events import (
     BYTES_VALUE,
@@ -136,6 +137,14 @@ def read_xspace(
             the bound and how to raise it).
         ValueError: if a bound is not a positive number.
     """
+    return read_xspace_plain(path, max_trace_mb=max_trace_mb, max_events=max_events).to_frame()
+
+
+def read_xspace_plain(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> PlainTable:
+    """:func:`read_xspace` as plain columns (:class:`~fitprof.traces._table.PlainTable`): the same arrays and
+    ``attrs``, no DataFrame built. Raises as :func:`read_xspace`."""
     limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
     if not p.is_file():
@@ -161,11 +170,11 @@ _JAX_DISPATCH = ("PjitFunction(", "PmapFunction(")
 """The host events JAX's runtime records for each call of a jitted (or pmapped) function; TensorFlow has none."""
 
 
-def _is_jax(table: pd.DataFrame) -> bool:
+def _is_jax(table: PlainTable) -> bool:
     """Whether a native XSpace's table is JAX's: it holds a jitted call's dispatch (:data:`_JAX_DISPATCH`) or the
     annotation fitprof's JAX window puts around each batch fetch (:data:`INPUT_ANNOTATION`)."""
-    names = pd.Series(pd.unique(table["name"])).astype(str)
-    return bool(names.str.startswith(_JAX_DISPATCH).any() or (names == INPUT_ANNOTATION).any())
+    names = [str(name) for name in pd.unique(table["name"])]  # each distinct name tested once
+    return any(name.startswith(_JAX_DISPATCH) or name == INPUT_ANNOTATION for name in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,13 +197,13 @@ class _Line:
         return self.on_device or not (self.is_tf_data or self.is_compute) or (self.xla and self.is_compute)
 
 
-def _table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+def _table(columns: dict[str, np.ndarray]) -> PlainTable:
     """:func:`make_table` of these columns, in file order (``{}`` for no rows; a column absent gets its default
     on every row), built as the Kineto reader builds its table (:func:`table_from_columns`, one copy of each
     column, the same order by start and longest first)."""
     n = len(columns["ts_us"]) if columns else 0
     if not n:
-        return make_table(pd.DataFrame([]))
+        return PlainTable.of(make_table(pd.DataFrame([])))
     for col, default, dtype in (
         ("op", "", object),
         ("launch_us", np.nan, np.float64),
@@ -204,7 +213,7 @@ def _table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     ):
         if col not in columns:
             columns[col] = np.full(n, default, dtype=dtype)
-    return table_from_columns(columns)
+    return plain_from_columns(columns)
 
 
 def _tf_frame(data: bytearray, space: Any, path: Path) -> dict[str, np.ndarray]:
@@ -591,7 +600,7 @@ _CONVERTED_STATS = (xs.STAT_CATEGORY, "correlation", "bytes", "kind")
 """What the converted reader reads of an event's stats: its category and those ``args``."""
 
 
-def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame:
+def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]) -> PlainTable:
     """An XSpace fitprof converted from a Kineto trace -> the table ``read_kineto`` gives for that trace.
 
     The events are read as columns (:func:`with_events`) straight into the Kineto reader's columns
