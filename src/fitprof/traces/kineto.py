@@ -230,7 +230,9 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     """
     data = read_bounded(path, limits, TraceError)
     objects = count_objects(data, path, limits, TraceError)
-    fast = _load_in_chunks(data, path, objects)
+    # The one-pass path saves memory on a big text; on a small one its fixed cost (finding the array's end, 0.1-1.3
+    # ms) outweighs the passes it saves: a 25 KB trace read in 0.5 ms by the three passes against 2.2 ms.
+    fast = _load_in_chunks(data, path, objects) if len(data) > _SMALL_TEXT else None
     if fast is not None:
         return fast
     with _decode_errors(path):
@@ -257,6 +259,9 @@ def _load(path: Path, limits: Limits, repaired: list[str] | None = None) -> tupl
     return meta, _columns(raws, path)
 
 
+_SMALL_TEXT = 1 << 17
+"""Bytes of text up to which :func:`_load` reads with its three passes, not :func:`_load_in_chunks` (measured: the
+three passes faster on traces of 25 and 67 KB, the one pass on those of 185 KB and more)."""
 _CHUNK_BYTES = 1 << 22
 """Bytes of event text decoded at a time by :func:`_load_in_chunks` (about 13k events of a real trace)."""
 _TRIES = 8
