@@ -178,10 +178,11 @@ class PlainTable:
 
     @classmethod
     def of(cls, table: pd.DataFrame | PlainTable) -> PlainTable:
-        """``table`` itself, or a frame's columns (each ``to_numpy()`` of :data:`COLUMNS`) and a copy of its attrs."""
+        """``table`` itself, or a frame's columns (``to_numpy()`` of each of :data:`COLUMNS` it has) and a copy of its
+        attrs."""
         if isinstance(table, PlainTable):
             return table
-        return cls({name: table[name].to_numpy() for name in COLUMNS}, table.attrs)
+        return cls({name: table[name].to_numpy() for name in COLUMNS if name in table.columns}, table.attrs)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self._columns[name]
