@@ -93,3 +93,21 @@ def test_group_sums_of_each_case_match_pandas(name: str, tmp_path: Path) -> None
         got_keys, got = columns._kahan_group_sums(keys, values)
         assert got_keys.tolist() == want.index.tolist()
         assert _bits(got) == _bits(want.to_numpy(dtype=float))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_operator_ranking_matches_pandas(seed: int) -> None:
+    """The ranking of operator totals (``sort_values(ascending=False, kind="stable")``) and the top host operator
+    (``nlargest(1)``), ties, NaN and signed zeros included, as pandas orders them."""
+    from fitprof.analysis import table as analysis_table
+
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, int(rng.integers(1, 40))).astype(float)  # many ties
+    values[rng.integers(0, 8, len(values)) == 0] = np.nan
+    values[values == 0] = -0.0 if seed % 2 else 0.0
+    s = pd.Series(values)
+    want = s.sort_values(ascending=False, kind="stable").index.to_numpy()
+    assert analysis_table._descending(values).tolist() == want.tolist()
+    largest = s.nlargest(1)
+    got = analysis_table._largest(values)
+    assert got.tolist() == largest.index.tolist() or (np.isnan(values).all() and not len(got))
