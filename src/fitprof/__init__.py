@@ -13,7 +13,7 @@ from fitprof._session import split_rank
 from fitprof._warn import FitProfilerWarning
 from fitprof.analysis import BottleneckReport, OpStat, analyze_table
 from fitprof.analysis.memory import memory_churn, with_churn
-from fitprof.traces import TraceError, read_trace
+from fitprof.traces import TraceError, read_trace, read_trace_plain
 from fitprof.traces.kineto_memory import read_memory_events
 
 __version__ = "0.1.0"
@@ -52,7 +52,8 @@ def analyze(
         TraceError: if the file is not a readable trace, or passes a bound.
         ValueError: if ``top_k`` < 1 or a bound is not a positive number.
     """
-    table = read_trace(path, max_trace_mb=max_trace_mb, max_events=max_events)
+    # Plain columns, not a DataFrame: building the frame costs more than a small window's whole analysis.
+    table = read_trace_plain(path, max_trace_mb=max_trace_mb, max_events=max_events)
     named_host, named_rank = split_rank(str(table.attrs.get("host") or ""))
     if rank is None:
         rank = table.attrs.get("rank", named_rank)
@@ -68,7 +69,7 @@ def analyze(
     )
     if table.attrs.get("profile_memory"):  # the file is read again for its [memory] events, only when it has them
         memory = read_memory_events(path, max_trace_mb=max_trace_mb, max_events=max_events)
-        report = with_churn(report, memory_churn(table, memory, top_k=top_k))
+        report = with_churn(report, memory_churn(table.to_frame(), memory, top_k=top_k))
     return report
 
 

@@ -31,7 +31,7 @@ import pandas as pd
 from fitprof.analysis import intervals
 from fitprof.analysis.columns import Distinct
 from fitprof.analysis.intervals import Spans
-from fitprof.traces._table import Kind
+from fitprof.traces._table import Kind, PlainTable
 
 SPEEDUP_CLAUSE_MIN = 1.05
 """The smallest potential speedup the headline names (a 5% gain); below it the clause is left out."""
@@ -88,7 +88,7 @@ def potential_speedups(step_time_ms: float, exposed_ms: dict[str, float]) -> Spe
 
 
 def exposed_times(
-    table: pd.DataFrame,
+    table: pd.DataFrame | PlainTable,
     ts: np.ndarray,
     end: np.ndarray,
     kind: Distinct,
@@ -119,13 +119,13 @@ def exposed_times(
         host_op = (~on_device) & kind.equal(Kind.OP)
         # Pinning a batch is input work, not compute (only host operators' names are looked at, each distinct
         # one once).
-        names = Distinct(table["name"].to_numpy(), host_op)
+        names = Distinct(np.asarray(table["name"]), host_op)
         host_compute = host_op & ~names.mask(lambda name: "pin_memory" in name)
         # Only host rows' threads are ever compared (every use below is under a host mask), so only theirs are
         # coded; the integers differ from codes over the whole table, the equalities do not.
         host = np.flatnonzero(~on_device)
-        pid_code, _ = pd.factorize(table["pid"].to_numpy()[host])
-        tid_code, tids = pd.factorize(table["tid"].to_numpy()[host])
+        pid_code, _ = pd.factorize(np.asarray(table["pid"])[host])
+        tid_code, tids = pd.factorize(np.asarray(table["tid"])[host])
         thread = np.zeros(len(ts), dtype=np.int64)
         thread[host] = pid_code.astype(np.int64) * (len(tids) + 1) + tid_code
         return host_compute, thread

@@ -20,16 +20,16 @@ import pandas as pd
 
 from fitprof.analysis import intervals
 from fitprof.analysis.clock import check_device_clock, without_device_figures
-from fitprof.analysis.columns import Distinct
+from fitprof.analysis.columns import Distinct, group_sums
 from fitprof.analysis.intervals import Spans
 from fitprof.analysis.report import FRAMEWORK_OF_FORMAT, BottleneckReport, Framework, OpStat, check_framework
 from fitprof.analysis.speedups import exposed_times, potential_speedups
 from fitprof.analysis.verdict import advice_for, verdict_for
-from fitprof.traces._table import CHECKPOINT_ANNOTATION, OVERHEAD_ANNOTATION, Kind
+from fitprof.traces._table import CHECKPOINT_ANNOTATION, OVERHEAD_ANNOTATION, Kind, PlainTable
 
 
 def analyze_table(
-    table: pd.DataFrame,
+    table: pd.DataFrame | PlainTable,
     *,
     top_k: int = 5,
     framework: str | None = None,
@@ -41,7 +41,8 @@ def analyze_table(
     """Compute the bottleneck figures of one profiled window.
 
     Args:
-        table: an event table (:func:`fitprof.traces.read_trace` output).
+        table: an event table (:func:`fitprof.traces.read_trace` output, or its plain columns:
+            :func:`fitprof.traces.read_trace_plain`). Either is analysed as the same numpy columns.
         top_k: how many operators to rank by self time (>= 1).
         framework: ``"tensorflow"`` or ``"pytorch"`` (:data:`~fitprof.analysis.FRAMEWORKS`; picks the advice
             wording); None: from the reader that made ``table`` (``table.attrs["framework"]`` where the reader sets
@@ -64,14 +65,14 @@ def analyze_table(
     fw = _framework(table, framework)
     where: dict[str, Any] = {"framework": fw, "source": source, "host": host, "rank": rank, "world_size": world_size}
     warnings: list[str] = [str(w) for w in table.attrs.get("warnings") or []]  # the reader's (repaired names)
-    # The same columns without ``attrs``: pandas deep-copies a frame's attrs into every frame or series derived from
-    # it, a fixed cost on each of the analysis's many column operations, and nothing below reads them.
-    table = pd.DataFrame(table, copy=False)
+    # The columns as numpy arrays: a frame's or series' construction costs more than a small window's sums, and
+    # pandas deep-copies a frame's attrs into every frame or series derived from it.
+    table = PlainTable.of(table)
     w = _window(table, warnings)
     if w.step_total_us <= 0:
         return _empty_report(where, warnings)
     # Device events belong to the step in which they were launched.
-    launch = table["launch_us"].to_numpy(dtype=float)
+    launch = np.asarray(table["launch_us"], dtype=float)
     dev_in = w.on_device & w.in_steps(np.where(np.isnan(launch), w.ts, launch))
     host_in = ~w.on_device & w.in_steps(w.ts)
 
@@ -144,17 +145,17 @@ def analyze_table(
     return report if clock.ok else without_device_figures(report, clock.note)
 
 
-def tf_data_stages(table: pd.DataFrame) -> frozenset[str]:
+def tf_data_stages(table: pd.DataFrame | PlainTable) -> frozenset[str]:
     """The ``tf.data`` stages the trace shows: the parts of its ``Iterator::Root::Prefetch::ParallelMapV2...``
     event names (``{"Root", "Prefetch", "ParallelMapV2"}``); empty when no ``tf.data`` iterator ran in it."""
-    names = pd.Series(pd.unique(table["name"])).astype(str)
     stages: set[str] = set()
-    for name in names[names.str.startswith("Iterator::")]:
-        stages.update(part.partition("[")[0] for part in name.split("::")[1:])
+    for name in map(str, pd.unique(np.asarray(table["name"]))):  # each distinct name once
+        if name.startswith("Iterator::"):
+            stages.update(part.partition("[")[0] for part in name.split("::")[1:])
     return frozenset(stages)
 
 
-def _framework(table: pd.DataFrame, framework: str | None) -> Framework:
+def _framework(table: pd.DataFrame | PlainTable, framework: str | None) -> Framework:
     """``framework``, else the one the reader names, else the one of the trace format."""
     if framework is None:
         # A reader may say (fitprof's converted torch window is an XSpace of framework "pytorch"); else the format.
@@ -169,7 +170,7 @@ class _Window:
     """The analysed window: the table's columns as arrays, its steps, and the spans inside them that are not
     training (``Kind.NOT_TRAINING``: validation, checkpoints), which no figure counts."""
 
-    table: pd.DataFrame
+    table: PlainTable
     ts: np.ndarray
     end: np.ndarray
     dur: np.ndarray
@@ -198,13 +199,14 @@ class _Window:
         )
 
 
-def _window(table: pd.DataFrame, warnings: list[str]) -> _Window:
+def _window(table: PlainTable, warnings: list[str]) -> _Window:
     """The steps (the union of the ``Kind.STEP`` events; without any, the host span of the whole trace, with a
     warning appended to ``warnings``) and the excluded spans inside them."""
-    ts = table["ts_us"].to_numpy(dtype=float)
-    end = ts + table["dur_us"].to_numpy(dtype=float)
-    kind = Distinct(table["kind"].to_numpy())
-    on_device = table["on_device"].to_numpy(dtype=bool)
+    ts = np.asarray(table["ts_us"], dtype=float)
+    dur = np.asarray(table["dur_us"], dtype=float)
+    end = ts + dur
+    kind = Distinct(np.asarray(table["kind"]))
+    on_device = np.asarray(table["on_device"], dtype=bool)
     is_step = kind.equal(Kind.STEP)
     n_steps = int(is_step.sum())
     if n_steps:
@@ -223,7 +225,7 @@ def _window(table: pd.DataFrame, warnings: list[str]) -> _Window:
         table=table,
         ts=ts,
         end=end,
-        dur=table["dur_us"].to_numpy(dtype=float),
+        dur=dur,
         kind=kind,
         on_device=on_device,
         steps=steps,
@@ -236,14 +238,14 @@ def _window(table: pd.DataFrame, warnings: list[str]) -> _Window:
 
 def _own_us(w: _Window) -> float:
     """fitprof's own time in the steps: its ``fitprof/overhead`` spans (excluded from step time already), us."""
-    own = Distinct(w.table["name"].to_numpy(), w.not_training).equal(OVERHEAD_ANNOTATION)
+    own = Distinct(w.table["name"], w.not_training).equal(OVERHEAD_ANNOTATION)
     return intervals.overlap(intervals.union(w.ts[own], w.end[own]), w.steps)
 
 
 def _annotated_us(w: _Window, name: str) -> float:
     """The time of one of fitprof's not-training annotations (a checkpoint save) in the steps, excluded from step
     time already, us."""
-    spans = Distinct(w.table["name"].to_numpy(), w.not_training).equal(name)
+    spans = Distinct(w.table["name"], w.not_training).equal(name)
     return intervals.overlap(intervals.union(w.ts[spans], w.end[spans]), w.steps)
 
 
@@ -256,7 +258,7 @@ def _optimizer_ms_per_step(w: _Window) -> float:
     """The optimizer's steps: the union of the host's ``Optimizer.step#...`` spans, clipped to the steps, less the
     excluded spans (validation, checkpoint saves, fitprof's own), ms per step; NaN (``math.nan`` itself, as a report
     file reads it back) when the trace has no such span."""
-    spans = Distinct(w.table["name"].to_numpy(), ~w.on_device).mask(lambda u: str(u).startswith(OPTIMIZER_STEP))
+    spans = Distinct(np.asarray(w.table["name"]), ~w.on_device).mask(lambda u: str(u).startswith(OPTIMIZER_STEP))
     if not spans.any():
         return math.nan
     return w.clipped_us(intervals.union(w.ts[spans], w.end[spans])) / w.n_div / 1e3
@@ -284,9 +286,9 @@ class _Copies:
 
 def _copies(w: _Window, dev_in: np.ndarray) -> _Copies:
     """Host-to-device copies (time, bytes, bandwidth, pinned and pageable time) and device-to-host time."""
-    nbytes = w.table["bytes"].to_numpy(dtype=float)
+    nbytes = np.asarray(w.table["bytes"], dtype=float)
     memcpy = w.kind.equal(Kind.MEMCPY)
-    copies = Distinct(w.table["copy_kind"].to_numpy(), dev_in)  # each distinct copy kind in the steps tested once
+    copies = Distinct(w.table["copy_kind"], dev_in)  # each distinct copy kind in the steps tested once
     htod = dev_in & memcpy & copies.mask(lambda ck: str(ck).startswith("htod"))
     known_bytes = htod & ~np.isnan(nbytes)
     # Copies of unknown size (ROCm traces give no bytes) leave bytes and bandwidth unknown: NaN, not 0.
@@ -333,45 +335,65 @@ def _operators(w: _Window, dev_in: np.ndarray, host_in: np.ndarray, top_k: int) 
     """Top operators by self time: device time when the steps launched device work, else host self time."""
     table, kind = w.table, w.kind
     device_ops = dev_in & kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    name_col = np.asarray(table["name"])
     if device_ops.any():
         source = "device"
-        # The launching operator's name, else the event's own; the same keys and values in the same order as a
-        # frame of these rows would give the groupby below, without copying the rows into one.
-        op_names = table["op"].to_numpy()[device_ops]
-        names = np.where(op_names != "", op_names, table["name"].to_numpy()[device_ops])
-        self_us = pd.Series(w.dur[device_ops])
+        # The launching operator's name, else the event's own.
+        op_names = np.asarray(table["op"])[device_ops]
+        names = np.where(op_names != "", op_names, name_col[device_ops])
+        self_us = w.dur[device_ops]
     else:
         source = "host"
-        # The rows' names and self times as arrays, not a frame of the rows: the same keys and values in the same
-        # order for the groupby below.
         ops = host_in & kind.equal(Kind.OP, Kind.COLLECTIVE)
-        names = table["name"].to_numpy()[ops]
-        self_us = pd.Series(table["self_us"].to_numpy()[ops])
-    totals = self_us.groupby(names).sum()
+        names = name_col[ops]
+        self_us = np.asarray(table["self_us"], dtype=float)[ops]
+    keys, sums = group_sums(names, self_us)
     if source == "host":
         # One collective is often recorded on two threads at once (the caller and the backend's worker):
         # count the time it spans, clipped to the steps, not the sum over threads.
         coll_rows = host_in & kind.equal(Kind.COLLECTIVE)
         if coll_rows.any():
-            for name, group in table.loc[coll_rows, ["name", "ts_us", "dur_us"]].groupby("name"):
-                g_start = group["ts_us"].to_numpy(dtype=float)
-                spans = intervals.union(g_start, g_start + group["dur_us"].to_numpy(dtype=float))
-                totals[name] = intervals.overlap(spans, w.steps)
-    ranked = totals.sort_values(ascending=False, kind="stable").head(top_k)
+            at = {key: i for i, key in enumerate(keys.tolist())}
+            coll_names = name_col[coll_rows]
+            g_start, g_end = w.ts[coll_rows], w.end[coll_rows]
+            for name in pd.unique(coll_names).tolist():
+                rows = coll_names == name
+                sums[at[name]] = intervals.overlap(intervals.union(g_start[rows], g_end[rows]), w.steps)
+    ranked = _descending(sums)[:top_k]
     if source == "host":
-        top_host = ranked.head(1)
+        top_host = ranked[:1]
+        host_keys, host_sums = keys, sums
     else:  # the host operator that holds the host longest (what the device waits for when it idles)
         host_op = host_in & kind.equal(Kind.OP)
-        host_self_us = pd.Series(table["self_us"].to_numpy(dtype=float)[host_op])
-        top_host = host_self_us.groupby(table["name"].to_numpy()[host_op]).sum().nlargest(1)
+        host_keys, host_sums = group_sums(name_col[host_op], np.asarray(table["self_us"], dtype=float)[host_op])
+        top_host = _largest(host_sums)
     total = w.step_total_us
     return _Operators(
-        top=[OpStat(str(name), float(v) / w.n_div / 1e3, 100.0 * float(v) / total) for name, v in ranked.items()],
+        top=[OpStat(str(keys[i]), float(sums[i]) / w.n_div / 1e3, 100.0 * float(sums[i]) / total) for i in ranked],
         source=source,
-        percent_total=100.0 * float(totals.sum()) / total,
-        top_host=str(top_host.index[0]) if len(top_host) else "",
-        top_host_percent=100.0 * float(top_host.iloc[0]) / total if len(top_host) else math.nan,
+        percent_total=100.0 * float(np.where(np.isnan(sums), 0.0, sums).sum()) / total,
+        top_host=str(host_keys[top_host[0]]) if len(top_host) else "",
+        top_host_percent=100.0 * float(host_sums[top_host[0]]) / total if len(top_host) else math.nan,
     )
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """The positions of ``values`` from the largest, ties in their order, NaN last: the order of pandas'
+    ``Series.sort_values(ascending=False, kind="stable")`` (its ``nargsort``: the non-NaN values reversed, sorted
+    stably, the order reversed back)."""
+    nan = np.isnan(values)
+    idx = np.flatnonzero(~nan)[::-1]
+    order = idx[values[idx].argsort(kind="stable")][::-1]
+    return np.concatenate([order, np.flatnonzero(nan)])
+
+
+def _largest(values: np.ndarray) -> np.ndarray:
+    """The position of the largest non-NaN value, the first of equal ones (``Series.nlargest(1)``); empty if
+    none."""
+    valid = np.flatnonzero(~np.isnan(values))
+    if not len(valid):
+        return valid
+    return valid[np.flatnonzero(values[valid] == values[valid].max())[:1]]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from fitprof.traces._table import (
     COLUMNS,
     KINDS,
     Kind,
+    PlainTable,
     TraceError,
     make_table,
 )
@@ -53,22 +54,33 @@ def read_trace(
             (the message names the bound and how to raise it).
         ValueError: if a bound is not a positive number.
     """
+    return read_trace_plain(path, max_trace_mb=max_trace_mb, max_events=max_events).to_frame()
+
+
+def read_trace_plain(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> PlainTable:
+    """:func:`read_trace` as plain numpy columns (:class:`PlainTable`: ``table[column]`` an array, ``attrs``, and
+    ``to_frame()`` for the DataFrame): the same values, without building a DataFrame. What
+    :func:`fitprof.analyze` reads a file with. Raises as :func:`read_trace`."""
     fmt = trace_format(path)
     if fmt == "xspace":
-        from fitprof.traces.xspace import read_xspace
+        from fitprof.traces.xspace import read_xspace_plain
 
-        return read_xspace(path, max_trace_mb=max_trace_mb, max_events=max_events)
-    from fitprof.traces.kineto import read_kineto
+        return read_xspace_plain(path, max_trace_mb=max_trace_mb, max_events=max_events)
+    from fitprof.traces.kineto import read_kineto_plain
 
-    return read_kineto(path, max_trace_mb=max_trace_mb, max_events=max_events)
+    return read_kineto_plain(path, max_trace_mb=max_trace_mb, max_events=max_events)
 
 
 __all__ = [
     "COLUMNS",
     "KINDS",
     "Kind",
+    "PlainTable",
     "TraceError",
     "make_table",
     "read_trace",
+    "read_trace_plain",
     "trace_format",
 ]

@@ -157,19 +157,71 @@ def table_from_columns(columns: dict[str, np.ndarray], threads: np.ndarray | Non
     ``threads``: one integer per row, in file order, equal exactly where both ``pid`` and ``tid`` are (a reader
     that holds them coded); it spares :func:`_self_times` coding the two string columns.
     """
+    return plain_from_columns(columns, threads).to_frame()
+
+
+class PlainTable:
+    """The event table as plain numpy columns: what :func:`make_table` holds, without a DataFrame.
+
+    ``table[name]`` is the column's array (:data:`COLUMNS`' dtypes; ``str`` columns are object arrays of ``str``),
+    in the table's order (by start, the longest first); ``attrs`` the reader's attributes, as a DataFrame's.
+    A pandas frame of a small window costs more to build than reading the window does (some 2 ms for two frames
+    and fifteen series of a 30-event trace), so the analysis from a file to its report carries this instead and
+    :meth:`to_frame` builds the DataFrame only for a caller that wants one.
+    """
+
+    __slots__ = ("_columns", "attrs")
+
+    def __init__(self, columns: Mapping[str, np.ndarray], attrs: Mapping[str, Any] | None = None) -> None:
+        self._columns = dict(columns)
+        self.attrs: dict[str, Any] = dict(attrs or {})
+
+    @classmethod
+    def of(cls, table: pd.DataFrame | PlainTable) -> PlainTable:
+        """``table`` itself, or a frame's columns (``to_numpy()`` of each of :data:`COLUMNS` it has) and a copy of its
+        attrs."""
+        if isinstance(table, PlainTable):
+            return table
+        return cls({name: table[name].to_numpy() for name in COLUMNS if name in table.columns}, table.attrs)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._columns[name]
+
+    def __len__(self) -> int:
+        return len(self._columns["ts_us"])
+
+    @property
+    def empty(self) -> bool:
+        """No rows."""
+        return len(self) == 0
+
+    def to_frame(self) -> pd.DataFrame:
+        """The DataFrame of these columns (no copy of the arrays), with a copy of ``attrs``."""
+        data = {
+            name: pd.Series(np.asarray(self._columns[name], dtype=dtype), dtype=dtype, copy=False)
+            for name, dtype in COLUMNS.items()
+        }
+        df = pd.DataFrame(data, copy=False)
+        df.attrs = dict(self.attrs)
+        return df
+
+
+def plain_from_columns(columns: dict[str, np.ndarray], threads: np.ndarray | None = None) -> PlainTable:
+    """:func:`table_from_columns` as plain columns (:class:`PlainTable`): the same arrays, no DataFrame built.
+
+    ``columns`` and ``threads`` as for :func:`table_from_columns` (its arrays are taken out of the dict one at a
+    time, so the unsorted copy goes as the sorted one is made).
+    """
     order = _start_order(columns["ts_us"], columns["dur_us"])  # by start, the longest first, then file order
-    data: dict[str, pd.Series] = {}
+    data: dict[str, np.ndarray] = {}
     for name, dtype in COLUMNS.items():
         if name == "self_us":
-            data[name] = pd.Series(np.zeros(len(order)), copy=False)
             continue
         values = columns.pop(name)
-        data[name] = pd.Series(np.asarray(values, dtype=dtype)[order], dtype=dtype, copy=False)
+        data[name] = np.asarray(values, dtype=dtype)[order]
         del values
-    df = pd.DataFrame(data, copy=False)
-    del data
-    df["self_us"] = _self_times(df, None if threads is None else threads[order])
-    return df
+    data["self_us"] = _self_times(data, None if threads is None else threads[order])
+    return PlainTable({name: data[name] for name in COLUMNS})
 
 
 def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -204,7 +256,7 @@ def _start_order(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
 _SELF_TIME_KINDS = (Kind.OP, Kind.COLLECTIVE, Kind.INPUT)
 
 
-def _self_times(df: pd.DataFrame, threads: np.ndarray | None = None) -> np.ndarray:
+def _self_times(df: pd.DataFrame | Mapping[str, np.ndarray], threads: np.ndarray | None = None) -> np.ndarray:
     """Self time of host operators: duration minus the direct children's, per ``pid``/``tid``.
 
     Only operator-like events take part (annotations, runtime calls and executor bookkeeping neither get nor
@@ -224,24 +276,26 @@ def _self_times(df: pd.DataFrame, threads: np.ndarray | None = None) -> np.ndarr
     of coding those columns (which integer a thread gets changes no result: each thread's operators keep their
     order).
     """
-    dur = df["dur_us"].to_numpy(dtype=float, copy=True)
-    if df.empty:
+    dur = np.array(df["dur_us"], dtype=float)  # a copy
+    if len(dur) == 0:
         return dur
+    kind = np.asarray(df["kind"])
+    # Each row's kind compared with each operator kind (str equality, as ``isin`` tests it), no frame built.
     rows = np.flatnonzero(
-        df["kind"].isin(_SELF_TIME_KINDS).to_numpy(dtype=bool) & ~df["on_device"].to_numpy(dtype=bool)
+        np.logical_or.reduce([kind == k.value for k in _SELF_TIME_KINDS]) & ~np.asarray(df["on_device"], dtype=bool)
     )
     if threads is not None:
         thread = threads[rows].astype(np.int64)
     else:
         # One integer per (pid, tid), as groupby(["pid", "tid"]) groups them (a missing pid or tid: no group).
-        pid_code, _ = pd.factorize(df["pid"].to_numpy()[rows])
-        tid_code, tids = pd.factorize(df["tid"].to_numpy()[rows])
+        pid_code, _ = pd.factorize(np.asarray(df["pid"])[rows])
+        tid_code, tids = pd.factorize(np.asarray(df["tid"])[rows])
         grouped = (pid_code >= 0) & (tid_code >= 0)
         rows = rows[grouped]
         thread = pid_code[grouped].astype(np.int64) * (len(tids) + 1) + tid_code[grouped]
     by_thread = np.argsort(thread, kind="stable")  # each thread's operators together, in table order
     rows, thread = rows[by_thread], thread[by_thread]
-    ts = df["ts_us"].to_numpy(dtype=float)[rows]
+    ts = np.asarray(df["ts_us"], dtype=float)[rows]
     end = ts + dur[rows]
     if np.isnan(ts).any() or np.isnan(end).any():  # NaN compares false both ways: only the walk defines it
         dur[rows] = _self_times_stack(ts, end, dur[rows], thread)

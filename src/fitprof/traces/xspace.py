@@ -58,7 +58,6 @@ import dataclasses
 import os
 import re
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +70,10 @@ from fitprof.traces._limits import MAX_XSPACE_STRING_BYTES, Limits, read_bounded
 from fitprof.traces._table import (
     NOT_TRAINING_ANNOTATIONS,
     Kind,
+    PlainTable,
     TraceError,
     make_table,
-    table_from_columns,
+    plain_from_columns,
 )
 from fitprof.traces._xspace_events import (
     BYTES_VALUE,
@@ -136,6 +136,14 @@ def read_xspace(
             the bound and how to raise it).
         ValueError: if a bound is not a positive number.
     """
+    return read_xspace_plain(path, max_trace_mb=max_trace_mb, max_events=max_events).to_frame()
+
+
+def read_xspace_plain(
+    path: str | os.PathLike[str], *, max_trace_mb: float | None = None, max_events: int | None = None
+) -> PlainTable:
+    """:func:`read_xspace` as plain columns (:class:`~fitprof.traces._table.PlainTable`): the same arrays and
+    ``attrs``, no DataFrame built. Raises as :func:`read_xspace`."""
     limits = Limits.of(max_trace_mb, max_events)
     p = Path(path)
     if not p.is_file():
@@ -161,11 +169,11 @@ _JAX_DISPATCH = ("PjitFunction(", "PmapFunction(")
 """The host events JAX's runtime records for each call of a jitted (or pmapped) function; TensorFlow has none."""
 
 
-def _is_jax(table: pd.DataFrame) -> bool:
+def _is_jax(table: PlainTable) -> bool:
     """Whether a native XSpace's table is JAX's: it holds a jitted call's dispatch (:data:`_JAX_DISPATCH`) or the
     annotation fitprof's JAX window puts around each batch fetch (:data:`INPUT_ANNOTATION`)."""
-    names = pd.Series(pd.unique(table["name"])).astype(str)
-    return bool(names.str.startswith(_JAX_DISPATCH).any() or (names == INPUT_ANNOTATION).any())
+    names = [str(name) for name in pd.unique(table["name"])]  # each distinct name tested once
+    return any(name.startswith(_JAX_DISPATCH) or name == INPUT_ANNOTATION for name in names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,13 +196,13 @@ class _Line:
         return self.on_device or not (self.is_tf_data or self.is_compute) or (self.xla and self.is_compute)
 
 
-def _table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+def _table(columns: dict[str, np.ndarray]) -> PlainTable:
     """:func:`make_table` of these columns, in file order (``{}`` for no rows; a column absent gets its default
     on every row), built as the Kineto reader builds its table (:func:`table_from_columns`, one copy of each
     column, the same order by start and longest first)."""
     n = len(columns["ts_us"]) if columns else 0
     if not n:
-        return make_table(pd.DataFrame([]))
+        return PlainTable.of(make_table(pd.DataFrame([])))
     for col, default, dtype in (
         ("op", "", object),
         ("launch_us", np.nan, np.float64),
@@ -204,7 +212,7 @@ def _table(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     ):
         if col not in columns:
             columns[col] = np.full(n, default, dtype=dtype)
-    return table_from_columns(columns)
+    return plain_from_columns(columns)
 
 
 def _tf_frame(data: bytearray, space: Any, path: Path) -> dict[str, np.ndarray]:
@@ -286,22 +294,28 @@ def _tf_rows(events: Events, space: Any, info: list[_Line]) -> dict[str, np.ndar
         key = np.asarray(pd.factorize(key * (int(col.max()) + 2) + col + 1)[0], dtype=np.int64)
     first, inverse = np.unique(key, return_index=True, return_inverse=True)[1:]
     op_names: dict[str, str] = {}
-    meta_stats: dict[tuple[int, int], dict[str, str]] = {}
-    classes = []
-    for e in first.tolist():
+    classes = _Classes(len(first))
+    # The distinct events taken by (plane, metadata id), so that one metadata's stats are read once and held only
+    # while its events are classified: no Python object per distinct event or metadata outlives its turn (tens of
+    # thousands of them, alive at once, set off the garbage collector's full collections in a big window's read).
+    plane_of = plane_of_line[line[first]]
+    mid_of = events.metadata_id[first]
+    held: tuple[int, int] | None = None
+    base: dict[str, str] = {}
+    for at in np.lexsort((mid_of, plane_of)).tolist():
+        e = int(first[at])
         li = info[int(line[e])]
         plane = space.planes[li.plane]
         mid = int(events.metadata_id[e])
-        base = meta_stats.get((li.plane, mid))
-        if base is None:
-            base = meta_stats[(li.plane, mid)] = _meta_stats(plane, mid, stat_names[li.plane])
+        if held != (li.plane, mid):
+            held, base = (li.plane, mid), _meta_stats(plane, mid, stat_names[li.plane])
         stats = dict(base) if li.want_stats else {}
         if li.want_stats:
             for w in range(k):
                 if codes[w, e] >= 0:
                     stats[_TF_STATS[w]] = texts[w][codes[w, e]]
         name = plane.event_metadata[mid].name if mid in plane.event_metadata else ""  # [] of a missing id adds it
-        classes.append(_classify_tf(name, stats, li, op_names))
+        classes.put(at, _classify_tf(name, stats, li, op_names))
     rows = _spread(classes, inverse, events, info, space)
     rows[_CORRELATION] = correlation
     return rows
@@ -396,6 +410,24 @@ class _Class:
     """An HLO op's ``hlo_module``."""
 
 
+class _Classes:
+    """The distinct events' :class:`_Class` fields as columns, one list a field: the classes as values in a few
+    lists, not one Python object per distinct event held until the table is built."""
+
+    FIELDS = ("kind", "name", "copy_kind", "nbytes", "op", "step_num", "call", "module")
+
+    def __init__(self, n: int) -> None:
+        self.columns: dict[str, list[Any]] = {f: [None] * n for f in self.FIELDS}
+
+    def put(self, at: int, c: _Class) -> None:
+        """Distinct event ``at``'s class."""
+        for f, col in self.columns.items():
+            col[at] = getattr(c, f)
+
+    def __len__(self) -> int:
+        return len(self.columns["kind"])
+
+
 def _classify_tf(name: str, stats: dict[str, str], li: _Line, op_names: dict[str, str]) -> _Class:
     """An event's kind and row fields from its name, stats and line (the rules of this module's docstring)."""
     is_tf_data, is_compute = li.is_tf_data, li.is_compute
@@ -450,7 +482,7 @@ def _classify_tf(name: str, stats: dict[str, str], li: _Line, op_names: dict[str
 
 
 def _spread(
-    classes: list[_Class], inverse: np.ndarray, events: Events, info: list[_Line], space: Any
+    classes: _Classes, inverse: np.ndarray, events: Events, info: list[_Line], space: Any
 ) -> dict[str, np.ndarray]:
     """The rows: each event gets its distinct event's class, its own times, its plane and line names.
 
@@ -464,29 +496,31 @@ def _spread(
     ts = (base_ns[line] + events.offset_ps.astype(np.float64) / 1e3) / 1e3
     dur = events.duration_ps.astype(np.float64) / 1e6
 
-    def column(get: Callable[[_Class], Any], dtype: Any = object) -> np.ndarray:
+    cols = classes.columns
+
+    def column(values: list[Any], dtype: Any = object) -> np.ndarray:
         per_class = np.empty(len(classes), dtype=dtype)
-        per_class[:] = [get(c) for c in classes]
+        per_class[:] = values
         return per_class[inverse]
 
-    kind = column(lambda c: c.kind)
-    name = column(lambda c: c.name)
+    kind = column(cols["kind"])
+    name = column(cols["name"])
     frame: dict[str, Any] = {"name": name, "ts_us": ts, "dur_us": dur}
     plane_names = np.array([space.planes[li.plane].name for li in info], dtype=object)
     frame["pid"] = plane_names[line]
     frame["tid"] = np.array([li.name for li in info], dtype=object)[line]
     frame["on_device"] = np.array([li.on_device for li in info], dtype=bool)[line]
     frame["kind"] = kind
-    if any(c.copy_kind is not None for c in classes):
-        frame["copy_kind"] = column(lambda c: np.nan if c.copy_kind is None else c.copy_kind)
-    frame["bytes"] = column(lambda c: c.nbytes, np.float64)
-    if any(c.op is not None for c in classes):
-        frame["op"] = column(lambda c: np.nan if c.op is None else c.op)
-    frame["step_num"] = column(lambda c: c.step_num, np.float64)
-    calls = np.flatnonzero(column(lambda c: c.call, bool))
+    if any(v is not None for v in cols["copy_kind"]):
+        frame["copy_kind"] = column([np.nan if v is None else v for v in cols["copy_kind"]])
+    frame["bytes"] = column(cols["nbytes"], np.float64)
+    if any(v is not None for v in cols["op"]):
+        frame["op"] = column([np.nan if v is None else v for v in cols["op"]])
+    frame["step_num"] = column(cols["step_num"], np.float64)
+    calls = np.flatnonzero(column(cols["call"], bool))
     if len(calls):
-        hlo = np.flatnonzero(column(lambda c: c.module is not None, bool))
-        _name_clusters(calls, hlo, column(lambda c: c.module), line, ts, dur, kind, name)
+        hlo = np.flatnonzero(column([v is not None for v in cols["module"]], bool))
+        _name_clusters(calls, hlo, column(cols["module"]), line, ts, dur, kind, name)
     return frame
 
 
@@ -591,7 +625,7 @@ _CONVERTED_STATS = (xs.STAT_CATEGORY, "correlation", "bytes", "kind")
 """What the converted reader reads of an event's stats: its category and those ``args``."""
 
 
-def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]) -> pd.DataFrame:
+def _read_converted(data: bytearray, space: Any, path: Path, env: dict[str, Any]) -> PlainTable:
     """An XSpace fitprof converted from a Kineto trace -> the table ``read_kineto`` gives for that trace.
 
     The events are read as columns (:func:`with_events`) straight into the Kineto reader's columns
