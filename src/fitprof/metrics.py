@@ -218,7 +218,7 @@ VS_BASELINE_STEP_TIME_PERCENT = Metric(
     "% (signed: + slower, - faster)",
     "With `baseline=PATH`: the window's `step_time_ms` over the baseline's (the mean over the baseline run's "
     "windows, `fitprof.compare`), less 1, times 100. Not logged when the two are not comparable (another framework, "
-    "world size, device, batch size or mostly different operators).",
+    "world size, device, precision or batch size).",
 )
 TOP_OPS_PREFIX = PREFIX + "top_ops/"
 TOP_OP = Metric(
