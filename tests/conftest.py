@@ -200,6 +200,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Names each failure (and each error in a fixture) on its own line as it happens, with its duration, so a long
+    run's failures are known before its end. Under ``pytest -n N`` the controller gets every worker's reports; the
+    workers print nothing themselves."""
+    terminal = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
+    if os.environ.get("PYTEST_XDIST_WORKER") or not report.failed or terminal is None:
+        return
+    what = "FAILED" if report.when == "call" else f"ERROR at {report.when}"
+    terminal.write("\n")  # after the progress characters of -q
+    terminal.write_line(f"{what} {report.nodeid} ({report.duration:.1f} s)", red=True)
+
+
+_CONFIG: list[pytest.Config] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: Any, config: pytest.Config) -> None:
     missing = missing_shared()
     if fixtures_required() and missing:
