@@ -254,7 +254,7 @@ class FitProfiler(Callback):
         self.torch_options, self.count_items = args.torch_options, args.count_items
         self.max_trace_mb, self.keep_last_windows = args.max_trace_mb, args.keep_last_windows
         self._warn_rank = WarnOnce()
-        self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
+        self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount(), self._warn_samples)
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
         self._loader_timing: LoaderSet | None = None
@@ -296,6 +296,9 @@ class FitProfiler(Callback):
 
     def _warn_count_items(self, message: str) -> None:
         self._warn_rank("count-items", message)
+
+    def _warn_samples(self, message: str) -> None:
+        self._warn_rank("samples", message)
 
     def _new_window(self, epoch: int, suffix: str) -> TorchProfileWindow:
         assert self._dir is not None
