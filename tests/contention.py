@@ -168,6 +168,8 @@ def tolerates_load(test: F) -> F:
             again = _worst([span.stop(), *recorded])
             if again is None:
                 raise
-            pytest.skip(f"machine contended ({again.describe()}): failed twice under load, first with {reason}")
+            pytest.skip(
+                f"{test.__name__}: machine contended ({again.describe()}): failed twice under load, first with {reason}"
+            )
 
     return run  # type: ignore[return-value]
