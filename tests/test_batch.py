@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fitprof._batch import batch_samples, batch_size
+from fitprof.throughput import WorkLog
 
 
 class Shaped:
@@ -76,3 +77,15 @@ def test_an_ambiguous_collection_counts_the_first_array_and_says_so() -> None:
 def test_no_count_says_what_the_batch_was() -> None:
     n, note = batch_samples(object())
     assert n is None and "(a object)" in note
+
+
+def test_the_work_log_tells_an_ambiguous_or_unknown_count_and_keeps_the_count() -> None:
+    told: list[str] = []
+    log = WorkLog(None, lambda m: None, warn_samples=told.append)
+    log.add_step((np.zeros((7, 3)), np.zeros(2)))
+    log.add_step(object())
+    log.add_step((np.zeros((7, 3)), np.zeros(7)))
+    assert len(told) == 2
+    assert told[0].startswith("fitprof: the batch's arrays disagree on its size") and "dataclasses" in told[0]
+    assert told[1].startswith("fitprof: the samples per step are unknown here: fitprof could not read")
+    assert log.work().samples_per_step != log.work().samples_per_step  # NaN: one step's count is unknown
