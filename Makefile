@@ -33,11 +33,11 @@ lint: install
 TEST_WORKERS ?= 2
 
 # The machine's load is printed before and after (timing tests skip, naming it, when contention spoils them:
-# tests/contention.py); -rfE lists the failures and errors at the end, and tests/conftest.py names each one as it
-# happens.
+# tests/contention.py). tests/conftest.py names each failure and error on its own line as it happens; pyproject's
+# -ra lists them again at the end with the skips' reasons (a -r here would replace it).
 test: lint
 	@echo "load at start: $$(cat /proc/loadavg 2>/dev/null || echo unknown) ($$(nproc 2>/dev/null || echo ?) cores)"
-	@status=0; $(BIN)/python -m pytest -q -rfE -n $(TEST_WORKERS) --dist loadgroup --durations=20 tests || status=$$?; \
+	@status=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 tests || status=$$?; \
 	echo "load at end: $$(cat /proc/loadavg 2>/dev/null || echo unknown)"; exit $$status
 
 # The device check (benchmarks/gpu_check.py): on a CUDA GPU, with torch, lightning, tensorboard and fitprof's core
