@@ -32,8 +32,13 @@ lint: install
 # a timing check failed (a loader's busy share 12 pp from its truth; JAX's input share 3.9 pp, since made sturdier).
 TEST_WORKERS ?= 2
 
+# The machine's load is printed before and after (timing tests skip, naming it, when contention spoils them:
+# tests/contention.py). tests/conftest.py names each failure and error on its own line as it happens; pyproject's
+# -ra lists them again at the end with the skips' reasons (a -r here would replace it).
 test: lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 tests
+	@echo "load at start: $$(cat /proc/loadavg 2>/dev/null || echo unknown) ($$(nproc 2>/dev/null || echo ?) cores)"
+	@status=0; $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=20 tests || status=$$?; \
+	echo "load at end: $$(cat /proc/loadavg 2>/dev/null || echo unknown)"; exit $$status
 
 # The device check (benchmarks/gpu_check.py): on a CUDA GPU, with torch, lightning, tensorboard and fitprof's core
 # dependencies already installed (no venv, no network). GPU_CHECK_ARGS="--dry" runs its logic on the CPU.

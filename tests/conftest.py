@@ -1,8 +1,9 @@
 """Shared test settings: quiet TensorFlow, the examples on sys.path, the shared fixtures, the ``gpu`` marker.
 
 * The real GPU traces of ``../shared/fixtures/kineto`` (see ``tests/shared_fixtures.py``): their tests skip with
-  one reason when the folder is not beside the checkout; with ``CI=true`` the run fails instead, naming the
-  missing files (:func:`pytest_sessionfinish`), so CI never goes green without them.
+  one reason when the folder is not beside the checkout; with ``FITPROF_REQUIRE_FIXTURES=1`` (set by the project's
+  own CI, ``.ci/run``) the run fails instead, naming the missing files (:func:`pytest_sessionfinish`), so that CI
+  never goes green without them. A plain ``CI=true`` (a contributor's fork on GitHub Actions) only skips them.
 * Tests marked ``gpu`` need CUDA: they skip with a reason on a machine without it; ``pytest -m gpu`` runs only them.
   They need nothing beyond torch, lightning, tensorboard, pandas and fitprof's core dependencies; where one of those
   core dependencies is missing (a GPU image without msgspec), every module that imports it and every ``gpu`` test
@@ -39,13 +40,13 @@ for p in (EXAMPLES, TESTS):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from shared_fixtures import KINETO_DIR, in_ci, missing_shared, shared_kineto  # noqa: E402
+from shared_fixtures import KINETO_DIR, REQUIRE_VAR, fixtures_required, missing_shared, shared_kineto  # noqa: E402
 
 
 @pytest.fixture
 def kineto_fixtures() -> Path:
     """The folder of the real GPU traces of ``../shared/fixtures/kineto``: skips with the one shared reason when
-    they are missing, fails under CI (:func:`shared_fixtures.shared_kineto`)."""
+    they are missing, fails where they are required (:func:`shared_fixtures.shared_kineto`)."""
     return shared_kineto()
 
 
@@ -189,24 +190,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> str:
     missing = missing_shared()
     state = "all present" if not missing else f"{len(missing)} missing"
-    return f"fitprof: shared Kineto fixtures in {KINETO_DIR}: {state}; CI={'true' if in_ci() else 'false'}"
+    required = "required" if fixtures_required() else f"optional ({REQUIRE_VAR}=1 requires them)"
+    return f"fitprof: shared Kineto fixtures in {KINETO_DIR}: {state}; {required}"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: Any) -> None:
-    """Under CI, missing shared fixtures fail the run even when no selected test asked for them. A worker of
+    """Where the shared fixtures are required, their absence fails the run even when no selected test asked for them. A worker of
     ``pytest -n N`` removes its temporary folder."""
     if os.environ.get("PYTEST_XDIST_WORKER") and tempfile.tempdir and Path(tempfile.tempdir).name.startswith("pytest-"):
         shutil.rmtree(tempfile.tempdir, ignore_errors=True)
-    if in_ci() and missing_shared() and exitstatus == 0:
+    if fixtures_required() and missing_shared() and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Names each failure (and each error in a fixture) on its own line as it happens, with its duration, so a long
+    run's failures are known before its end. Under ``pytest -n N`` the controller gets every worker's reports; the
+    workers print nothing themselves."""
+    terminal = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
+    if os.environ.get("PYTEST_XDIST_WORKER") or not report.failed or terminal is None:
+        return
+    what = "FAILED" if report.when == "call" else f"ERROR at {report.when}"
+    terminal.write("\n")  # after the progress characters of -q
+    terminal.write_line(f"{what} {report.nodeid} ({report.duration:.1f} s)", red=True)
+
+
+_CONFIG: list[pytest.Config] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _CONFIG[:] = [config]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: Any, config: pytest.Config) -> None:
     missing = missing_shared()
-    if in_ci() and missing:
-        terminalreporter.section("missing shared fixtures (CI=true)", red=True)
+    if fixtures_required() and missing:
+        terminalreporter.section(f"missing shared fixtures ({REQUIRE_VAR}=1)", red=True)
         for path in missing:
             terminalreporter.line(f"missing: {path}", red=True)
         terminalreporter.line(
-            "CI runs need ../shared/fixtures beside the checkout (or FITPROF_SHARED_DIR pointing to it).", red=True
+            f"{REQUIRE_VAR}=1 needs ../shared/fixtures beside the checkout (or FITPROF_SHARED_DIR pointing to it).",
+            red=True,
         )

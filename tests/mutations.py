@@ -109,6 +109,18 @@ MUTATIONS = [
         r"\n\g<1>pass",
         first=tuple(KERAS_TESTS),
     ),
+    Mutation(
+        "first step's fetch counted as input",
+        r"if not self\._first_step and ns > 0:",
+        "if ns > 0:",
+        ("tests/test_epoch_parts.py",),
+    ),
+    Mutation(
+        "trigger's 25% floor removed",
+        r"max\(self\.mad_k \* _MAD_TO_SIGMA \* mad, self\.rel \* median\)",
+        "self.mad_k * _MAD_TO_SIGMA * mad",
+        ("tests/test_steps.py",),
+    ),
 ]
 
 

@@ -181,6 +181,25 @@ def test_no_input_measured_is_nan_and_first_fetch_is_startup() -> None:
     assert probe.results[1].input_s == 0.0
 
 
+def test_the_first_steps_fetch_is_not_input_wait_when_the_steps_take_time() -> None:
+    """Steps of 100 ms each, so that no clamp to the steps' time can hide a first fetch counted as input: only the
+    second step's 5 ms wait is input."""
+    probe, clock, _ = make()
+    probe.epoch_start(0)
+    probe.input_wait(40 * MS)  # the first step's fetch (workers starting): start-up
+    probe.step_start(1)
+    clock.advance(100)
+    probe.step_end(1)
+    probe.input_wait(5 * MS)
+    probe.step_start(2)
+    clock.advance(100)
+    probe.step_end(2)
+    probe.epoch_end(0)
+    r = probe.results[0]
+    assert r.train_steps_s == pytest.approx(0.2)
+    assert r.input_s == pytest.approx(0.005)
+
+
 def test_random_event_orders_always_add_up() -> None:
     rng = random.Random(7)
     for _ in range(200):

@@ -12,6 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch.utils.checkpoint import checkpoint as checkpoint_by_name  # noqa: E402  (bound before any count starts)
+
 import fitprof  # noqa: E402
 from fitprof.profilers.flops_torch import TorchFlopCount  # noqa: E402
 from fitprof.throughput import WorkLog, with_throughput  # noqa: E402
@@ -32,6 +34,8 @@ class Net(torch.nn.Module):
         h = self.first(x)
         if self.checkpoint == "none":
             h = self.block(h)
+        elif self.checkpoint == "by-name":  # the form most code uses: the function imported by name
+            h = checkpoint_by_name(self.block, h, use_reentrant=False)
         else:
             h = torch.utils.checkpoint.checkpoint(self.block, h, use_reentrant=self.checkpoint == "reentrant")
         return self.last(h)
@@ -48,7 +52,7 @@ def _count(checkpoint: str) -> TorchFlopCount:
     return counter
 
 
-@pytest.mark.parametrize("checkpoint", ["non-reentrant", "reentrant"])
+@pytest.mark.parametrize("checkpoint", ["non-reentrant", "reentrant", "by-name"])
 def test_model_flops_leave_the_recomputation_out(checkpoint: str) -> None:
     torch.set_num_threads(1)
     plain, checkpointed = _count("none"), _count(checkpoint)
@@ -61,8 +65,10 @@ def test_model_flops_leave_the_recomputation_out(checkpoint: str) -> None:
     assert torch.utils.checkpoint.checkpoint.__module__ == "torch.utils.checkpoint"  # unwrapped after the count
 
 
-def test_the_report_says_model_flops_and_gives_the_hardware_flops_and_hfu() -> None:
-    counted = _count("non-reentrant")
+@pytest.mark.parametrize("checkpoint", ["non-reentrant", "by-name"])
+def test_the_report_says_model_flops_and_gives_the_hardware_flops_and_hfu(checkpoint: str) -> None:
+    counted = _count(checkpoint)
+    assert counted.recompute_flops > 0  # type: ignore[attr-defined]
     log = WorkLog(None, lambda m: None)
     log.device_name, log.dtype = "NVIDIA A100-SXM4-80GB", "bfloat16"
     log.set_flops(counted.flops, float(B), recompute_flops=counted.recompute_flops)  # type: ignore[attr-defined]

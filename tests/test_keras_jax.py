@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("keras")
 
+from contention import measured, tolerates_load
 from fitprof.report_files import find_report_files
 from fitprof.traces import Kind, read_trace
 from keras_child import child_env, run_result
@@ -140,7 +141,8 @@ SLEEP_MS = 30  # the fetch's own CPU time (Keras's adapter, JAX's copy) stays a 
 def jax_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     logdir = tmp_path_factory.mktemp("keras_jax")
     script = SCRIPT.format(sleep_ms=SLEEP_MS, examples=str(ROOT / "examples"), tests=str(ROOT / "tests"))
-    result, _ = run_result(["-c", script, str(logdir)], env=child_env(KERAS_BACKEND="jax"))
+    with measured(__name__):  # the timings its tests read are made here
+        result, _ = run_result(["-c", script, str(logdir)], env=child_env(KERAS_BACKEND="jax"))
     return {"logdir": logdir, **result}
 
 
@@ -217,6 +219,7 @@ def test_window_never_reached_warns_once(jax_run: dict[str, Any]) -> None:
     assert not (jax_run["logdir"] / "never" / "plugins" / "profile").exists()
 
 
+@tolerates_load
 def test_digits_example_slow_input_and_profile_tab(digits_run: dict[str, Any]) -> None:
     from tbserver import get, tensorboard, wait_for
 
@@ -248,6 +251,7 @@ def test_samples_per_s_from_keras_sample_count_and_no_flops_on_jax(jax_run: dict
         assert math.isnan(scalars["fitprof/flops_per_step"]) and math.isnan(scalars["fitprof/mfu"])
 
 
+@tolerates_load
 def test_pydataset_workers_are_timed_where_the_step_pulls_its_batch(jax_run: dict[str, Any]) -> None:
     """The loader figures of a ``PyDataset(workers=N)`` on JAX, which pulls each batch inside ``train_function``: the
     wait is timed around the adapter's generator, and the prediction holds for 2, 3 and 4 threads re-measured."""

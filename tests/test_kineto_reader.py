@@ -3,7 +3,7 @@
 Two sets of real traces: the ones this project ships in ``tests/data/`` (recorded on CPU with fitprof's own
 callbacks by ``tests/data/record.py``: a Lightning window, two gloo DDP ranks), always present; and the real GPU
 traces of ``../shared/fixtures/kineto/`` (A100, MI250, a CPU-only gloo rank), an extra layer that skips when the
-folder is not beside the checkout (and fails under ``CI=true``, see ``tests/conftest.py``).
+folder is not beside the checkout (and fails under ``FITPROF_REQUIRE_FIXTURES=1``, see ``tests/conftest.py``).
 
 The expected figures come from ``tests/handcount.py``, which reads each trace's JSON with ``json`` + ``gzip`` and
 follows the definitions of :func:`fitprof.analysis.analyze_table` event by event, sharing no code with fitprof:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from contention import tolerates_load
+
 pytest.importorskip("torch")
 pytest.importorskip("keras")
 
@@ -89,6 +91,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@tolerates_load
 def test_the_prediction_holds_when_re_measured(tmp_path: Path) -> None:
     tests = str(Path(__file__).resolve().parent)
     env = dict(os.environ, KERAS_BACKEND="torch")

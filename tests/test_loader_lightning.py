@@ -27,6 +27,7 @@ pl = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from contention import tolerates_load  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from loader_loop import ModelledCollate, ModelledDataset  # noqa: E402
 
@@ -105,6 +106,7 @@ def fit(tmp_path: Path, workers: int, *, persistent: bool = False, epochs: int =
     }
 
 
+@tolerates_load
 def test_the_prediction_holds_when_re_measured(tmp_path: Path) -> None:
     """One worker: the logged figures, the busy share against the truth, and the step time predicted for 2, 3 and 4
     workers, each re-measured by a fit with that many workers (its logged samples/s). The advised count is not

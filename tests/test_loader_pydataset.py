@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from contention import tolerates_load
 from fitprof.fit.loader import GIL_BUSY, LoaderCounters, LoaderProbe, StepModel
 from fitprof.profilers.pydataset import BatchWait, TimedPyDataset
 from keras_child import child_env, result_of
@@ -215,6 +216,7 @@ class FakeAdapter:
     _finite_generator = _infinite_generator = _make
 
 
+@tolerates_load
 def test_the_wait_for_a_batch_pulled_inside_the_step_is_timed_and_given_back() -> None:
     """``BatchWait`` times each ``next()`` of the adapter's generator (TensorFlow and JAX pull the batch inside the
     step): ``take`` gives the wait since the last call, the batches are the generator's own objects, a second
@@ -287,6 +289,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
+@tolerates_load
 def test_the_prediction_holds_when_re_measured(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("keras")

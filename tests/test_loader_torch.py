@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.data import DataLoader  # noqa: E402
 
+from contention import tolerates_load  # noqa: E402
 from fitprof.profilers.loader import AttachOnIter, DataLoaderTiming, _TimedInit  # noqa: E402
 from loader_loop import ModelledCollate, ModelledDataset, run  # noqa: E402
 
@@ -122,6 +123,7 @@ def test_workers_are_timed_batches_untouched(ctx: str, persistent: bool) -> None
 
 
 @pytest.mark.slow
+@tolerates_load
 def test_predicted_step_time_holds_when_re_measured() -> None:
     """One worker at 2 x 60 ms a batch against a 20 ms step: the probe predicts the step time with 2, 3 and 4
     workers; each, re-measured with that many workers right after the run that predicted it (the load of a shared

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from contention import measured, tolerates_load
 from keras_child import run_backend_child, write_results
 
 BATCH = 16
@@ -423,7 +424,8 @@ def _pydataset_loader(folder: Path) -> dict[str, Any]:
 def backend_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     """Every row of one backend, in one child process; returns the backend and each row's observations."""
     backend = str(request.param)
-    return backend, run_backend_child(__file__, backend, tmp_path_factory.mktemp(f"keras_{backend}"))
+    with measured(__name__):  # the timings its tests read are made here
+        return backend, run_backend_child(__file__, backend, tmp_path_factory.mktemp(f"keras_{backend}"))
 
 
 @pytest.mark.slow
@@ -456,6 +458,7 @@ def test_scenario(row: Row, backend_run: tuple[str, dict]) -> None:
 
 
 @pytest.mark.slow
+@tolerates_load
 def test_pydataset_workers_are_timed_where_the_step_pulls_its_batch(backend_run: tuple[str, dict]) -> None:
     """The loader figures of a ``PyDataset(workers=N)`` on TensorFlow, which pulls each batch inside the traced step
     (``tf.data.Dataset.from_generator``): the wait is timed around the adapter's generator, and the prediction holds

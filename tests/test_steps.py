@@ -111,6 +111,16 @@ def test_fires_within_a_few_steps_of_a_jump(jump: float, seed: int) -> None:
     assert event.threshold_ms < event.step_time_ms
 
 
+def test_on_noise_free_steps_the_25_percent_floor_decides() -> None:
+    """Steps of exactly 10 ms (no spread: the robust margin is 0): the threshold is the 25% floor, 12.5 ms; five
+    steps at 12 ms (20% slower) do not fire it, five at 13 ms do."""
+    trigger = SlowdownTrigger(max_windows=2, min_spacing=0)
+    assert _run(trigger, np.full(64, 10.0)) == []
+    assert trigger.threshold_ms == pytest.approx(12.5)
+    assert _run(trigger, np.full(8, 12.0), first=65) == []
+    assert _run(trigger, np.full(5, 13.0), first=73) == [77]
+
+
 def test_a_small_drift_does_not_fire() -> None:
     times = _noisy(600, 3)
     times[300:] *= 1.15  # under the 25% relative margin

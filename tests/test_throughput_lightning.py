@@ -4,7 +4,9 @@ CNN, forward and backward), and samples/s, items/s and FLOP/s read back from the
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +118,82 @@ def test_on_a_gpu_the_count_is_the_same_and_mfu_uses_the_dense_peak(tmp_path: Pa
     else:
         assert report.mfu == pytest.approx(report.flops_per_s / peak, rel=1e-12)
         assert _logged(csv_path)["fitprof/mfu"] == pytest.approx(report.mfu, rel=1e-6)
+
+
+# ----------------------------------------------------- batches of other shapes: the samples per step they hold
+IMAGES = 8  # images a batch, each of another size
+
+
+@dataclasses.dataclass
+class _Held:
+    """A batch held in a dataclass, as some Lightning data modules hand it over."""
+
+    x: Any
+    y: Any
+
+
+class _Opaque:
+    """A batch whose tensors are out of sight (plain attributes of a plain class): no count can be read."""
+
+    def __init__(self, x: Any, y: Any) -> None:
+        self.x, self.y = x, y
+
+
+class _Pooled(pl.LightningModule):
+    """Conv2d(3, 4, 3) -> global average pool -> Linear(4, 2), over a list of images of different sizes (as a
+    collate that cannot stack them hands them over) or over a batch in any of the holders above."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.head = torch.nn.Conv2d(3, 4, 3), torch.nn.Linear(4, 2)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if isinstance(batch, (_Held, _Opaque)):
+            images, y = [batch.x[i] for i in range(len(batch.x))], batch.y
+        else:
+            images, y = batch
+        pooled = torch.stack([self.conv(img[None]).mean(dim=(0, 2, 3)) for img in images])
+        return torch.nn.functional.cross_entropy(self.head(pooled), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _images(batches: int, holder: Any) -> Any:
+    """``batches`` batches of :data:`IMAGES` images: 3 channels, 6-13 pixels a side (a list), or of one size (a
+    tensor) handed in ``holder`` (None: ``(images, targets)``)."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(batches):
+        y = torch.randint(0, 2, (IMAGES,), generator=g)
+        if holder is None:
+            out.append(([torch.randn(3, 6 + i, 13 - i, generator=g) for i in range(IMAGES)], y))
+        else:
+            out.append(holder(torch.randn(IMAGES, 3, 8, 8, generator=g), y))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("holder", [None, _Held, _Opaque], ids=["variable-size-images", "dataclass", "opaque"])
+def test_the_samples_of_a_list_of_images_or_a_dataclass_are_counted_and_an_unknown_count_is_told_once(
+    tmp_path: Path, holder: Any
+) -> None:
+    """A list of 8 images of different sizes (3 channels each) beside their targets counts 8 samples a step, not
+    the channels; a batch held in a dataclass is looked into, as Lightning's ``extract_batch_size`` does; a batch
+    whose count cannot be read gives NaN samples/s with one warning for the fit."""
+    fp = FitProfiler(profile_batch=PROFILE, verbose=False)
+    trainer = lightning_tiny.trainer(tmp_path, [fp])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(_Pooled(), torch.utils.data.DataLoader(_images(BATCHES, holder), batch_size=None))
+    told = [str(w.message) for w in caught if "samples per step are unknown" in str(w.message)]
+    (report,) = fp.reports.values()
+    if holder is _Opaque:
+        assert math.isnan(report.samples_per_step) and math.isnan(report.samples_per_s)
+        assert len(told) == 1, told
+        assert "_Opaque" in told[0] and "dataclasses of tensors" in told[0]
+    else:
+        assert report.samples_per_step == IMAGES
+        summed_s = report.step_time_ms * report.steps_analyzed / 1000.0
+        assert report.samples_per_s == pytest.approx(IMAGES * report.steps_analyzed / summed_s)
+        assert told == [] and not [w for w in caught if "ambiguous" in str(w.message) and "fitprof" in str(w.message)]

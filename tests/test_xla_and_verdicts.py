@@ -117,9 +117,10 @@ def test_compiled_step_is_attributed_to_its_hlo_ops_and_cluster(jit_run: Any) ->
         report.verdict == CPU_CONTENDED
     ):  # a loaded machine: the epoch waited for a core; the trace's own verdict is kept
         assert f"the trace alone says {expected})" in report.contention, report.contention
-    else:
+        assert report.headline().startswith("cpu-contended: the training thread waited for a core")
+    else:  # the headline of a contended window names the wait instead of the cover
         assert report.verdict == expected
-    assert f"{report.host_op_percent:.1f}%" in report.headline()
+        assert f"{report.host_op_percent:.1f}%" in report.headline()
     assert report.op_percent_total >= top.percent
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["batch_size"]
+__all__ = ["batch_samples", "batch_size"]
 
 _MAX_DEPTH = 8
 
@@ -33,44 +33,98 @@ def _leading_dim(x: Any) -> int | None:
     return n if n >= 0 else None
 
 
-def batch_size(batch: Any, _depth: int = 0) -> int | None:
-    """The number of samples in ``batch``: the leading dimension of its first array-like leaf.
+def _is_dataclass_instance(x: Any) -> bool:
+    return hasattr(type(x), "__dataclass_fields__") and not isinstance(x, type)
 
-    Works on anything with a ``.shape`` (torch tensors, numpy arrays, TensorFlow tensors, JAX arrays) and on
-    tuples, lists and mappings of them, searched depth first in order (so ``(x, y)`` gives ``len(x)``, and a
-    dict gives its first array's length). No framework is imported.
+
+def _walk(batch: Any, depth: int, dims: list[int], lists: list[tuple[int, int | None]]) -> None:
+    """Appends the leading dimension of each array-like leaf of ``batch`` to ``dims``, depth first in order, and for
+    each list or tuple of two or more array-likes of one rank ``(its length, their common leading dimension or
+    None)`` to ``lists``."""
+    n = _leading_dim(batch)
+    if n is not None:
+        dims.append(n)
+        return
+    if depth >= _MAX_DEPTH or isinstance(batch, (str, bytes)):
+        return
+    if isinstance(batch, (tuple, list)):
+        items: Any = batch
+        if len(batch) >= 2:
+            shapes = [getattr(x, "shape", None) for x in batch]
+            if all(isinstance(sh, tuple) and sh for sh in shapes) and len({len(sh) for sh in shapes}) == 1:  # type: ignore[arg-type]
+                firsts = {sh[0] for sh in shapes}  # type: ignore[index]
+                lists.append((len(batch), firsts.pop() if len(firsts) == 1 else None))
+    elif isinstance(batch, Mapping):
+        items = batch.values()
+    elif _is_dataclass_instance(batch):  # as Lightning's extract_batch_size: each field in order
+        items = [getattr(batch, name) for name in type(batch).__dataclass_fields__]
+    else:
+        return
+    for item in items:
+        _walk(item, depth + 1, dims, lists)
+
+
+def batch_samples(batch: Any) -> tuple[int | None, str]:
+    """The number of samples in ``batch``, and what made it uncertain.
+
+    Lightning's rule (``lightning.pytorch.utilities.data.extract_batch_size``): every array-like leaf of the batch
+    (anything with a ``.shape``: torch, numpy, TensorFlow, JAX) is read, depth first in order, through tuples,
+    lists, mappings and dataclass instances; when their leading dimensions agree, that is the count. When they do
+    not (Lightning warns of an "ambiguous collection"):
+
+    * a list or tuple of two or more arrays of one rank whose length is another leaf's leading dimension holds one
+      array per sample (a list of variable-size images beside their targets, as a collate that cannot stack them
+      gives it): its length is the count;
+    * else the first leaf's leading dimension is the count, as Lightning takes it, and the note says so.
+
+    No framework is imported; a scalar (no leading dimension) and a negative or unknown (symbolic) dimension are not
+    read, nor is nesting deeper than 8.
 
     Returns:
-        The leading dimension (samples) as an ``int``, or ``None`` where the batch holds no array with a
-        known leading dimension (a scalar, a string, an unknown symbolic batch size, nesting deeper than 8).
+        ``(samples, note)``: the count as an ``int`` (None where no leaf has a known leading dimension), and ""
+        or one sentence saying why the count is unknown or may be wrong (for the one warning of a fit).
         Never raises.
     """
+    dims: list[int] = []
+    lists: list[tuple[int, int | None]] = []
+    _walk(batch, 0, dims, lists)
+    if not dims:
+        return None, (
+            f"fitprof could not read a batch size from the batch (a {type(batch).__name__}): it holds no array with "
+            "a leading dimension in its tuples, lists, mappings or dataclass fields"
+        )
+    first = dims[0]
+    if all(n == first for n in dims):
+        return first, ""
+    for length, common in lists:
+        if length != common and dims.count(length) > (1 if common is None else 0):
+            return length, ""
+    found = sorted(set(dims))
+    return first, (
+        f"the batch's arrays disagree on its size (leading dimensions {', '.join(map(str, found))}, an ambiguous "
+        f"collection as Lightning calls it); fitprof counted {first} samples a step, the first array's"
+    )
+
+
+def batch_size(batch: Any) -> int | None:
+    """The number of samples in ``batch`` (:func:`batch_samples`, without its note).
+
+    Returns:
+        The count as an ``int``, or ``None`` where the batch holds no array with a known leading dimension (a
+        scalar, a string, an unknown symbolic batch size, nesting deeper than 8). Never raises.
+    """
     cls = type(batch)
-    if cls is tuple or cls is list:  # the usual (inputs, targets): a plain sequence has no shape of its own
-        if _depth >= _MAX_DEPTH:
-            return None
-        if batch:  # its first item, most often the inputs' array: read here, with no call when its shape is a tuple
-            shape = getattr(batch[0], "shape", None)
-            if isinstance(shape, tuple) and shape and type(shape[0]) is int and shape[0] >= 0:  # numpy, torch.Size
-                return shape[0]
-            n = _leading_dim(batch[0])
-            if n is not None:
-                return n
-        items: Any = batch
-    else:
-        n = _leading_dim(batch)
-        if n is not None:
-            return n
-        if _depth >= _MAX_DEPTH or isinstance(batch, (str, bytes)):
-            return None
-        if isinstance(batch, Mapping):
-            items = batch.values()
-        elif isinstance(batch, (tuple, list)):
-            items = batch
+    if cls is tuple or cls is list:  # the usual (x, y) of numpy arrays or torch tensors: read here, every step
+        first: Any = None
+        for item in batch:
+            shape = getattr(item, "shape", None)
+            if not (isinstance(shape, tuple) and shape and type(shape[0]) is int and shape[0] >= 0):
+                break
+            if first is None:
+                first = shape[0]
+            elif shape[0] != first:
+                break
         else:
-            return None
-    for item in items:
-        n = batch_size(item, _depth + 1)
-        if n is not None:
-            return n
-    return None
+            if first is not None and len(batch) <= 2:  # more arrays of one leading dimension may be samples
+                return int(first)
+    return batch_samples(batch)[0]

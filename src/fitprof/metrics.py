@@ -154,8 +154,8 @@ SAMPLES_PER_S = Metric(
     PREFIX + "samples_per_s",
     "samples/s",
     "Samples in the analysed steps over their summed step time (`samples per step / step_time_ms * 1000`), the "
-    "samples of each profiled step read from its batch (the leading dimension of its first array, "
-    "`fitprof._batch.batch_size`). NaN where the callback cannot see the batch (docs/metrics.md).",
+    "samples of each profiled step read from its batch (the leading dimension its arrays agree on, "
+    "`fitprof._batch.batch_size`). NaN, with one warning, where the batch gives no count (docs/metrics.md).",
     field="samples_per_s",
 )
 ITEMS_PER_S = Metric(
@@ -265,7 +265,7 @@ EPOCH_SAMPLES_PER_S = Metric(
     EPOCH_PREFIX + "samples_per_s",
     "samples/s",
     "Samples over seconds, summed over the steps whose batch size is known (`fitprof._batch.batch_size`: the "
-    "leading dimension of the batch's first array)." + _CLEAN,
+    "leading dimension the batch's arrays agree on, as Lightning's extract_batch_size reads it)." + _CLEAN,
     group="epoch",
 )
 EPOCH_STEPS_TIMED = Metric(

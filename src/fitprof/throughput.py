@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from fitprof._batch import batch_size
+from fitprof._batch import batch_samples, batch_size
 from fitprof.analysis import BottleneckReport
 
 DTYPES = ("float32", "tf32", "bfloat16", "float16")
@@ -445,17 +445,44 @@ CountItems = Callable[[Any], float]
 """A user function: the items (tokens, pixels, ...) in one batch."""
 
 
+def samples_unknown(why: str, fix: str) -> str:
+    """The one warning of a fit whose samples per step are unknown (Keras and Lightning alike): ``why`` says what
+    the data gave, ``fix`` what gives the count."""
+    return (
+        f"fitprof: the samples per step are unknown here: {why}. fitprof/samples_per_s and the FLOP figures are NaN; "
+        f"{fix}."
+    )
+
+
+BATCH_FIX = (
+    "hand the step a tensor, or tuples, lists, dicts or dataclasses of tensors whose first dimension is the batch "
+    "(a list of variable-size samples beside a tensor of their targets is counted by its length)"
+)
+"""How a Lightning batch (or a Keras torch-backend one) gives fitprof its sample count."""
+
+
 class WorkLog:
     """The samples and items of one window's steps and the FLOPs counted for it; the adapters feed it.
 
     Args:
         count_items: the user's ``count_items(batch)`` (None: no items figure).
         warn: called once per window with a message when ``count_items`` raises or returns no finite number.
+        counter: the FLOP counter (below).
+        warn_samples: called with a message (:func:`samples_unknown`, or the ambiguity of
+            :func:`fitprof._batch.batch_samples`) when a profiled step's batch gives no sample count or an uncertain
+            one; the caller warns once a fit. None: not told.
     """
 
-    def __init__(self, count_items: CountItems | None, warn: Callable[[str], None], counter: Any = None) -> None:
+    def __init__(
+        self,
+        count_items: CountItems | None,
+        warn: Callable[[str], None],
+        counter: Any = None,
+        warn_samples: Callable[[str], None] | None = None,
+    ) -> None:
         self.count_items = count_items
         self.warn = warn
+        self.warn_samples = warn_samples
         self.counter = counter
         """Counts one step's FLOPs (``start()``, ``stop() -> float``, ``running``, ``note``), e.g.
         :class:`fitprof.profilers.flops_torch.TorchFlopCount`; None: FLOPs are not counted here."""
@@ -485,9 +512,11 @@ class WorkLog:
         self.flops_note = "FLOPs not counted: no step of this epoch ran just before or just after the window"
 
     def add_step(self, batch: Any) -> None:
-        """Record one profiled step's batch: its samples (:func:`fitprof._batch.batch_size`) and items. Never
-        raises."""
-        n = batch_size(batch)
+        """Record one profiled step's batch: its samples (:func:`fitprof._batch.batch_samples`: where the count is
+        unknown or ambiguous, ``warn_samples`` is told) and items. Never raises."""
+        n, note = batch_samples(batch)
+        if note and self.warn_samples is not None:
+            self.warn_samples(samples_unknown(note, BATCH_FIX) if n is None else f"fitprof: {note}; {BATCH_FIX}.")
         self._samples.append(math.nan if n is None else float(n))
         items = self._call_items(batch)
         if math.isfinite(items):

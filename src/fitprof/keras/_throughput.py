@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fitprof._batch import batch_size
-from fitprof.throughput import CountItems, WorkLog
+from fitprof.throughput import CountItems, WorkLog, samples_unknown
 
 
 def _keras_train_step(model: Any) -> bool:
@@ -163,10 +163,11 @@ class KerasWork:
             self.log.set_window_samples(total)
         else:
             self._warn_samples(
-                "fitprof: the samples per step are unknown here: the data gives no batch size (a generator, or a "
-                "tf.data pipeline without a static batch dimension) and the model has its own train_step, whose "
-                "metrics do not count samples. fitprof/samples_per_s and the FLOP figures are NaN; give the data a "
-                "static batch size (e.g. dataset.batch(n, drop_remainder=True)) to have them."
+                samples_unknown(
+                    "the data gives no batch size (a generator, or a tf.data pipeline without a static batch "
+                    "dimension) and the model has its own train_step, whose metrics do not count samples",
+                    "give the data a static batch size (e.g. dataset.batch(n, drop_remainder=True)) to have them",
+                )
             )
 
     def _data_samples(self) -> float:

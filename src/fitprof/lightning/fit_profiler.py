@@ -242,7 +242,7 @@ class FitProfiler(Callback, SharedAttributes):
         args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
         args.bind(self)
         self._warn_rank = WarnOnce()
-        self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
+        self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount(), self._warn_samples)
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
         self._loader_timing: LoaderSet | None = None
@@ -284,6 +284,9 @@ class FitProfiler(Callback, SharedAttributes):
 
     def _warn_count_items(self, message: str) -> None:
         self._warn_rank("count-items", message)
+
+    def _warn_samples(self, message: str) -> None:
+        self._warn_rank("samples", message)
 
     def _new_window(self, epoch: int, suffix: str) -> TorchProfileWindow:
         assert self._dir is not None

@@ -24,21 +24,44 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 
+class _RecomputeAwareCount(FlopCounterMode):
+    """``FlopCounterMode`` that also sums apart the FLOPs of operators run inside the backward pass with grad mode
+    on: the autograd engine runs the backward's own operators with grad mode off, and activation checkpointing
+    turns it back on to run the checkpointed forward again (its recomputation), whatever name the checkpoint
+    function was called by (``torch.utils.checkpoint.checkpoint``, imported by name or not, with or without
+    ``use_reentrant``; Lightning's and FSDP's wrappers call it). A backward with ``create_graph=True`` (a gradient
+    penalty) also runs with grad mode on: its FLOPs would be read as recomputation."""
+
+    recomputed = 0.0
+
+    def _count_flops(self, *args: Any, **kwargs: Any) -> Any:
+        if torch._C._current_graph_task_id() == -1 or not torch.is_grad_enabled():
+            return super()._count_flops(*args, **kwargs)  # the forward, or the backward's own operators
+        counts = self.flop_counts["Global"]
+        before = sum(counts.values())
+        try:
+            return super()._count_flops(*args, **kwargs)
+        finally:
+            self.recomputed += float(sum(counts.values()) - before)
+
+
+_SEES_RECOMPUTE = hasattr(FlopCounterMode, "_count_flops")
+"""Whether this torch's ``FlopCounterMode`` counts through the method :class:`_RecomputeAwareCount` extends."""
+
+
 class TorchFlopCount:
     """Count the FLOPs between :meth:`start` and :meth:`stop` (one training step). Never raises: a failure gives
     NaN and the reason in :attr:`note`.
 
     Activation checkpointing (``torch.utils.checkpoint.checkpoint``) runs each checkpointed forward again in the
     backward: ``FlopCounterMode`` counts both. MFU's model FLOPs leave the recomputation out (PaLM, appendix B), so
-    while counting, ``torch.utils.checkpoint.checkpoint`` is wrapped so that the FLOPs of each call of a
-    checkpointed function made inside the backward (its recomputation: all of it with ``use_reentrant=True``, up to
-    the last tensor the backward needs without) are counted apart (:attr:`recompute_flops`), and :meth:`stop`
-    returns the total without them (a function imported by name before the count, ``from torch.utils.checkpoint
-    import checkpoint``, is not seen: its recomputation stays in)."""
+    the operators run again inside the backward (:class:`_RecomputeAwareCount`: all of a checkpointed function
+    with ``use_reentrant=True``, up to the last tensor the backward needs without) are counted apart
+    (:attr:`recompute_flops`), and :meth:`stop` returns the total without them. The recomputation is seen however
+    the checkpoint function was imported, since it is told apart by when it runs, not by the function's name."""
 
     def __init__(self) -> None:
         self._mode: Any = None
-        self._unwrap: Callable[[], None] | None = None
         self.note = ""
         self.conv_flops = 0.0
         """FLOPs of the convolutions (forward and backward) among those :meth:`stop` returned."""
@@ -53,51 +76,17 @@ class TorchFlopCount:
         if self._mode is not None:
             return
         try:
-            mode = FlopCounterMode(display=False)
+            mode = (_RecomputeAwareCount if _SEES_RECOMPUTE else FlopCounterMode)(display=False)
             mode.__enter__()
         except Exception as err:
             self.note = f"torch's FlopCounterMode did not start ({err!r})"
             return
         self._mode = mode
         self.recompute_flops = 0.0
-        self._wrap_checkpoint()
-
-    def _wrap_checkpoint(self) -> None:
-        """Wrap ``torch.utils.checkpoint.checkpoint`` until :meth:`stop`: each checkpointed function is wrapped in
-        turn, and the FLOPs of its calls inside the backward (the autograd engine runs a graph task then: the
-        recomputation) are counted apart, also when torch stops the recomputation early by raising."""
-        import torch.utils.checkpoint as ckpt
-
-        original = ckpt.checkpoint
-        counter = self
-
-        def checkpoint(function: Any, *args: Any, **kwargs: Any) -> Any:
-            def counted(*a: Any, **k: Any) -> Any:
-                mode = counter._mode
-                if mode is None or torch._C._current_graph_task_id() == -1:
-                    return function(*a, **k)  # the forward pass: model FLOPs
-                before = mode.get_total_flops()
-                try:
-                    return function(*a, **k)
-                finally:
-                    counter.recompute_flops += float(mode.get_total_flops() - before)
-
-            return original(counted, *args, **kwargs)
-
-        ckpt.checkpoint = checkpoint
-
-        def unwrap() -> None:
-            if ckpt.checkpoint is checkpoint:
-                ckpt.checkpoint = original
-
-        self._unwrap = unwrap
 
     def stop(self) -> float:
         """Leave the counter; the FLOPs counted since :meth:`start` (NaN when it did not run)."""
         mode, self._mode = self._mode, None
-        unwrap, self._unwrap = self._unwrap, None
-        if unwrap is not None:
-            unwrap()
         if mode is None:
             return math.nan
         try:
@@ -105,7 +94,7 @@ class TorchFlopCount:
             by_op = mode.get_flop_counts().get("Global", {})
             self.conv_flops = float(sum(n for op, n in by_op.items() if "convolution" in str(op)))
             total = float(mode.get_total_flops())
-            self.recompute_flops = min(self.recompute_flops, total)
+            self.recompute_flops = min(float(getattr(mode, "recomputed", 0.0)), total)
             return total - self.recompute_flops
         except Exception as err:
             self.note = f"torch's FlopCounterMode failed ({err!r})"
