@@ -246,6 +246,9 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     """The trace of each profiled epoch of the last ``fit``."""
     steps: StepRecorder = property(lambda self: self._engine.steps)  # type: ignore[assignment]
     epoch_steps: dict[int, EpochSteps] = property(lambda self: self._engine.epoch_steps)  # type: ignore[assignment]
+    fit_seconds: dict[str, float] = property(lambda self: self._engine.parts.fit_seconds)  # type: ignore[assignment]
+    """Where the last ``fit``'s wall time went (s): ``wall`` and its parts ``setup``, ``epochs``, ``teardown``, with
+    ``profiling``, ``sanity_check`` and ``checkpoint`` inside them (``fitprof/fit/*``); empty until a fit ends."""
     triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = property(  # type: ignore[assignment]
         lambda self: self._engine.triggered
     )
@@ -415,6 +418,10 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
         self._engine.fit_end()
+        fit = self._engine.parts.fit
+        if fit is not None and self._engine.rank == 0:  # once a fit, at the step of its last epoch
+            self._write_events(fit.scalars(), max(len(self._engine.parts.results) - 1, 0), [])
+        self._engine.publisher.publish_fit(self._engine.parts)
         if self._hooks is not None:
             self._hooks.uninstall()
             self._hooks = None

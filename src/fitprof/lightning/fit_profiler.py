@@ -204,6 +204,9 @@ class FitProfiler(Callback, SharedAttributes):
         triggered: one ``(epoch, TriggerEvent, report or None)`` per triggered window, in order.
         cross_rank: with several ranks, the cross-rank scalars of each profiled epoch (the same on every rank;
             empty when no rank reported).
+        fit_seconds: where the last ``fit``'s wall time went (s): ``wall`` and its parts ``setup``, ``epochs``,
+            ``teardown``, with ``profiling``, ``sanity_check`` and ``checkpoint`` inside them (``fitprof/fit/*``,
+            docs/metrics.md); empty until a ``fit`` ends.
 
     Raises:
         TypeError: if an argument has the wrong type (e.g. ``top_k=1.5``, ``log_dir=3``).
@@ -275,6 +278,7 @@ class FitProfiler(Callback, SharedAttributes):
     xplane_paths = property(lambda self: self._engine.pipeline.xplane_paths)
     analysis_seconds = property(lambda self: self._engine.pipeline.analysis_seconds)
     cross_rank = property(lambda self: self._engine.pipeline.cross_rank)
+    fit_seconds = property(lambda self: self._engine.parts.fit_seconds)
     steps: StepRecorder = property(lambda self: self._engine.steps)  # type: ignore[assignment]
     epoch_steps: dict[int, EpochSteps] = property(lambda self: self._engine.epoch_steps)  # type: ignore[assignment]
     triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = property(  # type: ignore[assignment]
@@ -455,6 +459,17 @@ class FitProfiler(Callback, SharedAttributes):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # The fit ends here, not at on_train_end: the loops' teardown (loader workers stopped) runs in between.
+        engine = self._engine
+        fit = engine.parts.fit_teardown() if stage == "fit" else None
+        if fit is not None:
+            if engine.rank == 0:  # self.log is refused from here on: the loggers directly, before they finalize
+                try:
+                    for logger in trainer.loggers:
+                        logger.log_metrics(fit.scalars(), step=int(trainer.global_step))
+                except Exception as err:
+                    self._warn_rank("log", f"fitprof: could not log the fit's figures to the loggers ({err!r}).")
+            engine.publisher.publish_fit(engine.parts)
         self._untime_loader()
         self._timing.fit_end()
         self._engine.abort()
