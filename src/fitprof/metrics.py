@@ -533,8 +533,8 @@ FIT_WALL_S = Metric(
     FIT_PREFIX + "wall_s",
     "s",
     "The fit's wall time as fitprof saw it: from the callback's first hook (Lightning `setup`, Keras "
-    "`on_train_begin`) to the fit's end (Lightning `on_train_end`, Keras `on_train_end`). Logged once, at the fit's "
-    "end.",
+    "`on_train_begin`) to the fit's end (Lightning: fitprof's `teardown` hook, after the loops' teardown; Keras "
+    "`on_train_end`). Logged once, at the fit's end.",
     group="fit",
 )
 FIT_SETUP_S = Metric(

@@ -57,6 +57,7 @@ __all__ = [
     "CpuUse",
     "EpochParts",
     "EpochWall",
+    "FitWall",
     "contention",
     "contention_verdict",
     "lightning_hook_part",

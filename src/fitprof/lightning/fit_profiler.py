@@ -245,6 +245,7 @@ class FitProfiler(Callback, SharedAttributes):
         args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
         args.bind(self)
         self._warn_rank = WarnOnce()
+        self.fit_seconds: dict[str, float] = {}
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount())
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
@@ -278,7 +279,6 @@ class FitProfiler(Callback, SharedAttributes):
     xplane_paths = property(lambda self: self._engine.pipeline.xplane_paths)
     analysis_seconds = property(lambda self: self._engine.pipeline.analysis_seconds)
     cross_rank = property(lambda self: self._engine.pipeline.cross_rank)
-    fit_seconds = property(lambda self: self._engine.parts.fit_seconds)
     steps: StepRecorder = property(lambda self: self._engine.steps)  # type: ignore[assignment]
     epoch_steps: dict[int, EpochSteps] = property(lambda self: self._engine.epoch_steps)  # type: ignore[assignment]
     triggered: list[tuple[int, TriggerEvent, BottleneckReport | None]] = property(  # type: ignore[assignment]
@@ -307,6 +307,7 @@ class FitProfiler(Callback, SharedAttributes):
         if stage != "fit":
             return
         self._time_loader(trainer)
+        self.fit_seconds = {}
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -460,16 +461,15 @@ class FitProfiler(Callback, SharedAttributes):
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # The fit ends here, not at on_train_end: the loops' teardown (loader workers stopped) runs in between.
-        engine = self._engine
-        fit = engine.parts.fit_teardown() if stage == "fit" else None
+        fit = self._engine.fit_teardown() if stage == "fit" else None
         if fit is not None:
-            if engine.rank == 0:  # self.log is refused from here on: the loggers directly, before they finalize
-                try:
-                    for logger in trainer.loggers:
-                        logger.log_metrics(fit.scalars(), step=int(trainer.global_step))
-                except Exception as err:
-                    self._warn_rank("log", f"fitprof: could not log the fit's figures to the loggers ({err!r}).")
-            engine.publisher.publish_fit(engine.parts)
+            self.fit_seconds = fit.seconds()
+        if fit is not None and self._engine.rank == 0:  # self.log is refused here: the loggers, before they finalize
+            try:
+                for logger in trainer.loggers:
+                    logger.log_metrics(fit.scalars(), step=int(trainer.global_step))
+            except Exception as err:
+                self._warn_rank("log", f"fitprof: could not log the fit's figures to the loggers ({err!r}).")
         self._untime_loader()
         self._timing.fit_end()
         self._engine.abort()
