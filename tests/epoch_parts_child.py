@@ -18,8 +18,9 @@ thread count). Each fit logs under ``LOGROOT/SCENARIO`` with a new model, Traine
 * ``threads``: 8 intra-op threads and 2 loader workers on a matmul model (oversubscribed on purpose);
 * ``seams`` (Lightning): a train loader of 2 workers (``worker_init_fn`` 0.5 s) behind a sampler whose ``__iter__``
   sleeps 0.3 s, and a validation loader of 2 workers (``worker_init_fn`` 0.4 s), ``persistent_workers=False``;
-  truths: epoch 0's start-up from ``on_fit_start`` (Lightning builds epoch 0's loader before
-  ``on_train_epoch_start``) to the first batch, validation from the last training batch's end to
+  a sanity check of 2 batches; truths: the sanity check's hooks, epoch 0's start-up from
+  ``on_sanity_check_end`` (Lightning builds epoch 0's loader after it, before ``on_train_epoch_start``) to the
+  first batch, validation from the last training batch's end to
   ``on_validation_end`` (the validation loader's workers start in between);
 * ``epoch_saves``: a :data:`BIG` state saved at every epoch's end by a checkpoint callback that runs after
   fitprof's epoch-end hook (Lightning's ``ModelCheckpoint``, which Lightning moves last; Keras's after the profiler
@@ -138,6 +139,7 @@ class Clock:
         self.val_t0 = 0.0
         self.fit_t0 = 0.0  # Lightning's on_fit_start: epoch 0's loader is built after it, before the epoch's hook
         self.batch_t1 = 0.0  # the last training batch's end
+        self.sanity_t0 = 0.0
 
     def fit_started(self) -> None:
         self.fit_t0 = time.perf_counter()
@@ -212,6 +214,13 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
             clock.fit_started()
 
+        def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+            clock.sanity_t0 = time.perf_counter()
+
+        def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+            clock.fit_started()  # epoch 0's loader is built after the sanity check
+            clock.truth["sanity_check"] = {"0": clock.fit_t0 - clock.sanity_t0}
+
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             clock.epoch_start(trainer.current_epoch)
 
@@ -254,7 +263,7 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
         enable_progress_bar=False,
         enable_model_summary=False,
         enable_checkpointing=scenario in ("checkpoint", "epoch_saves"),
-        num_sanity_val_steps=0,
+        num_sanity_val_steps=2 if scenario == "seams" else 0,
         limit_val_batches=4 if scenario in ("validation", "seams") else 0,
         accelerator="cpu",
         devices=1,

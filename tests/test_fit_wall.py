@@ -156,6 +156,9 @@ def test_lightning_loader_start_ups_are_startup_and_validation(lightning_fits: t
         )
         assert _near(startup, want_startup), (epoch, startup, want_startup)
         assert _near(validation, want_validation), (epoch, validation, want_validation)
+    sanity, want_sanity = fit["sanity_check"], truth["sanity_check"]["0"]
+    print(f"sanity check {sanity:.3f} s (truth {want_sanity:.3f}), setup {fit['setup']:.3f} s")
+    assert _near(sanity, want_sanity) and sanity <= fit["setup"], (sanity, want_sanity, fit["setup"])
     # The truths hold the workers' start-up: 2 workers of 0.5 s (train, with the sampler's 0.3 s) and of 0.4 s.
     assert truth["startup"]["0"] >= 0.5 and truth["validation_run"]["0"] >= 0.4
     records = read_epoch_file(epoch_file_path(logdir, 0))
