@@ -15,7 +15,18 @@ thread count). Each fit logs under ``LOGROOT/SCENARIO`` with a new model, Traine
 * ``callback``: a callback sleeping 15 ms in ``on_train_batch_end``; truth: its own sleeps;
 * ``startup``: 2 loader workers whose ``worker_init_fn`` sleeps 0.4 s, ``persistent_workers=False``; truth: a
   callback's epoch start to first batch start;
-* ``threads``: 8 intra-op threads and 2 loader workers on a matmul model (oversubscribed on purpose).
+* ``threads``: 8 intra-op threads and 2 loader workers on a matmul model (oversubscribed on purpose);
+* ``seams`` (Lightning): a train loader of 2 workers (``worker_init_fn`` 0.5 s) behind a sampler whose ``__iter__``
+  sleeps 0.3 s, and a validation loader of 2 workers (``worker_init_fn`` 0.4 s), ``persistent_workers=False``;
+  a sanity check of 2 batches; truths: the sanity check's hooks, epoch 0's start-up from
+  ``on_sanity_check_end`` (Lightning builds epoch 0's loader after it, before ``on_train_epoch_start``) to the
+  first batch, validation from the last training batch's end to
+  ``on_validation_end`` (the validation loader's workers start in between);
+* ``epoch_saves``: a :data:`BIG` state saved at every epoch's end by a checkpoint callback that runs after
+  fitprof's epoch-end hook (Lightning's ``ModelCheckpoint``, which Lightning moves last; Keras's after the profiler
+  in ``callbacks``); truth: the time inside each save.
+
+Every fit also reports ``fit``: the profiler's ``fit_seconds``, and ``fit_clock``: a clock around ``fit()``.
 
 Every step also sleeps 10 ms in the model, so that the planted costs stand out of the noise of a busy machine.
 Prints ``RESULT`` and one JSON object, by scenario: the ``fitprof/epoch/*`` figures each epoch logged (Lightning:
@@ -50,6 +61,8 @@ STEP_SLEEP_S = 0.010
 VAL_SLEEP_S = 0.040
 CALLBACK_SLEEP_S = 0.015
 INIT_SLEEP_S = 0.4
+TRAIN_INIT_SLEEP_S = 0.5
+SAMPLER_SLEEP_S = 0.3
 BIG = 10_000_000
 """The checkpointed state, in float32 values (40 MB). The test needs the window's saves to stand well out of its
 step time: a step must be under half the saves' share of a step, which Lightning's window (2 saves in 5 steps) makes
@@ -70,7 +83,29 @@ def slow_init(_: int) -> None:
     time.sleep(INIT_SLEEP_S)
 
 
+def slow_train_init(_: int) -> None:
+    time.sleep(TRAIN_INIT_SLEEP_S)
+
+
+class SlowSampler(torch.utils.data.Sampler):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return STEPS * BATCH
+
+    def __iter__(self) -> Any:
+        time.sleep(SAMPLER_SLEEP_S)
+        return iter(range(STEPS * BATCH))
+
+
 def loader(scenario: str) -> Any:
+    if scenario == "seams":
+        return torch.utils.data.DataLoader(
+            Samples(),
+            batch_size=BATCH,
+            sampler=SlowSampler(),
+            num_workers=2,
+            persistent_workers=False,
+            worker_init_fn=slow_train_init,
+        )
     workers = 2 if scenario in ("startup", "threads") else 0
     return torch.utils.data.DataLoader(
         Samples(),
@@ -95,13 +130,25 @@ class Clock:
 
     def __init__(self) -> None:
         self.truth: dict[str, dict[str, float]] = {
-            k: {} for k in ("validation", "checkpoint", "callback", "startup", "wall")
+            k: {} for k in ("validation", "validation_run", "checkpoint", "callback", "startup", "wall")
         }
         self.save_s: dict[str, list[float]] = {}
         self.epoch = 0
         self.epoch_t0 = 0.0
         self.first = True
         self.val_t0 = 0.0
+        self.fit_t0 = 0.0  # Lightning's on_fit_start: epoch 0's loader is built after it, before the epoch's hook
+        self.batch_t1 = 0.0  # the last training batch's end
+        self.sanity_t0 = 0.0
+
+    def fit_started(self) -> None:
+        self.fit_t0 = time.perf_counter()
+
+    def batch_end(self) -> None:
+        self.batch_t1 = time.perf_counter()
+
+    def validation_from_batch_end(self) -> None:
+        self.add("validation_run", time.perf_counter() - self.batch_t1)
 
     def add(self, kind: str, seconds: float) -> None:
         by_epoch = self.truth[kind]
@@ -109,6 +156,8 @@ class Clock:
 
     def epoch_start(self, epoch: int) -> None:
         self.epoch, self.epoch_t0, self.first = epoch, time.perf_counter(), True
+        if epoch == 0 and self.fit_t0:
+            self.epoch_t0 = self.fit_t0
 
     def batch_start(self) -> None:
         if self.first:
@@ -147,6 +196,8 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
             self.layer = torch.nn.Linear(64, 1)
             if scenario == "checkpoint":
                 self.register_buffer("big", torch.zeros(BIG))
+            if scenario == "epoch_saves":
+                self.register_buffer("big", torch.zeros(BIG))
 
         def training_step(self, batch: Any, batch_idx: int) -> Any:
             work(scenario)
@@ -160,11 +211,24 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
     class Truth(pl.Callback):
+        def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+            clock.fit_started()
+
+        def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+            clock.sanity_t0 = time.perf_counter()
+
+        def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+            clock.fit_started()  # epoch 0's loader is built after the sanity check
+            clock.truth["sanity_check"] = {"0": clock.fit_t0 - clock.sanity_t0}
+
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             clock.epoch_start(trainer.current_epoch)
 
         def on_train_batch_start(self, *args: Any) -> None:
             clock.batch_start()
+
+        def on_train_batch_end(self, *args: Any) -> None:
+            clock.batch_end()
 
         def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
             if not trainer.sanity_checking:
@@ -173,6 +237,7 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
         def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
             if not trainer.sanity_checking:
                 clock.validation_end()
+                clock.validation_from_batch_end()
 
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
             clock.epoch_end()
@@ -189,15 +254,17 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
         callbacks.append(
             pl.callbacks.ModelCheckpoint(dirpath=os.path.join(logdir, "ckpt"), every_n_train_steps=2, save_top_k=-1)
         )
+    if scenario == "epoch_saves":
+        callbacks.insert(0, pl.callbacks.ModelCheckpoint(dirpath=os.path.join(logdir, "ckpt"), save_top_k=-1))
     trainer = pl.Trainer(
         max_epochs=EPOCHS,
         callbacks=callbacks,
         logger=CSVLogger(logdir, name="csv", version=0),
         enable_progress_bar=False,
         enable_model_summary=False,
-        enable_checkpointing=scenario == "checkpoint",
-        num_sanity_val_steps=0,
-        limit_val_batches=4 if scenario == "validation" else 0,
+        enable_checkpointing=scenario in ("checkpoint", "epoch_saves"),
+        num_sanity_val_steps=2 if scenario == "seams" else 0,
+        limit_val_batches=4 if scenario in ("validation", "seams") else 0,
         accelerator="cpu",
         devices=1,
     )
@@ -212,8 +279,19 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
 
     trainer.save_checkpoint = timed_save  # type: ignore[method-assign]
     val = torch.utils.data.DataLoader(Samples(), batch_size=BATCH) if scenario == "validation" else None
-    trainer.fit(Model(), loader(scenario), val)
-    return {"window": {str(e): r.scalars() for e, r in profiler.reports.items()}}
+    if scenario == "seams":
+        val = torch.utils.data.DataLoader(
+            Samples(), batch_size=BATCH, num_workers=2, persistent_workers=False, worker_init_fn=slow_init
+        )
+    model, train = Model(), loader(scenario)
+    t0 = time.perf_counter()
+    trainer.fit(model, train, val)
+    fit_clock = time.perf_counter() - t0
+    return {
+        "window": {str(e): r.scalars() for e, r in profiler.reports.items()},
+        "fit": profiler.fit_seconds,
+        "fit_clock": fit_clock,
+    }
 
 
 def run_keras(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
@@ -225,7 +303,7 @@ def run_keras(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
         def __init__(self) -> None:
             super().__init__()
             self.dense = keras.layers.Dense(1)
-            if scenario == "checkpoint":
+            if scenario in ("checkpoint", "epoch_saves"):
                 self.big = self.add_weight(shape=(BIG,), initializer="zeros", trainable=False)
 
         def call(self, x: Any) -> Any:
@@ -276,17 +354,29 @@ def run_keras(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
         path = os.path.join(logdir, "ckpt", "m_{epoch}_{batch}.weights.h5")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         callbacks.append(TimedCheckpoint(path, save_weights_only=True, save_freq=2))
+    if scenario == "epoch_saves":  # after the profiler: its save runs after fitprof's on_epoch_end
+        path = os.path.join(logdir, "ckpt", "m_{epoch}.weights.h5")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        callbacks.append(TimedCheckpoint(path, save_weights_only=True, save_freq="epoch"))
     model = Model()
     model.compile(optimizer="sgd", loss="mse")
+    train = loader(scenario)
+    t0 = time.perf_counter()
     hist = model.fit(
-        loader(scenario),
+        train,
         epochs=EPOCHS,
         verbose=0,
         callbacks=callbacks,
         validation_data=SlowValidation() if scenario == "validation" else None,
     )
+    fit_clock = time.perf_counter() - t0
     history = {k: [float(v) for v in vals] for k, vals in hist.history.items() if k.startswith("fitprof/")}
-    return {"history": history, "window": {str(e): r.scalars() for e, r in profiler.reports.items()}}
+    return {
+        "history": history,
+        "window": {str(e): r.scalars() for e, r in profiler.reports.items()},
+        "fit": profiler.fit_seconds,
+        "fit_clock": fit_clock,
+    }
 
 
 def run(scenario: str) -> dict[str, Any]:

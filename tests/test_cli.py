@@ -465,7 +465,9 @@ def test_report_plot_on_keras_example(keras_logdir: Path, tmp_path: Path, capsys
     rc, out, err = run_cli(capsys, "report", keras_logdir, "--plot", png, "--format", "csv")
     assert rc == 0, err
     rows = pd.read_csv(io.StringIO(out))
-    assert list(rows["record"]) == ["window", "window", "epoch", "epoch"]
+    assert list(rows["record"]) == ["window", "window", "epoch", "epoch", "fit"]  # the fit's line last
+    fit = rows[rows["record"] == "fit"].iloc[0]
+    assert fit["wall_s"] == pytest.approx(fit["setup_s"] + fit["epochs_s"] + fit["teardown_s"], rel=1e-6)
     rows = rows[rows["record"] == "window"]
     assert list(rows["epoch"]) == [0, 1]
     bars = [

@@ -527,6 +527,60 @@ ALLOC_MB_PER_STEP = Metric(
 )
 
 
+FIT_PREFIX = PREFIX + "fit/"
+_FIT_PART = " One of the parts that add up to `fitprof/fit/wall_s`."
+FIT_WALL_S = Metric(
+    FIT_PREFIX + "wall_s",
+    "s",
+    "The fit's wall time as fitprof saw it: from the callback's first hook (Lightning `setup`, Keras "
+    "`on_train_begin`) to the fit's end (Lightning: fitprof's `teardown` hook, after the loops' teardown; Keras "
+    "`on_train_end`). Logged once, at the fit's end.",
+    group="fit",
+)
+FIT_SETUP_S = Metric(
+    FIT_PREFIX + "setup_s",
+    "s",
+    "From the callback's first hook to the first epoch's start: Lightning's sanity check (also given on its own, "
+    "`fitprof/fit/sanity_check_s`) and whatever runs before the first epoch's loader is built." + _FIT_PART,
+    group="fit",
+)
+FIT_EPOCHS_S = Metric(
+    FIT_PREFIX + "epochs_s",
+    "s",
+    "The sum of the fit's epochs' `fitprof/epoch/wall_s`: from the first epoch's start to the last epoch's end."
+    + _FIT_PART,
+    group="fit",
+)
+FIT_TEARDOWN_S = Metric(
+    FIT_PREFIX + "teardown_s",
+    "s",
+    "From the last epoch's end to the fit's end: saves and other callbacks' hooks that run after fitprof's "
+    "epoch-end hook, the framework's end of training." + _FIT_PART,
+    group="fit",
+)
+FIT_PROFILING_S = Metric(
+    FIT_PREFIX + "profiling_s",
+    "s",
+    "fitprof's own time over the whole fit, inside the setup, epochs and teardown (not added to them again): the "
+    "epochs' `fitprof/epoch/profiling_s` plus fitprof's hooks before the first epoch and after the last.",
+    group="fit",
+)
+FIT_SANITY_CHECK_S = Metric(
+    FIT_PREFIX + "sanity_check_s",
+    "s",
+    "Lightning's sanity check (validation before the first epoch, its loader's start-up included), inside "
+    "`fitprof/fit/setup_s`; 0 without one (Keras).",
+    group="fit",
+)
+FIT_CHECKPOINT_S = Metric(
+    FIT_PREFIX + "checkpoint_s",
+    "s",
+    "Every checkpoint save of the fit: the epochs' `fitprof/epoch/checkpoint_s` plus the saves after the last "
+    "epoch's end (a save that runs after fitprof's epoch-end hook, Lightning's `ModelCheckpoint`), in the teardown.",
+    group="fit",
+)
+
+
 EPOCH_METRICS: tuple[Metric, ...] = in_group("epoch")
 """The whole-epoch step-timing figures, logged at every epoch end, profiled or not."""
 EPOCH_PARTS_METRICS: tuple[Metric, ...] = in_group("epoch parts")
@@ -539,6 +593,8 @@ MEMORY_METRICS: tuple[Metric, ...] = in_group("memory")
 """The memory figures of a profiled window (`fitprof.fit.memory.MemoryProbe.window_figures`)."""
 EPOCH_MEMORY_METRICS: tuple[Metric, ...] = in_group("epoch memory")
 """The memory figures of every epoch (`fitprof.fit.memory.MemoryProbe.epoch_figures`)."""
+FIT_METRICS: tuple[Metric, ...] = in_group("fit")
+"""Where the fit's wall time went (`fitprof.fit.fit_wall`), logged once, at the fit's end."""
 CHURN_METRICS: tuple[Metric, ...] = in_group("churn")
 """The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
 
@@ -558,6 +614,7 @@ ALL: tuple[Metric, ...] = (
     *MEMORY_METRICS,
     *EPOCH_MEMORY_METRICS,
     *CHURN_METRICS,
+    *FIT_METRICS,
 )
 
 BASE_KEYS: tuple[str, ...] = tuple(m.key for m in BASE_METRICS)

@@ -363,8 +363,12 @@ def append_epoch_record(
     framework: str,
     figures: dict[str, float],
     verdicts: list[str],
+    kind: str = "epoch",
 ) -> Path:
     """Append one epoch's line to the rank's per-epoch file (created with its folder); returns its path.
+
+    ``kind="fit"`` writes the fit's line instead (``epoch``: its last epoch, ``figures``: the ``fitprof/fit/*``
+    figures), once at the fit's end; :func:`read_epoch_file` hands it out apart from the epochs.
 
     The line is appended whole or not at all: a write that fails part way (a full disk) is cut back off, and a file
     this call created is removed again, so the file never holds a torn line that the next epoch's line would be
@@ -382,6 +386,8 @@ def append_epoch_record(
         "figures": clean_json({str(k): float(v) for k, v in figures.items()}),
         "verdicts": [str(v) for v in verdicts],
     }
+    if kind != "epoch":
+        line["kind"] = str(kind)
     data = (json.dumps(line, allow_nan=False) + "\n").encode("utf-8")
     created = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
@@ -426,8 +432,10 @@ def read_epoch_file(
     *,
     logdir: str | os.PathLike[str] | None = None,
     warn: Callable[[str], None] | None = None,
+    fits: list[EpochRecord] | None = None,
 ) -> list[EpochRecord]:
-    """Read one per-epoch file back, with bounds (at most :data:`MAX_EPOCH_FILE_BYTES`; a link only inside
+    """Read one per-epoch file back (the epochs' lines; each fit's own line, written at its end, is appended to
+    ``fits`` when given, numbered as the fit whose epochs came before it), with bounds (at most :data:`MAX_EPOCH_FILE_BYTES`; a link only inside
     ``logdir``, default its run folder, as :func:`read_report_file`).
 
     Every line that is a whole epoch record is kept. A line that is not (a last line cut mid-write by a killed run
@@ -455,6 +463,10 @@ def read_epoch_file(
             rec = _epoch_record(raw, run)
         except ReportFileError as err:
             bad.append((number, str(err)))
+            continue
+        if b'"kind": "fit"' in raw:
+            if fits is not None:
+                fits.append(dataclasses.replace(rec, fit=fit))
             continue
         if last is not None and rec.epoch <= last:
             fit += 1

@@ -26,6 +26,10 @@ RECORD_SPREAD = "spread"
 """``record`` of a rank-spread summary (max - min across the ranks of one group of rows)."""
 RECORD_EPOCH = "epoch"
 """``record`` of a row from a per-epoch file (one epoch and rank: where its wall time went, its verdicts)."""
+RECORD_FIT = "fit"
+"""``record`` of a fit's row from a per-epoch file (one fit and rank: before, in and after its epochs)."""
+FIT_PARTS = ("wall_s", "setup_s", "sanity_check_s", "epochs_s", "teardown_s", "profiling_s", "checkpoint_s")
+"""The ``fitprof/fit/*`` figures of a fit row, prefix dropped, in the order they are printed."""
 EPOCH_PARTS = (
     "train_steps_s",
     "input_s",
@@ -138,6 +142,9 @@ def _csv(records: Sequence[dict[str, Any]]) -> str:
     rows = []
     epoch_columns = ("wall_s", *EPOCH_PARTS, *_EPOCH_CPU, "epoch_verdicts")
     for rec in records:
+        if rec["record"] == RECORD_FIT:
+            rows.append({k: v for k, v in rec.items() if k in _CSV_COLUMNS or k in FIT_PARTS})
+            continue
         if rec["record"] == RECORD_EPOCH:
             row = {k: v for k, v in rec.items() if k in _CSV_COLUMNS or k in epoch_columns}
             row["epoch_verdicts"] = " ".join(rec.get("verdicts") or [])
@@ -161,6 +168,8 @@ def _csv(records: Sequence[dict[str, Any]]) -> str:
         columns += _CSV_SPREAD_COLUMNS
     if any(r["record"] == RECORD_EPOCH for r in records):
         columns += epoch_columns
+    if any(r["record"] == RECORD_FIT for r in records):
+        columns += [c for c in FIT_PARTS if c not in columns]
     frame = pd.DataFrame(rows, columns=columns)
     for col in _INT_COLUMNS:
         if col in frame:
@@ -188,12 +197,15 @@ def _short(name: str, width: int = _NAME_WIDTH) -> str:
 
 def _text(records: Sequence[dict[str, Any]], *, markdown: bool) -> str:
     """The aligned table (or Markdown table), then per run: each row's headline and the run's advice."""
-    rows = [r for r in records if r["record"] not in (RECORD_SPREAD, RECORD_EPOCH)]
+    rows = [r for r in records if r["record"] not in (RECORD_SPREAD, RECORD_EPOCH, RECORD_FIT)]
     spreads = [r for r in records if r["record"] == RECORD_SPREAD]
     epochs = [r for r in records if r["record"] == RECORD_EPOCH]
+    fits = [r for r in records if r["record"] == RECORD_FIT]
     lines = _window_text(rows, spreads, markdown=markdown) if rows or spreads else []
     if epochs:
         lines += _epoch_text(epochs, markdown=markdown)
+    if fits:
+        lines += _fit_text(fits, markdown=markdown)
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines) + "\n"
@@ -313,6 +325,23 @@ def _epoch_text(epochs: list[dict[str, Any]], *, markdown: bool) -> list[str]:
             where += f"rank {r['rank']}, " if show_rank else ""
             lines += [f"{bullet}{where}epoch {r['epoch']}: {v}" for v in r["verdicts"]]
         lines.append("")
+    return lines
+
+
+def _fit_text(fits: list[dict[str, Any]], *, markdown: bool) -> list[str]:
+    """The per-fit table: the fit's wall time and its parts (s): setup (the sanity check inside it), epochs,
+    teardown; fitprof's own time and the saves are inside them."""
+    show_rank = bool({r["rank"] for r in fits} - {0})
+    header = ["run", "fit"] + ["rank"] * show_rank
+    header += ["wall s", "setup s", "sanity s", "epochs s", "teardown s", "fitprof s", "ckpt s"]
+    body = []
+    for r in fits:
+        cells = [r["run"], _fmt(r.get("fit"), "d")] + [_fmt(r["rank"], "d")] * show_rank
+        body.append(cells + [_fmt(r.get(k), ".2f") for k in FIT_PARTS])
+    title = "Fits: where the wall time went (s; setup + epochs + teardown = wall, fitprof and ckpt inside them)"
+    lines = [f"**{title}**", ""] if markdown else [title]
+    lines += _markdown_table(header, body, {"run"}) if markdown else _plain_table(header, body, {"run"})
+    lines.append("")
     return lines
 
 

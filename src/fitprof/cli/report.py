@@ -24,8 +24,8 @@ from fitprof.cli.arguments import add_output_options
 from fitprof.cli.output import EXIT_BAD_INPUT, Output, describe
 from fitprof.cli.plot import plot_breakdown
 from fitprof.cli.records import make_record, spreads
-from fitprof.cli.render import RECORD_EPOCH, RECORD_WINDOW
-from fitprof.metrics import EPOCH_PREFIX
+from fitprof.cli.render import RECORD_EPOCH, RECORD_FIT, RECORD_WINDOW
+from fitprof.metrics import EPOCH_PREFIX, FIT_PREFIX
 from fitprof.report_files import (
     ReportFileError,
     find_epoch_files,
@@ -180,7 +180,8 @@ def _epoch_records(path: Path, logdir: Path, warn: Callable[[str], None]) -> lis
     left out): where each epoch's wall time went, its CPU use and verdicts, the ``fitprof/epoch/`` prefix dropped
     from the figures' keys."""
     out = []
-    for rec in read_epoch_file(path, logdir=logdir, warn=warn):
+    fits: list[Any] = []
+    for rec in read_epoch_file(path, logdir=logdir, warn=warn, fits=fits):
         row: dict[str, Any] = {
             "record": RECORD_EPOCH,
             "run": rec.run.relative_to(logdir).as_posix(),
@@ -193,6 +194,17 @@ def _epoch_records(path: Path, logdir: Path, warn: Callable[[str], None]) -> lis
         row["verdicts"] = rec.verdicts
         out.append(row)
     out.sort(key=lambda r: (r["run"], r["fit"], r["epoch"], r["rank"]))
+    for rec in fits:  # each fit's own line, after its epochs
+        fit_row: dict[str, Any] = {
+            "record": RECORD_FIT,
+            "run": rec.run.relative_to(logdir).as_posix(),
+            "fit": rec.fit,
+            "epoch": rec.epoch,
+            "rank": rec.rank,
+            "framework": rec.framework,
+        }
+        fit_row.update({k.removeprefix(FIT_PREFIX): v for k, v in rec.figures.items()})
+        out.append(fit_row)
     return out
 
 

@@ -46,7 +46,7 @@ from fitprof.fit.boundary import StepBoundary
 from fitprof.fit.config import ProfileConfig, profiles_rank
 from fitprof.fit.coverage import FitCoverage, suggest_profile_batch
 from fitprof.fit.epoch_end import EpochEnd
-from fitprof.fit.epoch_parts import EpochParts
+from fitprof.fit.epoch_parts import EpochParts, FitWall
 from fitprof.fit.hooks import Spans
 from fitprof.fit.memory import MemoryProbe
 from fitprof.fit.pipeline import WindowPipeline
@@ -257,10 +257,13 @@ class FitEngine:
         if self.window is not None:
             self._close(drop_open_step=self.boundary.drops_open_step)
         self.finish_conversions()
-        never = self.coverage.message("fitprof: ")
-        if never:
+        if never := self.coverage.message("fitprof: "):
             self.warn("never", never)
         self.probes.call("fit_end", now_ns=self.clock())
+
+    def fit_teardown(self) -> FitWall | None:
+        """After :meth:`fit_end`, the framework's own end of the fit: ``fitprof/fit/*`` written and returned."""
+        return self.publisher.publish_fit(self.parts.fit_teardown(self.clock()), len(self.parts.results))
 
     def warm_up(self, *, kineto: bool) -> None:
         """Load before the fit's first step what the end of its first profiled epoch would otherwise load while the

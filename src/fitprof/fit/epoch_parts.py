@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fitprof import metrics
+from fitprof.fit.fit_wall import FitClock, FitWall
 
 __all__ = [
     "CONTENDED_SWITCHES_PER_CPU_S",
@@ -56,6 +57,7 @@ __all__ = [
     "CpuUse",
     "EpochParts",
     "EpochWall",
+    "FitWall",
     "contention",
     "contention_verdict",
     "lightning_hook_part",
@@ -296,6 +298,9 @@ class EpochParts:
         self.workers = 0
         self.results: dict[int, EpochWall] = {}
         self._last: EpochWall | None = None
+        self.clock = FitClock()
+        self.fit: FitWall | None = None
+        self._fit_marks: dict[str, int] = {}  # what the fit's figures are taken from again at its teardown
         self._fit_reset()
 
     def _fit_reset(self) -> None:
@@ -313,6 +318,8 @@ class EpochParts:
         self._window = False
         self._window_ns = 0
         self._window_n = 0
+        self._ended = [0, 0, 0]  # the finished epochs' wall, profiling and checkpoint time (ns)
+        self._last_end = -1  # the last epoch's end (ns)
         self._callback_ns: dict[str, int] = {}
         self._cpu0: tuple[float, int] = (0.0, 0)
         self._wait0: int | None = None
@@ -334,10 +341,22 @@ class EpochParts:
 
     # ----------------------------------------------------------------------------------------------- events
     def fit_start(self, now_ns: int | None = None) -> None:
-        """A new fit: forget the previous fit's epochs and any open span."""
+        """A new fit: forget the previous fit's epochs and any open span; the fit's wall time starts here."""
         self.results = {}
         self._last = None
+        self.fit = None
+        self._fit_marks = {}
         self._fit_reset()
+        self.clock.start(self._now(now_ns))
+
+    def data_start(self, now_ns: int | None = None) -> None:
+        """The first epoch's loader starts being built before its epoch-start hook (Lightning's
+        ``FitLoop.setup_data``: the sampler's ``__iter__``, worker start-up): the epoch's span and its start-up
+        begin here. Ignored once an epoch is being counted."""
+        if self._phase != _IDLE or self.results or self.clock.t0 < 0:
+            return
+        self._begin_span(self._now(now_ns))
+        self._phase = STARTUP
 
     def epoch_start(self, epoch: int, now_ns: int | None = None) -> None:
         """The epoch starts: its start-up runs until the first step starts. The first epoch of a fit (or one after
@@ -353,6 +372,8 @@ class EpochParts:
         self._first_step = True
 
     def _begin_span(self, now: int) -> None:
+        if self.clock.first_span < 0:
+            self.clock.first_span = now
         self._acc = [0] * 9
         self._t = self._span_t0 = now
         self._input = 0
@@ -416,11 +437,15 @@ class EpochParts:
         self._first_step = False
 
     def validation_start(self, now_ns: int | None = None) -> None:
-        """A validation run starts (not the sanity check before the first epoch: that is not in any epoch)."""
+        """A validation run starts (the sanity check before the first epoch is in no epoch: the fit's setup)."""
+        if self._phase == _IDLE:
+            self.clock.sanity_start(self._now(now_ns))
         self._push_phase(VALIDATION, now_ns)
 
     def validation_end(self, now_ns: int | None = None) -> None:
         """The validation run ends."""
+        if self._phase == _IDLE:
+            self.clock.sanity_end(self._now(now_ns))
         self._pop_phase(now_ns)
 
     def checkpoint_start(self, now_ns: int | None = None) -> None:
@@ -459,6 +484,8 @@ class EpochParts:
         now = self._clock() if now_ns is None else now_ns
         phase = self._phase
         if phase == _IDLE:
+            if part == PROFILING:
+                self.clock.own_enter(now)
             return
         nest = self._nest
         if nest:
@@ -475,6 +502,7 @@ class EpochParts:
         """The span opened by the last :meth:`enter` ends (an unmatched call is ignored)."""
         nest = self._nest
         if not nest:
+            self.clock.own_leave(self._clock() if now_ns is None else now_ns)
             return
         now = self._clock() if now_ns is None else now_ns
         part, name, since = nest.pop()
@@ -542,22 +570,60 @@ class EpochParts:
             callback_s={k: v / 1e9 for k, v in self._callback_ns.items()},
         )
         self.results[result.epoch] = self._last = result
+        ended = self._ended
+        ended[0] += wall
+        ended[1] += acc[PROFILING]
+        ended[2] += acc[CHECKPOINT]
+        self._last_end = now
         self._begin_span(now)
         self._phase = OTHER
         self._saved_phase = []
         return result
 
     def fit_end(self, now_ns: int | None = None) -> None:
-        """The fit ends: what ran after the last epoch's end is in no epoch."""
+        """The fit ends: what ran after the last epoch's end is in no epoch, but in the fit's teardown
+        (:attr:`fit`, a :class:`~fitprof.fit.fit_wall.FitWall`)."""
+        now = self._now(now_ns)
+        tail = [0] * 9
+        if self._phase != _IDLE:
+            self._charge(now)
+            tail = self._acc
+        ended = self._ended
+        self._fit_marks = {
+            "epochs_ns": ended[0],
+            "epochs_profiling_ns": ended[1],
+            "epochs_checkpoint_ns": ended[2],
+            "last_end": self._last_end,
+            "tail_profiling_ns": tail[PROFILING],
+            "tail_checkpoint_ns": tail[CHECKPOINT],
+        }
+        self.fit = self.clock.wall(now, **self._fit_marks)
         self._phase = _IDLE
         self._nest = []
         self._saved_phase = []
 
     def exception(self, exc: BaseException | None = None, now_ns: int | None = None) -> None:
-        """The fit raised: the epoch in progress is not finished, nothing more is counted."""
+        """The fit raised: the epoch in progress is not finished, nothing more is counted (no fit figures)."""
         self.fit_end(now_ns)
+        self.fit = None
+        self._fit_marks = {}
+
+    def fit_teardown(self, now_ns: int | None = None) -> FitWall | None:
+        """The framework's own end of the fit after the fit-end event (Lightning's loops' teardown, which stops the
+        loaders' workers, and the ``on_fit_end`` hooks run after ``on_train_end``) is the fit's teardown too:
+        :attr:`fit` is taken again with its end here, and returned (None when no fit ended normally)."""
+        if self._fit_marks:
+            self.fit = self.clock.wall(self._now(now_ns), **self._fit_marks)
+            self._fit_marks = {}
+        return self.fit
 
     # ---------------------------------------------------------------------------------------------- results
+    @property
+    def fit_seconds(self) -> dict[str, float]:
+        """The last finished fit's :meth:`FitWall.seconds() <fitprof.fit.fit_wall.FitWall.seconds>` (``wall``,
+        ``setup``, ``epochs``, ...); empty before a fit ended or after one raised."""
+        return self.fit.seconds() if self.fit is not None else {}
+
     def epoch_figures(self) -> dict[str, float]:
         """The ``fitprof/epoch/*`` part and CPU scalars (:meth:`EpochWall.scalars`) of the epoch that just ended;
         every key NaN when it was not counted (an epoch end without its start)."""

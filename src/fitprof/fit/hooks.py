@@ -31,7 +31,16 @@ from typing import Any, Protocol
 
 from fitprof.fit.epoch_parts import CALLBACKS, CHECKPOINT, PROFILING, lightning_hook_part
 
-__all__ = ["FETCH_ACTION", "KERAS_HOOKS", "CallbackHooks", "ProfilerHooks", "Saves", "Spans", "wrap_save"]
+__all__ = [
+    "FETCH_ACTION",
+    "KERAS_HOOKS",
+    "CallbackHooks",
+    "ProfilerHooks",
+    "Saves",
+    "Spans",
+    "wrap_around",
+    "wrap_save",
+]
 
 
 class Spans(Protocol):
@@ -43,6 +52,15 @@ class Spans(Protocol):
 
     def leave(self, now_ns: int | None = None) -> None:
         """The innermost span ends at ``now_ns``."""
+
+    def data_start(self, now_ns: int | None = None) -> None:
+        """The first epoch's loader starts being built before the epoch-start hook."""
+
+    def validation_start(self, now_ns: int | None = None) -> None:
+        """A validation run starts (its loader's start-up included)."""
+
+    def validation_end(self, now_ns: int | None = None) -> None:
+        """The validation run ends."""
 
 
 class Saves:
@@ -123,6 +141,44 @@ def wrap_save(parts: Spans, saves: Saves, obj: Any, attr: str) -> Callable[[], N
 
     def undo() -> None:
         if vars(obj).get(attr) is wrapper:
+            with contextlib.suppress(Exception):
+                delattr(obj, attr)
+
+    return undo
+
+
+def wrap_around(
+    obj: Any, attr: str, before: Callable[[int], None], after: Callable[[int], None] | None = None
+) -> Callable[[], None] | None:
+    """Call ``before(now)`` before and ``after(now)`` after every call of ``obj.<attr>`` on this thread (``now``:
+    ``time.perf_counter_ns``), wrapped on the instance: the work a framework does outside every hook (Lightning's
+    ``FitLoop.setup_data``, which builds epoch 0's loader before the epoch-start hook; ``_EvaluationLoop.run``,
+    whose ``reset()`` starts the validation loader's workers before ``on_validation_start``). Returns the function
+    that undoes it (only while the wrapper is still in place), None when the object has no such method or refuses
+    attributes."""
+    method = getattr(obj, attr, None)
+    if not callable(method):
+        return None
+    clock, get_ident, thread = time.perf_counter_ns, threading.get_ident, threading.get_ident()
+
+    @functools.wraps(method)
+    def around(*args: Any, **kwargs: Any) -> Any:
+        if get_ident() != thread:
+            return method(*args, **kwargs)
+        before(clock())
+        try:
+            return method(*args, **kwargs)
+        finally:
+            if after is not None:
+                after(clock())
+
+    try:
+        setattr(obj, attr, around)
+    except Exception:
+        return None
+
+    def undo() -> None:
+        if vars(obj).get(attr) is around:
             with contextlib.suppress(Exception):
                 delattr(obj, attr)
 

@@ -6,6 +6,7 @@ warning that an epoch timed too few steps. It reads nothing back and calls nothi
 from __future__ import annotations
 
 from fitprof._warn import WarnOnce
+from fitprof.fit.fit_wall import FitWall
 from fitprof.fit.result import EpochResult, Log
 from fitprof.fit.steps import StepRecorder
 from fitprof.report_files import append_epoch_record
@@ -56,3 +57,23 @@ class EpochPublisher:
         except OSError as err:
             # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first
             self.warn("write", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
+
+    def publish_fit(self, fit: FitWall | None, epochs: int) -> FitWall | None:
+        """The fit's own line in this rank's per-epoch file (``fitprof/fit/*``, :class:`FitWall`), once at its end
+        (``epochs``: how many ended); nothing when no fit was counted (it raised) or profiling is off. Returns
+        ``fit``."""
+        if fit is None or self.log_dir is None:
+            return fit
+        try:
+            append_epoch_record(
+                self.log_dir,
+                epoch=max(epochs - 1, 0),
+                rank=self.rank,
+                framework=self.framework,
+                figures=fit.scalars(),
+                verdicts=[],
+                kind="fit",
+            )
+        except OSError as err:
+            self.warn("write", f"fitprof: could not write the per-epoch file in {self.log_dir} ({err!r}).")
+        return fit

@@ -208,6 +208,9 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
         self._run_dir = self.log_dir  # where the windows and the event file write (the staging folder for a URL)
         self._events = TBEventFile(self._run_dir)
+        # Where the last fit's wall time went (s): ``wall`` and its parts ``setup``, ``epochs``, ``teardown``, with
+        # ``profiling``, ``sanity_check`` and ``checkpoint`` inside them (``fitprof/fit/*``); empty until one ends.
+        self.fit_seconds: dict[str, float] = {}
         self._guards = Guards()  # what is wrapped while a window is open
         self._in_flush = False
         self._last_step = 0  # the last step begun in this epoch
@@ -299,6 +302,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
 
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self._guards.remove()
+        self.fit_seconds = {}
         self._csv_loggers = _logs.csv_loggers(sys._getframe(1))
         self._progbars = _logs.quiet_progbars(sys._getframe(1))
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
@@ -415,6 +419,10 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
         self._engine.fit_end()
+        fit = self._engine.fit_teardown()
+        self.fit_seconds = fit.seconds() if fit is not None else {}
+        if fit is not None and self._engine.rank == 0:  # once a fit, at the step of its last epoch
+            self._write_events(fit.scalars(), max(self._engine.epoch, 0), [])
         if self._hooks is not None:
             self._hooks.uninstall()
             self._hooks = None

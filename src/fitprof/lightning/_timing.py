@@ -22,7 +22,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks.callback import Callback
 from lightning.pytorch.profilers import PyTorchProfiler
 
-from fitprof.fit.hooks import ProfilerHooks, Saves, Spans, wrap_save
+from fitprof.fit.hooks import ProfilerHooks, Saves, Spans, wrap_around, wrap_save
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ class StepTiming:
         self.saves = saves or Saves()
         self._hooks = ProfilerHooks(parts, saves=self.saves)
         self._undo_save: Any = None
+        self._undo_loops: list[Any] = []
         self._prev_end_ns: int | None = None  # the last step boundary (on_train_batch_end, or the epoch start)
         self._fetched_ns: int | None = None  # on_train_batch_start of the step in progress
         self._hooked: Any = None  # the trainer profiler whose start/stop we wrap
@@ -55,14 +56,32 @@ class StepTiming:
     def fit_start(self, trainer: pl.Trainer) -> None:
         self._hook_fetch(trainer)
         self._cuda_events = [] if _on_cuda(trainer) else None
-        if self.parts is not None and self._undo_save is None:
-            self._undo_save = wrap_save(self.parts, self.saves, trainer, "save_checkpoint")
+        parts = self.parts
+        if parts is not None and self._undo_save is None:
+            self._undo_save = wrap_save(parts, self.saves, trainer, "save_checkpoint")
+        if parts is not None and not self._undo_loops:
+            # Work Lightning does outside every hook: epoch 0's loader built (workers started, the sampler's
+            # __iter__) before on_train_epoch_start, and each validation loader's reset() before
+            # on_validation_start: the first is epoch 0's start-up, the second validation (before the first
+            # epoch: the sanity check).
+            loop = getattr(trainer, "fit_loop", None)
+            val_loop = getattr(getattr(loop, "epoch_loop", None), "val_loop", None)
+            undo = (
+                wrap_around(loop, "setup_data", parts.data_start) if loop is not None else None,
+                wrap_around(val_loop, "run", parts.validation_start, parts.validation_end)
+                if val_loop is not None
+                else None,
+            )
+            self._undo_loops = [u for u in undo if u is not None]
 
     def fit_end(self) -> None:
         self._unhook_fetch()
         undo, self._undo_save = self._undo_save, None
         if undo is not None:
             undo()
+        loops, self._undo_loops = self._undo_loops, []
+        for undo_loop in loops:
+            undo_loop()
 
     def epoch_start(self, next_step: int) -> None:
         """An epoch begins at step ``next_step`` (resumed mid-epoch: this step's start is unknown, the first

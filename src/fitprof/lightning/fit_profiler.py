@@ -204,6 +204,9 @@ class FitProfiler(Callback, SharedAttributes):
         triggered: one ``(epoch, TriggerEvent, report or None)`` per triggered window, in order.
         cross_rank: with several ranks, the cross-rank scalars of each profiled epoch (the same on every rank;
             empty when no rank reported).
+        fit_seconds: where the last ``fit``'s wall time went (s): ``wall`` and its parts ``setup``, ``epochs``,
+            ``teardown``, with ``profiling``, ``sanity_check`` and ``checkpoint`` inside them (``fitprof/fit/*``,
+            docs/metrics.md); empty until a ``fit`` ends.
 
     Raises:
         TypeError: if an argument has the wrong type (e.g. ``top_k=1.5``, ``log_dir=3``).
@@ -242,6 +245,7 @@ class FitProfiler(Callback, SharedAttributes):
         args = check_arguments(**shared(locals()))  # the names, types and defaults of fitprof.fit.config
         args.bind(self)
         self._warn_rank = WarnOnce()
+        self.fit_seconds: dict[str, float] = {}
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount(), self._warn_samples)
         self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
@@ -306,6 +310,7 @@ class FitProfiler(Callback, SharedAttributes):
         if stage != "fit":
             return
         self._time_loader(trainer)
+        self.fit_seconds = {}
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -458,6 +463,16 @@ class FitProfiler(Callback, SharedAttributes):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # The fit ends here, not at on_train_end: the loops' teardown (loader workers stopped) runs in between.
+        fit = self._engine.fit_teardown() if stage == "fit" else None
+        if fit is not None:
+            self.fit_seconds = fit.seconds()
+        if fit is not None and self._engine.rank == 0:  # self.log is refused here: the loggers, before they finalize
+            try:
+                for logger in trainer.loggers:
+                    logger.log_metrics(fit.scalars(), step=int(trainer.global_step))
+            except Exception as err:
+                self._warn_rank("log", f"fitprof: could not log the fit's figures to the loggers ({err!r}).")
         self._untime_loader()
         self._timing.fit_end()
         self._engine.abort()
