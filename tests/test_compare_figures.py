@@ -75,3 +75,11 @@ def test_a_comparison_on_a_metric_row_is_enough_to_compare_it(monkeypatch: pytes
     assert change.worse
     names = [f.field for f in cmp.FIGURES]
     assert names.index("htod_ms_per_step") + 1 == names.index("htod_percent") == names.index("dtoh_ms_per_step") - 1
+
+
+def test_every_compared_figure_is_in_the_metrics_page() -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
+    missing = [
+        f.field for f in cmp.FIGURES if f"`{f.field}`" not in page and f"`{metrics.PREFIX}{f.field}`" not in page
+    ]
+    assert not missing, f"compared figures not in docs/metrics.md: {missing}"
