@@ -64,17 +64,15 @@ import numpy as np
 from fitprof._session import trigger_step
 from fitprof.analysis import BottleneckReport
 from fitprof.metrics import (
-    EPOCH_CHECKPOINT_S,
+    COMPARED_METRICS,
     EPOCH_CPU_PERCENT,
+    EPOCH_INPUT_MS_PER_STEP,
     EPOCH_INPUT_PERCENT,
     EPOCH_INVOLUNTARY_SWITCHES_PER_S,
-    EPOCH_MEMORY_PEAK_MB,
     EPOCH_PREFIX,
     EPOCH_RUN_WAIT_PERCENT,
-    EPOCH_SAMPLES_PER_S,
-    EPOCH_STARTUP_S,
     EPOCH_STEP_TIME_MS_P50,
-    EPOCH_VALIDATION_S,
+    Metric,
 )
 from fitprof.report_files import (
     MAX_REPORT_BYTES,
@@ -113,8 +111,8 @@ CONTENDED_SHARE = 0.25
 """A side is CPU-contended when more than this share of its epochs were, or any of its windows was."""
 SAMPLES_TOLERANCE = 0.01
 """Samples per step that differ by more than this fraction mean another batch size."""
-EVERY_STEP_INPUT_MS = EPOCH_PREFIX + "input_ms_per_step"
-"""Derived per epoch, not logged: ``input_percent`` / 100 x ``step_time_ms_p50``, the input wait in ms per step."""
+EVERY_STEP_INPUT_MS = EPOCH_INPUT_MS_PER_STEP.key
+"""Derived per epoch, not logged (:data:`fitprof.metrics.EPOCH_INPUT_MS_PER_STEP`): ``input_percent`` / 100 x ``step_time_ms_p50``, the input wait in ms per step."""
 
 GATES = ("step", "operator", "input", "htod", "collectives", "validation", "checkpoint", "startup", "memory")
 """The figures that can fail the gate, each with its own threshold (``--fail-over GATE=PCT``)."""
@@ -200,30 +198,22 @@ class Figure:
 
 _PARTS = ("input", "htod", "collectives")
 
-FIGURES: tuple[Figure, ...] = (
-    Figure("step_time_ms", "step time", "ms", gate="step"),
-    Figure(EPOCH_STEP_TIME_MS_P50.key, "step time, every step (median)", "ms", gate="step", every_step=True),
-    Figure(EPOCH_INPUT_PERCENT.key, "input wait, every step", "%", every_step=True),
-    Figure(EVERY_STEP_INPUT_MS, "input wait, every step", "ms/step", gate="input", every_step=True),
-    Figure(EPOCH_SAMPLES_PER_S.key, "throughput, every step", "samples/s", higher_is_worse=False, every_step=True),
-    Figure("input_ms_per_step", "input wait", "ms/step", gate="input"),
-    Figure("htod_ms_per_step", "host-to-device copies", "ms/step", gate="htod"),
-    Figure("dtoh_ms_per_step", "device-to-host copies", "ms/step"),
-    Figure("collective_ms_per_step", "collectives", "ms/step", gate="collectives"),
-    Figure("samples_per_s", "throughput", "samples/s", higher_is_worse=False),
-    Figure("items_per_s", "items throughput", "items/s", higher_is_worse=False),
-    Figure("flops_per_s", "FLOP rate", "FLOP/s", higher_is_worse=False),
-    Figure("allocs_per_step", "allocations", "per step"),
-    Figure("alloc_mb_per_step", "memory allocated", "MB/step"),
-    Figure("allocated_peak_mb", "memory held at once by the steps' allocations", "MB", gate="memory"),
-    Figure(EPOCH_MEMORY_PEAK_MB.key, "memory peak, every epoch", "MB", gate="memory", every_step=True),
-    Figure(EPOCH_VALIDATION_S.key, "validation, every epoch", "s", gate="validation", every_step=True),
-    Figure(EPOCH_CHECKPOINT_S.key, "checkpoint saves, every epoch", "s", gate="checkpoint", every_step=True),
-    Figure(EPOCH_STARTUP_S.key, "epoch start-up, every epoch", "s", gate="startup", every_step=True),
-)
-"""The figures compared, in this order; a figure with no finite value on either side is left out. Where a gate has
-two figures (the windows' and the every-step one) and both sides have the every-step one, it decides: the windows
-hold a few steps, the always-on timing every clean step of every epoch of every run."""
+
+def figures_of(compared: Sequence[Metric]) -> tuple[Figure, ...]:
+    """The :class:`Figure` of each metric with a ``compared`` (:class:`fitprof.metrics.Compared`), in the order
+    given: an every-step figure is read by its ``fitprof/epoch/*`` key, a window figure by its report ``field``."""
+    return tuple(
+        Figure(m.key if c.every_step else m.field, c.label, c.unit, c.higher_is_worse, c.gate, c.every_step)
+        for m in compared
+        if (c := m.compared) is not None
+    )
+
+
+FIGURES: tuple[Figure, ...] = figures_of(COMPARED_METRICS)
+"""The figures compared, one per registry row with a comparison (:data:`fitprof.metrics.COMPARED_METRICS`), in
+its order; a figure with no finite value on either side is left out. Where a gate has two figures (the windows'
+and the every-step one) and both sides have the every-step one, it decides: the windows hold a few steps, the
+always-on timing every clean step of every epoch of every run."""
 
 
 @dataclass(frozen=True)

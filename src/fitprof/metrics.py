@@ -11,19 +11,45 @@ PREFIX = "fitprof/"
 
 
 @dataclass(frozen=True)
+class Compared:
+    """How ``fitprof compare`` compares a figure (:data:`fitprof.compare.FIGURES`).
+
+    Attributes:
+        label: the figure's name in the comparison.
+        unit: its unit there, short (``ms/step``, ``samples/s``).
+        order: its place among the compared figures, smallest first (ties in the order defined in this module).
+        higher_is_worse: False for a rate (throughput), where a fall is the regression.
+        gate: the gate of :data:`fitprof.compare.GATES` it can fail; "" for none.
+        every_step: read from the always-on timing, one value per epoch of every run (the figure's ``key``), not
+            from the windows' reports (its ``field``).
+    """
+
+    label: str
+    unit: str
+    order: int
+    higher_is_worse: bool = True
+    gate: str = ""
+    every_step: bool = False
+
+
+@dataclass(frozen=True)
 class Metric:
-    """One logged scalar: its key, its unit, what it is computed from, the group of figures it is logged with
+    """One figure: its key, its unit, what it is computed from, the group of figures it is logged with
     (:func:`in_group`; "" for a window's figures) and, for a window's figure, the
     :class:`~fitprof.analysis.BottleneckReport` field it is read from (``field``; "" for a figure that is not a
     report field). A window figure with a ``field`` is in :data:`BASE_METRICS`, and so in
     :meth:`BottleneckReport.scalars() <fitprof.analysis.BottleneckReport.scalars>`, the logged keys and the CSV
-    columns of ``fitprof analyze`` / ``report``: one row here adds it to all of them."""
+    columns of ``fitprof analyze`` / ``report``: one row here adds it to all of them. ``compared`` says how
+    ``fitprof compare`` compares it (None: not compared): a row with it is in :data:`COMPARED_METRICS`, and so in
+    :data:`fitprof.compare.FIGURES`. The figures compared but never logged are in their own group,
+    :data:`COMPARE_ONLY_METRICS`."""
 
     key: str
     unit: str
     definition: str
     group: str = ""
     field: str = ""
+    compared: Compared | None = None
 
 
 def in_group(name: str) -> tuple[Metric, ...]:
@@ -39,6 +65,7 @@ STEP_TIME_MS = Metric(
     "an XSpace event with `_r=1`), less any validation run inside it, less checkpoint saves "
     "(`fitprof/checkpoint_ms_per_step`) and less fitprof's own time (`fitprof/self_ms_per_step`).",
     field="step_time_ms",
+    compared=Compared("step time", "ms", 10, gate="step"),
 )
 INPUT_PERCENT = Metric(
     PREFIX + "input_percent",
@@ -54,6 +81,7 @@ HTOD_MS_PER_STEP = Metric(
     "Device time of host-to-device copies (Kineto `gpu_memcpy` `Memcpy HtoD ...`, XSpace device-plane "
     "`MemcpyH2D`) launched inside analysed steps, divided by the number of steps. 0 on a CPU-only run.",
     field="htod_ms_per_step",
+    compared=Compared("host-to-device copies", "ms/step", 70, gate="htod"),
 )
 HTOD_PERCENT = Metric(
     PREFIX + "htod_percent",
@@ -157,12 +185,14 @@ SAMPLES_PER_S = Metric(
     "samples of each profiled step read from its batch (the leading dimension its arrays agree on, "
     "`fitprof._batch.batch_size`). NaN, with one warning, where the batch gives no count (docs/metrics.md).",
     field="samples_per_s",
+    compared=Compared("throughput", "samples/s", 100, higher_is_worse=False),
 )
 ITEMS_PER_S = Metric(
     PREFIX + "items_per_s",
     "items/s",
     "The same with the user's `count_items(batch)` (tokens, pixels, ...) in place of the samples; NaN without it.",
     field="items_per_s",
+    compared=Compared("items throughput", "items/s", 110, higher_is_worse=False),
 )
 FLOPS_PER_STEP = Metric(
     PREFIX + "flops_per_step",
@@ -177,6 +207,7 @@ FLOPS_PER_S = Metric(
     "FLOP/s",
     "`flops_per_step / step_time_ms * 1000`: achieved FLOP rate of the analysed steps.",
     field="flops_per_s",
+    compared=Compared("FLOP rate", "FLOP/s", 120, higher_is_worse=False),
 )
 MFU = Metric(
     PREFIX + "mfu",
@@ -244,6 +275,7 @@ EPOCH_STEP_TIME_MS_P50 = Metric(
     "`on_train_batch_end`, so it holds the batch fetch and the host-to-device copy); no device synchronisation."
     + _CLEAN,
     group="epoch",
+    compared=Compared("step time, every step (median)", "ms", 20, gate="step", every_step=True),
 )
 EPOCH_STEP_TIME_MS_P90 = Metric(
     EPOCH_PREFIX + "step_time_ms_p90",
@@ -260,6 +292,7 @@ EPOCH_INPUT_PERCENT = Metric(
     "host-to-device copy), summed, over the summed step time. Measured by wall clock without a profiler, so "
     "it is the exact wait, not a sample; absent where the adapter cannot see the fetch." + _CLEAN,
     group="epoch",
+    compared=Compared("input wait, every step", "%", 30, every_step=True),
 )
 EPOCH_SAMPLES_PER_S = Metric(
     EPOCH_PREFIX + "samples_per_s",
@@ -267,6 +300,7 @@ EPOCH_SAMPLES_PER_S = Metric(
     "Samples over seconds, summed over the steps whose batch size is known (`fitprof._batch.batch_size`: the "
     "leading dimension the batch's arrays agree on, as Lightning's extract_batch_size reads it)." + _CLEAN,
     group="epoch",
+    compared=Compared("throughput, every step", "samples/s", 50, higher_is_worse=False, every_step=True),
 )
 EPOCH_STEPS_TIMED = Metric(
     EPOCH_PREFIX + "steps_timed",
@@ -310,6 +344,7 @@ EPOCH_VALIDATION_S = Metric(
     "Time inside validation runs (`on_validation_start` to `on_validation_end`, Keras `on_test_begin` to "
     "`on_test_end`), less checkpoint saves, other callbacks' hooks and fitprof's hooks inside them." + _PART,
     group="epoch parts",
+    compared=Compared("validation, every epoch", "s", 170, gate="validation", every_step=True),
 )
 EPOCH_CHECKPOINT_S = Metric(
     EPOCH_PREFIX + "checkpoint_s",
@@ -317,6 +352,7 @@ EPOCH_CHECKPOINT_S = Metric(
     "Time inside checkpoint saves: the hooks of checkpointing callbacks (Lightning `ModelCheckpoint`, Keras "
     "`ModelCheckpoint` and `BackupAndRestore`), with every hook they call." + _PART,
     group="epoch parts",
+    compared=Compared("checkpoint saves, every epoch", "s", 180, gate="checkpoint", every_step=True),
 )
 EPOCH_CALLBACKS_S = Metric(
     EPOCH_PREFIX + "callbacks_s",
@@ -331,6 +367,7 @@ EPOCH_STARTUP_S = Metric(
     "From the epoch's start to its first step's start: loader workers spawned (`worker_init_fn` included), the "
     "iterator built, the first batch fetched." + _PART,
     group="epoch parts",
+    compared=Compared("epoch start-up, every epoch", "s", 190, gate="startup", every_step=True),
 )
 EPOCH_PROFILING_S = Metric(
     EPOCH_PREFIX + "profiling_s",
@@ -486,6 +523,7 @@ EPOCH_MEMORY_PEAK_MB = Metric(
     "its end (and around a window; the epoch's peak is the largest read). Read a few times an epoch, never per "
     "step." + _MB,
     group="epoch memory",
+    compared=Compared("memory peak, every epoch", "MB", 160, gate="memory", every_step=True),
 )
 EPOCH_MEMORY_IN_USE_MB = Metric(
     EPOCH_PREFIX + "memory_in_use_mb",
@@ -516,6 +554,7 @@ ALLOCS_PER_STEP = Metric(
     "events otherwise), less those inside validation and fitprof's own spans. NaN without memory events.",
     group="churn",
     field="allocs_per_step",
+    compared=Compared("allocations", "per step", 130),
 )
 ALLOC_MB_PER_STEP = Metric(
     PREFIX + "alloc_mb_per_step",
@@ -524,6 +563,54 @@ ALLOC_MB_PER_STEP = Metric(
     "without memory events." + _MB,
     group="churn",
     field="alloc_mb_per_step",
+    compared=Compared("memory allocated", "MB/step", 140),
+)
+
+
+_COMPARE_ONLY = " Compared by `fitprof compare`, never logged."
+COMPARED_INPUT_MS_PER_STEP = Metric(
+    PREFIX + "input_ms_per_step",
+    "ms per step",
+    "The input wait inside analysed steps (the spans `input_percent` counts: `enumerate(DataLoader)#...__next__` "
+    "in PyTorch, `IteratorGetNext` in TensorFlow), divided by the number of steps." + _COMPARE_ONLY,
+    group="compare only",
+    field="input_ms_per_step",
+    compared=Compared("input wait", "ms/step", 60, gate="input"),
+)
+COMPARED_DTOH_MS_PER_STEP = Metric(
+    PREFIX + "dtoh_ms_per_step",
+    "ms per step",
+    "Device time of device-to-host copies launched inside analysed steps, divided by the number of steps. 0 on a "
+    "CPU-only run." + _COMPARE_ONLY,
+    group="compare only",
+    field="dtoh_ms_per_step",
+    compared=Compared("device-to-host copies", "ms/step", 80),
+)
+COMPARED_COLLECTIVE_MS_PER_STEP = Metric(
+    PREFIX + "collective_ms_per_step",
+    "ms per step",
+    "Time of collective communication inside analysed steps (what `collective_percent` counts, overlapped or not), "
+    "divided by the number of steps." + _COMPARE_ONLY,
+    group="compare only",
+    field="collective_ms_per_step",
+    compared=Compared("collectives", "ms/step", 90, gate="collectives"),
+)
+COMPARED_ALLOCATED_PEAK_MB = Metric(
+    PREFIX + "allocated_peak_mb",
+    "MB",
+    "The most the steps' allocations held at once: the largest rise of the running sum of the bytes of the "
+    "allocations and frees `allocs_per_step` counts. NaN without memory events." + _MB + _COMPARE_ONLY,
+    group="compare only",
+    field="allocated_peak_mb",
+    compared=Compared("memory held at once by the steps' allocations", "MB", 150, gate="memory"),
+)
+EPOCH_INPUT_MS_PER_STEP = Metric(
+    EPOCH_PREFIX + "input_ms_per_step",
+    "ms per step",
+    "Derived per epoch from the logged figures: `fitprof/epoch/input_percent` / 100 x "
+    "`fitprof/epoch/step_time_ms_p50`, the input wait in ms per step." + _COMPARE_ONLY,
+    group="compare only",
+    compared=Compared("input wait, every step", "ms/step", 40, gate="input", every_step=True),
 )
 
 
@@ -597,6 +684,9 @@ FIT_METRICS: tuple[Metric, ...] = in_group("fit")
 """Where the fit's wall time went (`fitprof.fit.fit_wall`), logged once, at the fit's end."""
 CHURN_METRICS: tuple[Metric, ...] = in_group("churn")
 """The allocation churn of a window whose trace holds memory events (`fitprof.analysis` report fields)."""
+COMPARE_ONLY_METRICS: tuple[Metric, ...] = in_group("compare only")
+"""The figures ``fitprof compare`` compares that are never logged: report fields left out of the logs, and one
+derived from the logged epoch figures. Not in :data:`BASE_METRICS` nor :data:`ALL`."""
 
 BASE_METRICS: tuple[Metric, ...] = tuple(m for m in in_group("") if m.field)
 """The figures every analysed window logs, whatever its operators, in the order they are logged: each window
@@ -619,6 +709,18 @@ ALL: tuple[Metric, ...] = (
 
 BASE_KEYS: tuple[str, ...] = tuple(m.key for m in BASE_METRICS)
 """The keys every analysed window logs, whatever its operators."""
+
+
+def compared_metrics() -> tuple[Metric, ...]:
+    """Every metric of this module with a ``compared``, logged or not, in their ``compared.order`` (ties in the
+    order they are defined in)."""
+    found = [m for m in list(globals().values()) if isinstance(m, Metric) and m.compared is not None]
+    return tuple(sorted(found, key=lambda m: m.compared.order if m.compared else 0))
+
+
+COMPARED_METRICS: tuple[Metric, ...] = compared_metrics()
+"""Every figure ``fitprof compare`` compares (those with ``compared``), logged or not, in their ``compared.order``
+(:data:`fitprof.compare.FIGURES` is built from it)."""
 
 
 def top_op_rank_key(i: int) -> str:
