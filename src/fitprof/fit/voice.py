@@ -1,0 +1,76 @@
+"""What one fit prints, framework-free: per profiled epoch one headline on its own line (step time, the window's
+input share, the verdict, where the profile is), then the epoch's verdicts and advice, each said once per fit and
+again only when it changes. Both adapters print what :meth:`Voice.lines` returns, on rank 0, when ``verbose``.
+
+A sentence "changes" when its words or its settings change, not its measured numbers: ``the training thread
+waited for a core 37% of epoch 1`` and ``... 50% of epoch 2`` say the same thing, ``num_workers=2 would ...`` and
+``num_workers=3 would ...`` do not (:func:`gist`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from fitprof import _fs
+from fitprof.fit.result import EpochResult
+
+_NUMBER = re.compile(r"(?<![=\w.])\d+(?:\.\d+)?")
+"""A measured number: digits not right after ``=`` (a setting such as ``num_workers=3`` stays) or a word."""
+
+
+def gist(line: str) -> str:
+    """``line`` with its measured numbers replaced by ``#``, so that two epochs saying the same thing with other
+    figures compare equal; settings written ``name=value`` are kept."""
+    return _NUMBER.sub("#", line)
+
+
+def profile_place(log_dir: str | None, session_dir: Path | None) -> str | None:
+    """Where a window's profile is, as the headline names it: ``session_dir`` itself, or under a URL
+    ``log_dir`` its copy there (``<url>/plugins/profile/<session>``); None without one."""
+    if session_dir is None or log_dir is None:
+        return None
+    if _fs.is_remote(log_dir):
+        return _fs.join(log_dir, "plugins", "profile", session_dir.name)
+    return os.fspath(session_dir)
+
+
+class Voice:
+    """The lines one callback prints over a fit (see the module docstring); :meth:`begin_fit` forgets what was
+    said.
+
+    Attributes:
+        new: the verdicts and advice the last :meth:`lines` said for the first time in this fit (for the Text tab).
+    """
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+        self.new: list[str] = []
+
+    def begin_fit(self) -> None:
+        """A ``fit`` begins: every sentence may be said once again."""
+        self._said.clear()
+
+    def lines(self, epoch: int, result: EpochResult, where: str | None = None) -> list[str]:
+        """What to print for epoch ``epoch``'s ``result``: the headline of its window (rank 0's
+        :attr:`~fitprof.fit.result.EpochLog.line`, with ``where``: the place of the epoch's profile), each triggered
+        window's line, then the verdicts and advice not said before in this fit (:func:`gist`). In a CPU-contended
+        epoch the loader's worker-count advice is left out: the contention verdict is the epoch's one verdict, and
+        step times that measure waiting for a core say nothing about workers.
+
+        Returns:
+            The lines, each without a line break, in print order.
+        """
+        out: list[str] = []
+        if result.log is not None and result.log.line:
+            out.append(result.log.line + (f"; profile in {where}" if where else ""))
+        out += [t.line for t in result.triggered]
+        advice = [] if result.contended else result.advice
+        self.new = []
+        for text in (*result.verdicts, *advice):
+            key = gist(text)
+            if key not in self._said:
+                self._said.add(key)
+                self.new.append(text)
+        return out + [f"fitprof: {text}" for text in self.new]
