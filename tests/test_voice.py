@@ -190,3 +190,19 @@ def test_a_distributed_lightning_fit_is_not_asked_for_sync_dist_per_key(tmp_path
     result, _ = run_result(["-c", code], cwd=tmp_path)
     assert len(result["logged"]) > 20  # the keys were logged (through a DDP strategy: a process group)
     assert result["asked"] == []
+
+
+def test_tensorflow_import_lines_are_held_back_and_nothing_else() -> None:
+    from fitprof.profilers.quiet import kept
+
+    captured = (
+        b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        b"I0000 00:00:1796327747.469903   21479 port.cc:153] oneDNN custom operations are on. You may see slightly "
+        b"different numerical results due to floating-point round-off errors from different computation orders. "
+        b"To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.\n"
+        b"W0000 00:00:1796327747.469903   21479 port.cc:153] oneDNN custom operations are on.\n"
+        b"a line of the user's\n"
+    )
+    assert kept(captured) == (
+        b"W0000 00:00:1796327747.469903   21479 port.cc:153] oneDNN custom operations are on.\na line of the user's\n"
+    )
