@@ -138,6 +138,8 @@ def test_lightning_fit_prints_once_and_keeps_the_worker_advice_for_the_report(
     pytest.importorskip("lightning.pytorch")
     import lightning.pytorch as pl
     import torch
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing import event_accumulator
 
     from fitprof.cli import main
     from fitprof.lightning import FitProfiler
@@ -147,7 +149,9 @@ def test_lightning_fit_prints_once_and_keeps_the_worker_advice_for_the_report(
     capsys.readouterr()
     fp = FitProfiler(log_dir=tmp_path, profile_batch=(3, 5))
     loader = torch.utils.data.DataLoader(_Slow(), batch_size=4)  # no workers: loading in the main process
-    pl.Trainer(max_epochs=3, callbacks=[fp], accelerator="cpu", **QUIET).fit(Tiny(), loader)
+    tb = TensorBoardLogger(tmp_path / "tb", name="", version="")
+    quiet = {**QUIET, "logger": tb}
+    pl.Trainer(max_epochs=3, callbacks=[fp], accelerator="cpu", **quiet).fit(Tiny(), loader)
     heads, advice = _fitprof_lines(capsys.readouterr().out)
     _heads_name_their_profile(heads, [0, 1, 2])
     assert len(advice) <= MAX_ADVICE, advice
@@ -158,6 +162,10 @@ def test_lightning_fit_prints_once_and_keeps_the_worker_advice_for_the_report(
     assert main(["report", str(tmp_path)]) == 0
     report = capsys.readouterr().out
     assert all(v in report for v in kept), report
+    # the Text tab holds each sentence the fit said first, the worker advice among them
+    acc = event_accumulator.EventAccumulator(tb.log_dir, size_guidance={event_accumulator.TENSORS: 0}).Reload()
+    texts = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("fitprof/advice/text_summary")]
+    assert texts and any("num_workers=" in t for t in texts), texts
 
 
 DDP = textwrap.dedent(
