@@ -214,3 +214,31 @@ def test_tensorflow_import_lines_are_held_back_and_nothing_else() -> None:
     assert kept(captured) == (
         b"W0000 00:00:1796327747.469903   21479 port.cc:153] oneDNN custom operations are on.\na line of the user's\n"
     )
+
+
+def test_the_plot_draws_each_epochs_wall_time_split_and_hatches_contended_epochs(tmp_path: Path) -> None:
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from fitprof.cli.plot import plot_breakdown
+
+    window = {"run": "r", "fit": 0, "epoch": 0, "rank": 0, "step_time_ms": 10.0, "input_ms_per_step": 2.0}
+    window |= {"htod_ms_per_step": 0.0, "verdict": "cpu-contended"}
+    parts = {"train_steps_s": 2.0, "input_s": 0.5, "validation_s": 0.5, "other_s": 0.1}
+    calm = {"run": "r", "fit": 0, "epoch": 0, "rank": 0, **parts, "verdicts": []}
+    busy = {**calm, "epoch": 1, "verdicts": ["CPU-contended: the training thread waited for a core 40% of epoch 1"]}
+    png = tmp_path / "plot.png"
+    plot_breakdown([window], png, [calm, busy])
+    with Image.open(png) as img:
+        rgb = np.asarray(img.convert("RGB")).astype(int)
+    cyan = np.abs(rgb - (23, 190, 207)).sum(axis=2) <= 6  # the epoch's training steps (tab:cyan)
+    columns = np.flatnonzero(cyan.sum(axis=0) > 20)  # bar columns (legend patches are a few rows tall)
+    split = np.flatnonzero(np.diff(columns) > 1)
+    assert len(split) == 1, columns  # two epoch bars
+    left, right = columns[: split[0] + 1], columns[split[0] + 1 :]
+    for bar, hatched in ((left, False), (right, True)):
+        mid = int(bar[len(bar) // 4])
+        rows = np.flatnonzero(cyan[:, mid])
+        dark = (rgb[rows.min() : rows.max() + 1, mid].sum(axis=1) < 200).sum()
+        assert (dark > 0) == hatched, (mid, dark)
