@@ -16,8 +16,9 @@ from pathlib import Path
 from fitprof import _fs
 from fitprof.fit.result import EpochResult
 
-_NUMBER = re.compile(r"(?<![=\w.])\d+(?:\.\d+)?")
-"""A measured number: digits not right after ``=`` (a setting such as ``num_workers=3`` stays) or a word."""
+_NUMBER = re.compile(r"(?<![=\w.,])\d+(?:,\d{3})*(?:\.\d+)?")
+"""A measured number (``4,015``, ``0.03``): digits not right after ``=`` (a setting such as ``num_workers=3``
+stays) or a word."""
 
 
 def gist(line: str) -> str:
