@@ -59,13 +59,19 @@ def test_each_sentence_is_said_once_a_fit_and_contention_overrides_worker_advice
         contended=True,
     )
     assert voice.lines(1, contended) == [f"fitprof: {contention}"]  # no worker count in a contended epoch
-    changed = EpochResult(advice=["num_workers=4 would bring steps to about 7.0 ms (now 9.0 ms)"])
-    assert voice.lines(2, changed) == [f"fitprof: {changed.advice[0]}"]  # the setting changed: said again
-    assert voice.lines(3, changed) == [] and voice.new == []
+    noise = EpochResult(advice=["num_workers=4 would bring steps to about 7.0 ms (now 9.0 ms); only 2 cores: ..."])
+    assert voice.lines(2, noise) == []  # the same advice, its count moved with the epoch's noise
+    changed = EpochResult(advice=["the loader keeps up (input wait 1% of a 10.1 ms step): num_workers=1 would do"])
+    assert voice.lines(3, changed) == [f"fitprof: {changed.advice[0]}"]  # another advice: said
+    assert voice.lines(4, changed) == [] and voice.new == []
     voice.begin_fit()
     assert voice.lines(0, changed) == [f"fitprof: {changed.advice[0]}"]  # a new fit says it again
-    assert gist("num_workers=3 took 12.5% of epoch 4") == "num_workers=3 took #% of epoch #"
-    assert gist("(286 switches/s, 2 cores)") == gist("(4,015 switches/s, 2 cores)") == "(# switches/s, # cores)"
+    assert gist("num_workers=3 took 12.5% of epoch 4 (0.03 s)") == "num_workers=# took #% of epoch #"
+    assert (
+        gist("waited 286 switches/s, 2 cores")
+        == gist("waited 4,015 switches/s, 2 cores")
+        == "waited # switches/s, # cores"
+    )
 
 
 KERAS_TORCH = textwrap.dedent(
@@ -158,11 +164,11 @@ def test_lightning_fit_prints_once_and_keeps_the_worker_advice_for_the_report(
     assert len(advice) <= MAX_ADVICE, advice
     # the worker advice of each epoch is kept in the per-epoch file and shown by `fitprof report`
     records = [json.loads(line) for line in (tmp_path / "plugins/fitprof/epochs.rank0.jsonl").read_text().splitlines()]
-    kept = [v for r in records for v in r["verdicts"] if "num_workers=" in v]
-    assert len(kept) == 3, records
+    last = fp._loader.advice(waiting_only=True)  # the last epoch's worker advice (the wait is 80-90% of a step)
+    assert last and last in records[-1]["verdicts"], records
     assert main(["report", str(tmp_path)]) == 0
     report = capsys.readouterr().out
-    assert all(v in report for v in kept), report
+    assert last in report, report
     # the Text tab holds each sentence the fit said first, the worker advice among them
     acc = event_accumulator.EventAccumulator(tb.log_dir, size_guidance={event_accumulator.TENSORS: 0}).Reload()
     texts = [e.tensor_proto.string_val[0].decode() for e in acc.Tensors("fitprof/advice/text_summary")]

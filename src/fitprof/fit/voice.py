@@ -1,11 +1,11 @@
 """What one fit prints, framework-free: per profiled epoch one headline on its own line (step time, the window's
-input share, the verdict, where the profile is), then the epoch's verdicts and advice, each said once per fit and
-again only when it changes. Both adapters print what :meth:`Voice.lines` returns, on rank 0, when ``verbose``.
+input share, the verdict, where the profile is), then the epoch's verdicts and advice, each kind said once per fit
+and again only when it changes. Both adapters print what :meth:`Voice.lines` returns, on rank 0, when ``verbose``.
 
-A sentence "changes" when its words or its settings change, not its measured numbers: ``the training thread
-waited for a core 37% of epoch 1`` and ``... 50% of epoch 2`` say the same thing, ``num_workers=2 would ...`` and
-``num_workers=3 would ...`` do not (:func:`gist`).
-"""
+A sentence's kind is its wording up to its first ``(`` or ``:``, its numbers left out (:func:`gist`):
+``the training thread waited for a core 37% of epoch 1`` and ``... 50% of epoch 2`` say the same thing, and so do
+``num_workers=6 would bring steps to about 2.1 ms`` and ``num_workers=7 ...`` (the count needed moves with the
+epoch's noise); ``the loader keeps up`` after ``num_workers=6 would ...`` is a change, and is said."""
 
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ from pathlib import Path
 from fitprof import _fs
 from fitprof.fit.result import EpochResult
 
-_NUMBER = re.compile(r"(?<![=\w.,])\d+(?:,\d{3})*(?:\.\d+)?")
-"""A measured number (``4,015``, ``0.03``): digits not right after ``=`` (a setting such as ``num_workers=3``
-stays) or a word."""
+_NUMBER = re.compile(r"(?<![\w.,])\d+(?:,\d{3})*(?:\.\d+)?")
+"""A number (``4,015``, ``0.03``, the ``3`` of ``num_workers=3``): digits not right after a letter (``aten::mm2``)."""
+
+_KIND_END = re.compile(r"[(:]")
 
 
 def gist(line: str) -> str:
-    """``line`` with its measured numbers replaced by ``#``, so that two epochs saying the same thing with other
-    figures compare equal; settings written ``name=value`` are kept."""
-    return _NUMBER.sub("#", line)
+    """The kind of ``line``: its wording up to its first ``(`` or ``:``, each number replaced by ``#``, so that two
+    epochs saying the same thing with other figures compare equal."""
+    return _NUMBER.sub("#", _KIND_END.split(line, maxsplit=1)[0]).strip()
 
 
 def profile_place(log_dir: str | None, session_dir: Path | None) -> str | None:
@@ -56,7 +57,7 @@ class Voice:
     def lines(self, epoch: int, result: EpochResult, where: str | None = None) -> list[str]:
         """What to print for epoch ``epoch``'s ``result``: the headline of its window (rank 0's
         :attr:`~fitprof.fit.result.EpochLog.line`, with ``where``: the place of the epoch's profile), each triggered
-        window's line, then the verdicts and advice not said before in this fit (:func:`gist`). In a CPU-contended
+        window's line, then the verdicts and advice whose kind was not said before in this fit (:func:`gist`). In a CPU-contended
         epoch the loader's worker-count advice is left out: the contention verdict is the epoch's one verdict, and
         step times that measure waiting for a core say nothing about workers.
 
