@@ -1,6 +1,7 @@
 """What one fit prints, framework-free: per profiled epoch one headline on its own line (step time, the window's
-input share, the verdict, where the profile is), then the epoch's verdicts and advice, each kind said once per fit
-and again only when it changes. Both adapters print what :meth:`Voice.lines` returns, on rank 0, when ``verbose``.
+input share, the verdict, where the profile is), then at most one verdict or advice, each kind said once per fit
+and again only when it changes (all of them go to the Text tab and the per-epoch file). Both adapters print what
+:meth:`Voice.lines` returns, on rank 0, when ``verbose``.
 
 A sentence's kind is its wording up to its first ``(`` or ``:``, its numbers left out (:func:`gist`):
 ``the training thread waited for a core 37% of epoch 1`` and ``... 50% of epoch 2`` say the same thing, and so do
@@ -43,23 +44,28 @@ class Voice:
     said.
 
     Attributes:
-        new: the verdicts and advice the last :meth:`lines` said for the first time in this fit (for the Text tab).
+        new: the verdicts and advice of the last :meth:`lines` whose kind is new in this fit (for the Text tab; the
+            per-epoch file keeps them all).
     """
 
     def __init__(self) -> None:
-        self._said: set[str] = set()
+        self._said: set[str] = set()  # the kinds printed
+        self._written: set[str] = set()  # the kinds handed to the Text tab
         self.new: list[str] = []
 
     def begin_fit(self) -> None:
         """A ``fit`` begins: every sentence may be said once again."""
         self._said.clear()
+        self._written.clear()
 
     def lines(self, epoch: int, result: EpochResult, where: str | None = None) -> list[str]:
         """What to print for epoch ``epoch``'s ``result``: the headline of its window (rank 0's
         :attr:`~fitprof.fit.result.EpochLog.line`, with ``where``: the place of the epoch's profile), each triggered
-        window's line, then the verdicts and advice whose kind was not said before in this fit (:func:`gist`). In a CPU-contended
-        epoch the loader's worker-count advice is left out: the contention verdict is the epoch's one verdict, and
-        step times that measure waiting for a core say nothing about workers.
+        window's line, then one verdict or advice: the first whose kind was not printed before in this fit
+        (:func:`gist`), CPU contention first. One an epoch: a short fit reads a few lines, each sentence left
+        unprinted is printed in a later epoch that says it again, and all are in the per-epoch file (``fitprof
+        report``). In a CPU-contended epoch the loader's worker-count advice is left out: contention is the
+        epoch's one verdict, and step times that measure waiting for a core say nothing about workers.
 
         Returns:
             The lines, each without a line break, in print order.
@@ -69,10 +75,11 @@ class Voice:
             out.append(result.log.line + (f"; profile in {where}" if where else ""))
         out += [t.line for t in result.triggered]
         advice = [] if result.contended else result.advice
-        self.new = []
-        for text in (*result.verdicts, *advice):
-            key = gist(text)
-            if key not in self._said:
-                self._said.add(key)
-                self.new.append(text)
-        return out + [f"fitprof: {text}" for text in self.new]
+        said = sorted((*result.verdicts, *advice), key=lambda text: not text.startswith("CPU-contended"))
+        self.new = [text for text in said if gist(text) not in self._written]
+        self._written.update(gist(text) for text in self.new)
+        for text in said:
+            if gist(text) not in self._said:
+                self._said.add(gist(text))
+                return [*out, f"fitprof: {text}"]
+        return out
