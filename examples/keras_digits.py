@@ -86,7 +86,13 @@ def main(argv: list[str] | None = None) -> dict[int, Any]:
     parser.add_argument("--slow-input", action="store_true", help="real per-sample CPU augmentation")
     args = parser.parse_args(argv)
 
-    import keras
+    from fitprof.profilers.quiet import quiet_profiler_lines
+
+    # TensorFlow's C++ logs "oneDNN custom operations are on" (and absl's "All log messages before
+    # absl::InitializeLog()" line), twice, as it is imported, before TF_CPP_MIN_LOG_LEVEL applies: held back here
+    with quiet_profiler_lines():
+        import keras
+        import tensorflow  # noqa: F401  (tf.data feeds every backend)
     from _table import print_reports
 
     from fitprof.keras import FitProfiler

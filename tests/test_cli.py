@@ -486,7 +486,7 @@ def _event_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     acc.Reload()
     out: dict[str, dict[int, float]] = {}
     for tag in acc.Tags()["tensors"]:
-        if not tag.startswith("fitprof/") or tag == "fitprof/summary":
+        if not tag.startswith("fitprof/") or tag in ("fitprof/summary", "fitprof/advice"):  # the text tags
             continue
         out[tag] = {e.step: float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
     return out

@@ -54,7 +54,7 @@ def _scalars(logdir: Path) -> dict[str, list[float]]:
     acc.Reload()
     out = {}
     for tag in acc.Tags()["tensors"]:
-        if tag != "fitprof/summary":
+        if tag not in ("fitprof/summary", "fitprof/advice"):  # the text tags
             out[tag] = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
     return out
 

@@ -138,13 +138,17 @@ def test_one_line_summary_follows_fit_verbose_and_can_be_turned_off(
     _, fp, _ = _fit(tmp_path / "loud", validation=False, fit_verbose=2)
     report = fp.reports[2]
     head = (
-        f"fitprof epoch 2: {report.step_time_ms:.2f} ms/step, input {report.input_percent:.1f}%, "
-        f"HtoD {report.htod_percent:.1f}%, top op {report.top_ops[0].name} "
-        f"{report.top_ops[0].self_ms_per_step:.2f} ms -> {report.verdict}"
+        f"fitprof epoch 2: {report.step_time_ms:.2f} ms/step, "
+        f"input {report.input_percent:.1f}% of the window's steps, HtoD {report.htod_percent:.1f}%, "
+        f"top op {report.top_ops[0].name} {report.top_ops[0].self_ms_per_step:.2f} ms -> {report.verdict}"
     )
     (line,) = summary_lines()
-    # the window-vs-epoch note follows when the window's figures are off the epoch's always-on ones
-    assert line == head or line.startswith(f"{head}; the window is not representative of its epoch (")
+    # the window-vs-epoch note follows when the window's figures are off the epoch's always-on ones, then the place
+    # of the profile
+    assert line.startswith(head) and "; profile in " in line
+    note = line[len(head) : line.index("; profile in ")]
+    assert note == "" or note.startswith("; the window is not representative of its epoch (")
+    assert Path(line.split("; profile in ")[1]).is_dir()
     _, fp, _ = _fit(tmp_path / "off", validation=False, fit_verbose=2, verbose=False)
     assert sorted(fp.reports) == [2] and summary_lines() == []
     _, fp, _ = _fit(tmp_path / "fit_quiet", validation=False, fit_verbose=0)

@@ -102,10 +102,13 @@ def test_one_line_summary_on_rank_zero_unless_turned_off(tmp_path: Path, capsys:
     _fit(tmp_path / "on", [fp])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("fitprof epoch")]
     r = fp.reports[0]
-    assert lines == [
-        f"fitprof epoch 0: {r.step_time_ms:.2f} ms/step, input {r.input_percent:.1f}%, HtoD {r.htod_percent:.1f}%, "
-        f"top op {r.top_ops[0].name} {r.top_ops[0].self_ms_per_step:.2f} ms -> {r.verdict}"
-    ]
+    head = (
+        f"fitprof epoch 0: {r.step_time_ms:.2f} ms/step, input {r.input_percent:.1f}% of the window's steps, "
+        f"HtoD {r.htod_percent:.1f}%, top op {r.top_ops[0].name} {r.top_ops[0].self_ms_per_step:.2f} ms -> {r.verdict}"
+    )
+    (line,) = lines
+    assert line.startswith(head + "; profile in ")  # the place of the profile, its session folder
+    assert Path(line.split("; profile in ")[1]).is_dir()
     fp = FitProfiler(profile_batch=(3, 5), verbose=False)
     _fit(tmp_path / "off", [fp])
     assert sorted(fp.reports) == [0]

@@ -124,7 +124,7 @@ def _run(scenario: str, folder: Path) -> dict[str, Any]:
     events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
     events.Reload()
     tensors = {tag: [float(make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)] for tag in events.Tags()["tensors"]
-               if not tag.endswith("summary")}  # fmt: skip
+               if not tag.endswith(("summary", "fitprof/advice"))}  # fmt: skip
     texts = {
         tag: [make_ndarray(e.tensor_proto).item().decode() for e in events.Tensors(tag)]
         for tag in events.Tags()["tensors"]

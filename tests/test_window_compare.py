@@ -62,7 +62,7 @@ def test_the_summary_says_when_the_window_is_not_representative() -> None:
     scalars = logged[2].scalars
     assert line.endswith(
         f"; the window is not representative of its epoch (step time {scalars[metrics.STEP_TIME_MS.key]:.1f} ms vs "
-        f"{unlike.step_time_ms_mean:.1f} ms for the epoch's 100 timed steps; input "
+        f"a median of {unlike.step_time_ms_p50:.1f} ms over the epoch's 100 timed steps; input "
         f"{scalars[metrics.INPUT_PERCENT.key]:.1f}% vs {unlike.input_percent:.1f}% for the epoch)"
     )
     assert text.startswith("Note: the window is not representative of its epoch (")

@@ -260,6 +260,8 @@ TOP_OP = Metric(
     "operator keeps its own curve. Never in Keras `logs` nor Lightning's logged metrics.",
 )
 SUMMARY_TAG = PREFIX + "summary"
+ADVICE_TAG = PREFIX + "advice"
+"""The Text-tab tag of the verdicts and advice each epoch said first in its fit (:class:`fitprof.fit.voice.Voice`)."""
 
 EPOCH_PREFIX = PREFIX + "epoch/"
 _CLEAN = (

@@ -121,7 +121,8 @@ def run(args: argparse.Namespace, out: Output) -> int:
         try:
             here = logdir.resolve().name or os.fspath(logdir)  # a title better than "." for LOGDIR itself
             windows = [{**r, "run": here} if r["run"] == "." else r for r in records if r["record"] == RECORD_WINDOW]
-            plot_breakdown(windows, args.plot)
+            epochs = [{**r, "run": here} if r["run"] == "." else r for r in records if r["record"] == RECORD_EPOCH]
+            plot_breakdown(windows, args.plot, epochs)
         except (OSError, ValueError, ImportError) as err:
             out.error(describe(args.plot, err))
             return EXIT_BAD_INPUT

@@ -221,7 +221,8 @@ class EpochEnd:
         if result.triggered:
             result.trigger.update(trigger_scalars(result.triggered[-1].event))
         result.verdicts = self.parts.verdicts(epoch) if wall is not None else []
-        result.advice = [f"fitprof: epoch {epoch}: {line}" for line in self.probes.advice()]
+        result.advice = self.probes.advice()
+        result.contended = self.contention is not None
         return result
 
     def _scheduled(self, epoch: int, result: EpochResult, *, work: Work | None, gather: Gather | None) -> None:

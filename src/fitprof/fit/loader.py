@@ -450,6 +450,9 @@ class LoaderProbe:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1, got {cores!r}")
         self.source = source
+        # False: the loader is the framework's own, built from arrays (Keras on torch fed NumPy), whose settings
+        # the user does not write, so its worker advice is not printed (its figures still are logged)
+        self.user_loader = True
         self.cores = cores if cores is not None else usable_cores()
         self.fetch_wait = fetch_wait
         self.cpu_clock = cpu_clock
@@ -648,8 +651,9 @@ class LoaderProbe:
 
     def advice(self, *, waiting_only: bool = False) -> str | None:
         """The last epoch's advice line, None before an epoch with figures (``waiting_only``: also None when the
-        input wait was under :data:`WAIT_TARGET` of the step, nothing to act on)."""
+        input wait was under :data:`WAIT_TARGET` of the step, nothing to act on, or the loader is not the user's:
+        ``user_loader`` False)."""
         e = self.last
-        if e is None or (waiting_only and e.wait_ns <= WAIT_TARGET * e.measured_ns):
+        if e is None or (waiting_only and (e.wait_ns <= WAIT_TARGET * e.measured_ns or not self.user_loader)):
             return None
         return e.advice()

@@ -73,13 +73,14 @@ def every_key(
 
 def summary_line(epoch: int, scalars: dict[str, float], report: BottleneckReport | None) -> str:
     """The one line printed per profiled epoch on rank 0, e.g.
-    ``fitprof epoch 3: 12.40 ms/step, input 71.8%, HtoD 0.0%, top op aten::mm 2.10 ms -> input-bound``.
+    ``fitprof epoch 3: 12.40 ms/step, input 71.8% of the window's steps, HtoD 0.0%, top op aten::mm 2.10 ms ->
+    input-bound`` (the input share: of the profiled window's step time, not the epoch's).
 
     The figures are those logged (cross-rank means with several ranks); the top operator and the verdict are
     rank 0's own report's (left out when rank 0 has none).
     """
     parts = [f"fitprof epoch {epoch}: {scalars.get(metrics.STEP_TIME_MS.key, math.nan):.2f} ms/step"]
-    parts.append(f"input {scalars.get(metrics.INPUT_PERCENT.key, math.nan):.1f}%")
+    parts.append(f"input {scalars.get(metrics.INPUT_PERCENT.key, math.nan):.1f}% of the window's steps")
     parts.append(f"HtoD {scalars.get(metrics.HTOD_PERCENT.key, math.nan):.1f}%")
     ranks = scalars.get(cross_rank.RANKS_REPORTED)
     if ranks is not None:

@@ -52,7 +52,7 @@ class EpochPublisher:
                 rank=self.rank,
                 framework=self.framework,
                 figures=result.epoch,
-                verdicts=result.verdicts,
+                verdicts=[*result.verdicts, *result.advice],  # the advice kept for `fitprof report`
             )
         except OSError as err:
             # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first

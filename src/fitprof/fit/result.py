@@ -104,9 +104,9 @@ class EpochResult:
         profiled: the epoch had a window (this rank's or, for the gather, any rank's).
         session_dir: the session folder of this rank's scheduled window (None: none, or not written).
         verdicts: the epoch's verdicts (where its wall time went, CPU contention), as the per-epoch file keeps them.
-        verdict_lines: the same as the lines the adapter prints (``fitprof: ...``).
-        advice: the probes' advice lines for this epoch, as printed (``fitprof: epoch <N>: ...``; the loader's when
-            its wait is worth acting on).
+        advice: the probes' advice for this epoch (the loader's when its wait is worth acting on), as the per-epoch
+            file keeps it; :class:`fitprof.fit.voice.Voice` prints each once a fit.
+        contended: the epoch was CPU-contended (its verdict says so and overrides the worker-count advice).
         log: what rank 0 logs for the epoch's window (None: no window, or not rank 0); the engine hands it to the
             adapter's ``log`` as it publishes the result.
     """
@@ -120,8 +120,5 @@ class EpochResult:
     session_dir: Path | None = None
     verdicts: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    contended: bool = False
     log: EpochLog | None = None
-
-    @property
-    def verdict_lines(self) -> list[str]:
-        return [f"fitprof: {line}" for line in self.verdicts]

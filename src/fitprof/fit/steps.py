@@ -82,7 +82,7 @@ class EpochSteps:
         step_time_ms_p50: median wall time of a clean step (ms), NaN without clean steps.
         step_time_ms_p90: 90th percentile (ms, numpy's linear interpolation), NaN without clean steps.
         step_time_ms_max: the slowest clean step (ms), NaN without clean steps.
-        step_time_ms_mean: mean clean step time (ms): the figure compared with a window's mean step time.
+        step_time_ms_mean: mean clean step time (ms).
         input_percent: time waiting for the batch over step time, summed over the clean steps whose wait was
             measured, times 100 (0-100); NaN when no wait was measured (an adapter that cannot see the fetch).
         samples_per_s: samples over seconds, summed over the clean steps whose batch size is known; NaN when
@@ -488,7 +488,9 @@ def not_representative(
 ) -> str | None:
     """Why a profiled window does not represent its epoch, or None when it does (or cannot be compared).
 
-    Compares the window's mean step time (ms, from its trace) with the epoch's mean clean step time, and the
+    Compares the window's mean step time (ms, from its trace) with the epoch's median clean step time (the figure
+    the progress bar and ``fitprof/epoch/step_time_ms_p50`` show; a few slow steps, a checkpoint's or a stall's,
+    move the mean but not the median, so a window as fast as the epoch's typical step is not called off), and the
     window's input share (%) with the epoch's; a figure that is NaN on either side is not compared.
 
     Args:
@@ -500,17 +502,18 @@ def not_representative(
         min_steps: the fewest clean steps the epoch needs to be compared at all.
 
     Returns:
-        E.g. ``"the window is not representative of its epoch (step time 12.1 ms vs 6.0 ms for the epoch's 480
-        timed steps; input 45.0% vs 12.0%)"``, or None.
+        E.g. ``"the window is not representative of its epoch (step time 12.1 ms vs a median of 6.0 ms over the
+        epoch's 480 timed steps; input 45.0% vs 12.0% for the epoch)"``, or None.
     """
     if epoch.steps_timed < min_steps:
         return None
     reasons = []
-    epoch_ms = epoch.step_time_ms_mean
+    epoch_ms = epoch.step_time_ms_p50
     step_known = math.isfinite(window_step_ms) and math.isfinite(epoch_ms) and epoch_ms > 0
     if step_known and abs(window_step_ms - epoch_ms) > step_rel * epoch_ms:
         reasons.append(
-            f"step time {window_step_ms:.1f} ms vs {epoch_ms:.1f} ms for the epoch's {epoch.steps_timed} timed steps"
+            f"step time {window_step_ms:.1f} ms vs a median of {epoch_ms:.1f} ms over the epoch's "
+            f"{epoch.steps_timed} timed steps"
         )
     input_known = math.isfinite(window_input_percent) and math.isfinite(epoch.input_percent)
     if input_known and abs(window_input_percent - epoch.input_percent) > input_pp:

@@ -37,7 +37,6 @@ class Backend:
         count_items: a callback sees a batch (the FLOP-count call's), so ``count_items`` can run.
         extra_last_call: with data of unknown length Keras calls ``on_train_batch_begin`` once more, for the call
             that finds the data exhausted.
-        says_where: the profiler prints where it collected the trace (a temporary folder): say where it is.
         non_chief_abort: the profiler can abort a non-chief worker when a window stops (TensorFlow 2.21).
         retraces_collectives: counting FLOPs retraces the step, which allocates collective keys under a
             multi-worker strategy.
@@ -58,7 +57,6 @@ class Backend:
     torch_options: bool = False
     count_items: bool = False
     extra_last_call: bool = False
-    says_where: bool = False
     non_chief_abort: bool = False
     retraces_collectives: bool = False
     prefetches_plain_batches: bool = False
@@ -113,7 +111,6 @@ BACKENDS: dict[str, Backend] = {
         _TENSORFLOW,
         store=_gfile_store,
         extra_last_call=True,
-        says_where=True,
         non_chief_abort=True,
         retraces_collectives=True,
         prefetches_plain_batches=True,

@@ -48,6 +48,18 @@ def quiet_progbars(frame: Any) -> list[Any]:
     return progbars
 
 
+def say(progbars: list[Any], lines: list[str]) -> None:
+    """Print ``lines`` to stdout, each on its own line: a progress bar left mid-line by its last update (Keras's
+    ``Progbar.update`` writes ``\\r`` or ``\\n`` before each line and the line break only when it finalizes, which
+    its ``ProgbarLogger`` does after FitProfiler's ``on_epoch_end``) gets its line ended first."""
+    if not lines:
+        return
+    midline = keras.config.is_interactive_logging_enabled() and any(
+        getattr(cb, "verbose", 0) == 1 and getattr(getattr(cb, "progbar", None), "_last_update", 0) for cb in progbars
+    )
+    print(("\n" if midline else "") + "\n".join(lines), flush=True)
+
+
 def restore_progbars(progbars: list[Any]) -> None:
     """Give each progress bar of :func:`quiet_progbars` its class's own ``on_epoch_end`` again."""
     for progbar in progbars:
@@ -68,6 +80,42 @@ def progbar_logs(logs: dict[str, Any] | None) -> dict[str, Any] | None:
             return False
 
     return {k: v for k, v in logs.items() if shown(k, v)}
+
+
+ALWAYS_ON = {
+    metrics.STEP_TIME_MS.key: metrics.EPOCH_STEP_TIME_MS_P50.key,
+    metrics.INPUT_PERCENT.key: metrics.EPOCH_INPUT_PERCENT.key,
+    metrics.SAMPLES_PER_S.key: metrics.EPOCH_SAMPLES_PER_S.key,
+}
+"""A window key -> the always-on ``fitprof/epoch/*`` key that measures the same over every epoch."""
+
+
+def unwatchable_monitors(frame: Any, every_n_epochs: int) -> list[str]:
+    """One sentence for each callback of the fit (``frame``: the ``CallbackList`` that called ``on_train_begin``)
+    whose ``monitor`` is a window key while not every epoch is profiled (``every_n_epochs`` > 1): such a key is
+    NaN in the epochs without a window (``logs`` keep every key every epoch, for ``CSVLogger``), and Keras's
+    monitors count NaN as no improvement (``ReduceLROnPlateau`` cuts the learning rate, ``EarlyStopping``
+    stops). The sentence names the always-on key to watch instead."""
+    if every_n_epochs <= 1:
+        return []
+    try:
+        caller = frame_locals(frame).get("self")
+        callbacks = caller.callbacks if isinstance(caller, keras.callbacks.CallbackList) else []
+    except Exception:
+        return []
+    out = []
+    for cb in callbacks:
+        key = getattr(cb, "monitor", None)
+        if not isinstance(key, str) or key.startswith("val_"):
+            continue
+        if key.startswith(metrics.PREFIX) and not key.startswith(metrics.EPOCH_PREFIX):
+            instead = ALWAYS_ON.get(key, f"a {metrics.EPOCH_PREFIX}* key")
+            out.append(
+                f"fitprof: {type(cb).__name__}(monitor={key!r}) watches a key that is NaN in the epochs fitprof does "
+                f"not profile (every_n_epochs={every_n_epochs}), which it counts as no improvement; watch {instead} "
+                "instead, measured every epoch."
+            )
+    return out
 
 
 def csv_loggers(frame: Any) -> list[Any]:

@@ -32,6 +32,7 @@ from fitprof.fit.pipeline import every_key
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
 from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
+from fitprof.fit.voice import Voice, profile_place
 from fitprof.keras import _callbacks, _distributed, _logs
 from fitprof.keras._backends import BACKENDS
 from fitprof.keras._guards import Guards, fit_frame_locals
@@ -212,6 +213,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         # ``profiling``, ``sanity_check`` and ``checkpoint`` inside them (``fitprof/fit/*``); empty until one ends.
         self.fit_seconds: dict[str, float] = {}
         self._guards = Guards()  # what is wrapped while a window is open
+        self._voice = Voice()  # what the fit prints: each sentence once
         self._in_flush = False
         self._last_step = 0  # the last step begun in this epoch
         self._spe = 1
@@ -305,6 +307,9 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         self.fit_seconds = {}
         self._csv_loggers = _logs.csv_loggers(sys._getframe(1))
         self._progbars = _logs.quiet_progbars(sys._getframe(1))
+        self._voice.begin_fit()
+        for said in _logs.unwatchable_monitors(sys._getframe(1), self.config.every_n_epochs):
+            self._warn_once(f"monitor {said}", said)
         self._in_flush = False  # a new fit: its epochs join the cross-rank gather again
         self._open_run_dir()
         rank, world = _distributed.rank_and_world(self.model, self.backend)
@@ -405,16 +410,17 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
             _logs.no_val_columns(self._csv_loggers, logs)
 
     def _publish_epoch(self, epoch: int, result: Any) -> None:
-        """Rank 0: the epoch's always-on figures and its triggered windows to the event file (step = epoch), each
-        triggered window's line printed when ``verbose``; a profiled window's files copied to a URL log dir."""
+        """Rank 0: the epoch's always-on figures, triggered windows and newly said advice to the event file
+        (step = epoch), its lines printed when ``verbose`` (:class:`~fitprof.fit.voice.Voice`, the profile's place
+        named once a URL log dir holds it)."""
+        synced = result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync())
         if self._engine.rank == 0:
+            where = profile_place(self.log_dir, result.session_dir) if synced else None
+            lines = self._voice.lines(epoch, result, where)
             if self._verbose():
-                for line in (*(t.line for t in result.triggered), *result.verdict_lines, *result.advice):
-                    print(line, flush=True)
+                _logs.say(self._progbars, lines)
             texts = [t.text for t in result.triggered]
-            self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts)
-        if result.profiled and result.session_dir is not None and (self._mirror is None or self._mirror.sync()):
-            self._say_where(epoch, self.log_dir, result.session_dir)
+            self._write_events(finite({**result.epoch, **result.trigger}), epoch, texts, self._voice.new)
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
@@ -422,7 +428,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         fit = self._engine.fit_teardown()
         self.fit_seconds = fit.seconds() if fit is not None else {}
         if fit is not None and self._engine.rank == 0:  # once a fit, at the step of its last epoch
-            self._write_events(fit.scalars(), max(self._engine.epoch, 0), [])
+            self._write_events(fit.scalars(), max(self._engine.epoch, 0), [], [])
         if self._hooks is not None:
             self._hooks.uninstall()
             self._hooks = None
@@ -541,6 +547,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
             from fitprof.profilers.loader import DataLoaderTiming, loaders_in
 
             found = loaders_in(get())
+            self._loader.user_loader = type(adapter).__name__ == "TorchDataLoaderAdapter"  # not one made from arrays
             if found:
                 self._loader_timing = DataLoaderTiming.attach(found[0])
                 self._loader.attach(self._loader_timing)
@@ -550,11 +557,13 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
     def _gather(self, vector: list[float]) -> list[list[float]]:
         return _distributed.all_gather_vectors(self.model, self.backend, vector, self._engine.world)
 
-    def _write_events(self, scalars: dict[str, float], epoch: int, trigger_texts: list[str]) -> None:
+    def _write_events(self, scalars: dict[str, float], epoch: int, trigger_texts: list[str], said: list[str]) -> None:
         try:
             self._events.scalars(scalars, step=epoch)
             for text in trigger_texts:
                 self._events.text(metrics.TRIGGER_SUMMARY_TAG, text, step=epoch)
+            if said:
+                self._events.text(metrics.ADVICE_TAG, "\n\n".join(said), step=epoch)
             self._events.flush()
         except ModuleNotFoundError:  # no tensorboard: warned once by _log; the figures still reach the logs
             pass
@@ -563,10 +572,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
 
     def _log(self, entry: EpochLog) -> None:
         """Rank 0: write the scalars (by rank and, for TensorBoard, the operators by name) and the summary to
-        fitprof's event file in ``log_dir`` (step = epoch); print the one-line summary when ``verbose`` and
-        ``fit(verbose != 0)``."""
-        if self._verbose():
-            print(entry.line, flush=True)
+        fitprof's event file in ``log_dir`` (step = epoch); its line is printed with the epoch's result."""
         try:
             self._events.scalars({**entry.scalars, **entry.op_scalars}, step=entry.epoch)
             self._events.text(metrics.SUMMARY_TAG, entry.text, step=entry.epoch)
@@ -590,18 +596,6 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
             self._mirror = _fs.Mirror(self.log_dir, self._warn_once, *((store,) if store else ()))
             self._run_dir = str(self._mirror.local)
             self._events = TBEventFile(self._run_dir)
-
-    def _say_where(self, epoch: int, url: str, session_dir: Path) -> None:
-        """TensorFlow's profiler names only its temporary folder ("Collecting XSpace to repository: <temp folder>",
-        a line :mod:`fitprof.profilers.quiet` holds back): one line naming where the profile really is (unless
-        ``verbose=False``)."""
-        if self._fns.says_where and self.verbose:
-            where = (
-                _fs.join(url, "plugins", "profile", session_dir.name)
-                if _fs.is_remote(url)
-                else os.path.join(url, "plugins", "profile", session_dir.name)
-            )
-            print(f"fitprof: the profile of epoch {epoch} is in {where}", file=sys.stderr)
 
     def _close_mirror(self) -> None:
         mirror, self._mirror = self._mirror, None

@@ -1,9 +1,11 @@
 """What the Lightning adapter reads of the ``Trainer`` beyond its hooks: the argument that cuts the epochs short,
-the logger step of an epoch's end, the intra-op threads and loader workers, and the cross-rank all-gather."""
+the logger step of an epoch's end, the intra-op threads and loader workers, the cross-rank all-gather; and
+Lightning's ``sync_dist`` advice kept off fitprof's keys."""
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 import lightning.pytorch as pl
 
@@ -76,3 +78,14 @@ def distributed() -> bool:
         return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
     except Exception:  # a broken process group: behave as a single process
         return False
+
+
+def no_sync_dist_advice() -> None:
+    """Keep Lightning from asking, once per key, to ``self.log(<fitprof key>, ..., sync_dist=True)`` in a
+    distributed run (37 warnings under ``strategy="ddp_spawn"``): fitprof logs its keys with ``sync_dist=False``
+    on purpose, the window's figures gathered across ranks already and the ``fitprof/epoch/*`` figures each rank's
+    own, and a collective per key would hang when ranks log different keys. Lightning's warning for any other key
+    is left as it is (the filter matches fitprof's keys only, in this process: each spawned rank sets its own)."""
+    warnings.filterwarnings(
+        "ignore", message=r"It is recommended to use `self\.log\('fitprof/[^']*', \.\.\., sync_dist=True\)`"
+    )

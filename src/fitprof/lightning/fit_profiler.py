@@ -36,9 +36,10 @@ from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
 from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
+from fitprof.fit.voice import Voice, profile_place
 from fitprof.lightning import _trainer
 from fitprof.lightning._timing import StepTiming
-from fitprof.metrics import SUMMARY_TAG
+from fitprof.metrics import ADVICE_TAG, SUMMARY_TAG, TRIGGER_SUMMARY_TAG
 from fitprof.profilers.flops_torch import (
     TorchFlopCount,
     compute_dtype,
@@ -261,6 +262,7 @@ class FitProfiler(Callback, SharedAttributes):
         )
         self._dir: Path | None = None
         self._mirror: _fs.Mirror | None = None  # a URL log_dir: the local staging folder copied to it
+        self._voice = Voice()  # what the fit prints: each sentence once
         self._session: str | None = None  # this epoch's session, rank 0's on every rank
         self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
         self._last_ended = 0  # the last step whose on_train_batch_end ran
@@ -311,6 +313,8 @@ class FitProfiler(Callback, SharedAttributes):
             return
         self._time_loader(trainer)
         self.fit_seconds = {}
+        self._voice.begin_fit()
+        _trainer.no_sync_dist_advice()
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -432,21 +436,21 @@ class FitProfiler(Callback, SharedAttributes):
             gather=(lambda vector: _trainer.all_gather(trainer, vector)) if _trainer.distributed() else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
-        if self.verbose and engine.rank == 0:
-            for line in result.verdict_lines:
-                self._print(pl_module, line)
         # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
         self._log_scalars(pl_module, finite(result.epoch))
         self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
-        for triggered in result.triggered:
-            self._log_trigger(trainer, pl_module, triggered.line, triggered.text)
         if result.triggered:
             self._log_scalars(pl_module, result.trigger)
-        if (result.profiled or result.triggered) and self._mirror is not None:
-            self._mirror.sync()
-        if self.verbose and engine.rank == 0:
-            for line in result.advice:
+        synced = (result.profiled or bool(result.triggered)) and (self._mirror is None or self._mirror.sync())
+        if engine.rank == 0:
+            url = self._mirror.url if self._mirror is not None else str(self._dir)
+            lines = self._voice.lines(engine.epoch, result, profile_place(url, result.session_dir) if synced else None)
+            for line in lines if self.verbose else ():
                 self._print(pl_module, line)
+            for triggered in result.triggered:
+                self._log_text(trainer, TRIGGER_SUMMARY_TAG, triggered.text)
+            if self._voice.new:
+                self._log_text(trainer, ADVICE_TAG, "\n\n".join(self._voice.new))
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -580,27 +584,22 @@ class FitProfiler(Callback, SharedAttributes):
         else:
             print(line, flush=True)
 
-    def _log_trigger(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, line: str, text: str) -> None:
-        """Rank 0: a triggered window's line (``verbose``) and, for TensorBoard loggers, its summary."""
-        if self._engine.rank != 0:
-            return
-        if self.verbose:
-            self._print(pl_module, line)
+    def _log_text(self, trainer: pl.Trainer, tag: str, text: str) -> None:
+        """Rank 0: ``text`` under ``tag`` in each TensorBoard logger's Text tab (a triggered window's summary, the
+        epoch's new advice)."""
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 try:
-                    logger.experiment.add_text(
-                        metrics.TRIGGER_SUMMARY_TAG, text, global_step=_trainer.epoch_end_step(trainer)
-                    )
+                    logger.experiment.add_text(tag, text, global_step=_trainer.epoch_end_step(trainer))
                 except Exception as err:
-                    self._warn_rank("log-trigger", f"fitprof: logging the triggered window failed ({err!r}).")
+                    self._warn_rank(f"log-text-{tag}", f"fitprof: logging {tag} failed ({err!r}).")
 
     def _log(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None, entry: EpochLog) -> None:
-        """Rank 0: the one-line summary (``verbose``), and for TensorBoard loggers the operators by name and the
-        Markdown summary (Text tab). Without ``pl_module`` (after an exception) also the scalars, to every
+        """Rank 0: for TensorBoard loggers the operators by name and the Markdown summary (Text tab); the one-line
+        summary is printed with the epoch's result, or here after an exception. Without ``pl_module`` (after an exception) also the scalars, to every
         logger."""
-        if self.verbose:
-            self._print(pl_module, entry.line)
+        if pl_module is None and self.verbose:
+            print(entry.line, flush=True)
         for logger in trainer.loggers:
             try:
                 if pl_module is None:

@@ -46,7 +46,10 @@ NOISE = re.compile(
     rb"I\d{4} [\d:.]+ +\d+ (?:"
     rb"profiler_session\.cc:\d+\] Profiler session (?:initializing|started|collecting data|tear down)\."
     rb"|save_profile\.cc:\d+\] Collecting XSpace to repository: [^\r\n]*"
+    # logged by TensorFlow's C++ as it is imported, before it reads TF_CPP_MIN_LOG_LEVEL (once per library)
+    rb"|port\.cc:\d+\] oneDNN custom operations are on\.[^\r\n]*"
     rb")"
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     # Kineto's USDT trace points around each profile.
     rb"|USDT:[\d: -]+ \d+:\d+ SyncActivityProfilerHandler\.cpp:\d+\] profiler_(?:start|stop)"
     rb")\r?\n?\Z"
@@ -84,7 +87,8 @@ def _write_all(fd: int, data: bytes) -> None:
 def quiet_profiler_lines() -> Iterator[None]:
     """Hold back the :data:`NOISE` lines written to fd 2 inside the ``with`` block; write back everything else.
 
-    Wrap only a profiler's own start or stop call: other threads' writes to fd 2 during the block are delayed
+    Wrap only a profiler's own start or stop call, or the first ``import tensorflow`` (whose C++ writes its
+    oneDNN line, whatever ``TF_CPP_MIN_LOG_LEVEL`` says): other threads' writes to fd 2 during the block are delayed
     until it ends (never dropped unless they are noise lines). Exceptions raised in the block propagate unchanged,
     after fd 2 is restored and the captured lines are written back. When quieting is off (:func:`enabled`) or fd 2
     cannot be redirected, the block runs with fd 2 untouched.
