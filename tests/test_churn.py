@@ -213,7 +213,10 @@ def test_lightning_with_profile_memory_logs_and_summarises_the_churn(tmp_path: P
     # The planted temporaries, and the step's own small tensors (the batch's slices, the loss, the gradients).
     assert TEMPS_PER_STEP * TEMP_BYTES / 1e6 <= mb <= TEMPS_PER_STEP * TEMP_BYTES / 1e6 + 0.1
     (text,) = [
-        e.tensor_proto.string_val[0].decode() for t in acc.Tags()["tensors"] if "summary" in t for e in acc.Tensors(t)
+        e.tensor_proto.string_val[0].decode()
+        for t in acc.Tags()["tensors"]
+        if t.startswith(metrics.SUMMARY_TAG)
+        for e in acc.Tensors(t)
     ]
     assert "Memory churn (cpu): " in text and "Heavy churn." in text
     assert re.search(r"\| aten::empty \| 1\d\.0 \| 20\.0\d\d \| ", text), text  # ten temporaries and the step's own
