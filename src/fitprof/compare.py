@@ -18,6 +18,13 @@ fixed seed, so the same inputs give the same interval). A change is *significant
 difference of the medians excludes 0; with a single sample on both sides significance is unknown and the threshold
 alone decides.
 
+**The step time over every step.** Where both sides' per-epoch files keep their clean step times (``step_ms``,
+written since the callbacks keep them), the step gate is decided by the median of every clean step of every run on
+each side, tested with :func:`step_bootstrap`: a hierarchical bootstrap that resamples the runs, then the steps
+within them, so that a folder of N runs counts N runs and a shift between runs of the same code widens the
+interval. Its default threshold is :data:`DEFAULT_STEP_FAIL_OVER_PERCENT`. A side without step times (older files,
+report files, a trace) is compared on the per-epoch medians as before.
+
 **What fails the gate** (:attr:`Comparison.regressed`): each gate of :data:`GATES` has its own threshold
 (``fitprof compare --fail-over [GATE=]PCT``). A gate's figure regresses when it went the worse way by more than
 its threshold (%), by more than its floor (:data:`FLOORS`: ``min_ms`` for ms figures), and significantly. The
@@ -41,9 +48,10 @@ windows' epochs), the step times measure the wait, not the code: the status is :
 :attr:`Comparison.contention` names the side and by how much.
 
 **Comparable.** Two sides are comparable when they agree on the setup the reports record: framework, world size,
-device, precision (compute dtype), samples per step (the batch size) and the operator-time source. A property
-unknown on a side is not held against it. The model's structure and parameter count are not recorded in the
-report files, so they are not checked. :func:`compare` raises :class:`NotComparableError` naming every difference.
+device, precision (compute dtype), samples per step (the batch size) and the operator-time source; and, from the
+per-epoch files' ``setup``, the backend, the model's parameter count and structure (a fingerprint of its layer
+classes in order), the precision and the device. A property unknown on a side (files written before it was
+recorded) is not held against it. :func:`compare` raises :class:`NotComparableError` naming every difference.
 """
 
 from __future__ import annotations
@@ -95,7 +103,16 @@ BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20260101
 """The generator's seed: the same inputs give the same interval and the same verdict."""
 DEFAULT_FAIL_OVER_PERCENT = 10.0
-"""``fitprof compare --fail-over``'s default for every gate (%)."""
+"""``fitprof compare --fail-over``'s default for every gate but the step time (%)."""
+DEFAULT_STEP_FAIL_OVER_PERCENT = 5.0
+"""The step gate's default threshold (%) where both sides keep every clean step time: lower than the others because
+the step time is then judged over every clean step of every run (:func:`step_bootstrap`), whose interval is narrow
+enough to tell a +10% step from the noise, while this minimum effect still stands between the gate and a same-code
+shift of a few percent between runs. Set ``--fail-over step=PCT`` (or a threshold for every figure) to override."""
+STEP_RESAMPLE_CAP = 600
+"""Step times of one run that one resample of :func:`step_bootstrap` draws at most: a run that kept more is
+represented by this many of its step times, evenly spaced in sorted order (its quantiles kept), so that the
+resampling stays a fraction of a second for long runs."""
 DEFAULT_MIN_MS = 0.1
 """``--min-ms``'s default: a ms figure or an operator must also grow by more than this many ms per step."""
 PART_OF_STEP = 0.5
@@ -167,6 +184,11 @@ class Side:
             without it.
         runs: how many runs the epochs come from (0 without any).
         rows: the same epochs as one dict of figures each (what the contention check reads).
+        steps: every clean step time (ms) of each run, one list a run (the per-epoch files' ``step_ms``, its epochs
+            one after the other); a run whose file keeps none (written before they were kept) is left out, and
+            the step gate falls back to the per-epoch medians when a side has none.
+        setup: each setup field (:data:`fitprof.report_files.SETUP_FIELDS`) -> the values its epochs recorded
+            (empty for files written before the setup was recorded).
     """
 
     path: str
@@ -176,6 +198,8 @@ class Side:
     epochs: dict[str, list[float]] = field(default_factory=dict)
     runs: int = 0
     rows: list[dict[str, float]] = field(default_factory=list)
+    steps: list[list[float]] = field(default_factory=list)
+    setup: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -269,6 +293,62 @@ def bootstrap(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[fl
     return float(d_lo), float(d_hi), float(r_lo), float(r_hi)
 
 
+def _pooled_medians(runs: Sequence[Sequence[float]], rng: np.random.Generator) -> np.ndarray:
+    """:data:`BOOTSTRAP_RESAMPLES` medians of a side's steps resampled in two stages: its runs drawn with
+    replacement (as many as it has), then each run's steps drawn with replacement; a run drawn k times weighs k
+    times in the pooled median (one resample of its steps serves all k draws)."""
+    arrays = []
+    for run in runs:
+        a = np.sort(np.asarray(run, dtype=float))
+        if len(a) > STEP_RESAMPLE_CAP:
+            a = a[np.linspace(0, len(a) - 1, STEP_RESAMPLE_CAP).round().astype(int)]
+        arrays.append(a)
+    n_runs, b = len(arrays), BOOTSTRAP_RESAMPLES
+    drawn = rng.integers(0, n_runs, (b, n_runs))
+    counts = np.stack([(drawn == r).sum(axis=1) for r in range(n_runs)], axis=1)  # (b, runs): times each is drawn
+    values = np.concatenate([a[rng.integers(0, len(a), (b, len(a)))] for a in arrays], axis=1)
+    weights = np.concatenate([np.repeat(counts[:, [r]], len(a), axis=1) for r, a in enumerate(arrays)], axis=1)
+    order = np.argsort(values, axis=1)
+    values = np.take_along_axis(values, order, axis=1)
+    cum = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+    half = cum[:, -1:] / 2.0
+    at = np.argmax(cum >= half, axis=1)  # the weighted median: the first value holding half the weight
+    return values[np.arange(b), at]
+
+
+def step_bootstrap(
+    baseline: Sequence[Sequence[float]], candidate: Sequence[Sequence[float]]
+) -> tuple[float, float, float, float]:
+    """The :data:`CONFIDENCE` intervals of the difference (ms) and of the ratio of the median step times of two
+    sides given as every clean step time (ms) of each run, one list a run: ``(diff_lo, diff_hi, ratio_lo,
+    ratio_hi)``, NaN ratio bounds when a resampled baseline median is 0.
+
+    The test is a hierarchical percentile bootstrap (:data:`BOOTSTRAP_RESAMPLES` resamples, seeded with
+    :data:`BOOTSTRAP_SEED`): each side's runs are drawn with replacement, then each drawn run's steps, and the
+    resample's statistic is the median of the pooled steps. Resampling the runs first makes a folder of N runs count
+    as N runs: a shift between runs of the same code widens the interval, where resampling the pooled steps alone
+    would take thousands of steps of a few runs for thousands of independent samples. With one run a side only the
+    steps are resampled, and the interval holds the step-to-step spread alone (the threshold guards against a
+    shift between runs there).
+
+    Raises:
+        ValueError: a side has no run with a step time.
+    """
+    b_runs = [list(r) for r in baseline if len(r)]
+    c_runs = [list(r) for r in candidate if len(r)]
+    if not b_runs or not c_runs:
+        raise ValueError("step_bootstrap needs at least one step time a side")
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    mb, mc = _pooled_medians(b_runs, rng), _pooled_medians(c_runs, rng)
+    tail = 100 * (1 - CONFIDENCE) / 2
+    d_lo, d_hi = np.percentile(mc - mb, [tail, 100 - tail])
+    if np.all(mb > 0):
+        r_lo, r_hi = np.percentile(mc / mb, [tail, 100 - tail])
+    else:
+        r_lo = r_hi = math.nan
+    return float(d_lo), float(d_hi), float(r_lo), float(r_hi)
+
+
 @dataclass(frozen=True)
 class Change:
     """One compared figure or operator.
@@ -296,6 +376,8 @@ class Change:
         ratio, ratio_lo, ratio_hi: the ratio of the medians and its interval (NaN when unknown).
         step_held: a part of the step (or an operator) that grew past its thresholds while the step time did not
             grow by :data:`PART_OF_STEP` of that: not a regression.
+        test: how the samples were taken and tested, in words, where it is not the default (the medians of the
+            windows' or the epochs' values, :func:`bootstrap`): the step time over every step says so.
     """
 
     name: str
@@ -320,6 +402,7 @@ class Change:
     ratio_lo: float = math.nan
     ratio_hi: float = math.nan
     step_held: bool = False
+    test: str = ""
 
 
 @dataclass(frozen=True)
@@ -542,8 +625,8 @@ def load_side(
                 skip(line)
         if not windows:
             raise CompareInputError(f"{shown}: only windows the slowdown trigger opened; no scheduled window")
-        rows, runs = epoch_rows(p)
-        return Side(shown, KIND_RUN, windows, triggered, _columns(rows), runs, rows)
+        rows, runs, steps, setup = _epoch_data(p)
+        return Side(shown, KIND_RUN, windows, triggered, _columns(rows), runs, rows, steps, setup)
     if not p.exists():
         raise CompareInputError(f"{shown}: no such file or folder")
     if _looks_like_report(p):
@@ -604,8 +687,16 @@ def epoch_rows(run: Path) -> tuple[list[dict[str, float]], int]:
     scalars, each folder of event files one run (:func:`epoch_values`). Each row also holds the derived
     :data:`EVERY_STEP_INPUT_MS`. A file that cannot be read is left out (the windows are compared all the same).
     """
+    rows, runs, _, _ = _epoch_data(run)
+    return rows, runs
+
+
+def _epoch_data(run: Path) -> tuple[list[dict[str, float]], int, list[list[float]], dict[str, set[str]]]:
+    """:func:`epoch_rows`, and from the per-epoch files also every run's clean step times (one list a run with
+    any: each fit of each file, its epochs' ``step_ms`` one after the other) and the setup values recorded."""
     rows: list[dict[str, float]] = []
-    runs: set[tuple[str, int]] = set()
+    runs: dict[tuple[str, int], list[float]] = {}
+    setup: dict[str, set[str]] = {}
     for path in find_epoch_files(run):
         try:
             records = read_epoch_file(path, logdir=run)
@@ -613,13 +704,15 @@ def epoch_rows(run: Path) -> tuple[list[dict[str, float]], int]:
             continue
         for record in records:
             rows.append(_with_input_ms(dict(record.figures)))
-            runs.add((os.fspath(path), record.fit))
+            runs.setdefault((os.fspath(path), record.fit), []).extend(record.step_ms)
+            for key, value in record.setup.items():
+                setup.setdefault(key, set()).add(value)
     if rows:
-        return rows, len(runs)
+        return rows, len(runs), [steps for steps in runs.values() if steps], setup
     by_run = _event_values(run)
     for steps in by_run.values():
         rows.extend(_with_input_ms(figures) for _, figures in sorted(steps.items()))
-    return rows, len(by_run)
+    return rows, len(by_run), [], {}
 
 
 def _with_input_ms(figures: dict[str, float]) -> dict[str, float]:
@@ -711,9 +804,11 @@ def _describe(where: str, err: BaseException) -> str:
 
 def comparable(baseline: Side, candidate: Side) -> list[str]:
     """Why the two sides cannot be compared, one reason each (empty: comparable), from the setup the report files
-    record: framework, world size, device, precision, samples per step, operator-time source. A property unknown on
-    a side (a bare trace knows no batch size) is not held against it. The operators ranked are no part of it: an
-    operator that appears is a finding (:func:`compare`), not another setup."""
+    record: framework, world size, device, precision, samples per step, operator-time source; and from the setup the
+    per-epoch files record (:attr:`Side.setup`): backend, parameter count, model structure, precision, device. A
+    property unknown on a side (a bare trace knows no batch size, a file written before the setup was recorded
+    knows no parameter count) is not held against it. The operators ranked are no part of it: an operator that
+    appears is a finding (:func:`compare`), not another setup."""
     reasons = []
     for what, get in (
         ("framework", lambda r: r.framework or None),
@@ -733,7 +828,22 @@ def comparable(baseline: Side, candidate: Side) -> list[str]:
         and abs(c_samples - b_samples) > SAMPLES_TOLERANCE * max(b_samples, c_samples)
     ):
         reasons.append(f"samples per step (batch size) {b_samples:g} vs {c_samples:g}")
+    named = {r.split(" ")[0] for r in reasons}
+    for key, what in _SETUP_WORDS.items():
+        b, c = baseline.setup.get(key, set()), candidate.setup.get(key, set())
+        if b and c and b != c and what.split(" ")[0] not in named:
+            reasons.append(f"{what} {_set_text(b)} vs {_set_text(c)}")
     return reasons
+
+
+_SETUP_WORDS = {
+    "backend": "backend",
+    "parameters": "parameter count",
+    "structure": "model structure (layer classes, fingerprint)",
+    "precision": "precision",
+    "device": "device",
+}
+"""How :func:`comparable` names each setup field of the per-epoch files (:data:`fitprof.report_files.SETUP_FIELDS`)."""
 
 
 def _values(side: Side, get: Any) -> set[Any]:
@@ -781,13 +891,15 @@ def contention(side: Side, label: str) -> Contention | None:
     return Contention(label, epochs, len(side.rows), windows, max(waits, default=math.nan))
 
 
-def parse_thresholds(fail_over: float | Mapping[str, float]) -> dict[str, float]:
-    """Every gate's threshold (%): ``fail_over`` for all, or a mapping of some gates (the rest keep
-    :data:`DEFAULT_FAIL_OVER_PERCENT`; ``"*"`` sets the rest).
+def parse_thresholds(fail_over: float | Mapping[str, float] | None = None) -> dict[str, float]:
+    """Every gate's threshold (%): ``fail_over`` for all, or a mapping of some gates (the rest keep their default:
+    :data:`DEFAULT_FAIL_OVER_PERCENT`; ``"*"`` sets the rest), or None for every default.
 
     Raises:
         ValueError: an unknown gate, or a threshold negative or not finite.
     """
+    if fail_over is None:
+        fail_over = {}
     if isinstance(fail_over, Mapping):
         unknown = [g for g in fail_over if g != "*" and g not in GATES]
         if unknown:
@@ -806,7 +918,7 @@ def compare(
     baseline: Side,
     candidate: Side,
     *,
-    fail_over_percent: float | Mapping[str, float] = DEFAULT_FAIL_OVER_PERCENT,
+    fail_over_percent: float | Mapping[str, float] | None = None,
     min_ms: float = DEFAULT_MIN_MS,
     check_comparable: bool = True,
 ) -> Comparison:
@@ -814,7 +926,9 @@ def compare(
 
     Args:
         baseline, candidate: the sides (:func:`load_side`).
-        fail_over_percent: every gate's threshold (%), or a mapping gate -> threshold (:func:`parse_thresholds`).
+        fail_over_percent: every gate's threshold (%), or a mapping gate -> threshold, or None for the defaults
+            (:func:`parse_thresholds`); where the step gate's is not given and both sides keep every step time,
+            it is :data:`DEFAULT_STEP_FAIL_OVER_PERCENT`.
         min_ms: a ms figure or an operator must also grow by more than this (ms per step); >= 0.
         check_comparable: raise when the sides are not comparable (:func:`comparable`).
 
@@ -823,6 +937,12 @@ def compare(
         ValueError: a threshold is negative or not finite, or names an unknown gate.
     """
     thresholds = parse_thresholds(fail_over_percent)
+    if isinstance(fail_over_percent, Mapping):
+        step_given = bool({"step", "*"} & set(fail_over_percent))
+    else:
+        step_given = fail_over_percent is not None
+    if baseline.steps and candidate.steps and not step_given:
+        thresholds["step"] = DEFAULT_STEP_FAIL_OVER_PERCENT
     if not math.isfinite(min_ms) or min_ms < 0:
         raise ValueError(f"min_ms must be a finite number >= 0, got {min_ms}")
     if check_comparable and (reasons := comparable(baseline, candidate)):
@@ -834,7 +954,10 @@ def compare(
             continue
         floor = FLOORS.get(fig.gate, min_ms if fig.unit.startswith("ms") else 0.0)
         threshold = thresholds.get(fig.gate, thresholds["step"])
-        change = _change(fig.field, fig.label, fig.unit, b, c, fig.higher_is_worse, threshold, floor)
+        if fig.every_step and fig.gate == "step" and baseline.steps and candidate.steps:
+            change = _every_step_change(fig, baseline, candidate, threshold, floor)
+        else:
+            change = _change(fig.field, fig.label, fig.unit, b, c, fig.higher_is_worse, threshold, floor)
         figures.append(replace(change, gate=fig.gate, regression=change.regression and fig.gates))
     notes = []
     deciders = {gate: _decider(figures, gate) for gate in GATES}
@@ -852,6 +975,8 @@ def compare(
     figures = kept
     step = _decider(figures, "step")
     step_change = step.change if step is not None else math.nan
+    if step is not None and step.test:
+        notes.append(f"{step.label}: {step.test}")
     figures = [_held_by_step(c, step_change) if c.gate in _PARTS else c for c in figures]
     operators = [_held_by_step(c, step_change) for c in _operators(baseline, candidate, thresholds["operator"], min_ms)]
     for side, label in ((baseline, "baseline"), (candidate, "candidate")):
@@ -864,6 +989,26 @@ def compare(
         notes.append("no training step was analysed on either side")
     contended = [x for x in (contention(baseline, "baseline"), contention(candidate, "candidate")) if x is not None]
     return Comparison(baseline, candidate, figures, operators, thresholds["step"], min_ms, notes, contended, thresholds)
+
+
+def _every_step_change(fig: Figure, baseline: Side, candidate: Side, threshold: float, floor: float) -> Change:
+    """The step time over every clean step of every run on each side: the medians of the pooled steps, their
+    change and :func:`step_bootstrap`'s interval (runs, then steps resampled)."""
+    b = Stat.of([v for run in baseline.steps for v in run])
+    c = Stat.of([v for run in candidate.steps for v in run])
+    interval = step_bootstrap(baseline.steps, candidate.steps)
+    change = _change(fig.field, fig.label, fig.unit, b, c, fig.higher_is_worse, threshold, floor, interval=interval)
+    one = (
+        " (one run a side: the interval holds the step-to-step spread only)"
+        if min(len(baseline.steps), len(candidate.steps)) == 1
+        else ""
+    )
+    test = (
+        f"median of every clean step, {b.n} step(s) of {len(baseline.steps)} run(s) against {c.n} of "
+        f"{len(candidate.steps)}; {CONFIDENCE:.0%} interval of the ratio by resampling the runs, then the steps "
+        f"within them ({BOOTSTRAP_RESAMPLES} resamples){one}"
+    )
+    return replace(change, test=test)
 
 
 def _held_by_step(c: Change, step_change: float) -> Change:
@@ -890,14 +1035,17 @@ def _change(
     threshold: float,
     floor: float | None,
     status: str = "both",
+    interval: tuple[float, float, float, float] | None = None,
 ) -> Change:
+    """``interval``: the bootstrap intervals (:func:`bootstrap`'s tuple) when they come from elsewhere
+    (:func:`step_bootstrap`); None: :func:`bootstrap` of the two :class:`Stat`'s samples."""
     change = c.median - b.median
     pct = 100.0 * change / b.median if b.median > 0 else math.nan
     ratio = c.median / b.median if b.median > 0 else math.nan
     significant: bool | None = None
     noise = r_lo = r_hi = math.nan
     if b.n >= 1 and c.n >= 1 and b.n + c.n > 2:
-        d_lo, d_hi, r_lo, r_hi = bootstrap(b.values, c.values)
+        d_lo, d_hi, r_lo, r_hi = interval if interval is not None else bootstrap(b.values, c.values)
         significant = d_lo > 0 or d_hi < 0
         noise = (d_hi - d_lo) / 2
     worse = change > 0 if higher_is_worse else change < 0

@@ -3,7 +3,9 @@
 
 The per-epoch file holds one JSON line per epoch and rank (appended at each epoch's end, profiled or not): the
 epoch, the rank, the framework, the time it was written, the epoch's ``fitprof/epoch/*`` figures (where its wall time
-went, :mod:`fitprof.fit.epoch_parts`) and its verdict lines. A later fit into the same run appends to it: its
+went, :mod:`fitprof.fit.epoch_parts`), its verdict lines, its clean step times (``step_ms``, at most
+:data:`MAX_STEP_TIMES`) and the setup the run was measured on (``setup``: backend, parameter count, model structure,
+precision, device). A later fit into the same run appends to it: its
 epochs start again from 0.
 
 Each callback writes one per window and rank. It holds the epoch, the framework, the rank, the session, the
@@ -24,7 +26,7 @@ import math
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
@@ -338,6 +340,11 @@ class EpochRecord:
         figures: the ``fitprof/epoch/*`` figures (NaN for ``null``).
         verdicts: the epoch's verdict lines.
         written: when the line was written (seconds since the Unix epoch; NaN when unknown).
+        step_ms: the epoch's clean step times (ms), in order, at most :data:`MAX_STEP_TIMES` of them (an evenly
+            spaced pick of the steps when the epoch timed more); empty in files written before they were kept, or
+            when the line's list is not one of numbers.
+        setup: what the run was measured on, as the callback found it (:data:`SETUP_FIELDS`: parameter count,
+            model structure, precision, device, backend; values as text); empty in older files.
     """
 
     run: Path
@@ -348,6 +355,26 @@ class EpochRecord:
     figures: dict[str, float]
     verdicts: list[str]
     written: float = math.nan
+    step_ms: tuple[float, ...] = ()
+    setup: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+MAX_STEP_TIMES = 200
+"""Step times an epoch's line keeps at most (about 8 bytes each): more are picked evenly spaced from the epoch's."""
+
+SETUP_FIELDS = ("backend", "parameters", "structure", "precision", "device")
+"""The setup keys an epoch's line may hold (``"setup"``), each compared by ``fitprof compare``."""
+
+
+def step_times_kept(step_ms: Sequence[float], cap: int = MAX_STEP_TIMES) -> list[float]:
+    """``step_ms`` as an epoch's line keeps them: every one when there are at most ``cap``, else ``cap`` of them at
+    evenly spaced positions (the first and the last included), each rounded to the microsecond (ms, 3 decimals)."""
+    n = len(step_ms)
+    if n > cap > 1:
+        picked = [step_ms[round(i * (n - 1) / (cap - 1))] for i in range(cap)]
+    else:
+        picked = list(step_ms)
+    return [round(float(v), 3) for v in picked if math.isfinite(v)]
 
 
 def epoch_file_path(run_dir: str | os.PathLike[str], rank: int = 0) -> Path:
@@ -364,11 +391,17 @@ def append_epoch_record(
     figures: dict[str, float],
     verdicts: list[str],
     kind: str = "epoch",
+    step_ms: Sequence[float] = (),
+    setup: Mapping[str, Any] | None = None,
 ) -> Path:
     """Append one epoch's line to the rank's per-epoch file (created with its folder); returns its path.
 
     ``kind="fit"`` writes the fit's line instead (``epoch``: its last epoch, ``figures``: the ``fitprof/fit/*``
     figures), once at the fit's end; :func:`read_epoch_file` hands it out apart from the epochs.
+
+    ``step_ms``: the epoch's clean step times (ms), kept as :func:`step_times_kept` keeps them (``"step_ms"``, left
+    out when empty). ``setup``: what the run was measured on (:data:`SETUP_FIELDS`; ``"setup"``, left out when
+    empty; other keys and empty values are dropped).
 
     The line is appended whole or not at all: a write that fails part way (a full disk) is cut back off, and a file
     this call created is removed again, so the file never holds a torn line that the next epoch's line would be
@@ -386,6 +419,11 @@ def append_epoch_record(
         "figures": clean_json({str(k): float(v) for k, v in figures.items()}),
         "verdicts": [str(v) for v in verdicts],
     }
+    if step_ms:
+        line["step_ms"] = step_times_kept(step_ms)
+    kept = {k: str(v) for k, v in (setup or {}).items() if k in SETUP_FIELDS and v is not None and str(v) != ""}
+    if kept:
+        line["setup"] = kept
     if kind != "epoch":
         line["kind"] = str(kind)
     data = (json.dumps(line, allow_nan=False) + "\n").encode("utf-8")
@@ -529,7 +567,25 @@ def _epoch_record(raw: bytes, run: Path) -> EpochRecord:
         values,
         [str(v) for v in verdicts],
         written,
+        _step_times(doc.get("step_ms")),
+        _setup(doc.get("setup")),
     )
+
+
+def _step_times(value: Any) -> tuple[float, ...]:
+    """A line's ``step_ms``: finite non-negative numbers only; anything else (an older line, a damaged list) is no
+    step times, and the line's figures are read all the same."""
+    if not isinstance(value, list):
+        return ()
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return ()
+    return tuple(float(v) for v in value if math.isfinite(v) and v >= 0)
+
+
+def _setup(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: str(v) for k, v in value.items() if k in SETUP_FIELDS and isinstance(v, (str, int, float))}
 
 
 def _epoch_float(value: Any, name: str) -> float:

@@ -22,6 +22,8 @@ class EpochPublisher:
     Attributes:
         log_dir: where this fit writes (None: profiling is off for it), set by :meth:`begin_fit`.
         rank: this process's global rank.
+        setup: what the fit is measured on (:func:`fitprof.fit.setup.describe_setup`), written in every epoch's
+            line; the adapter sets it after :meth:`begin_fit`, which empties it.
     """
 
     def __init__(self, *, warn: WarnOnce, framework: str) -> None:
@@ -29,10 +31,12 @@ class EpochPublisher:
         self.framework = framework
         self.log_dir: str | None = None
         self.rank = 0
+        self.setup: dict[str, str] = {}
 
     def begin_fit(self, log_dir: str | None, rank: int) -> None:
         """A ``fit`` begins: where it writes and this rank."""
         self.log_dir, self.rank = log_dir, rank
+        self.setup = {}
 
     def publish(self, epoch: int, result: EpochResult, *, log: Log, steps: StepRecorder) -> None:
         """Publish epoch ``epoch``'s ``result``: its window's :class:`~fitprof.fit.result.EpochLog` to ``log``
@@ -53,6 +57,9 @@ class EpochPublisher:
                 framework=self.framework,
                 figures=result.epoch,
                 verdicts=[*result.verdicts, *result.advice],  # the advice kept for `fitprof report`
+                # every clean step, so that `fitprof compare` tests over steps, not over a few epoch medians
+                step_ms=[ns / 1e6 for ns in steps.step_ns],
+                setup=self.setup,
             )
         except OSError as err:
             # the key the adapters' other writes warn under: one "could not write" per fit, whatever failed first

@@ -31,6 +31,7 @@ from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import every_key
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
+from fitprof.fit.setup import keras_model_setup
 from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.fit.voice import Voice, profile_place
 from fitprof.keras import _callbacks, _distributed, _logs
@@ -328,6 +329,9 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         if rank == 0:
             self._events.warm_up()  # likewise: its first write is at the first epoch's end
         self._work.begin_fit(self.model, world)
+        engine.publisher.setup = keras_model_setup(
+            self.model, backend=self.backend, device=self._work.log.device_name or "cpu"
+        )
         if self._fns.non_chief_abort and rank > 0 and engine.profiles_rank:
             self._warn_once(
                 "tf-non-chief",

@@ -35,6 +35,7 @@ from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
+from fitprof.fit.setup import torch_module_setup
 from fitprof.fit.steps import EpochSteps, StepRecorder, TriggerEvent
 from fitprof.fit.voice import Voice, profile_place
 from fitprof.lightning import _trainer
@@ -364,6 +365,12 @@ class FitProfiler(Callback, SharedAttributes):
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = False
+        # here, not in setup(): configure_model() and the strategy have made and placed the parameters by now
+        self._engine.publisher.setup = torch_module_setup(
+            pl_module,
+            precision=str(getattr(trainer, "precision", "") or ""),
+            device=self._work.device_name or str(getattr(getattr(trainer.strategy, "root_device", None), "type", "")),
+        )
         # the train loaders' first iter() has been (or will not be) seen, unless Lightning makes new ones at later
         # epochs: then the hook stays until teardown
         if self._loader_hook is not None and not getattr(trainer, "reload_dataloaders_every_n_epochs", 0):
