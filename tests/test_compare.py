@@ -19,8 +19,14 @@ import fitprof
 from fitprof.cli import main
 from fitprof.cli.compare import records as compare_records
 from fitprof.compare import CompareInputError, against_baseline, compare, load_baseline, load_side
-from fitprof.metrics import EPOCH_INPUT_PERCENT, EPOCH_STEP_TIME_MS_P50, VS_BASELINE_STEP_TIME_PERCENT
-from fitprof.report_files import find_report_files, write_report_file
+from fitprof.fit.setup import structure_fingerprint
+from fitprof.metrics import (
+    EPOCH_INPUT_PERCENT,
+    EPOCH_STEP_TIME_MS_P50,
+    EPOCH_STEPS_TIMED,
+    VS_BASELINE_STEP_TIME_PERCENT,
+)
+from fitprof.report_files import find_epoch_files, find_report_files, read_epoch_file, write_report_file
 from planted import write_run_trace, xus
 from shared_fixtures import KERAS_XSPACE, LIGHTNING_CPU
 
@@ -618,6 +624,19 @@ def test_real_lightning_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     # the always-on step timing, read back from the per-epoch file: what the callback measured
     logged = [base_profiler.epoch_steps[e].step_time_ms_p50 for e in range(5)]
     assert load_side(base).epochs[EPOCH_STEP_TIME_MS_P50.key] == pytest.approx(logged, rel=1e-6)
+    # every clean step is kept beside its epoch's figures, and the setup the run was measured on
+    (epoch_file,) = find_epoch_files(base)
+    for rec in read_epoch_file(epoch_file):
+        assert len(rec.step_ms) == rec.figures[EPOCH_STEPS_TIMED.key] > 0
+        assert float(np.median(rec.step_ms)) == pytest.approx(rec.figures[EPOCH_STEP_TIME_MS_P50.key], abs=1e-3)
+        assert rec.setup == {
+            "backend": "torch",
+            "parameters": str(32 * 64 + 64 + 64 * 4 + 4),
+            "structure": structure_fingerprint(["Model", "Sequential", "Linear", "ReLU", "Linear"]),
+            "precision": "32-true",
+            "device": "cpu",
+        }
+    assert len(load_side(base).steps) == 1
     rc, records = as_json(capsys, base, worse, "--min-ms", "2")
     assert rc == 1 or (rc == 3 and records[0]["contention"]), records[0]["headline"]
     assert "fitprof_test::slow" in records[0]["headline"]
