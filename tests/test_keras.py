@@ -17,8 +17,10 @@ tf = pytest.importorskip("tensorflow")
 
 import fitprof  # noqa: E402
 from contention import measured, tolerates_load  # noqa: E402
+from fitprof.fit.setup import keras_model_setup  # noqa: E402
 from fitprof.keras import FitProfiler  # noqa: E402
 from fitprof.metrics import top_op_key  # noqa: E402
+from fitprof.report_files import epoch_file_path, read_epoch_file  # noqa: E402
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="needs KERAS_BACKEND=tensorflow")
 
@@ -241,6 +243,14 @@ def test_window_never_reached_warns(tmp_path: Path) -> None:
     assert not (tmp_path / "plugins" / "profile").exists()  # no empty session in the Profile tab
     # fitprof's own folder holds the per-epoch file only: where the epoch's time went is written, profiled or not
     assert [p.name for p in (tmp_path / "plugins" / "fitprof").iterdir()] == ["epochs.rank0.jsonl"]
+    # it keeps the epoch's clean step times and the setup: the parameter count Keras gives, and a structure
+    # fingerprint that a second build of the model (its layers numbered anew: dense_2, ...) shares
+    (rec,) = read_epoch_file(epoch_file_path(tmp_path))
+    assert len(rec.step_ms) == rec.figures["fitprof/epoch/steps_timed"]
+    again = keras_model_setup(keras_digits.build_model())
+    assert rec.setup["parameters"] == str(model.count_params()) == again["parameters"]
+    assert rec.setup["structure"] == again["structure"] and len(rec.setup["structure"]) == 12
+    assert rec.setup["backend"] == keras.backend.backend() and rec.setup["precision"] == "float32"
 
 
 @pytest.mark.slow
