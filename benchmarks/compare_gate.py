@@ -10,18 +10,22 @@ the step's modelled time (``time.sleep``: the step's length is set, not the mach
 forward and backward. The cases (a pair is one ``fitprof compare BASELINE CANDIDATE`` run in-process; every ordered
 pair of distinct runs of a group, so pairs share runs):
 
-* same code, quiet: ``--runs`` runs of a 10 ms step, every ordered pair; a false alarm is exit 1 (or 2);
-* +10% step, quiet: runs of an 11 ms step against each same-code run; caught is exit 1;
+* same code, quiet: ``--runs`` runs of a 10 ms sleep a step, every ordered pair; a false alarm is exit 1 (or 2);
+* +10% step, quiet: runs whose step is 10% longer than the same-code runs' *measured* step (the median of their
+  every clean step, which holds fitprof's, Lightning's and the MLP's own time beside the 10 ms sleep): the sleep
+  grows by 10% of that measured step, so the planted change is +10% of what the gate sees; caught is exit 1;
 * +20 ms in ``collate_fn`` on a ~50 ms step, quiet: caught is exit 1 with the headline naming the input wait;
-* 40% faster: runs of a 6 ms step against each same-code run; must never exit 1;
+* 40% faster: the sleep shortened by 40% of the measured step; must never exit 1;
 * a new dominant operator: a 384x384 QR decomposition (``torch.linalg.qr``) added to each step; exit 1 naming
   ``linalg_qr``;
 * under load: ``--load`` busy processes (a Python spin loop each) run while ``--runs`` same-code runs and runs of a
-  12.5 ms step (+25%) are trained and compared; same code must not exit 1; +25% must exit 1 or 3 (inconclusive),
-  never 0.
+  step 25% longer than the loaded same-code runs' measured step are trained and compared; same code must not exit
+  1; +25% must exit 1 or 3 (inconclusive), never 0.
 
 Exit 3 (inconclusive: a side CPU-contended) is counted apart. ``/proc/loadavg`` is recorded before and after every
-case (the machine is shared).
+case (the machine is shared). Each changed case also records the change it measured (``measured_change_percent``:
+the median of its runs' every clean step over the same-code runs'). At the end, one line per "Done when" line of
+the gate's issue says whether it is met, with its counts.
 """
 
 from __future__ import annotations
@@ -142,6 +146,17 @@ def compare(a: Path, b: Path) -> tuple[int, str, bool, str]:
     return rc, result.headline(), result.regressed, bare.headline()
 
 
+def measured_step_ms(runs: list[Path]) -> float:
+    """The median over ``runs`` of each run's median clean step time (ms), read back from its per-epoch file: the
+    step as the gate sees it (the sleep, the MLP, Lightning's loop and fitprof's hooks)."""
+    import statistics
+
+    from fitprof.compare import load_side
+
+    medians = [statistics.median(v for steps in load_side(r).steps for v in steps) for r in runs]
+    return float(statistics.median(medians))
+
+
 def train(root: Path, name: str, n: int, **kwargs: Any) -> list[Path]:
     """``n`` runs ``<root>/<name><i>``; a run already there (``--out`` kept from an earlier call) is reused."""
     runs = []
@@ -229,6 +244,80 @@ def regressed(flag: bool, headline: str) -> bool:
     return flag
 
 
+def done_when(results: list[dict[str, Any]]) -> list[str]:
+    """One line per "Done when" line of the gate's issue: ``MET`` or ``NOT MET``, its counts and the load. A quiet
+    line measured on a loaded machine says so: its pairs come out inconclusive (exit 3), which no quiet target
+    counts as met."""
+    by = {(r["case"], r["load"] == "none"): r for r in results}
+
+    def line(ok: bool, what: str, r: dict[str, Any], counts: str) -> str:
+        load = f"load {r['loadavg_before']} -> {r['loadavg_after']}"
+        effect = r.get("measured_change_percent")
+        measured = f", measured change {effect:+.1f}%" if effect is not None else ""
+        return f"# done-when {'MET' if ok else 'NOT MET'}: {what}: {counts}{measured} ({load})"
+
+    out = []
+    r = by[("same code", True)]
+    alarms = r["exit1"] + r["exit2"]
+    out.append(
+        line(
+            r["pairs"] >= 40 and alarms <= 1,
+            "same code, quiet, >= 40 pairs, at most 1 false alarm",
+            r,
+            f"{alarms} false alarm(s) in {r['pairs']} pairs, {r['inconclusive']} inconclusive",
+        )
+    )
+    r = by[("same code", False)]
+    alarms = r["exit1"] + r["exit2"]
+    out.append(
+        line(
+            r["pairs"] >= 40 and alarms <= 0.05 * r["pairs"],
+            "same code, planted load, >= 40 pairs, at most 5% false alarms (inconclusive apart)",
+            r,
+            f"{alarms} false alarm(s) in {r['pairs']} pairs, {r['inconclusive']} inconclusive",
+        )
+    )
+    r = by[("+10% step", True)]
+    out.append(
+        line(
+            r["exit1"] >= 0.95 * r["pairs"],
+            "+10% step caught in >= 95% of pairs, quiet",
+            r,
+            f"{r['exit1']} of {r['pairs']} caught, {r['inconclusive']} inconclusive, {r['exit0']} ok",
+        )
+    )
+    r = by[("+25% step", False)]
+    out.append(
+        line(
+            r["exit0"] == 0,
+            "+25% under the planted load caught or inconclusive, never ok",
+            r,
+            f"{r['exit1']} caught, {r['inconclusive']} inconclusive, {r['exit0']} ok of {r['pairs']}",
+        )
+    )
+    r = by[("+20 ms collate_fn", True)]
+    out.append(
+        line(
+            r["good"] == r["pairs"],
+            "+20 ms collate_fn caught, quiet, headline names the input wait",
+            r,
+            f"{r['good']} of {r['pairs']} (exit 1: {r['exit1']}, inconclusive: {r['inconclusive']})",
+        )
+    )
+    r = by[("40% faster", True)]
+    out.append(line(r["exit1"] == 0, "40% faster never exits 1", r, f"{r['exit1']} exit 1 of {r['pairs']}"))
+    r = by[("QR added", True)]
+    out.append(
+        line(
+            r["good"] == r["pairs"],
+            "QR exits 1 naming linalg_qr",
+            r,
+            f"{r['good']} of {r['pairs']} (inconclusive: {r['inconclusive']})",
+        )
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="same-code runs a group (default 8: 56 ordered pairs)")
@@ -249,12 +338,18 @@ def main() -> None:
 
         before = loadavg()
         same = train(root, "same", args.runs, step_ms=BASE_MS, **shape)
-        slower = train(root, "slower10_", args.slower, step_ms=BASE_MS * 1.10, **shape)
-        faster = train(root, "faster40_", args.slower, step_ms=BASE_MS * 0.60, **shape)
+        # the planted changes are shares of the step the gate measures, not of the sleep alone: the sleep is
+        # only part of it (the MLP, Lightning's loop and fitprof's hooks take the rest)
+        measured = measured_step_ms(same)
+        print(f"# same-code step measured {measured:.3f} ms (sleep {BASE_MS:g} ms)", flush=True)
+        slower = train(root, "slower10_", args.slower, step_ms=BASE_MS + 0.10 * measured, **shape)
+        faster = train(root, "faster40_", args.slower, step_ms=max(BASE_MS - 0.40 * measured, 0.0), **shape)
         qr = train(root, "qr", max(2, args.slower // 2), step_ms=BASE_MS, qr=True, **shape)
         results.append(case("same code", "none", pairs(same, None), not_failed, "not exit 1/2", before, not_regressed))
         results.append(case("+10% step", "none", pairs(same, slower), caught, "exit 1", before, regressed))
+        results[-1]["measured_change_percent"] = 100 * (measured_step_ms(slower) / measured - 1)
         results.append(case("40% faster", "none", pairs(same, faster), not_failed, "not exit 1", before, not_regressed))
+        results[-1]["measured_change_percent"] = 100 * (measured_step_ms(faster) / measured - 1)
         results.append(
             case(
                 "QR added",
@@ -289,7 +384,8 @@ def main() -> None:
             time.sleep(1.0)
             before = loadavg()
             loaded = train(root, "loaded", args.runs, step_ms=BASE_MS, **shape)
-            loaded25 = train(root, "loaded25_", args.slower, step_ms=BASE_MS * 1.25, **shape)
+            loaded_ms = measured_step_ms(loaded)
+            loaded25 = train(root, "loaded25_", args.slower, step_ms=BASE_MS + 0.25 * loaded_ms, **shape)
         finally:
             for p in busy:
                 p.terminate()
@@ -297,7 +393,10 @@ def main() -> None:
         label = f"{args.load} busy processes"
         results.append(case("same code", label, pairs(loaded, None), not_failed, "not exit 1/2", before, not_regressed))
         results.append(case("+25% step", label, pairs(loaded, loaded25), caught_or_3, "exit 1 or 3", before, regressed))
+        results[-1]["measured_change_percent"] = 100 * (measured_step_ms(loaded25) / loaded_ms - 1)
         print(f"# {time.perf_counter() - t0:.0f} s in all; cpus {os.cpu_count()}", flush=True)
+        for line in done_when(results):
+            print(line, flush=True)
         if args.json:
             args.json.write_text("".join(json.dumps(r) + "\n" for r in results))
 

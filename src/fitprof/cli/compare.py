@@ -16,7 +16,8 @@ A report file of a run directory that cannot be read (a run killed mid-write lea
 ``fitprof report`` skips it: one ``fitprof: warning:`` line naming it; under ``--strict`` it is an error.
 
 Exit status: 0 nothing regressed, 1 a regression, 2 bad input (a missing side, bad arguments, or two sides that are
-not comparable: another framework, world size, device, precision or batch size, named on stderr), 3 inconclusive
+not comparable: another framework, world size, device, precision, batch size, backend, parameter count or model
+structure, named on stderr), 3 inconclusive
 (either side was CPU-contended: ``--inconclusive fail`` makes it 1, ``--inconclusive pass`` 0). ``--accept
 --reason`` (with ``--against``) records the decision in the store, makes the candidate the baseline, and exits 0.
 Framework-free.
@@ -47,6 +48,7 @@ from fitprof.compare import (
     CONFIDENCE,
     DEFAULT_FAIL_OVER_PERCENT,
     DEFAULT_MIN_MS,
+    DEFAULT_STEP_FAIL_OVER_PERCENT,
     GATES,
     PART_OF_STEP,
     Change,
@@ -126,7 +128,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         help=(
             f"fail when FIGURE grew by more than PCT percent, significantly; FIGURE one of {', '.join(GATES)}; "
-            f"without FIGURE=, every figure (default: {DEFAULT_FAIL_OVER_PERCENT:g} for each); repeatable"
+            f"without FIGURE=, every figure (default: {DEFAULT_FAIL_OVER_PERCENT:g} for each, "
+            f"{DEFAULT_STEP_FAIL_OVER_PERCENT:g} for step where both sides keep every step time); repeatable"
         ),
     )
     add_number_options(p, THRESHOLDS)
@@ -290,6 +293,7 @@ def _change_record(kind: str, c: Change) -> dict[str, Any]:
     return {
         "record": kind,
         "name": c.name,
+        "test": c.test,
         "label": c.label,
         "unit": c.unit,
         "gate": c.gate,
