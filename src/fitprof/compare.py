@@ -113,6 +113,11 @@ STEP_RESAMPLE_CAP = 600
 """Step times of one run that one resample of :func:`step_bootstrap` draws at most: a run that kept more is
 represented by this many of its step times, evenly spaced in sorted order (its quantiles kept), so that the
 resampling stays a fraction of a second for long runs."""
+STEP_RESAMPLE_TOTAL = 4000
+"""Step times of one side that one resample draws at most: with many runs, each run's cap is this over the runs
+(at least 50), bounding the time and memory of :func:`step_bootstrap` for a folder of many long runs."""
+_CHUNK = 250
+"""Resamples computed at once (bounds the memory of a side's resampled steps)."""
 DEFAULT_MIN_MS = 0.1
 """``--min-ms``'s default: a ms figure or an operator must also grow by more than this many ms per step."""
 PART_OF_STEP = 0.5
@@ -297,23 +302,27 @@ def _pooled_medians(runs: Sequence[Sequence[float]], rng: np.random.Generator) -
     """:data:`BOOTSTRAP_RESAMPLES` medians of a side's steps resampled in two stages: its runs drawn with
     replacement (as many as it has), then each run's steps drawn with replacement; a run drawn k times weighs k
     times in the pooled median (one resample of its steps serves all k draws)."""
+    cap = min(STEP_RESAMPLE_CAP, max(50, STEP_RESAMPLE_TOTAL // len(runs)))
     arrays = []
     for run in runs:
         a = np.sort(np.asarray(run, dtype=float))
-        if len(a) > STEP_RESAMPLE_CAP:
-            a = a[np.linspace(0, len(a) - 1, STEP_RESAMPLE_CAP).round().astype(int)]
+        if len(a) > cap:
+            a = a[np.linspace(0, len(a) - 1, cap).round().astype(int)]
         arrays.append(a)
-    n_runs, b = len(arrays), BOOTSTRAP_RESAMPLES
-    drawn = rng.integers(0, n_runs, (b, n_runs))
-    counts = np.stack([(drawn == r).sum(axis=1) for r in range(n_runs)], axis=1)  # (b, runs): times each is drawn
-    values = np.concatenate([a[rng.integers(0, len(a), (b, len(a)))] for a in arrays], axis=1)
-    weights = np.concatenate([np.repeat(counts[:, [r]], len(a), axis=1) for r, a in enumerate(arrays)], axis=1)
-    order = np.argsort(values, axis=1)
-    values = np.take_along_axis(values, order, axis=1)
-    cum = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
-    half = cum[:, -1:] / 2.0
-    at = np.argmax(cum >= half, axis=1)  # the weighted median: the first value holding half the weight
-    return values[np.arange(b), at]
+    n_runs = len(arrays)
+    out = []
+    for start in range(0, BOOTSTRAP_RESAMPLES, _CHUNK):
+        b = min(_CHUNK, BOOTSTRAP_RESAMPLES - start)
+        drawn = rng.integers(0, n_runs, (b, n_runs))
+        counts = np.stack([(drawn == r).sum(axis=1) for r in range(n_runs)], axis=1)  # (b, runs): times drawn
+        values = np.concatenate([a[rng.integers(0, len(a), (b, len(a)))] for a in arrays], axis=1)
+        weights = np.concatenate([np.repeat(counts[:, [r]], len(a), axis=1) for r, a in enumerate(arrays)], axis=1)
+        order = np.argsort(values, axis=1)
+        values = np.take_along_axis(values, order, axis=1)
+        cum = np.cumsum(np.take_along_axis(weights, order, axis=1), axis=1)
+        at = np.argmax(cum >= cum[:, -1:] / 2.0, axis=1)  # the weighted median: the first value holding half
+        out.append(values[np.arange(b), at])
+    return np.concatenate(out)
 
 
 def step_bootstrap(
