@@ -54,6 +54,7 @@ __all__ = [
     "CONTENDED_WAIT_PERCENT",
     "PARTS",
     "PART_VERDICT_PERCENT",
+    "PROFILING_LONG_EPOCH_S",
     "CpuUse",
     "EpochParts",
     "EpochWall",
@@ -107,7 +108,16 @@ _FIX_STARTUP = {
     "lightning": "keep the loader's workers between epochs: DataLoader(persistent_workers=True) (worker start-up "
     "and worker_init_fn then run once per fit, not once per epoch)",
 }
+PROFILING_LONG_EPOCH_S = 30.0
+"""An epoch at least this long (s) in which fitprof's own profiling still takes :data:`PART_VERDICT_PERCENT` or
+more gets the advice to profile less: each window then cost 3 s or more, far above a window's usual cost (start,
+stop, export and analysis plus the profiled steps' extra time: 0.03-0.5 s measured on the README's quickstarts, CPU,
+5 profiled steps), so the window itself is expensive (many steps profiled, large traces). In a shorter epoch the
+share is stated as a fact, with no advice: it is a cost per window, not per step, and falls as epochs get longer (a
+20-step example spends 10-30% of each epoch on it, an epoch of thousands of steps a fraction of a percent)."""
+
 _FIX_PROFILING = "profile fewer steps or epochs (profile_batch=..., every_n_epochs=...)"
+_PROFILING_FACT = "a cost per profiled window, not per step, so its share falls as epochs get longer"
 _FIX_OTHER = (
     "time outside the steps, validation, checkpoints and callback hooks: the framework's loop, logging, the "
     "last batch fetch"
@@ -652,7 +662,9 @@ class EpochParts:
 
 def part_verdicts(result: EpochWall, framework: str, *, percent: float = PART_VERDICT_PERCENT) -> list[str]:
     """One line per part other than the training steps that took ``percent`` of the epoch or more, largest first,
-    e.g. ``"checkpointing took 38% of epoch 2 (4.10 s of 10.80 s): save less often ..."``.
+    e.g. ``"checkpointing took 38% of epoch 2 (4.10 s of 10.80 s): save less often ..."``. fitprof's own share
+    is stated as a fact about a short epoch, its fix given only over an epoch of :data:`PROFILING_LONG_EPOCH_S` or
+    more.
 
     Args:
         result: the epoch's parts.
@@ -669,12 +681,30 @@ def part_verdicts(result: EpochWall, framework: str, *, percent: float = PART_VE
             found.append((share, part, seconds))
     lines = []
     for share, part, seconds in sorted(found, reverse=True):
+        if part == PROFILING:
+            lines.append(_profiling_line(result, share, seconds))
+            continue
         fix = _fix(part, result, framework)
         lines.append(
             f"{_NAMES[part]} took {share:.0f}% of epoch {result.epoch} ({seconds:.2f} s of {result.wall_s:.2f} s): "
             f"{fix}"
         )
     return lines
+
+
+def _profiling_line(result: EpochWall, share: float, seconds: float) -> str:
+    """fitprof's own share of the epoch: a fact about a short epoch, advice only over a long one
+    (:data:`PROFILING_LONG_EPOCH_S`); the two read as different sentences (:func:`fitprof.fit.voice.gist`), so a
+    fit that said the fact still gets the advice when a long epoch needs it."""
+    numbers = f"{seconds:.2f} s of {result.wall_s:.2f} s"
+    if result.wall_s >= PROFILING_LONG_EPOCH_S:
+        return (
+            f"{_NAMES[PROFILING]} took {share:.0f}% of epoch {result.epoch}, a long one ({numbers}): {_FIX_PROFILING}"
+        )
+    return (
+        f"{_NAMES[PROFILING]} took {share:.0f}% of epoch {result.epoch} ({numbers}, {result.steps} steps): "
+        f"{_PROFILING_FACT}"
+    )
 
 
 def _fix(part: int, result: EpochWall, framework: str) -> str:
@@ -684,8 +714,6 @@ def _fix(part: int, result: EpochWall, framework: str) -> str:
         return _FIX_VALIDATION[framework]
     if part == STARTUP:
         return _FIX_STARTUP[framework]
-    if part == PROFILING:
-        return _FIX_PROFILING
     if part == CALLBACKS:
         if result.callback_s:
             name, seconds = max(result.callback_s.items(), key=lambda item: item[1])
