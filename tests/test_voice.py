@@ -13,7 +13,7 @@ import pytest
 
 from fitprof.fit.result import EpochLog, EpochResult
 from fitprof.fit.voice import Voice, gist
-from keras_child import run_result
+from keras_child import child_env, run_result
 
 MAX_ADVICE = 3
 """The most advice lines a 3-epoch fit prints."""
@@ -209,6 +209,52 @@ def test_a_distributed_lightning_fit_is_not_asked_for_sync_dist_per_key(tmp_path
     result, _ = run_result(["-c", code], cwd=tmp_path)
     assert len(result["logged"]) > 20  # the keys were logged (through a DDP strategy: a process group)
     assert result["asked"] == []
+
+
+SPAWN = textwrap.dedent(
+    """
+    import json, sys, warnings
+    # this top level runs again in each spawned rank (as __mp_main__): every warning shown each time, in every rank
+    warnings.simplefilter("always")
+    import lightning.pytorch as pl, torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, {tests!r})
+    from lightning_tiny import QUIET, Tiny
+    from fitprof.lightning import FitProfiler
+
+
+    class Logs(Tiny):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("tiny_loss", loss, on_step=False, on_epoch=True)  # the user's own key: Lightning asks for it
+            return loss
+
+
+    if __name__ == "__main__":
+        data = torch.utils.data.TensorDataset(torch.randn(48, 8), torch.randint(0, 2, (48,)))
+        trainer = pl.Trainer(max_epochs=1, strategy="ddp_spawn", devices=2, accelerator="cpu",
+                             callbacks=[FitProfiler(log_dir={logs!r}, profile_batch=(3, 5))], **QUIET)
+        trainer.fit(Logs(), torch.utils.data.DataLoader(data, batch_size=4))
+        print("RESULT" + json.dumps({{
+            "world": trainer.world_size,
+            "logged": sorted(k for k in trainer.callback_metrics if k.startswith("fitprof/")),
+        }}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_ddp_spawn_fit_of_two_ranks_is_not_asked_for_sync_dist_for_fitprofs_keys(tmp_path: Path) -> None:
+    pytest.importorskip("lightning.pytorch")
+    script = tmp_path / "spawn_fit.py"  # a file, not -c: the spawned ranks import it as their __mp_main__
+    script.write_text(SPAWN.format(tests=str(Path(__file__).parent), logs=str(tmp_path / "logs")))
+    env = {k: v for k, v in child_env().items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")}
+    result, proc = run_result([str(script)], env=env, cwd=tmp_path, timeout_s=300)
+    assert result["world"] == 2
+    assert len(result["logged"]) > 20  # rank 0's keys, sent back to the launching process
+    asked = [line for line in proc.stderr.splitlines() if "sync_dist=True" in line]
+    assert any("'tiny_loss'" in line for line in asked), proc.stderr[-3000:]  # the ranks' warnings are read here
+    assert not [line for line in asked if "fitprof/" in line], asked
 
 
 def test_tensorflow_import_lines_are_held_back_and_nothing_else() -> None:
