@@ -165,6 +165,33 @@ def test_window_extra_cost_moves_to_profiling() -> None:
     assert r.train_steps_s == pytest.approx(20 * 0.010)
 
 
+def test_keras_start_up_advice_fits_what_the_fit_is_fed() -> None:
+    """A 0.5 s first batch in a 1 s epoch: the sentence's advice names the knob of the input the fit uses."""
+    probe, clock, _ = make("keras")
+    probe.epoch_start(1)
+    clock.advance(500)  # the iterator built, the first batch produced
+    for n in range(1, 11):
+        probe.step_start(n)
+        clock.advance(50)
+        probe.step_end(n)
+    probe.epoch_end(1)
+    result = probe.results[1]
+    said = {feed: part_verdicts(result, "keras", feed=feed)[0] for feed in (*ep.FEEDS, "")}
+    head = "the epoch's start-up (first batch) took 50% of epoch 1 (0.50 s of 1.00 s): "
+    assert all(line.startswith(head) for line in said.values()), said
+    assert "persistent_workers=True" in said["DataLoader"] and "tf.data" not in said["DataLoader"]
+    assert "shuffle(buffer_size)" in said["tf.data"] and "DataLoader" not in said["tf.data"]
+    assert "PyDataset's workers" in said["PyDataset"] and "DataLoader" not in said["PyDataset"]
+    # fed NumPy arrays there is no loader setting to change: stated, not advised
+    assert "no setting of the input to change" in said["arrays"]
+    assert not any(word in said["arrays"] for word in ("DataLoader", "tf.data", "persistent_workers"))
+    assert "persistent_workers=True" in said[""] and "tf.data" in said[""]  # unknown: both frameworks' knobs
+    probe.feed = "tf.data"
+    assert probe.verdicts(1) == [said["tf.data"]]  # the probe's own verdicts use the feed the adapter set
+    # Lightning is always fed a DataLoader
+    assert "persistent_workers=True" in part_verdicts(result, "lightning", feed="arrays")[0]
+
+
 def _own_share_epoch(step_ms: float, window_cost_ms: float) -> list[str]:
     """The verdicts of a 20-step epoch of ``step_ms`` steps whose fitprof hook costs ``window_cost_ms`` once."""
     probe, clock, _ = make("keras")

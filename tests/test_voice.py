@@ -100,7 +100,8 @@ KERAS_TORCH = textwrap.dedent(
 
     x = np.random.default_rng(0).random((512, 16), dtype="float32")
     y = np.random.default_rng(1).integers(0, 2, 512)
-    model().fit(x, y, batch_size=8, epochs=3, verbose=1, callbacks=[FitProfiler(log_dir={logs!r})])
+    fp = FitProfiler(log_dir={logs!r})
+    model().fit(x, y, batch_size=8, epochs=3, verbose=1, callbacks=[fp])
     print("END OF THE FIT", flush=True)
     m = model()
     plateau = keras.callbacks.ReduceLROnPlateau(monitor="fitprof/step_time_ms", mode="min", patience=1, factor=0.5)
@@ -116,6 +117,7 @@ KERAS_TORCH = textwrap.dedent(
         history = m2.fit(x, y, batch_size=8, epochs=3, verbose=0,
                          callbacks=[FitProfiler(log_dir={logs3!r}, every_n_epochs=2), steady])
     print("RESULT" + json.dumps({{
+        "feed": fp._engine.parts.feed,
         "warnings": [str(w.message) for w in caught if "fitprof" in str(w.message)],
         "lr": float(keras.ops.convert_to_numpy(m.optimizer.learning_rate)),
         "p50_warnings": [str(w.message) for w in caught2 if "monitor" in str(w.message)],
@@ -138,6 +140,7 @@ def test_keras_on_torch_fit_prints_one_headline_per_epoch_on_its_own_line(tmp_pa
     assert len(advice) <= MAX_ADVICE, advice
     _no_newcomer_told_to_profile_less(advice)
     # fed NumPy arrays: no DataLoader advice (Keras builds that loader itself)
+    assert result["feed"] == "arrays"  # what the start-up sentence fits its advice to
     assert not [a for a in advice if "num_workers" in a or "DataLoader" in a], advice
     # a monitor on a key NaN in unprofiled epochs: one warning naming the always-on key
     (warned,) = result["warnings"]
@@ -151,7 +154,7 @@ def test_keras_on_torch_fit_prints_one_headline_per_epoch_on_its_own_line(tmp_pa
 
 BACKEND_FIT = textwrap.dedent(
     """
-    import os
+    import json, os
     os.environ["KERAS_BACKEND"] = {backend!r}
     import numpy as np, keras
     from fitprof.keras import FitProfiler
@@ -161,8 +164,9 @@ BACKEND_FIT = textwrap.dedent(
     m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.random.default_rng(0).random((320, 16), dtype="float32")
     y = np.random.default_rng(1).integers(0, 2, 320)
-    m.fit(x, y, batch_size=16, epochs=3, verbose=1, callbacks=[FitProfiler(log_dir={logs!r})])
-    print("RESULT" + '{{"backend": "' + keras.backend.backend() + '"}}', flush=True)
+    fp = FitProfiler(log_dir={logs!r})
+    m.fit(x, y, batch_size=16, epochs=3, verbose=1, callbacks=[fp])
+    print("RESULT" + json.dumps({{"backend": keras.backend.backend(), "feed": fp._engine.parts.feed}}), flush=True)
     """
 )
 
@@ -178,7 +182,7 @@ def test_keras_on_jax_and_tensorflow_headlines_name_their_profile(backend: str, 
             pytest.skip(f"{name} is not installed")
     code = BACKEND_FIT.format(backend=backend, logs=str(tmp_path / "logs"))
     result, proc = run_result(["-c", code], cwd=tmp_path)
-    assert result["backend"] == backend
+    assert result["backend"] == backend and result["feed"] == "arrays"
     heads, advice = _fitprof_lines(proc.stdout)
     _heads_name_their_profile(heads, [0, 1, 2])
     assert len(advice) <= MAX_ADVICE, advice
