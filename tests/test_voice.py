@@ -323,6 +323,23 @@ def test_a_ddp_spawn_fit_of_two_ranks_is_not_asked_for_sync_dist_for_fitprofs_ke
     assert not [line for line in asked if "fitprof/" in line], asked
 
 
+@pytest.mark.slow
+def test_the_lightning_example_prints_its_headlines_and_no_tensorflow_start_up_lines(tmp_path: Path) -> None:
+    """``examples/lightning_digits.py`` as a user runs it: Lightning's TensorBoardLogger imports TensorFlow where it
+    is installed, whose C++ lines the example holds back; its epoch's headline names the profile's place."""
+    pytest.importorskip("lightning.pytorch")
+    example = Path(__file__).resolve().parents[1] / "examples" / "lightning_digits.py"
+    code = f"import runpy, sys; sys.argv = ['x', '--logdir', 'logs', '--epochs', '1']; runpy.run_path({str(example)!r}"
+    code += ", run_name='__main__'); print('RESULT{}')"
+    _, proc = run_result(["-c", code], cwd=tmp_path)
+    noise = [line for line in proc.stderr.splitlines() if "absl::InitializeLog" in line or "oneDNN custom" in line]
+    assert noise == [], proc.stderr[-3000:]
+    heads, advice = _fitprof_lines(proc.stdout)
+    assert len(heads) == 1 and len(advice) <= 1, (heads, advice)
+    place = heads[0].split("; profile in ")[1]
+    assert (tmp_path / place).is_dir() and place.startswith("logs"), heads
+
+
 def test_tensorflow_import_lines_are_held_back_and_nothing_else() -> None:
     from fitprof.profilers.quiet import kept
 

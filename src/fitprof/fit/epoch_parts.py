@@ -111,9 +111,9 @@ _FIX_STARTUP = {
 }
 _STARTUP_BY_FEED = {
     "DataLoader": _FIX_STARTUP["lightning"],
-    "tf.data": "each epoch's tf.data iterator fills its buffers before its first batch: a shuffle(buffer_size) "
-    "fills first (a smaller buffer starts sooner), and work that does not change between epochs (decoding, "
-    "resizing) reruns unless .cache()d before the shuffle",
+    "tf.data": "each epoch builds a new tf.data iterator, which fills its buffers before the first batch; where "
+    "that is the time, a smaller shuffle(buffer_size) starts sooner, and work that does not change between epochs "
+    "(decoding, resizing) can be .cache()d before the shuffle",
     "PyDataset": "Keras stops the PyDataset's workers at each epoch's end and starts them again, so the first batch "
     "waits for them every epoch; worker threads (use_multiprocessing=False) start sooner than processes",
     "arrays": "fed arrays, this is Keras's own start-up (the epoch's batches shuffled and its iterator built before "
