@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict[int, Any]:
     train, val = make_dataset(args.slow_input)
     profiler = FitProfiler(log_dir=args.logdir)
     model = build_model()
-    model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[profiler], verbose=0, shuffle=False)
+    model.fit(train, validation_data=val, epochs=args.epochs, callbacks=[profiler], verbose=2, shuffle=False)
     print_reports(profiler.reports, args.logdir)
     return profiler.reports
 

@@ -123,6 +123,13 @@ def main(argv: list[str] | None = None, *, callbacks: list[Any] | None = None) -
     from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
     from fitprof.lightning import FitProfiler
+    from fitprof.profilers.quiet import quiet_profiler_lines
+
+    # TensorBoardLogger writes through torch.utils.tensorboard, which imports TensorFlow where it is installed; its
+    # C++ logs absl's "All log messages before absl::InitializeLog()" and the oneDNN line, twice, before
+    # TF_CPP_MIN_LOG_LEVEL applies: held back here, as the Keras example does
+    with quiet_profiler_lines():
+        import torch.utils.tensorboard
 
     pl.seed_everything(0, verbose=False)
     # One intra-op thread: on a small (2-core, shared) machine two threads fighting over this tiny model make

@@ -77,6 +77,10 @@ def test_a_contended_epoch_turns_the_window_verdict() -> None:
     assert report.verdict == "compute-bound"
     turned = cpu_contended(report, "the training thread waited for a core 47% of epoch 0 (...)", "use fewer threads")
     assert turned.verdict == CPU_CONTENDED and turned.advice[0] == "use fewer threads"
+    # the trace's own advice is kept, said to be for when the cores are free (not "speed up" beside "waiting")
+    assert len(turned.advice) == 1 + len(report.advice) >= 2
+    assert turned.advice[1] == "once the cores are free, t" + report.advice[0][1:], turned.advice
+    assert all(a.startswith("once the cores are free, ") for a in turned.advice[1:]), turned.advice
     head = turned.headline()
     assert head.startswith("cpu-contended: the training thread waited for a core 47% of epoch 0")
     assert "the trace alone says compute-bound" in head and "speed up" not in head

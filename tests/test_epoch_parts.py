@@ -18,6 +18,7 @@ from fitprof.fit.epoch_parts import (
     lightning_hook_part,
     part_verdicts,
 )
+from fitprof.fit.voice import gist
 
 MS = 1_000_000
 
@@ -162,6 +163,69 @@ def test_window_extra_cost_moves_to_profiling() -> None:
     assert r.window_steps == 4
     assert r.profiling_s == pytest.approx(4 * 0.020)
     assert r.train_steps_s == pytest.approx(20 * 0.010)
+
+
+def test_keras_start_up_advice_fits_what_the_fit_is_fed() -> None:
+    """A 0.5 s first batch in a 1 s epoch: the sentence's advice names the knob of the input the fit uses."""
+    probe, clock, _ = make("keras")
+    probe.epoch_start(1)
+    clock.advance(500)  # the iterator built, the first batch produced
+    for n in range(1, 11):
+        probe.step_start(n)
+        clock.advance(50)
+        probe.step_end(n)
+    probe.epoch_end(1)
+    result = probe.results[1]
+    said = {feed: part_verdicts(result, "keras", feed=feed)[0] for feed in (*ep.FEEDS, "")}
+    head = "the epoch's start-up (first batch) took 50% of epoch 1 (0.50 s of 1.00 s): "
+    assert all(line.startswith(head) for line in said.values()), said
+    assert "persistent_workers=True" in said["DataLoader"] and "tf.data" not in said["DataLoader"]
+    assert "shuffle(buffer_size)" in said["tf.data"] and "DataLoader" not in said["tf.data"]
+    assert "PyDataset's workers" in said["PyDataset"] and "DataLoader" not in said["PyDataset"]
+    # fed NumPy arrays there is no loader setting to change: stated, not advised
+    assert "no setting of the input to change" in said["arrays"]
+    assert not any(word in said["arrays"] for word in ("DataLoader", "tf.data", "persistent_workers"))
+    assert "persistent_workers=True" in said[""] and "tf.data" in said[""]  # unknown: both frameworks' knobs
+    probe.feed = "tf.data"
+    assert probe.verdicts(1) == [said["tf.data"]]  # the probe's own verdicts use the feed the adapter set
+    # Lightning is always fed a DataLoader
+    assert "persistent_workers=True" in part_verdicts(result, "lightning", feed="arrays")[0]
+
+
+def _own_share_epoch(step_ms: float, window_cost_ms: float) -> list[str]:
+    """The verdicts of a 20-step epoch of ``step_ms`` steps whose fitprof hook costs ``window_cost_ms`` once."""
+    probe, clock, _ = make("keras")
+    probe.epoch_start(0)
+    for n in range(1, 21):
+        probe.step_start(n)
+        clock.advance(step_ms)
+        probe.step_end(n)
+    probe.enter(PROFILING, "FitProfiler")  # the window's export and analysis at the epoch's end
+    clock.advance(window_cost_ms)
+    probe.leave()
+    probe.epoch_end(0)
+    return probe.verdicts()
+
+
+def test_fitprofs_own_share_is_a_fact_on_a_short_epoch_and_advice_only_on_a_long_one() -> None:
+    # a quickstart-sized epoch: 20 steps of 10 ms, a window costing 0.1 s (a third of the epoch)
+    (short,) = _own_share_epoch(10, 100)
+    assert short == (
+        "fitprof's own profiling took 33% of epoch 0 (0.10 s of 0.30 s, 20 steps): a cost per profiled window, "
+        "not per step, so its share falls as epochs get longer"
+    )
+    assert "profile fewer" not in short and "profile_batch" not in short
+    # a long epoch (20 steps of 1.6 s: 32 s) whose window still takes 4 s, 11%: told to profile less
+    (long_,) = _own_share_epoch(1600, 4000)
+    assert long_.startswith("fitprof's own profiling took 11% of epoch 0, a long one (4.00 s of 36.00 s): ")
+    assert long_.endswith("profile fewer steps or epochs (profile_batch=..., every_n_epochs=...)")
+    # the fact and the advice are two sentences: a fit that stated the fact is still told when a long epoch needs it
+    assert gist(short) != gist(long_)
+    # just under the long-epoch bound: still the fact
+    assert ep.PROFILING_LONG_EPOCH_S == 30.0
+    (under,) = _own_share_epoch(1300, 3000)  # 29 s
+    assert "falls as epochs get longer" in under
+    assert _own_share_epoch(10, 15) == []  # under 10% of the epoch: not named at all
 
 
 def test_no_input_measured_is_nan_and_first_fetch_is_startup() -> None:

@@ -111,6 +111,8 @@ def test_parts_match_truths_and_add_up(fits: tuple[str, Path, dict[str, Any]], s
     assert VERDICT[scenario] in said, records[0].verdicts
     if scenario == "callback":
         assert "the slowest is Sleepy" in said
+    if scenario == "startup":  # fed a DataLoader on both: its knob, not a tf.data one (Keras knows its input)
+        assert "persistent_workers=True" in said and "tf.data" not in said, records[0].verdicts
     if scenario == "threads":
         assert "compute-bound" not in said
 

@@ -6,6 +6,7 @@ and the CLI."""
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from fitprof.fit.result import EpochLog, EpochResult
 from fitprof.fit.voice import Voice, gist
-from keras_child import run_result
+from keras_child import child_env, run_result
 
 MAX_ADVICE = 3
 """The most advice lines a 3-epoch fit prints."""
@@ -37,6 +38,14 @@ def _heads_name_their_profile(heads: list[str], epochs: list[int]) -> None:
         assert "% of the window's steps" in head, head  # the input share says what it covers
         place = head.split("; profile in ")[1]
         assert Path(place).is_dir() and place.endswith(f"_epoch{head.split()[2].rstrip(':')}"), head
+
+
+def _no_newcomer_told_to_profile_less(advice: list[str]) -> None:
+    """A short fit's epochs are far under :data:`~fitprof.fit.epoch_parts.PROFILING_LONG_EPOCH_S`: fitprof's own
+    share, where said, is a fact, never the advice to profile less."""
+    assert not [a for a in advice if "profile fewer" in a or "profile_batch=" in a], advice
+    own = [a for a in advice if "fitprof's own profiling" in a]
+    assert all(a.endswith("so its share falls as epochs get longer") for a in own), own
 
 
 def test_each_sentence_is_said_once_a_fit_and_contention_overrides_worker_advice() -> None:
@@ -91,7 +100,8 @@ KERAS_TORCH = textwrap.dedent(
 
     x = np.random.default_rng(0).random((512, 16), dtype="float32")
     y = np.random.default_rng(1).integers(0, 2, 512)
-    model().fit(x, y, batch_size=8, epochs=3, verbose=1, callbacks=[FitProfiler(log_dir={logs!r})])
+    fp = FitProfiler(log_dir={logs!r})
+    model().fit(x, y, batch_size=8, epochs=3, verbose=1, callbacks=[fp])
     print("END OF THE FIT", flush=True)
     m = model()
     plateau = keras.callbacks.ReduceLROnPlateau(monitor="fitprof/step_time_ms", mode="min", patience=1, factor=0.5)
@@ -99,9 +109,20 @@ KERAS_TORCH = textwrap.dedent(
         warnings.simplefilter("always")
         m.fit(x, y, batch_size=8, epochs=3, verbose=0,
               callbacks=[FitProfiler(log_dir={logs2!r}, every_n_epochs=2), plateau])
+    m2 = model()
+    steady = keras.callbacks.ReduceLROnPlateau(monitor="fitprof/epoch/step_time_ms_p50", mode="min", patience=1,
+                                               factor=0.5)
+    with warnings.catch_warnings(record=True) as caught2:
+        warnings.simplefilter("always")
+        history = m2.fit(x, y, batch_size=8, epochs=3, verbose=0,
+                         callbacks=[FitProfiler(log_dir={logs3!r}, every_n_epochs=2), steady])
     print("RESULT" + json.dumps({{
+        "feed": fp._engine.parts.feed,
         "warnings": [str(w.message) for w in caught if "fitprof" in str(w.message)],
         "lr": float(keras.ops.convert_to_numpy(m.optimizer.learning_rate)),
+        "p50_warnings": [str(w.message) for w in caught2 if "monitor" in str(w.message)],
+        "p50": [float(v) for v in history.history["fitprof/epoch/step_time_ms_p50"]],
+        "window": [float(v) for v in history.history["fitprof/step_time_ms"]],
     }}))
     """
 )
@@ -110,18 +131,62 @@ KERAS_TORCH = textwrap.dedent(
 @pytest.mark.slow
 def test_keras_on_torch_fit_prints_one_headline_per_epoch_on_its_own_line(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    logs, logs2 = tmp_path / "logs", tmp_path / "logs2"
-    result, proc = run_result(["-c", KERAS_TORCH.format(logs=str(logs), logs2=str(logs2))], cwd=tmp_path)
+    logs, logs2, logs3 = tmp_path / "logs", tmp_path / "logs2", tmp_path / "logs3"
+    code = KERAS_TORCH.format(logs=str(logs), logs2=str(logs2), logs3=str(logs3))
+    result, proc = run_result(["-c", code], cwd=tmp_path)
     fit_out = proc.stdout.split("END OF THE FIT")[0]
     heads, advice = _fitprof_lines(fit_out)
     _heads_name_their_profile(heads, [0, 1, 2])
     assert len(advice) <= MAX_ADVICE, advice
+    _no_newcomer_told_to_profile_less(advice)
     # fed NumPy arrays: no DataLoader advice (Keras builds that loader itself)
+    assert result["feed"] == "arrays"  # what the start-up sentence fits its advice to
     assert not [a for a in advice if "num_workers" in a or "DataLoader" in a], advice
     # a monitor on a key NaN in unprofiled epochs: one warning naming the always-on key
     (warned,) = result["warnings"]
     assert "ReduceLROnPlateau(monitor='fitprof/step_time_ms')" in warned
-    assert "watch fitprof/epoch/step_time_ms_p50 instead" in warned
+    assert "watch fitprof/epoch/step_time_ms_p50 instead (mode='min')" in warned  # Keras's auto mode raises on it
+    # the key it names is there every epoch, profiled or not: a monitor on it is not warned and never sees NaN
+    assert result["p50_warnings"] == [], result["p50_warnings"]
+    assert len(result["p50"]) == 3 and all(math.isfinite(v) and v > 0 for v in result["p50"]), result
+    assert math.isnan(result["window"][1]), result  # the window key of the unprofiled epoch: what fooled the monitor
+
+
+BACKEND_FIT = textwrap.dedent(
+    """
+    import json, os
+    os.environ["KERAS_BACKEND"] = {backend!r}
+    import numpy as np, keras
+    from fitprof.keras import FitProfiler
+
+    keras.utils.set_random_seed(0)
+    m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(2)])
+    m.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).random((320, 16), dtype="float32")
+    y = np.random.default_rng(1).integers(0, 2, 320)
+    fp = FitProfiler(log_dir={logs!r})
+    m.fit(x, y, batch_size=16, epochs=3, verbose=1, callbacks=[fp])
+    print("RESULT" + json.dumps({{"backend": keras.backend.backend(), "feed": fp._engine.parts.feed}}), flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+def test_keras_on_jax_and_tensorflow_headlines_name_their_profile(backend: str, tmp_path: Path) -> None:
+    """One child a backend (Keras picks its backend once per process; the test process imports neither)."""
+    import importlib.util
+
+    for name in ("keras", backend):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    code = BACKEND_FIT.format(backend=backend, logs=str(tmp_path / "logs"))
+    result, proc = run_result(["-c", code], cwd=tmp_path)
+    assert result["backend"] == backend and result["feed"] == "arrays"
+    heads, advice = _fitprof_lines(proc.stdout)
+    _heads_name_their_profile(heads, [0, 1, 2])
+    assert len(advice) <= MAX_ADVICE, advice
+    _no_newcomer_told_to_profile_less(advice)
 
 
 class _Slow:
@@ -163,6 +228,7 @@ def test_lightning_fit_prints_once_and_keeps_the_worker_advice_for_the_report(
     heads, advice = _fitprof_lines(capsys.readouterr().out)
     _heads_name_their_profile(heads, [0, 1, 2])
     assert len(advice) <= MAX_ADVICE, advice
+    _no_newcomer_told_to_profile_less(advice)
     # the worker advice of each epoch is kept in the per-epoch file and shown by `fitprof report`
     lines = (tmp_path / "plugins/fitprof/epochs.rank0.jsonl").read_text().splitlines()
     records = [r for r in map(json.loads, lines) if r.get("kind") != "fit"]  # the epochs' lines, not the fit's
@@ -209,6 +275,69 @@ def test_a_distributed_lightning_fit_is_not_asked_for_sync_dist_per_key(tmp_path
     result, _ = run_result(["-c", code], cwd=tmp_path)
     assert len(result["logged"]) > 20  # the keys were logged (through a DDP strategy: a process group)
     assert result["asked"] == []
+
+
+SPAWN = textwrap.dedent(
+    """
+    import json, sys, warnings
+    # this top level runs again in each spawned rank (as __mp_main__): every warning shown each time, in every rank
+    warnings.simplefilter("always")
+    import lightning.pytorch as pl, torch
+    torch.set_num_threads(1)
+    sys.path.insert(0, {tests!r})
+    from lightning_tiny import QUIET, Tiny
+    from fitprof.lightning import FitProfiler
+
+
+    class Logs(Tiny):
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.log("tiny_loss", loss, on_step=False, on_epoch=True)  # the user's own key: Lightning asks for it
+            return loss
+
+
+    if __name__ == "__main__":
+        data = torch.utils.data.TensorDataset(torch.randn(48, 8), torch.randint(0, 2, (48,)))
+        trainer = pl.Trainer(max_epochs=1, strategy="ddp_spawn", devices=2, accelerator="cpu",
+                             callbacks=[FitProfiler(log_dir={logs!r}, profile_batch=(3, 5))], **QUIET)
+        trainer.fit(Logs(), torch.utils.data.DataLoader(data, batch_size=4))
+        print("RESULT" + json.dumps({{
+            "world": trainer.world_size,
+            "logged": sorted(k for k in trainer.callback_metrics if k.startswith("fitprof/")),
+        }}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_ddp_spawn_fit_of_two_ranks_is_not_asked_for_sync_dist_for_fitprofs_keys(tmp_path: Path) -> None:
+    pytest.importorskip("lightning.pytorch")
+    script = tmp_path / "spawn_fit.py"  # a file, not -c: the spawned ranks import it as their __mp_main__
+    script.write_text(SPAWN.format(tests=str(Path(__file__).parent), logs=str(tmp_path / "logs")))
+    env = {k: v for k, v in child_env().items() if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK")}
+    result, proc = run_result([str(script)], env=env, cwd=tmp_path, timeout_s=300)
+    assert result["world"] == 2
+    assert len(result["logged"]) > 20  # rank 0's keys, sent back to the launching process
+    asked = [line for line in proc.stderr.splitlines() if "sync_dist=True" in line]
+    assert any("'tiny_loss'" in line for line in asked), proc.stderr[-3000:]  # the ranks' warnings are read here
+    assert not [line for line in asked if "fitprof/" in line], asked
+
+
+@pytest.mark.slow
+def test_the_lightning_example_prints_its_headlines_and_no_tensorflow_start_up_lines(tmp_path: Path) -> None:
+    """``examples/lightning_digits.py`` as a user runs it: Lightning's TensorBoardLogger imports TensorFlow where it
+    is installed, whose C++ lines the example holds back; its epoch's headline names the profile's place."""
+    pytest.importorskip("lightning.pytorch")
+    example = Path(__file__).resolve().parents[1] / "examples" / "lightning_digits.py"
+    code = f"import runpy, sys; sys.argv = ['x', '--logdir', 'logs', '--epochs', '1']; runpy.run_path({str(example)!r}"
+    code += ", run_name='__main__'); print('RESULT{}')"
+    _, proc = run_result(["-c", code], cwd=tmp_path)
+    noise = [line for line in proc.stderr.splitlines() if "absl::InitializeLog" in line or "oneDNN custom" in line]
+    assert noise == [], proc.stderr[-3000:]
+    heads, advice = _fitprof_lines(proc.stdout)
+    assert len(heads) == 1 and len(advice) <= 1, (heads, advice)
+    place = heads[0].split("; profile in ")[1]
+    assert (tmp_path / place).is_dir() and place.startswith("logs"), heads
 
 
 def test_tensorflow_import_lines_are_held_back_and_nothing_else() -> None:

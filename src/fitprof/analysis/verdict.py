@@ -226,8 +226,9 @@ def advice_for(
 def cpu_contended(report: BottleneckReport, evidence: str, fix: str) -> BottleneckReport:
     """``report`` with the ``cpu-contended`` verdict when its own is one of :data:`OPERATOR_VERDICTS` (else
     ``report`` as it is): ``evidence`` (the wait, switches, threads and cores) becomes its headline's reason and
-    ``fix`` its first advice, ahead of the trace's own advice (kept: it holds once the cores are free). The trace's
-    verdict is kept in the headline as what the window measured."""
+    ``fix`` its first advice, ahead of the trace's own advice, kept (it holds once the cores are free) and said to
+    be for then: read right after "the figures measure waiting for a core", a bare "speed up the model itself"
+    contradicts it. The trace's verdict is kept in the headline as what the window measured."""
     if report.verdict not in OPERATOR_VERDICTS:
         return report
     return dataclasses.replace(
@@ -235,5 +236,14 @@ def cpu_contended(report: BottleneckReport, evidence: str, fix: str) -> Bottlene
         verdict=CPU_CONTENDED,
         contention=f"{evidence}; the window's figures measure waiting for a core, not the operators (the trace "
         f"alone says {report.verdict})",
-        advice=[fix, *report.advice],
+        advice=[fix, *(_once_free(text) for text in report.advice)],
     )
+
+
+def _once_free(advice: str) -> str:
+    """``advice`` as what to do once the cores are free; its first letter lowered unless its first word is a name
+    (``PyTorch``, ``XLA``: capitals after the first letter)."""
+    first = advice.split(" ", 1)[0]
+    if first[:1].isupper() and (first[1:].islower() or len(first) == 1):
+        advice = advice[0].lower() + advice[1:]
+    return f"once the cores are free, {advice}"

@@ -52,8 +52,10 @@ from fitprof.fit.fit_wall import FitClock, FitWall
 __all__ = [
     "CONTENDED_SWITCHES_PER_CPU_S",
     "CONTENDED_WAIT_PERCENT",
+    "FEEDS",
     "PARTS",
     "PART_VERDICT_PERCENT",
+    "PROFILING_LONG_EPOCH_S",
     "CpuUse",
     "EpochParts",
     "EpochWall",
@@ -107,15 +109,39 @@ _FIX_STARTUP = {
     "lightning": "keep the loader's workers between epochs: DataLoader(persistent_workers=True) (worker start-up "
     "and worker_init_fn then run once per fit, not once per epoch)",
 }
+_STARTUP_BY_FEED = {
+    "DataLoader": _FIX_STARTUP["lightning"],
+    "tf.data": "each epoch builds a new tf.data iterator, which fills its buffers before the first batch; where "
+    "that is the time, a smaller shuffle(buffer_size) starts sooner, and work that does not change between epochs "
+    "(decoding, resizing) can be .cache()d before the shuffle",
+    "PyDataset": "Keras stops the PyDataset's workers at each epoch's end and starts them again, so the first batch "
+    "waits for them every epoch; worker threads (use_multiprocessing=False) start sooner than processes",
+    "arrays": "fed arrays, this is Keras's own start-up (the epoch's batches shuffled and its iterator built before "
+    "the first step), with no setting of the input to change: a share that falls as epochs get longer",
+}
+"""Keras's start-up sentence by what the fit is fed (:attr:`EpochParts.feed`): advice that fits the input; an unknown
+feed gets the general ``_FIX_STARTUP["keras"]``."""
+FEEDS = ("DataLoader", "tf.data", "PyDataset", "arrays")
+"""What a Keras fit may be fed, as :attr:`EpochParts.feed` names it ("" unknown: a generator, another adapter)."""
+PROFILING_LONG_EPOCH_S = 30.0
+"""An epoch at least this long (s) in which fitprof's own profiling still takes :data:`PART_VERDICT_PERCENT` or
+more gets the advice to profile less: each window then cost 3 s or more, far above a window's usual cost (start,
+stop, export and analysis plus the profiled steps' extra time: 0.03-0.5 s measured on the README's quickstarts, CPU,
+5 profiled steps), so the window itself is expensive (many steps profiled, large traces). In a shorter epoch the
+share is stated as a fact, with no advice: it is a cost per window, not per step, and falls as epochs get longer (a
+20-step example spends 10-30% of each epoch on it, an epoch of thousands of steps a fraction of a percent)."""
+
 _FIX_PROFILING = "profile fewer steps or epochs (profile_batch=..., every_n_epochs=...)"
+_PROFILING_FACT = "a cost per profiled window, not per step, so its share falls as epochs get longer"
 _FIX_OTHER = (
     "time outside the steps, validation, checkpoints and callback hooks: the framework's loop, logging, the "
     "last batch fetch"
 )
 _FIX_THREADS = {
-    "keras": "use fewer threads: torch.set_num_threads(k) or OMP_NUM_THREADS=k (TensorFlow: "
-    "tf.config.threading.set_intra_op_parallelism_threads(k)) with k at most the free cores, and fewer loader "
-    "workers",
+    # Keras runs on any backend: each backend's own call, none put first
+    "keras": "use fewer threads, k at most the free cores: OMP_NUM_THREADS=k, or in code "
+    "torch.set_num_threads(k) on the torch backend, tf.config.threading.set_intra_op_parallelism_threads(k) on "
+    "TensorFlow; and fewer loader workers",
     "lightning": "use fewer threads: torch.set_num_threads(k) or OMP_NUM_THREADS=k with k at most the free cores, "
     "and fewer DataLoader workers (num_workers)",
 }
@@ -274,6 +300,8 @@ class EpochParts:
         results: the finished epochs of this fit, by 0-based epoch.
         threads: the intra-op threads, set by the adapter (0: unknown).
         workers: the loader worker processes, set by the adapter (0: none or unknown).
+        feed: what the fit is fed, one of :data:`FEEDS` or "" (unknown), set by the Keras adapter: the start-up
+            sentence's advice fits it.
     """
 
     def __init__(
@@ -296,6 +324,7 @@ class EpochParts:
         self.cores = int(cores) if cores is not None else _cores()
         self.threads = 0
         self.workers = 0
+        self.feed = ""
         self.results: dict[int, EpochWall] = {}
         self._last: EpochWall | None = None
         self.clock = FitClock()
@@ -643,21 +672,26 @@ class EpochParts:
         result = self.results.get(max(self.results) if epoch is None else epoch)
         if result is None:
             return []
-        out = part_verdicts(result, self.framework)
+        out = part_verdicts(result, self.framework, feed=self.feed)
         contended = contention_verdict(result, self.framework)
         if contended:
             out.append(contended)
         return out
 
 
-def part_verdicts(result: EpochWall, framework: str, *, percent: float = PART_VERDICT_PERCENT) -> list[str]:
+def part_verdicts(
+    result: EpochWall, framework: str, *, percent: float = PART_VERDICT_PERCENT, feed: str = ""
+) -> list[str]:
     """One line per part other than the training steps that took ``percent`` of the epoch or more, largest first,
-    e.g. ``"checkpointing took 38% of epoch 2 (4.10 s of 10.80 s): save less often ..."``.
+    e.g. ``"checkpointing took 38% of epoch 2 (4.10 s of 10.80 s): save less often ..."``. fitprof's own share
+    is stated as a fact about a short epoch, its fix given only over an epoch of :data:`PROFILING_LONG_EPOCH_S` or
+    more.
 
     Args:
         result: the epoch's parts.
         framework: ``"keras"`` or ``"lightning"`` (the fix's wording).
         percent: the share (0-100) from which a part is named.
+        feed: what a Keras fit is fed (:data:`FEEDS`, "" unknown): the start-up advice fits it.
     """
     if not result.wall_s > 0:
         return []
@@ -669,7 +703,10 @@ def part_verdicts(result: EpochWall, framework: str, *, percent: float = PART_VE
             found.append((share, part, seconds))
     lines = []
     for share, part, seconds in sorted(found, reverse=True):
-        fix = _fix(part, result, framework)
+        if part == PROFILING:
+            lines.append(_profiling_line(result, share, seconds))
+            continue
+        fix = _fix(part, result, framework, feed)
         lines.append(
             f"{_NAMES[part]} took {share:.0f}% of epoch {result.epoch} ({seconds:.2f} s of {result.wall_s:.2f} s): "
             f"{fix}"
@@ -677,15 +714,28 @@ def part_verdicts(result: EpochWall, framework: str, *, percent: float = PART_VE
     return lines
 
 
-def _fix(part: int, result: EpochWall, framework: str) -> str:
+def _profiling_line(result: EpochWall, share: float, seconds: float) -> str:
+    """fitprof's own share of the epoch: a fact about a short epoch, advice only over a long one
+    (:data:`PROFILING_LONG_EPOCH_S`); the two read as different sentences (:func:`fitprof.fit.voice.gist`), so a
+    fit that said the fact still gets the advice when a long epoch needs it."""
+    numbers = f"{seconds:.2f} s of {result.wall_s:.2f} s"
+    if result.wall_s >= PROFILING_LONG_EPOCH_S:
+        return (
+            f"{_NAMES[PROFILING]} took {share:.0f}% of epoch {result.epoch}, a long one ({numbers}): {_FIX_PROFILING}"
+        )
+    return (
+        f"{_NAMES[PROFILING]} took {share:.0f}% of epoch {result.epoch} ({numbers}, {result.steps} steps): "
+        f"{_PROFILING_FACT}"
+    )
+
+
+def _fix(part: int, result: EpochWall, framework: str, feed: str = "") -> str:
     if part == CHECKPOINT:
         return _FIX_CHECKPOINT[framework]
     if part == VALIDATION:
         return _FIX_VALIDATION[framework]
     if part == STARTUP:
-        return _FIX_STARTUP[framework]
-    if part == PROFILING:
-        return _FIX_PROFILING
+        return _STARTUP_BY_FEED.get(feed, _FIX_STARTUP[framework]) if framework == "keras" else _FIX_STARTUP[framework]
     if part == CALLBACKS:
         if result.callback_s:
             name, seconds = max(result.callback_s.items(), key=lambda item: item[1])

@@ -89,6 +89,14 @@ ALWAYS_ON = {
 }
 """A window key -> the always-on ``fitprof/epoch/*`` key that measures the same over every epoch."""
 
+_MODE = {
+    metrics.EPOCH_STEP_TIME_MS_P50.key: "min",
+    metrics.EPOCH_INPUT_PERCENT.key: "min",
+    metrics.EPOCH_SAMPLES_PER_S.key: "max",
+}
+"""The ``mode`` a Keras monitor needs for an always-on key: with ``mode="auto"`` Keras raises for any key that is
+not a compiled metric or a loss."""
+
 
 def unwatchable_monitors(frame: Any, every_n_epochs: int) -> list[str]:
     """One sentence for each callback of the fit (``frame``: the ``CallbackList`` that called ``on_train_begin``)
@@ -110,10 +118,11 @@ def unwatchable_monitors(frame: Any, every_n_epochs: int) -> list[str]:
             continue
         if key.startswith(metrics.PREFIX) and not key.startswith(metrics.EPOCH_PREFIX):
             instead = ALWAYS_ON.get(key, f"a {metrics.EPOCH_PREFIX}* key")
+            mode = f" (mode={_MODE[instead]!r})" if instead in _MODE else ""
             out.append(
                 f"fitprof: {type(cb).__name__}(monitor={key!r}) watches a key that is NaN in the epochs fitprof does "
                 f"not profile (every_n_epochs={every_n_epochs}), which it counts as no improvement; watch {instead} "
-                "instead, measured every epoch."
+                f"instead{mode}, measured every epoch."
             )
     return out
 

@@ -524,6 +524,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         (:class:`fitprof.profilers.pydataset.BatchWait`), except on TensorFlow with no workers, where ``tf.data``
         prefetches the batches in the background and the figures stay NaN."""
         adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
+        self._engine.parts.feed = _feed(adapter)
         if _is_py_dataset_adapter(adapter):
             try:
                 from fitprof.profilers.pydataset import BatchWait, PyDatasetTiming
@@ -634,3 +635,19 @@ def _is_py_dataset_adapter(adapter: Any) -> bool:
     except ImportError:  # another Keras layout: its PyDataset workers go untimed
         return False
     return isinstance(adapter, PyDatasetAdapter)
+
+
+_FEED_OF_ADAPTER = {
+    "TorchDataLoaderAdapter": "DataLoader",
+    "TFDatasetAdapter": "tf.data",
+    "PyDatasetAdapter": "PyDataset",
+    "ArrayDataAdapter": "arrays",
+}
+"""Keras 3's data adapter classes (``keras/src/trainers/data_adapters``) -> what the fit is fed
+(:data:`fitprof.fit.epoch_parts.FEEDS`); NumPy arrays, tensors and lists all come through ``ArrayDataAdapter``."""
+
+
+def _feed(adapter: Any) -> str:
+    """What ``adapter`` (the fit's Keras data adapter, None when not found) feeds: one of
+    :data:`fitprof.fit.epoch_parts.FEEDS`, "" when unknown (a generator, a Grain dataset, another Keras layout)."""
+    return _FEED_OF_ADAPTER.get(type(adapter).__name__, "") if adapter is not None else ""
