@@ -15,10 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
 import lightning_tiny  # noqa: E402
+from fitprof import metrics as fitprof_metrics  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from lightning_tiny import Tiny as _Tiny  # noqa: E402
 
@@ -70,6 +71,36 @@ def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> 
         assert float(row["fitprof/step_time_ms"]) == pytest.approx(report.step_time_ms, rel=1e-6)
         for i, op in enumerate(report.top_ops, start=1):
             assert float(row[f"fitprof/top_op_{i}_ms"]) == pytest.approx(op.self_ms_per_step, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_each_epoch_end_is_one_csv_row_at_lightnings_epoch_end_step(run: tuple[Path, Any, Any, Any]) -> None:
+    """The step timing, the window's figures and the epoch share one row per epoch (as Lightning's own epoch-end
+    values), at the epoch's last batch (12 batches an epoch: steps 11, 23, 35), with the values the callback
+    measured, read back from the file."""
+    tmp, _, fp, _ = run
+    (path,) = tmp.glob("csv/version_*/metrics.csv")
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if any(r[k] for k in r if k.startswith("fitprof/epoch/"))]
+    assert [(int(r["epoch"]), int(r["step"])) for r in rows] == [(0, 11), (1, 23), (2, 35)]
+    p50 = fitprof_metrics.EPOCH_STEP_TIME_MS_P50.key
+    for row in rows:
+        epoch = int(row["epoch"])
+        assert float(row[p50]) == pytest.approx(fp.epoch_steps[epoch].step_time_ms_p50, rel=1e-9)
+        assert bool(row["fitprof/step_time_ms"]) == (epoch in fp.reports)
+
+
+@pytest.mark.slow
+def test_early_stopping_monitors_a_fitprof_figure(tmp_path: Path) -> None:
+    """``EarlyStopping`` on a figure of every epoch reads it from ``callback_metrics`` at the epoch's end (Lightning
+    runs monitors after fitprof's hook); a missing key would raise in its strict check. Any finite step count is
+    below the threshold, so the fit stops after epoch 0 of 3."""
+    key = fitprof_metrics.EPOCH_STEPS_TIMED.key
+    stop = EarlyStopping(monitor=key, mode="min", stopping_threshold=1e9, check_on_train_epoch_end=True)
+    fp = FitProfiler(profile_batch=(3, 5), verbose=False)
+    trainer = _fit(tmp_path, [fp, stop], max_epochs=3)
+    assert stop.stopped_epoch == 0 and trainer.current_epoch == 1
+    assert float(trainer.callback_metrics[key]) == fp.epoch_steps[0].steps_timed
 
 
 @pytest.mark.slow
