@@ -103,6 +103,27 @@ def test_early_stopping_monitors_a_fitprof_figure(tmp_path: Path) -> None:
     assert float(trainer.callback_metrics[key]) == fp.epoch_steps[0].steps_timed
 
 
+class _Refusing(CSVLogger):
+    """A logger whose ``log_metrics`` raises (a remote tracker gone away)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        raise ConnectionError("tracker unreachable")
+
+
+@pytest.mark.slow
+def test_a_failing_logger_warns_once_and_the_others_still_get_the_figures(tmp_path: Path) -> None:
+    fp = FitProfiler(profile_batch=(3, 5), verbose=False)
+    good = CSVLogger(tmp_path, name="good", version=0)
+    with pytest.warns(Warning) as caught:
+        trainer = _fit(tmp_path, [fp], max_epochs=2, logger=[_Refusing(tmp_path, name="bad"), good])
+    failed = [str(w.message) for w in caught if "logging to _Refusing failed" in str(w.message)]
+    assert len(failed) == 1 and "tracker unreachable" in failed[0]
+    assert trainer.current_epoch == 2 and "fitprof/epoch/steps_timed" in trainer.callback_metrics
+    with open(Path(good.log_dir) / "metrics.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("fitprof/epoch/steps_timed")]
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+
+
 @pytest.mark.slow
 def test_tensorboard_gets_the_operators_by_name_too(run: tuple[Path, Any, Any, Any]) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

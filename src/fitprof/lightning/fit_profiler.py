@@ -556,7 +556,7 @@ class FitProfiler(Callback, SharedAttributes):
         on every rank, with the values given (gathered already, or this rank's own: no collective), and to every
         logger as one row with its epoch (:func:`fitprof.lightning._trainer.log_figures`). Not through
         ``pl_module.log``: Lightning's result object per key cost 37-58 ms of CPU for the ~53 figures of a profiled
-        epoch's end, and its walk at the fit's teardown about 30 ms more (``benchmarks/lightning_log_cost.py``)."""
+        epoch's end, and its walk at the fit's teardown 13-24 ms more (``benchmarks/lightning_log_cost.py``)."""
 
         def failed(logger: Any, err: Exception) -> None:
             name = type(logger).__name__
