@@ -270,3 +270,38 @@ def test_what_fitprof_writes_itself_sits_at_the_last_batchs_step(tmp_path: Path,
 def test_torch_options_must_be_bools() -> None:
     with pytest.raises(TypeError, match="with_flops must be True or False; got 'yes'"):
         FitProfiler(with_flops="yes")  # type: ignore[arg-type]
+
+
+class _Rows(CSVLogger):
+    """A CSV logger that also keeps each ``log_metrics`` call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows: list[tuple[dict[str, float], int | None]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append((dict(metrics), step))
+        super().log_metrics(metrics, step)
+
+
+def test_log_figures_writes_what_self_log_would_in_one_call(tmp_path: Path) -> None:
+    """Without a fit: the figures exact (float64) in ``callback_metrics`` and ``logged_metrics``, the progress-bar key
+    in ``progress_bar_metrics``, one row with ``epoch`` per logger, written to ``metrics.csv`` (``save``);
+    ``loggers=False`` reaches ``callback_metrics`` and the progress bar only, as ``self.log(..., logger=False)``."""
+    from fitprof.lightning._trainer import log_figures
+
+    rows = _Rows(tmp_path, name="csv", version=0)
+    trainer = pl.Trainer(logger=rows, **{k: v for k, v in lightning_tiny.QUIET.items() if k != "logger"})
+    third = 1 / 3
+    log_figures(trainer, {"fitprof/a": third, "fitprof/b": 2.0}, epoch=3, progress_bar={"fitprof/b", "other"})
+    for held in (trainer.callback_metrics, trainer.logged_metrics):
+        assert held["fitprof/a"].dtype == torch.float64 and float(held["fitprof/a"]) == third
+    assert trainer.progress_bar_metrics == {"fitprof/b": 2.0}
+    assert rows.rows == [({"fitprof/a": third, "fitprof/b": 2.0, "epoch": 3}, 0)]
+    with open(Path(rows.log_dir) / "metrics.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["fitprof/a"]) == third and row["epoch"] == "3" and row["step"] == "0"
+
+    log_figures(trainer, {"fitprof/c": 5.0}, epoch=3, progress_bar={"fitprof/c"}, loggers=False)
+    assert float(trainer.callback_metrics["fitprof/c"]) == 5.0 and trainer.progress_bar_metrics["fitprof/c"] == 5.0
+    assert "fitprof/c" not in trainer.logged_metrics and len(rows.rows) == 1

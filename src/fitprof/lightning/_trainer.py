@@ -47,6 +47,7 @@ def log_figures(
     *,
     epoch: int,
     progress_bar: Collection[str] = (),
+    loggers: bool = True,
     failed: Callable[[Any, Exception], None] | None = None,
 ) -> None:
     """Hand ``figures`` to Lightning as its own epoch-end ``self.log(..., on_epoch=True)`` values end up, without
@@ -70,6 +71,8 @@ def log_figures(
         figures: name -> value (floats; NaN is written as it is: filter first what a logger must not get).
         epoch: the 0-based epoch the figures belong to.
         progress_bar: the keys also shown in the progress bar.
+        loggers: False: ``callback_metrics`` and the progress bar only (as ``self.log(..., logger=False)``: not in
+            ``logged_metrics``, no logger row).
         failed: called with the logger and the error when a logger raises (the other loggers still get the row);
             None re-raises.
     """
@@ -78,12 +81,12 @@ def log_figures(
     values = {k: float(v) for k, v in figures.items()}
     tensors = {k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
     trainer.callback_metrics.update(tensors)
-    trainer.logged_metrics.update(tensors)
     bar = [k for k in progress_bar if k in values]
     if bar:
         trainer.progress_bar_metrics.update({k: values[k] for k in bar})
-    if not values:
+    if not values or not loggers:
         return
+    trainer.logged_metrics.update(tensors)
     row: dict[str, float] = {**values, "epoch": epoch}
     step = epoch_end_step(trainer)
     for logger in trainer.loggers:

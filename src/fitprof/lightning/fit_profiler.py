@@ -440,7 +440,7 @@ class FitProfiler(Callback, SharedAttributes):
         # One row, as Lightning's own epoch-end values: this rank's step timing (no collective), the window's
         # gathered figures, a triggered window's.
         figures = {**finite(result.epoch), **result.window, **(result.trigger if result.triggered else {})}
-        self._log_scalars(trainer, engine.epoch, figures, progress_bar=_PROGRESS_BAR_KEYS)
+        self._log_scalars(trainer, figures, progress_bar=_PROGRESS_BAR_KEYS)
         synced = (result.profiled or bool(result.triggered)) and (self._mirror is None or self._mirror.sync())
         if engine.rank == 0:
             url = self._mirror.url if self._mirror is not None else str(self._dir)
@@ -548,13 +548,16 @@ class FitProfiler(Callback, SharedAttributes):
     def _log_scalars(
         self,
         trainer: pl.Trainer,
-        epoch: int,
         scalars: dict[str, float],
         progress_bar: frozenset[str] = frozenset(),
+        *,
+        logger: bool = True,
+        epoch: int | None = None,
     ) -> None:
         """Hand the figures to ``trainer.callback_metrics`` (``EarlyStopping``, ``ModelCheckpoint(monitor=...)``)
-        on every rank, with the values given (gathered already, or this rank's own: no collective), and to every
-        logger as one row with its epoch (:func:`fitprof.lightning._trainer.log_figures`). Not through
+        on every rank, with the values given (gathered already, or this rank's own: no collective), and, unless
+        ``logger`` is False, to every logger as one row with ``epoch`` (None: the engine's epoch)
+        (:func:`fitprof.lightning._trainer.log_figures`). Not through
         ``pl_module.log``: Lightning's result object per key cost 37-58 ms of CPU for the ~53 figures of a profiled
         epoch's end, and its walk at the fit's teardown 13-24 ms more (``benchmarks/lightning_log_cost.py``)."""
 
@@ -563,7 +566,14 @@ class FitProfiler(Callback, SharedAttributes):
             self._warn_rank(f"log-{name}", f"fitprof: logging to {name} failed ({err!r}).")
 
         try:
-            _trainer.log_figures(trainer, scalars, epoch=epoch, progress_bar=progress_bar, failed=failed)
+            _trainer.log_figures(
+                trainer,
+                scalars,
+                epoch=self._engine.epoch if epoch is None else epoch,
+                progress_bar=progress_bar,
+                loggers=logger,
+                failed=failed,
+            )
         except Exception as err:
             self._warn_rank("log", f"fitprof: could not log the figures to Lightning ({err!r}).")
 
@@ -590,7 +600,7 @@ class FitProfiler(Callback, SharedAttributes):
         if pl_module is None and self.verbose:
             print(entry.line, flush=True)
         if pl_module is None:
-            self._log_scalars(trainer, entry.epoch, entry.scalars)
+            self._log_scalars(trainer, entry.scalars, epoch=entry.epoch)
         for logger in trainer.loggers:
             try:
                 if isinstance(logger, TensorBoardLogger):
