@@ -11,7 +11,10 @@ Then, on the traces of the last repeat, whether the exported trace is the same w
 count and the multiset of ``(name, cat, ph, argument names)`` of the two traces, and :func:`fitprof.analyze`'s figures on each
 (timings differ between two runs; the names, counts and steps must not).
 
-    PYTHONPATH=src python benchmarks/torch_trace_only.py [--repeats 5] [--extra-ops 0] [--steps 5]
+    PYTHONPATH=src python benchmarks/torch_trace_only.py [--repeats 5] [--extra-ops 0] [--steps 5] [--device cuda]
+
+``--device cuda``: the model and each step's batch copy on the GPU, CUDA activities recorded too (kernels, copies),
+the device synchronised before the stop.
 
 torch 2.13 builds its Python events lazily (on ``events()`` / ``key_averages()``, which fitprof never calls), so
 what ``trace_only`` can still save is what the C++ side does at the stop.
@@ -33,7 +36,7 @@ from pathlib import Path
 MODES = ("plain", "trace_only")
 
 
-def child(mode: str, steps: int, extra_ops: int, out: Path) -> None:
+def child(mode: str, steps: int, extra_ops: int, out: Path, device: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -42,12 +45,13 @@ def child(mode: str, steps: int, extra_ops: int, out: Path) -> None:
     layers: list[torch.nn.Module] = []
     for _ in range(8):
         layers += [torch.nn.Linear(64, 64), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
+    model = torch.nn.Sequential(*layers).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(32, 64)
-    small = torch.ones(4)
+    host = torch.randn(32, 64)
+    small = torch.ones(4, device=device)
 
     def step() -> None:
+        x = host.to(device) if device == "cuda" else host  # the batch's copy (HtoD)
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
@@ -59,12 +63,15 @@ def child(mode: str, steps: int, extra_ops: int, out: Path) -> None:
     kwargs = {}
     if mode == "trace_only":
         kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(trace_only=True)
-    prof = profile(activities=[ProfilerActivity.CPU], **kwargs)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    prof = profile(activities=activities, **kwargs)
     prof.start()
     step()  # the warm-up step, unmarked, as fitprof's window has one
     for n in range(1, steps + 1):
         with record_function(f"ProfilerStep#{n}"):
             step()
+    if device == "cuda":
+        torch.cuda.synchronize()
     w0, c0 = time.perf_counter(), time.thread_time()
     prof.stop()
     w1, c1 = time.perf_counter(), time.thread_time()
@@ -86,9 +93,17 @@ def main() -> None:
     parser.add_argument("--extra-ops", type=int, default=0)
     parser.add_argument("--child", choices=MODES)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps, args.extra_ops, args.out)
+        child(args.child, args.steps, args.extra_ops, args.out, args.device)
+        return
+    import torch
+
+    try:
+        torch._C._profiler._ExperimentalConfig(trace_only=True)
+    except Exception as err:
+        print(f"torch {torch.__version__} has no trace_only ({err!r}): nothing to compare")
         return
     out = Path(tempfile.mkdtemp(prefix="fitprof-traceonly-"))
     got: dict[str, list[dict]] = {m: [] for m in MODES}
@@ -96,13 +111,13 @@ def main() -> None:
     for r in range(args.repeats):
         for mode in MODES if r % 2 == 0 else MODES[::-1]:
             cmd = [sys.executable, __file__, "--child", mode, "--out", str(out)]
-            cmd += ["--steps", str(args.steps), "--extra-ops", str(args.extra_ops)]
+            cmd += ["--steps", str(args.steps), "--extra-ops", str(args.extra_ops), "--device", args.device]
             run = subprocess.run(cmd, capture_output=True, text=True, check=True)
             got[mode].append(json.loads(run.stdout.strip().splitlines()[-1]))
         loads.append(os.getloadavg()[0])
     plain_events = _events(out / "plain.pt.trace.json")
     print(
-        f"{len(plain_events)}-event window ({args.steps} steps, {args.extra_ops} extra ops a step), "
+        f"{len(plain_events)}-event window ({args.steps} steps, {args.extra_ops} extra ops a step, {args.device}), "
         f"{args.repeats} repeats, fresh processes interleaved; load {min(loads):.2f}-{max(loads):.2f}"
     )
     for mode in MODES:
