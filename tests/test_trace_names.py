@@ -319,3 +319,20 @@ def test_a_window_is_recorded_for_its_trace_only_unless_stacks_need_the_events(t
         stacked.begin_step(1)
         (x @ x).relu_()
         assert stacked.stop() is not None
+
+
+def test_a_torch_without_trace_only_records_the_window_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.11's config refuses the argument (TypeError, as seen on a CUDA 13 machine): the window starts without
+    it, no warning, and the trace is whole."""
+
+    def refuse(**kwargs: object) -> None:
+        raise TypeError(f"__init__(): incompatible constructor arguments. Invoked with: kwargs: {kwargs}")
+
+    monkeypatch.setattr(torch._C._profiler, "_ExperimentalConfig", refuse)
+    assert _torch.trace_only_config() is None
+    path, messages = _profile_window(tmp_path, ("step work",))
+    assert path is not None and messages == []
+    assert _annotation_names(path).count("step work") == STEPS
+    assert fitprof.analyze(path).steps_analyzed == STEPS
