@@ -15,10 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
-from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger  # noqa: E402
 
 import lightning_tiny  # noqa: E402
+from fitprof import metrics as fitprof_metrics  # noqa: E402
 from fitprof.lightning import FitProfiler  # noqa: E402
 from lightning_tiny import Tiny as _Tiny  # noqa: E402
 
@@ -70,6 +71,57 @@ def test_metrics_csv_rows_carry_their_epoch(run: tuple[Path, Any, Any, Any]) -> 
         assert float(row["fitprof/step_time_ms"]) == pytest.approx(report.step_time_ms, rel=1e-6)
         for i, op in enumerate(report.top_ops, start=1):
             assert float(row[f"fitprof/top_op_{i}_ms"]) == pytest.approx(op.self_ms_per_step, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_each_epoch_end_is_one_csv_row_at_lightnings_epoch_end_step(run: tuple[Path, Any, Any, Any]) -> None:
+    """The step timing, the window's figures and the epoch share one row per epoch (as Lightning's own epoch-end
+    values), at the epoch's last batch (12 batches an epoch: steps 11, 23, 35), with the values the callback
+    measured, read back from the file."""
+    tmp, _, fp, _ = run
+    (path,) = tmp.glob("csv/version_*/metrics.csv")
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if any(r[k] for k in r if k.startswith("fitprof/epoch/"))]
+    assert [(int(r["epoch"]), int(r["step"])) for r in rows] == [(0, 11), (1, 23), (2, 35)]
+    p50 = fitprof_metrics.EPOCH_STEP_TIME_MS_P50.key
+    for row in rows:
+        epoch = int(row["epoch"])
+        assert float(row[p50]) == pytest.approx(fp.epoch_steps[epoch].step_time_ms_p50, rel=1e-9)
+        assert bool(row["fitprof/step_time_ms"]) == (epoch in fp.reports)
+
+
+@pytest.mark.slow
+def test_early_stopping_monitors_a_fitprof_figure(tmp_path: Path) -> None:
+    """``EarlyStopping`` on a figure of every epoch reads it from ``callback_metrics`` at the epoch's end (Lightning
+    runs monitors after fitprof's hook); a missing key would raise in its strict check. Any finite step count is
+    below the threshold, so the fit stops after epoch 0 of 3."""
+    key = fitprof_metrics.EPOCH_STEPS_TIMED.key
+    stop = EarlyStopping(monitor=key, mode="min", stopping_threshold=1e9, check_on_train_epoch_end=True)
+    fp = FitProfiler(profile_batch=(3, 5), verbose=False)
+    trainer = _fit(tmp_path, [fp, stop], max_epochs=3)
+    assert stop.stopped_epoch == 0 and trainer.current_epoch == 1
+    assert float(trainer.callback_metrics[key]) == fp.epoch_steps[0].steps_timed
+
+
+class _Refusing(CSVLogger):
+    """A logger whose ``log_metrics`` raises (a remote tracker gone away)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        raise ConnectionError("tracker unreachable")
+
+
+@pytest.mark.slow
+def test_a_failing_logger_warns_once_and_the_others_still_get_the_figures(tmp_path: Path) -> None:
+    fp = FitProfiler(profile_batch=(3, 5), verbose=False)
+    good = CSVLogger(tmp_path, name="good", version=0)
+    with pytest.warns(Warning) as caught:
+        trainer = _fit(tmp_path, [fp], max_epochs=2, logger=[_Refusing(tmp_path, name="bad"), good])
+    failed = [str(w.message) for w in caught if "logging to _Refusing failed" in str(w.message)]
+    assert len(failed) == 1 and "tracker unreachable" in failed[0]
+    assert trainer.current_epoch == 2 and "fitprof/epoch/steps_timed" in trainer.callback_metrics
+    with open(Path(good.log_dir) / "metrics.csv", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("fitprof/epoch/steps_timed")]
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
 
 
 @pytest.mark.slow
@@ -218,3 +270,38 @@ def test_what_fitprof_writes_itself_sits_at_the_last_batchs_step(tmp_path: Path,
 def test_torch_options_must_be_bools() -> None:
     with pytest.raises(TypeError, match="with_flops must be True or False; got 'yes'"):
         FitProfiler(with_flops="yes")  # type: ignore[arg-type]
+
+
+class _Rows(CSVLogger):
+    """A CSV logger that also keeps each ``log_metrics`` call."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows: list[tuple[dict[str, float], int | None]] = []
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.append((dict(metrics), step))
+        super().log_metrics(metrics, step)
+
+
+def test_log_figures_writes_what_self_log_would_in_one_call(tmp_path: Path) -> None:
+    """Without a fit: the figures exact (float64) in ``callback_metrics`` and ``logged_metrics``, the progress-bar key
+    in ``progress_bar_metrics``, one row with ``epoch`` per logger, written to ``metrics.csv`` (``save``);
+    ``loggers=False`` reaches ``callback_metrics`` and the progress bar only, as ``self.log(..., logger=False)``."""
+    from fitprof.lightning._trainer import log_figures
+
+    rows = _Rows(tmp_path, name="csv", version=0)
+    trainer = pl.Trainer(logger=rows, **{k: v for k, v in lightning_tiny.QUIET.items() if k != "logger"})
+    third = 1 / 3
+    log_figures(trainer, {"fitprof/a": third, "fitprof/b": 2.0}, epoch=3, progress_bar={"fitprof/b", "other"})
+    for held in (trainer.callback_metrics, trainer.logged_metrics):
+        assert held["fitprof/a"].dtype == torch.float64 and float(held["fitprof/a"]) == third
+    assert trainer.progress_bar_metrics == {"fitprof/b": 2.0}
+    assert rows.rows == [({"fitprof/a": third, "fitprof/b": 2.0, "epoch": 3}, 0)]
+    with open(Path(rows.log_dir) / "metrics.csv", newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["fitprof/a"]) == third and row["epoch"] == "3" and row["step"] == "0"
+
+    log_figures(trainer, {"fitprof/c": 5.0}, epoch=3, progress_bar={"fitprof/c"}, loggers=False)
+    assert float(trainer.callback_metrics["fitprof/c"]) == 5.0 and trainer.progress_bar_metrics["fitprof/c"] == 5.0
+    assert "fitprof/c" not in trainer.logged_metrics and len(rows.rows) == 1

@@ -287,3 +287,52 @@ def test_the_name_check_asks_torch_for_every_event_only_with_stacks(
     assert path is not None and calls == [False, True]
     assert _limits.wait_written(path) is None
     assert _annotation_names(path).count("C:\\data") == 1
+
+
+def test_a_window_is_recorded_for_its_trace_only_unless_stacks_need_the_events(tmp_path: Path) -> None:
+    """Where torch has ``trace_only`` (2.13 does) a window asks for it: the window is only ever exported, so torch
+    can skip at the stop what ``events()`` would need. The trace is still whole (every step, every name, the odd
+    ones through torch's Python writer). With ``with_stack`` it is not asked for: torch would turn it off with a
+    warning, stacks needing those events."""
+    if _torch.trace_only_config() is None:
+        pytest.skip(f"torch {torch.__version__} has no trace_only")
+    window = TorchProfileWindow(warn=WarnOnce(print))
+    assert window.start(tmp_path, "s", rank=0)
+    prof = window._prof
+    assert prof is not None and prof.experimental_config.trace_only
+    x = torch.randn(32, 32)
+    for step in range(1, STEPS + 1):
+        window.begin_step(step)
+        with record_function('load "train"'):
+            (x @ x).relu_()
+    path = window.stop()
+    assert path is not None and _limits.wait_written(path) is None
+    assert _annotation_names(path).count('load "train"') == STEPS
+    assert fitprof.analyze(path).steps_analyzed == STEPS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Disabling trace_only" would raise here
+        stacked = TorchProfileWindow(warn=WarnOnce(print), with_stack=True)
+        assert stacked.start(tmp_path, "t", rank=0)
+        config = stacked._prof.experimental_config if stacked._prof is not None else None
+        assert config is None or not config.trace_only
+        stacked.begin_step(1)
+        (x @ x).relu_()
+        assert stacked.stop() is not None
+
+
+def test_a_torch_without_trace_only_records_the_window_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.11's config refuses the argument (TypeError, as seen on a CUDA 13 machine): the window starts without
+    it, no warning, and the trace is whole."""
+
+    def refuse(**kwargs: object) -> None:
+        raise TypeError(f"__init__(): incompatible constructor arguments. Invoked with: kwargs: {kwargs}")
+
+    monkeypatch.setattr(torch._C._profiler, "_ExperimentalConfig", refuse)
+    assert _torch.trace_only_config() is None
+    path, messages = _profile_window(tmp_path, ("step work",))
+    assert path is not None and messages == []
+    assert _annotation_names(path).count("step work") == STEPS
+    assert fitprof.analyze(path).steps_analyzed == STEPS

@@ -7,8 +7,8 @@ from its adapter to each probe that defines a method of that name, with the engi
 publishes:
 
 - :meth:`Probe.epoch_figures` (keys ``fitprof/epoch/...``) at each epoch's end, through the same channels as the
-  engine's own ``fitprof/epoch/*`` keys (the epoch ``logs`` and event file in Keras, ``pl_module.log`` in
-  Lightning, and the epoch's :class:`fitprof.fit.steps.EpochSteps`-derived scalars in ``FitProfiler.epoch_figures``);
+  engine's own ``fitprof/epoch/*`` keys (the epoch ``logs`` and event file in Keras, ``callback_metrics`` and the
+  loggers in Lightning, and the epoch's :class:`fitprof.fit.steps.EpochSteps`-derived scalars in ``FitProfiler.epoch_figures``);
 - :meth:`Probe.window_figures` (keys ``fitprof/...``) into the scalars logged for the profiled window of the epoch,
   beside the report's;
 - ``advice`` into the lines the epoch's result carries for the adapter to print.

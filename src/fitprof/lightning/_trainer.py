@@ -1,11 +1,12 @@
-"""What the Lightning adapter reads of the ``Trainer`` beyond its hooks: the argument that cuts the epochs short,
-the logger step of an epoch's end, the intra-op threads and loader workers, the cross-rank all-gather; and
-Lightning's ``sync_dist`` advice kept off fitprof's keys."""
+"""What the Lightning adapter reads of the ``Trainer`` beyond its hooks, and writes to it: the argument that cuts the
+epochs short, the logger step of an epoch's end, the figures handed to ``callback_metrics`` and the loggers, the
+intra-op threads and loader workers, the cross-rank all-gather."""
 
 from __future__ import annotations
 
 import contextlib
-import warnings
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
 import lightning.pytorch as pl
 
@@ -25,9 +26,9 @@ def epoch_limit(trainer: pl.Trainer, first_step: int) -> str | None:
 
 
 def epoch_end_step(trainer: pl.Trainer) -> int:
-    """The logger step of the epoch's last batch, for what fitprof writes to a logger itself: the operators by name
-    and the Markdown summaries (at the step ``pl_module.log`` gives the epoch-end scalars in ``on_train_epoch_end``),
-    and after an exception the scalars too (at the step of the last batch's ``on_step`` values).
+    """The logger step of the epoch's last batch, where fitprof writes to the loggers: the figures, the operators by
+    name and the Markdown summaries (the step Lightning gives the epoch-end ``self.log`` values of
+    ``on_train_epoch_end``; after an exception, that of the last batch's ``on_step`` values).
 
     Lightning counts the batches that stepped (``fit_loop.epoch_loop._batches_that_stepped``, per batch whatever
     the optimizers did, so not ``global_step`` under manual optimization) and logs a batch's values at the count
@@ -38,6 +39,64 @@ def epoch_end_step(trainer: pl.Trainer) -> int:
     stepped = getattr(getattr(trainer.fit_loop, "epoch_loop", None), "_batches_that_stepped", None)
     count = stepped if isinstance(stepped, int) else trainer.global_step
     return max(int(count) - (0 if trainer.validating else 1), 0)
+
+
+def log_figures(
+    trainer: pl.Trainer,
+    figures: Mapping[str, float],
+    *,
+    epoch: int,
+    progress_bar: Collection[str] = (),
+    loggers: bool = True,
+    failed: Callable[[Any, Exception], None] | None = None,
+) -> None:
+    """Hand ``figures`` to Lightning as its own epoch-end ``self.log(..., on_epoch=True)`` values end up, without
+    Lightning's per-call result objects: in one pass, from any hook.
+
+    - ``trainer.callback_metrics`` and ``trainer.logged_metrics``: each figure as a 0-d float64 tensor on the CPU
+      (what ``EarlyStopping``, ``ModelCheckpoint(monitor=...)`` and ``ReduceLROnPlateau`` read; the exact figure, no
+      device copy); the keys in ``progress_bar`` also in ``trainer.progress_bar_metrics`` as floats.
+    - every logger in ``trainer.loggers``: one ``log_metrics`` call with the figures as floats plus ``"epoch"``
+      (``epoch``, as Lightning adds it to each epoch-end row), at :func:`epoch_end_step` (the step Lightning gives
+      its epoch-end values), then ``save()``, as Lightning's own logger connector does after each call. Called on
+      every rank as Lightning calls them; Lightning's loggers write on rank 0 only (``rank_zero_only``).
+      ``log_every_n_steps`` does not apply, as it does not to Lightning's epoch-end values.
+
+    Why not ``self.log``: Lightning builds, moves to the module's device and updates a result object at every
+    call, 0.3-0.7 ms of CPU a key (``benchmarks/lightning_log_cost.py``), and walks them all again at the fit's
+    teardown.
+
+    Args:
+        trainer: the fitting trainer.
+        figures: name -> value (floats; NaN is written as it is: filter first what a logger must not get).
+        epoch: the 0-based epoch the figures belong to.
+        progress_bar: the keys also shown in the progress bar.
+        loggers: False: ``callback_metrics`` and the progress bar only (as ``self.log(..., logger=False)``: not in
+            ``logged_metrics``, no logger row).
+        failed: called with the logger and the error when a logger raises (the other loggers still get the row);
+            None re-raises.
+    """
+    import torch
+
+    values = {k: float(v) for k, v in figures.items()}
+    tensors = {k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
+    trainer.callback_metrics.update(tensors)
+    bar = [k for k in progress_bar if k in values]
+    if bar:
+        trainer.progress_bar_metrics.update({k: values[k] for k in bar})
+    if not values or not loggers:
+        return
+    trainer.logged_metrics.update(tensors)
+    row: dict[str, float] = {**values, "epoch": epoch}
+    step = epoch_end_step(trainer)
+    for logger in trainer.loggers:
+        try:
+            logger.log_metrics(row, step=step)
+            logger.save()
+        except Exception as err:
+            if failed is None:
+                raise
+            failed(logger, err)
 
 
 def threads_and_workers(trainer: pl.Trainer) -> tuple[int | None, int | None]:
@@ -78,14 +137,3 @@ def distributed() -> bool:
         return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
     except Exception:  # a broken process group: behave as a single process
         return False
-
-
-def no_sync_dist_advice() -> None:
-    """Keep Lightning from asking, once per key, to ``self.log(<fitprof key>, ..., sync_dist=True)`` in a
-    distributed run (37 warnings under ``strategy="ddp_spawn"``): fitprof logs its keys with ``sync_dist=False``
-    on purpose, the window's figures gathered across ranks already and the ``fitprof/epoch/*`` figures each rank's
-    own, and a collective per key would hang when ranks log different keys. Lightning's warning for any other key
-    is left as it is (the filter matches fitprof's keys only, in this process: each spawned rank sets its own)."""
-    warnings.filterwarnings(
-        "ignore", message=r"It is recommended to use `self\.log\('fitprof/[^']*', \.\.\., sync_dist=True\)`"
-    )

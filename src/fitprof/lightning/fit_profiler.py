@@ -100,9 +100,11 @@ class FitProfiler(Callback, SharedAttributes):
     rank's device otherwise), also when its window was empty or its analysis failed, so the collective always
     completes. Rank 0 logs the cross-rank figures.
 
-    Logged metrics (``pl_module.log`` in ``on_train_epoch_end`` of each profiled epoch, on every rank with the
-    same gathered values, ``sync_dist=False``: ``trainer.callback_metrics``, monitors, every logger with the
-    epoch; see :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
+    Logged metrics (in ``on_train_epoch_end`` of each profiled epoch, on every rank with the same gathered values,
+    no collective: ``trainer.callback_metrics`` and ``logged_metrics`` as 0-d float64 CPU tensors, so monitors
+    see them; every logger as one row with the epoch at the step of Lightning's epoch-end values; written
+    directly, not through ``pl_module.log``: docs/lightning.md, "How the figures reach Lightning"; see
+    :mod:`fitprof.metrics` for the definitions): ``fitprof/step_time_ms``, ``fitprof/input_percent``
     (both also in the progress bar), ``fitprof/htod_ms_per_step``, ``fitprof/htod_percent``,
     ``fitprof/collective_percent``, their exposed parts ``fitprof/htod_exposed_percent`` and
     ``fitprof/collective_exposed_percent`` (what the verdict rests on), ``fitprof/steps_analyzed``,
@@ -123,8 +125,8 @@ class FitProfiler(Callback, SharedAttributes):
     and the steps of a window are excluded, and a checkpoint save's time is taken out of its step
     (docs/lightning.md, "Always-on step timing"). At each epoch end
     ``fitprof/epoch/step_time_ms_p50``, ``_p90``, ``_max``, ``fitprof/epoch/input_percent``,
-    ``fitprof/epoch/samples_per_s`` and ``fitprof/epoch/steps_timed`` are logged through ``pl_module.log`` (this
-    rank's own, ``sync_dist=False``), and a window's summary says when it is not representative of its epoch.
+    ``fitprof/epoch/samples_per_s`` and ``fitprof/epoch/steps_timed`` are logged the same way (this rank's own,
+    no collective), in the window's row, and a window's summary says when it is not representative of its epoch.
     With ``trigger="slowdown"`` a triggered window also logs ``fitprof/trigger/step``,
     ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
     ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary/text_summary``.
@@ -315,7 +317,6 @@ class FitProfiler(Callback, SharedAttributes):
         self._time_loader(trainer)
         self.fit_seconds = {}
         self._voice.begin_fit()
-        _trainer.no_sync_dist_advice()
         rank, engine = int(trainer.global_rank), self._engine
         self._close_mirror()
         if isinstance(getattr(trainer, "profiler", None), PyTorchProfiler):
@@ -443,11 +444,10 @@ class FitProfiler(Callback, SharedAttributes):
             gather=(lambda vector: _trainer.all_gather(trainer, vector)) if _trainer.distributed() else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
-        # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
-        self._log_scalars(pl_module, finite(result.epoch))
-        self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
-        if result.triggered:
-            self._log_scalars(pl_module, result.trigger)
+        # One row, as Lightning's own epoch-end values: this rank's step timing (no collective), the window's
+        # gathered figures, a triggered window's.
+        figures = {**finite(result.epoch), **result.window, **(result.trigger if result.triggered else {})}
+        self._log_scalars(trainer, figures, progress_bar=_PROGRESS_BAR_KEYS)
         synced = (result.profiled or bool(result.triggered)) and (self._mirror is None or self._mirror.sync())
         if engine.rank == 0:
             url = self._mirror.url if self._mirror is not None else str(self._dir)
@@ -554,36 +554,35 @@ class FitProfiler(Callback, SharedAttributes):
 
     def _log_scalars(
         self,
-        pl_module: pl.LightningModule | None,
+        trainer: pl.Trainer,
         scalars: dict[str, float],
         progress_bar: frozenset[str] = frozenset(),
+        *,
+        logger: bool = True,
+        epoch: int | None = None,
     ) -> None:
-        """Log through ``pl_module.log`` on every rank with the values given (``sync_dist=False``: gathered
-        already, or this rank's own), so they reach ``trainer.callback_metrics`` (``EarlyStopping``,
-        ``ModelCheckpoint(monitor=...)``) and every logger on rank 0, each row with its epoch.
+        """Hand the figures to ``trainer.callback_metrics`` (``EarlyStopping``, ``ModelCheckpoint(monitor=...)``)
+        on every rank, with the values given (gathered already, or this rank's own: no collective), and, unless
+        ``logger`` is False, to every logger as one row with ``epoch`` (None: the engine's epoch)
+        (:func:`fitprof.lightning._trainer.log_figures`). Not through
+        ``pl_module.log``: Lightning's result object per key cost 37-58 ms of CPU for the ~53 figures of a profiled
+        epoch's end, and its walk at the fit's teardown 13-24 ms more (``benchmarks/lightning_log_cost.py``)."""
 
-        Each key is logged once an epoch, so every reduction gives the value itself; ``reduce_fx="max"`` keeps
-        Lightning's result object to one state (the default mean adds a batch-size count, created, moved and
-        updated at every call). Measured for 53 keys, CPU of the training thread, interleaved in one process
-        (``benchmarks/lightning_log_cost.py --reduce-fx mean max``): 0.47 ms a call instead of 0.60 in the first
-        epoch, 0.31-0.34 instead of 0.34-0.37 later. Most of what is left is Lightning's own, whatever the
-        arguments: moving the result object to the value's device walks its attributes at every call."""
-        if pl_module is None:
-            return
+        def failed(logger: Any, err: Exception) -> None:
+            name = type(logger).__name__
+            self._warn_rank(f"log-{name}", f"fitprof: logging to {name} failed ({err!r}).")
+
         try:
-            for key, value in scalars.items():
-                pl_module.log(
-                    key,
-                    float(value),
-                    prog_bar=key in progress_bar,
-                    on_step=False,
-                    on_epoch=True,
-                    sync_dist=False,
-                    batch_size=1,
-                    reduce_fx="max",
-                )
+            _trainer.log_figures(
+                trainer,
+                scalars,
+                epoch=self._engine.epoch if epoch is None else epoch,
+                progress_bar=progress_bar,
+                loggers=logger,
+                failed=failed,
+            )
         except Exception as err:
-            self._warn_rank("log", f"fitprof: could not log the figures through pl_module.log ({err!r}).")
+            self._warn_rank("log", f"fitprof: could not log the figures to Lightning ({err!r}).")
 
     def _print(self, pl_module: pl.LightningModule | None, line: str) -> None:
         if pl_module is not None:
@@ -607,12 +606,10 @@ class FitProfiler(Callback, SharedAttributes):
         logger."""
         if pl_module is None and self.verbose:
             print(entry.line, flush=True)
+        if pl_module is None:
+            self._log_scalars(trainer, entry.scalars, epoch=entry.epoch)
         for logger in trainer.loggers:
             try:
-                if pl_module is None:
-                    logger.log_metrics(
-                        {**entry.scalars, "epoch": float(entry.epoch)}, step=_trainer.epoch_end_step(trainer)
-                    )
                 if isinstance(logger, TensorBoardLogger):
                     step = _trainer.epoch_end_step(trainer)
                     for key, value in entry.op_scalars.items():
