@@ -52,6 +52,7 @@ HELD_BACK = textwrap.dedent(
 
 
 def held_back(delay_s: float) -> list[str]:
+    """The held-back converter's command (given with ``in_thread_below=0``: every window goes to the process)."""
     return [sys.executable, "-c", HELD_BACK, str(delay_s), xplane_worker.__file__]
 
 
@@ -94,6 +95,7 @@ CHILD = textwrap.dedent(
     def held(self, *args, **kwargs):
         init(self, *args, **kwargs)
         self.command = [sys.executable, "-c", HELD_BACK, "8", xplane_worker.__file__]
+        self.in_thread_below = 0  # the process converts it, however small (this process's thread would be done)
 
     xplane_worker.XplaneWorker.__init__ = held
     log_dir = sys.argv[1]
@@ -141,7 +143,7 @@ def test_a_script_that_exits_right_after_fit_still_gets_its_xplane(tmp_path: Pat
 def test_detach_returns_before_the_file_and_wait_for_profiles_waits_for_it(tmp_path: Path) -> None:
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(5.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(5.0), in_thread_below=0)
     done: list[tuple[Path | None, str]] = []
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h", on_done=lambda p, why: done.append((p, why))))
     pid = worker.pid
@@ -159,7 +161,7 @@ def test_detach_returns_before_the_file_and_wait_for_profiles_waits_for_it(tmp_p
 def test_a_worker_killed_after_the_fit_leaves_its_job_to_the_wait(tmp_path: Path) -> None:
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(60.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(60.0), in_thread_below=0)
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h"))
     pid = worker.pid
     assert pid is not None
@@ -179,7 +181,7 @@ def test_wait_for_profiles_rejects_bad_input_and_times_out(tmp_path: Path) -> No
     assert fitprof.wait_for_profiles(tmp_path) == []
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(60.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(60.0), in_thread_below=0)
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h"))
     try:
         worker.detach()
@@ -277,7 +279,7 @@ def test_a_run_deleted_after_fit_is_not_written_again(tmp_path: Path) -> None:
     run.mkdir()
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(3.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(3.0), in_thread_below=0)
     worker.submit(Job(0, trace, str(run), "s1", "h"))
     proc = worker._proc
     assert proc is not None
