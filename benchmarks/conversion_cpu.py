@@ -10,8 +10,9 @@ the end of the fit waits for the conversion and reaps the converter process. Two
 
 The conversion's CPU per fit is the converter processes' CPU (user + system, ``resource.getrusage(RUSAGE_CHILDREN)``
 over the fit: the fit reaps them) plus the CPU time of the training process's converter thread
-(``XplaneWorker.thread_cpu_s``, :func:`time.thread_time` in that thread; 0 on a tree without the thread). The
-training thread's own CPU is not in it. Each ``--src`` tree (``PYTHONPATH``) is one arm; arms and windows alternate
+(``XplaneWorker.thread_cpu_s``, :func:`time.thread_time` in that thread; 0 on a tree without the thread). Apart:
+on a tree with the thread, loading the converter into the training process (``fitprof.traces.xspace_write``, which
+the fit's start does once a process), timed before the fit. The training thread's other CPU is not in it. Each ``--src`` tree (``PYTHONPATH``) is one arm; arms and windows alternate
 within every repeat. Also printed: the window's events (``"ph"`` keys of its trace), the processes started, and
 whether the ``.xplane.pb`` was there when ``fit`` returned with the wait switched off (a second, unwaited fit per
 run would double the cost, so that column comes from ``--no-wait`` runs only). The load average is printed before
@@ -23,6 +24,7 @@ and after.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -83,6 +85,11 @@ CHILD = textwrap.dedent(
         enable_model_summary=False, default_root_dir=log_dir,
         callbacks=[FitProfiler(log_dir=log_dir, profile_batch=window, verbose=False)],
     )
+    load = 0.0
+    if hasattr(xplane_worker, "IN_THREAD_BELOW"):  # a tree that converts small windows here: it loads the converter
+        t0 = time.thread_time()
+        import fitprof.traces.xspace_write
+        load = time.thread_time() - t0
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     trainer.fit(Net(), torch.utils.data.DataLoader(data, batch_size=16))
     there = bool(glob.glob(os.path.join(log_dir, "plugins", "profile", "*", "*.xplane.pb")))
@@ -93,7 +100,11 @@ CHILD = textwrap.dedent(
     with gzip.open(trace, "rb") as fh:
         events = fh.read().count(b'"ph"')
     with open(out, "w") as fh:
-        json.dump({"child_s": child, "thread_s": thread, "events": events, "spawns": len(spawns), "there": there}, fh)
+        json.dump(
+            {"child_s": child, "thread_s": thread, "load_s": load, "events": events, "spawns": len(spawns),
+             "there": there},
+            fh,
+        )
     """
 )
 
@@ -119,7 +130,7 @@ def run(src: str, workload: str, *, wait: bool) -> dict[str, Any]:
         if not wait:  # the detached converter writes into the folder about to be deleted: let it end first
             import fitprof
 
-            with __import__("contextlib").suppress(Exception):
+            with contextlib.suppress(Exception):
                 fitprof.wait_for_profiles(Path(tmp) / "logs", timeout=120)
         return result
 
@@ -143,15 +154,17 @@ def main() -> None:
     print("load after:", Path("/proc/loadavg").read_text().strip())
     print()
     print(
-        "| window | tree | events (median) | conversion CPU per fit, s: median [min, max] | of which process | of which thread | processes started | file there at fit's return |"
+        "| window | tree | events (median) | conversion CPU per fit, s: median [min, max] | of which process | "
+        "of which thread | converter load (once a process) | processes started | file there at fit's return |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (workload, src), rs in results.items():
         total = [x["child_s"] + x["thread_s"] for x in rs]
         print(
             f"| {workload} | {src} | {statistics.median(x['events'] for x in rs):,.0f} | "
             f"{statistics.median(total):.3f} [{min(total):.3f}, {max(total):.3f}] | "
             f"{statistics.median(x['child_s'] for x in rs):.3f} | {statistics.median(x['thread_s'] for x in rs):.3f} | "
+            f"{statistics.median(x['load_s'] for x in rs):.3f} | "
             f"{statistics.median(x['spawns'] for x in rs):.0f} | {sum(x['there'] for x in rs)}/{len(rs)} |"
         )
 
