@@ -147,6 +147,10 @@ class WindowPipeline:
         self.cross_rank: dict[int, dict[str, float]] = {}
         self._handed: dict[Path, Job] = {}  # the conversions handed over when their window stopped, by trace
 
+    def __getstate__(self) -> dict[str, object]:
+        """Copied and pickled with the engine: the conversions handed over (their callbacks) are not copied."""
+        return {**self.__dict__, "_handed": {}}
+
     def clear(self) -> None:
         """Forget the results of earlier windows (a new ``fit``); trace retention goes on."""
         for results in (self.reports, self.trace_paths, self.xplane_paths, self.analysis_seconds, self.cross_rank):
