@@ -632,10 +632,10 @@ _CANCELLED = "cancelled: its folder was deleted"
 
 
 def _written(trace: Path) -> bool:
-    """Whether ``trace`` is written whole: no background compression of it still runs."""
-    from fitprof.traces._limits import _job
+    """Whether ``trace`` is written whole: no background compression of it is pending."""
+    from fitprof.traces._limits import being_written
 
-    return _job(trace) is None
+    return not being_written(trace)
 
 
 def _wait_ended(trace: Path) -> BaseException | None:

@@ -293,6 +293,12 @@ def wait_written(path: str | os.PathLike[str]) -> BaseException | None:
     return job.error if job is not None and owner else None
 
 
+def being_written(path: str | os.PathLike[str]) -> bool:
+    """Whether a background write of ``path`` (:func:`write_in_background`) has not been waited for yet (it may
+    have ended)."""
+    return _job(path) is not None
+
+
 def wait_ended(path: str | os.PathLike[str]) -> BaseException | None:
     """Wait until the background write of ``path`` has ended, leaving it and its handed-over text to
     :func:`wait_written` (for a second reader of the file, e.g. the ``.xplane.pb`` converter, that must not take
