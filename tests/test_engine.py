@@ -451,22 +451,42 @@ def test_under_steps_per_execution_the_default_window_analyses_five_calls(tmp_pa
 
 
 @pytest.mark.parametrize("profile_batch", [(3, 5), 0])
-def test_warm_up_starts_the_converter_before_the_first_window(tmp_path: Path, profile_batch: Any) -> None:
+def test_a_window_is_converted_from_its_stop_without_a_process(
+    tmp_path: Path, profile_batch: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converter is made at the fit's start and starts no process; a small window's .xplane.pb is written by
+    this process's thread from the window's stop, before its epoch ends, and is there when the fit returns."""
+    import time
+
+    import fitprof
+    from fitprof.fit.xplane_worker import WAIT_ENV
+
+    monkeypatch.delenv(WAIT_ENV, raising=False)  # the end of the fit waits for nothing
     rig = Rig(tmp_path, profile_batch)
-    seen: list[tuple[int | None, int]] = []  # at each step: the converter's process, the windows opened so far
+    for pipeline in (rig.engine.pipeline, rig.engine.trigger_pipeline):
+        pipeline.converter = rig.engine._converter  # the real converter (the rig writes in the training thread)
+    seen: list[tuple[bool, int, int]] = []  # at each step: converter made, processes it started, windows so far
+    before_epoch_end: list[Path] = []
 
     def every_step(engine: Any, epoch: int, step: int) -> None:
         worker = engine._xplane
-        seen.append((None if worker is None else worker.pid, len(rig.windows)))
+        seen.append((worker is not None, 0 if worker is None else worker.starts, len(rig.windows)))
+        if step == 8 and rig.windows:  # the window (steps 3-5) stopped two steps ago; its epoch has not ended
+            end = time.monotonic() + 60
+            while not (found := list(tmp_path.rglob("*.xplane.pb"))) and time.monotonic() < end:
+                time.sleep(0.01)
+            before_epoch_end.extend(found)
 
     rig.fit(epochs=1, steps=8, every_step=every_step, warm_up=True)
-    assert "fitprof.traces.kineto" in sys.modules
-    if profile_batch == 0:  # a fit that profiles nothing starts no process
-        assert seen == [(None, 0)] * 8 and rig.engine.pipeline.xplane_paths == {}
+    assert "fitprof.traces.kineto" in sys.modules and "fitprof.traces.xspace_write" in sys.modules
+    if profile_batch == 0:  # a fit that profiles nothing makes no converter
+        assert seen == [(False, 0, 0)] * 8 and rig.engine.pipeline.xplane_paths == {}
         return
-    assert seen[0][0] is not None and seen[0][1] == 0  # running before the first window opened
-    assert len({pid for pid, _ in seen}) == 1
+    assert seen[0] == (True, 0, 0)  # made before the first window opened
+    assert {starts for _, starts, _ in seen} == {0}  # never a process
     xplanes = rig.engine.pipeline.xplane_paths
-    assert set(xplanes) == {0} and xplanes[0].is_file()  # the window's .xplane.pb, written by that process
-    assert rig.engine._xplane is None  # stopped at the end of the fit
+    assert set(xplanes) == {0} and before_epoch_end == [xplanes[0]]
+    assert fitprof.analyze(xplanes[0]).steps_analyzed == 3  # the window's steps, read back from the file
+    assert rig.engine._xplane is None  # let go at the end of the fit
+    assert not list(tmp_path.rglob("*fitprof-tmp*"))  # no job file or half file left
     assert rig.messages == []

@@ -12,6 +12,7 @@ suite) is cleared here: these are the fits that do not wait.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -19,9 +20,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +55,7 @@ HELD_BACK = textwrap.dedent(
 
 
 def held_back(delay_s: float) -> list[str]:
+    """The held-back converter's command (given with ``in_thread_below=0``: every window goes to the process)."""
     return [sys.executable, "-c", HELD_BACK, str(delay_s), xplane_worker.__file__]
 
 
@@ -94,6 +98,7 @@ CHILD = textwrap.dedent(
     def held(self, *args, **kwargs):
         init(self, *args, **kwargs)
         self.command = [sys.executable, "-c", HELD_BACK, "8", xplane_worker.__file__]
+        self.in_thread_below = 0  # the process converts it, however small (this process's thread would be done)
 
     xplane_worker.XplaneWorker.__init__ = held
     log_dir = sys.argv[1]
@@ -141,7 +146,7 @@ def test_a_script_that_exits_right_after_fit_still_gets_its_xplane(tmp_path: Pat
 def test_detach_returns_before_the_file_and_wait_for_profiles_waits_for_it(tmp_path: Path) -> None:
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(5.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(5.0), in_thread_below=0)
     done: list[tuple[Path | None, str]] = []
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h", on_done=lambda p, why: done.append((p, why))))
     pid = worker.pid
@@ -159,7 +164,7 @@ def test_detach_returns_before_the_file_and_wait_for_profiles_waits_for_it(tmp_p
 def test_a_worker_killed_after_the_fit_leaves_its_job_to_the_wait(tmp_path: Path) -> None:
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(60.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(60.0), in_thread_below=0)
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h"))
     pid = worker.pid
     assert pid is not None
@@ -179,7 +184,7 @@ def test_wait_for_profiles_rejects_bad_input_and_times_out(tmp_path: Path) -> No
     assert fitprof.wait_for_profiles(tmp_path) == []
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(60.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(60.0), in_thread_below=0)
     worker.submit(Job(0, trace, str(tmp_path), "s1", "h"))
     try:
         worker.detach()
@@ -277,7 +282,7 @@ def test_a_run_deleted_after_fit_is_not_written_again(tmp_path: Path) -> None:
     run.mkdir()
     trace = tmp_path / "h.s1.pt.trace.json.gz"
     shutil.copyfile(TRACE, trace)
-    worker = XplaneWorker(WarnOnce(), command=held_back(3.0))
+    worker = XplaneWorker(WarnOnce(), command=held_back(3.0), in_thread_below=0)
     worker.submit(Job(0, trace, str(run), "s1", "h"))
     proc = worker._proc
     assert proc is not None
@@ -304,3 +309,128 @@ def test_an_exited_owner_not_yet_reaped_is_gone(tmp_path: Path) -> None:
     doc["owner"] = os.getpid()
     doc["started"] = ""
     assert _profile_jobs.owner_alive(doc)  # this process runs
+
+
+# ----------------------------------------------------------------------------- small windows in a thread, one process
+def counted_spawns(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The pids of the converter processes started from now on (``xplane_worker._spawn`` counted)."""
+    pids: list[int] = []
+    real = xplane_worker._spawn
+
+    def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real(*args, **kwargs)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(xplane_worker, "_spawn", spawn)
+    return pids
+
+
+def kineto_trace(path: Path, ops: int, steps: int = 5) -> Path:
+    """A gzipped Kineto trace of ``steps`` 1 ms steps holding ``ops`` short ``aten::add`` events between them."""
+    step_events = [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": s * 1000.0}
+        | {"dur": 1000.0}
+        for s in range(1, steps + 1)
+    ]
+    gap = steps * 1000.0 / ops
+    op_events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1000.0 + i * gap, "dur": gap / 2}
+        for i in range(ops)
+    ]
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump({"schemaVersion": 1, "traceEvents": step_events + op_events}, fh)
+    return path
+
+
+def test_a_window_that_ends_mid_fit_is_written_when_fit_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fit does not wait for the Profile tab (no FITPROF_WAIT_FOR_PROFILES), yet a small window that stopped
+    before the fit's last steps has its .xplane.pb as soon as ``fit`` returns: converted from its stop by a thread of
+    the training process, with no process started."""
+    pytest.importorskip("lightning.pytorch")
+    import lightning_tiny
+    from fitprof.lightning import FitProfiler
+
+    spawns = counted_spawns(monkeypatch)
+    run = tmp_path / "run"
+    profiler = FitProfiler(log_dir=str(run), profile_batch=(2, 4), verbose=False)
+    lightning_tiny.trainer(run, [profiler], max_epochs=1).fit(lightning_tiny.Tiny(), lightning_tiny.loader(12))
+    (target,) = profiler.xplane_paths.values()
+    assert target.is_file()  # at once: nothing waited for after fit
+    assert not _profile_jobs.find_jobs(run)  # nothing pending
+    assert spawns == []  # no process for a small window
+    assert steps_in(target) == 3
+
+
+def test_one_process_converts_every_large_window_of_a_fit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows the thread does not take (here every window: IN_THREAD_BELOW 0) go to one process, started at the
+    first of them and fed the others; it outlives the fit for the last."""
+    pytest.importorskip("lightning.pytorch")
+    import lightning_tiny
+    from fitprof.lightning import FitProfiler
+
+    monkeypatch.setattr(xplane_worker, "IN_THREAD_BELOW", 0)
+    spawns = counted_spawns(monkeypatch)
+    run = tmp_path / "run"
+    profiler = FitProfiler(log_dir=str(run), profile_batch=(2, 4), every_n_epochs=1, verbose=False)
+    trainer = lightning_tiny.trainer(run, [profiler], max_epochs=3)
+    trainer.fit(lightning_tiny.Tiny(), lightning_tiny.loader(12))
+    assert len(spawns) == 1
+    targets = sorted(profiler.xplane_paths.values())
+    assert len(targets) == 3 and len({t.parent for t in targets}) == 3  # one session a window
+    fitprof.wait_for_profiles(run, timeout=120)
+    assert [steps_in(t) for t in targets] == [3, 3, 3]
+    assert len(spawns) == 1  # the wait found nothing left over to start another for
+
+
+def test_small_windows_in_the_thread_large_ones_in_one_process(tmp_path: Path) -> None:
+    """The route by size, with the real converter: a 2,008-event window in this process's thread; three of 12,000
+    events (over IN_THREAD_BELOW) in one process, never in the thread; every file read back."""
+    assert xplane_worker.IN_THREAD_BELOW < 12_000
+    small = tmp_path / "h.s0.pt.trace.json.gz"
+    shutil.copyfile(TRACE, small)
+    jobs = [Job(0, small, str(tmp_path), "s0", "h")]
+    for epoch in (1, 2, 3):
+        trace = kineto_trace(tmp_path / f"h.s{epoch}.pt.trace.json.gz", ops=12_000)
+        jobs.append(Job(epoch, trace, str(tmp_path), f"s{epoch}", "h"))
+    worker = XplaneWorker(WarnOnce())
+    for job in jobs:
+        worker.submit(job)
+    assert worker.finish(120.0) == []
+    assert worker.in_thread == [0] and worker.starts == 1 and worker.skipped == []
+    assert jobs[0].written_by == os.getpid()
+    (process,) = {job.written_by for job in jobs[1:]}
+    assert process is not None and process != os.getpid()
+    assert steps_in(jobs[0].target) == fitprof.analyze(small).steps_analyzed
+    assert [steps_in(job.target) for job in jobs[1:]] == [5, 5, 5]
+    assert worker.thread_cpu_s > 0
+
+
+def test_a_conversion_the_thread_has_not_finished_at_fit_end_goes_to_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread's conversion outlasts the end of the fit's grace: the process is given it too and owns its job
+    file, so a script killed right after fit still gets the file."""
+    from fitprof.traces import xspace_write
+
+    real = xspace_write.write_xspace
+    started = threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Path:
+        started.set()
+        time.sleep(3.0)  # a conversion still running when the fit ends
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(xspace_write, "write_xspace", slow)
+    trace = tmp_path / "h.s1.pt.trace.json.gz"
+    shutil.copyfile(TRACE, trace)
+    worker = XplaneWorker(WarnOnce())
+    worker.submit(Job(0, trace, str(tmp_path), "s1", "h"))
+    assert started.wait(60)
+    (target,) = worker.detach(grace_s=0.1)
+    doc = _profile_jobs.read_job(_profile_jobs.job_path(target))
+    assert worker.starts == 1 and doc is not None and doc["owner"] not in (os.getpid(), _profile_jobs.NOBODY)
+    assert fitprof.wait_for_profiles(tmp_path, timeout=120) in ([], [target])
+    assert steps_in(target) == fitprof.analyze(trace).steps_analyzed

@@ -48,7 +48,9 @@ SLOW_WORKER = textwrap.dedent(
 
 
 def slow_worker(warn: WarnOnce, delay_s: float, timeout_s: float = 60.0) -> XplaneWorker:
-    return XplaneWorker(warn, timeout_s=timeout_s, command=[sys.executable, "-c", SLOW_WORKER, str(delay_s)])
+    """A worker whose process models each conversion by a sleep; every window goes to that process, however small."""
+    command = [sys.executable, "-c", SLOW_WORKER, str(delay_s)]
+    return XplaneWorker(warn, timeout_s=timeout_s, command=command, in_thread_below=0)
 
 
 def messages(caught: list[warnings.WarningMessage]) -> list[str]:
@@ -68,10 +70,11 @@ def copy_trace(tmp_path: Path, name: str = "h_rank0.s1.pt.trace.json.gz") -> Pat
     return path
 
 
-def test_background_file_is_byte_identical(tmp_path: Path) -> None:
+@pytest.mark.parametrize("in_thread_below", [None, 0], ids=["thread", "process"])
+def test_background_file_is_byte_identical(tmp_path: Path, in_thread_below: int | None) -> None:
     trace = copy_trace(tmp_path)
     sync = write_xspace(trace, tmp_path / "sync", "s1", host="h1_rank0")
-    worker = XplaneWorker(WarnOnce())
+    worker = XplaneWorker(WarnOnce(), in_thread_below=in_thread_below)
     done: list[Path | None] = []
     worker.submit(Job(0, trace, str(tmp_path / "bg"), "s1", "h1_rank0", on_done=lambda p, why: done.append(p)))
     assert worker.finish(120.0) == []
@@ -81,6 +84,11 @@ def test_background_file_is_byte_identical(tmp_path: Path) -> None:
         fitprof.analyze(done[0]).steps_analyzed == fitprof.analyze(trace).steps_analyzed
     )  # the figures read back agree
     assert not list((tmp_path / "bg").rglob("*fitprof-tmp*"))
+    # the 2,008-event trace is small: converted by this process's thread, unless every window goes to the process
+    if in_thread_below is None:
+        assert worker.in_thread == [0] and worker.starts == 0
+    else:
+        assert worker.in_thread == [] and worker.starts == 1
 
 
 def test_killed_worker_loses_only_its_xplane(tmp_path: Path) -> None:

@@ -266,10 +266,9 @@ class FitEngine:
         return self.publisher.publish_fit(self.parts.fit_teardown(self.clock()), len(self.parts.results))
 
     def warm_up(self, *, kineto: bool) -> None:
-        """Load before the fit's first step what the end of its first profiled epoch would otherwise load while the
-        training loop waits: the trace reader of the windows' format (``kineto``: Kineto traces, else XSpace) and,
-        for Kineto traces, the background ``.xplane.pb`` process (:meth:`XplaneWorker.start`). Call it after
-        :meth:`fit_start`; nothing happens when this rank profiles nothing in this fit. Never raises."""
+        """Load before the fit's first step what its first profiled epoch would otherwise load: the trace reader of
+        the windows' format (``kineto``: Kineto traces, else XSpace) and, for Kineto traces, the ``.xplane.pb``
+        converter (:meth:`XplaneWorker.start`). After :meth:`fit_start`; not when this rank profiles nothing."""
         if self.log_dir is None or not self.profiles_rank or not (self.config.enabled or self.trigger is not None):
             return
         try:
@@ -721,6 +720,7 @@ class FitEngine:
             self.warn("stop", f"fitprof: the window of epoch {self.epoch} was dropped: {err}")
             window.abort()
             return
+        self.ends.stopped(self.epoch, window, trace, triggered=event is not None)  # its .xplane.pb, from now
         if event is None:
             self.ends.keep(window, trace)
         else:

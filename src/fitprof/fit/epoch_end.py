@@ -189,6 +189,19 @@ class EpochEnd:
         """The scheduled window stopped with its trace: kept for its epoch's end."""
         self._closed = (window, trace)
 
+    def stopped(self, epoch: int, window: ProfileWindow, trace: Path, *, triggered: bool) -> None:
+        """A window of epoch ``epoch`` (``triggered`` or the scheduled one) stopped with its trace: its ``.xplane.pb``
+        is handed to the converter now (:meth:`fitprof.fit.pipeline.WindowPipeline.hand_over`)."""
+        pipeline = self.trigger_pipeline if triggered else self.pipeline
+        pipeline.hand_over(
+            epoch,
+            trace,
+            log_dir=self.log_dir or ".",
+            session=window.session_dir.name if window.session_dir is not None else None,
+            rank=self.rank,
+            world_size=self.world,
+        )
+
     def result(
         self,
         epoch: int,

@@ -8,11 +8,12 @@ For each profiled window, at the end of its epoch:
    ``fitprof analyze`` runs, so a trace gives the same figures there) into a complete
    :class:`~fitprof.analysis.BottleneckReport` (framework from the trace format; host, rank and world size
    passed in), warn once when the trace is over ``max_trace_mb``, write the report file
-   (:mod:`fitprof.report_files`), hand the ``.xplane.pb`` of a Kineto trace
-   (``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``, so TensorBoard's Profile tab lists it) to the
-   background converter (:mod:`fitprof.fit.xplane_worker`: the training loop waits only for what its logged
-   figures need) and delete the trace files of windows beyond ``keep_last_windows`` (never a trace the converter
-   still reads);
+   (:mod:`fitprof.report_files`), count the ``.xplane.pb`` of a Kineto trace
+   (``plugins/profile/<session>/<host>[_rank<r>].xplane.pb``, so TensorBoard's Profile tab lists it) among the
+   window's files (its conversion was handed to the background converter, :mod:`fitprof.fit.xplane_worker`, when
+   the window stopped: :meth:`WindowPipeline.hand_over`; the training loop waits only for what its logged figures
+   need) and delete the trace files of windows beyond ``keep_last_windows`` (never a trace the converter still
+   reads);
 2. :meth:`WindowPipeline.gather`, on every rank that marked the epoch (with or without a report, so the
    collective always completes): gather every rank's figures (:func:`fitprof.cross_rank.pack`) with the
    adapter's ``gather``, combine them (:func:`fitprof.cross_rank.combine`), and on rank 0 make the
@@ -144,11 +145,17 @@ class WindowPipeline:
         self.xplane_paths: dict[int, Path] = {}
         self.analysis_seconds: dict[int, float] = {}
         self.cross_rank: dict[int, dict[str, float]] = {}
+        self._handed: dict[Path, Job] = {}  # the conversions handed over when their window stopped, by trace
+
+    def __getstate__(self) -> dict[str, object]:
+        """Copied and pickled with the engine: the conversions handed over (their callbacks) are not copied."""
+        return {**self.__dict__, "_handed": {}}
 
     def clear(self) -> None:
         """Forget the results of earlier windows (a new ``fit``); trace retention goes on."""
         for results in (self.reports, self.trace_paths, self.xplane_paths, self.analysis_seconds, self.cross_rank):
             results.clear()
+        self._handed.clear()
 
     def analyze(
         self,
@@ -241,10 +248,14 @@ class WindowPipeline:
         files = [trace]
         # an XSpace window (TensorFlow, JAX) lives in its session folder, which goes with it
         session_dir: Path | None = Path(trace).parent if Path(trace).name.endswith(".xplane.pb") else None
+        early = self._handed.pop(Path(trace), None)
         if trace_format(trace) == "kineto" and failed is None:
             worker = self.converter() if self.converter is not None else None
             xhost = rank_host(host, rank, world_size)
-            if worker is not None:  # off the training path: only the Profile tab reads it
+            if early is not None:  # handed over when its window stopped
+                files.append(early.target)
+                session_dir = early.target.parent
+            elif worker is not None:  # off the training path: only the Profile tab reads it
                 job = Job(
                     epoch, trace, os.fspath(log_dir), session, xhost, on_done=self._converted(epoch, log_dir, session)
                 )
@@ -325,6 +336,34 @@ class WindowPipeline:
         return scalars, EpochLog(epoch, scalars, ops, text, line)
 
     # ------------------------------------------------------------------------------------ the .xplane.pb
+    def hand_over(
+        self,
+        epoch: int,
+        trace: Path,
+        *,
+        log_dir: str | os.PathLike[str],
+        session: str | None,
+        rank: int,
+        world_size: int,
+    ) -> None:
+        """A window has just stopped: hand its ``.xplane.pb`` to the converter now, not at its epoch's end, so that
+        a window that ends before the fit's last steps is converted by the time ``fit`` returns. Nothing for an
+        XSpace trace, a temporary copy (``session`` None) or without a converter (:meth:`analyze` writes it then).
+        Never raises: :meth:`analyze` hands it over instead."""
+        if session is None or self.converter is None or not Path(trace).name.endswith((".json", ".json.gz")):
+            return
+        try:
+            worker = self.converter()
+            host = rank_host(hostname(), rank, world_size)
+            job = Job(
+                epoch, Path(trace), os.fspath(log_dir), session, host, on_done=self._converted(epoch, log_dir, session)
+            )
+            worker.submit(job)
+        except Exception as err:  # the epoch's end tries again
+            self.warn("xspace-early", f"fitprof: could not hand the .xplane.pb of epoch {epoch} over ({err!r}).")
+            return
+        self._handed[Path(trace)] = job
+
     def _write_xspace(
         self, epoch: int, trace: Path, log_dir: str | os.PathLike[str], session: str, host: str
     ) -> Path | None:

@@ -199,8 +199,10 @@ class FitProfiler(Callback, SharedAttributes):
         reports: the :class:`~fitprof.BottleneckReport` of each profiled epoch of the last ``fit`` (0-based epoch
             -> report; each ``fit`` starts afresh, as in the Keras callback).
         trace_paths: the Kineto trace of each profiled epoch.
-        xplane_paths: the ``.xplane.pb`` of each profiled epoch (written in a background process; the last ones after
-            ``fit`` returns, :func:`fitprof.wait_for_profiles` waits for them, :mod:`fitprof.fit.xplane_worker`).
+        xplane_paths: the ``.xplane.pb`` of each profiled epoch (written off the training path from the window's stop:
+            by a thread of this process under 10^4 events, else by a background process; a window that ends with the
+            fit, or a large one, after ``fit`` returns, :func:`fitprof.wait_for_profiles` waits for them,
+            :mod:`fitprof.fit.xplane_worker`).
         analysis_seconds: wall time of the end-of-epoch analysis and report file, per epoch (s): what the training
             loop waits for (the ``.xplane.pb`` is written in the background).
         steps: the always-on :class:`fitprof.fit.steps.StepRecorder` (the current or last epoch's clean steps).

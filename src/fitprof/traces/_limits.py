@@ -293,6 +293,28 @@ def wait_written(path: str | os.PathLike[str]) -> BaseException | None:
     return job.error if job is not None and owner else None
 
 
+def being_written(path: str | os.PathLike[str]) -> bool:
+    """Whether a background write of ``path`` (:func:`write_in_background`) has not been waited for yet (it may
+    have ended)."""
+    return _job(path) is not None
+
+
+def wait_ended(path: str | os.PathLike[str]) -> BaseException | None:
+    """Wait until the background write of ``path`` has ended, leaving it and its handed-over text to
+    :func:`wait_written` (for a second reader of the file, e.g. the ``.xplane.pb`` converter, that must not take
+    the failure or the text from the window's own analysis).
+
+    Returns:
+        What the write raised (then the file is not there); None when it succeeded and when there was none (or
+        :func:`wait_written` has already taken it: then the file's presence says how it went).
+    """
+    job = _job(path)
+    if job is None:
+        return None
+    job.thread.join()
+    return job.error
+
+
 def wait_all_written() -> None:
     """Wait until every background write (:func:`write_in_background`) has ended. What a write raised is kept for
     :func:`wait_written` of its path, whose caller warns about it."""
