@@ -1,7 +1,9 @@
 """The one publisher of an epoch's end, framework-free: it takes the epoch's finished
 :class:`~fitprof.fit.result.EpochResult` (built by :class:`fitprof.fit.epoch_end.EpochEnd`) and sends it out:
-rank 0's window log to the adapter's ``log``, the epoch's line to this rank's per-epoch file, and once a fit the
-warning that an epoch timed too few steps. It reads nothing back and calls nothing upstream."""
+rank 0's window log to the adapter's ``log`` and once a fit the warning that an epoch timed too few steps at the
+epoch's end hook (:meth:`EpochPublisher.publish`), the epoch's line to this rank's per-epoch file at its close
+(:meth:`EpochPublisher.record`, its parts final: :mod:`fitprof.fit.epoch_close`). It reads nothing back and calls
+nothing upstream."""
 
 from __future__ import annotations
 
@@ -35,14 +37,18 @@ class EpochPublisher:
         self.log_dir, self.rank = log_dir, rank
 
     def publish(self, epoch: int, result: EpochResult, *, log: Log, steps: StepRecorder) -> None:
-        """Publish epoch ``epoch``'s ``result``: its window's :class:`~fitprof.fit.result.EpochLog` to ``log``
-        (rank 0, when the epoch has one), its line in this rank's per-epoch file, and once per fit why an epoch
-        timed too few steps (``steps``: the epoch's always-on recorder)."""
+        """Publish epoch ``epoch``'s ``result`` at its end hook: its window's :class:`~fitprof.fit.result.EpochLog`
+        to ``log`` (rank 0, when the epoch has one), and once per fit why an epoch timed too few steps (``steps``:
+        the epoch's always-on recorder). Its line in the per-epoch file waits for its close (:meth:`record`)."""
         if result.log is not None:
             log(result.log)
         few = steps.too_few(epoch)
         if few:
             self.warn("too-few", f"fitprof: {few}; the fitprof/epoch/* step figures stand on those steps only.")
+
+    def record(self, epoch: int, result: EpochResult) -> None:
+        """Epoch ``epoch``'s line in this rank's per-epoch file, at its close (its figures, verdicts and advice);
+        nothing when profiling is off. One warning a fit when it cannot be written."""
         if self.log_dir is None:
             return
         try:

@@ -31,6 +31,7 @@ from fitprof.fit.config import (
     shared,
     unknown_ranks_message,
 )
+from fitprof.fit.epoch_close import PART_KEYS, part_figures
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.probes import finite
@@ -266,6 +267,7 @@ class FitProfiler(Callback, SharedAttributes):
         self._session: str | None = None  # this epoch's session, rank 0's on every rank
         self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
         self._last_ended = 0  # the last step whose on_train_batch_end ran
+        self._held: tuple[int, str | None] = (0, None)  # the held epoch's logger step and its profile's place
         # each step's input wait and device time, the callbacks' hooks and the saves, for the always-on timing
         saves = Saves(begin=self._engine.save_begin, end=self._engine.save_end)
         self._timing = StepTiming(self._engine.spans, saves)
@@ -371,10 +373,11 @@ class FitProfiler(Callback, SharedAttributes):
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._begin_epoch(trainer, next_step=1)
+        self._begin_epoch(trainer, next_step=1, pl_module=pl_module)
 
-    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int) -> None:
-        """An epoch whose next step is ``next_step`` (1 unless resumed mid-epoch) begins."""
+    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int, pl_module: pl.LightningModule | None) -> None:
+        """An epoch whose next step is ``next_step`` (1 unless resumed mid-epoch) begins; the last one closes."""
+        self._close_epoch(trainer, pl_module)
         self._epoch_started = True
         epoch = int(trainer.current_epoch)
         self._last_ended = next_step - 1
@@ -394,7 +397,7 @@ class FitProfiler(Callback, SharedAttributes):
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
-            self._begin_epoch(trainer, next_step=batch_idx + 1)
+            self._begin_epoch(trainer, next_step=batch_idx + 1, pl_module=pl_module)
             now = None  # the epoch began after that stamp: the engine reads its clock again
         self._engine.step_start(batch_idx + 1, batch, now_ns=now)
 
@@ -437,23 +440,48 @@ class FitProfiler(Callback, SharedAttributes):
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
         # This rank's own step timing first (sync_dist=False: no collective), then the window's gathered figures.
-        self._log_scalars(pl_module, finite(result.epoch))
+        # The epoch's parts are final only at its close (ModelCheckpoint's save runs after this hook): here they
+        # reach trainer.callback_metrics only (monitors), the loggers get the final ones at the close.
+        figures = finite(result.epoch)
+        self._log_scalars(pl_module, {k: v for k, v in figures.items() if k not in PART_KEYS})
+        self._log_scalars(pl_module, part_figures(figures), logger=False)
         self._log_scalars(pl_module, result.window, progress_bar=_PROGRESS_BAR_KEYS)
         if result.triggered:
             self._log_scalars(pl_module, result.trigger)
         synced = (result.profiled or bool(result.triggered)) and (self._mirror is None or self._mirror.sync())
+        url = self._mirror.url if self._mirror is not None else str(self._dir)
+        self._held = (_trainer.epoch_end_step(trainer), profile_place(url, result.session_dir) if synced else None)
         if engine.rank == 0:
-            url = self._mirror.url if self._mirror is not None else str(self._dir)
-            lines = self._voice.lines(engine.epoch, result, profile_place(url, result.session_dir) if synced else None)
-            for line in lines if self.verbose else ():
-                self._print(pl_module, line)
             for triggered in result.triggered:
                 self._log_text(trainer, TRIGGER_SUMMARY_TAG, triggered.text)
-            if self._voice.new:
-                self._log_text(trainer, ADVICE_TAG, "\n\n".join(self._voice.new))
+
+    def _close_epoch(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None) -> None:
+        """The epoch whose ``on_train_epoch_end`` ran closes (:mod:`fitprof.fit.epoch_close`: the next epoch's start
+        or the fit's end, after every callback's epoch-end hook, ``ModelCheckpoint``'s save included). Rank 0: its
+        final parts to every logger, one more row at the epoch's step (``pl_module.log`` is refused outside the
+        epoch's hooks); its lines printed, its new advice to the Text tab."""
+        engine = self._engine
+        result = engine.close_epoch()
+        if result is None or engine.rank != 0:
+            return
+        step, where = self._held
+        parts = finite(part_figures(result.epoch))
+        for logger in trainer.loggers:
+            try:
+                logger.log_metrics({**parts, "epoch": engine.epoch}, step=step)  # an int, as Lightning logs it
+            except Exception as err:
+                self._warn_rank(
+                    f"log-{type(logger).__name__}", f"fitprof: logging to {type(logger).__name__} failed ({err!r})."
+                )
+        lines = self._voice.lines(engine.epoch, result, where)
+        for line in lines if self.verbose else ():
+            self._print(pl_module, line)
+        if self._voice.new:
+            self._log_text(trainer, ADVICE_TAG, "\n\n".join(self._voice.new), step=step)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close_epoch(trainer, pl_module)  # the last epoch: every callback's epoch-end hook has run
         self._engine.fit_end()
 
     @override
@@ -550,10 +578,13 @@ class FitProfiler(Callback, SharedAttributes):
         pl_module: pl.LightningModule | None,
         scalars: dict[str, float],
         progress_bar: frozenset[str] = frozenset(),
+        *,
+        logger: bool = True,
     ) -> None:
         """Log through ``pl_module.log`` on every rank with the values given (``sync_dist=False``: gathered
         already, or this rank's own), so they reach ``trainer.callback_metrics`` (``EarlyStopping``,
-        ``ModelCheckpoint(monitor=...)``) and every logger on rank 0, each row with its epoch.
+        ``ModelCheckpoint(monitor=...)``) and every logger on rank 0 (unless ``logger`` is False), each row with its
+        epoch.
 
         Each key is logged once an epoch, so every reduction gives the value itself; ``reduce_fx="max"`` keeps
         Lightning's result object to one state (the default mean adds a batch-size count, created, moved and
@@ -569,6 +600,7 @@ class FitProfiler(Callback, SharedAttributes):
                     key,
                     float(value),
                     prog_bar=key in progress_bar,
+                    logger=logger,
                     on_step=False,
                     on_epoch=True,
                     sync_dist=False,
@@ -584,13 +616,14 @@ class FitProfiler(Callback, SharedAttributes):
         else:
             print(line, flush=True)
 
-    def _log_text(self, trainer: pl.Trainer, tag: str, text: str) -> None:
+    def _log_text(self, trainer: pl.Trainer, tag: str, text: str, step: int | None = None) -> None:
         """Rank 0: ``text`` under ``tag`` in each TensorBoard logger's Text tab (a triggered window's summary, the
-        epoch's new advice)."""
+        epoch's new advice) at ``step`` (None: the epoch's last batch's step, :func:`_trainer.epoch_end_step`)."""
+        step = _trainer.epoch_end_step(trainer) if step is None else step
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 try:
-                    logger.experiment.add_text(tag, text, global_step=_trainer.epoch_end_step(trainer))
+                    logger.experiment.add_text(tag, text, global_step=step)
                 except Exception as err:
                     self._warn_rank(f"log-text-{tag}", f"fitprof: logging {tag} failed ({err!r}).")
 
