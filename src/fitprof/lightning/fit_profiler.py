@@ -600,7 +600,7 @@ class FitProfiler(Callback, SharedAttributes):
                     key,
                     float(value),
                     prog_bar=key in progress_bar,
-                    logger=logger,
+                    logger=None if logger else False,  # None: Lightning's default, no "no logger" warning
                     on_step=False,
                     on_epoch=True,
                     sync_dist=False,
