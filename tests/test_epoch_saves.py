@@ -10,8 +10,9 @@ The figures are read back from what the callbacks wrote: Lightning's ``CSVLogger
 events, Keras's ``History`` and fitprof's event file (tensorboard's reader), the per-epoch file of both. Each
 epoch's ``checkpoint_s`` is held against the child's own clock around the checkpoint callback's hook (what fitprof
 counts as checkpoint time: the save and the callback's work around it), the fit's against the timed saves (the
-issue's bar, 15%). Tolerance: 15% plus 30 ms for a scheduler's delay on a loaded machine; measured at load 6-8 on 2
-cores: Lightning 0.225 / 0.324 / 0.351 s against hooks of 0.224 / 0.323 / 0.351 s (saves 0.209 / 0.321 / 0.255 s,
+issue's bar, 15%, the one comparison whose spread grows with the load: ``@tolerates_load``). Tolerance of the
+others: 15% plus 30 ms for a scheduler's delay (a sleep is a sleep under load, and fitprof and the child time the
+same hook); measured at load 6-8 on 2 cores: Lightning 0.225 / 0.324 / 0.351 s against hooks of 0.224 / 0.323 / 0.351 s (saves 0.209 / 0.321 / 0.255 s,
 the fit 0.900 s against 0.786 s of saves); Keras 0.267 / 0.394 / 0.333 s against saves of 0.266 / 0.394 / 0.332 s.
 """
 
@@ -145,13 +146,20 @@ def _check_epochs(per_epoch: list[float], run: dict[str, Any], logdir: Path, whe
 
 
 def _check_fit(run: dict[str, Any], per_epoch: list[float]) -> None:
-    """The fit's checkpoint seconds: the epochs' (none left in the teardown), within 15% of the timed saves."""
+    """The fit's checkpoint seconds are the epochs' (none left in the teardown), and its parts add up."""
+    fit = run["fit"]
+    assert fit["checkpoint"] == pytest.approx(sum(per_epoch), rel=1e-4)  # no save is left in the teardown
+    assert fit["setup"] + fit["epochs"] + fit["teardown"] == pytest.approx(fit["wall"], rel=1e-6)
+
+
+def _fit_near_the_saves(run: dict[str, Any]) -> None:
+    """The issue's bar: the fit's checkpoint seconds within 15% of the timed saves. The checkpoint callback's own
+    work around its save (Lightning's ``ModelCheckpoint``: the file names, the top-k bookkeeping) is checkpoint time
+    too, and grows with the machine's load: measured 3% over the saves at load 6, 15% at load 8."""
     fit = run["fit"]
     saves = sum(run["saves"].values())
     print(f"fit: checkpoint {fit['checkpoint']:.3f} s, timed saves {saves:.3f} s, teardown {fit['teardown']:.3f} s")
-    assert fit["checkpoint"] == pytest.approx(sum(per_epoch), rel=1e-4)  # no save is left in the teardown
     assert abs(fit["checkpoint"] - saves) <= 0.15 * saves, (fit["checkpoint"], saves)
-    assert fit["setup"] + fit["epochs"] + fit["teardown"] == pytest.approx(fit["wall"], rel=1e-6)
 
 
 def _csv_rows(logdir: Path) -> list[dict[str, str]]:
@@ -160,7 +168,6 @@ def _csv_rows(logdir: Path) -> list[dict[str, str]]:
 
 
 @pytest.mark.slow
-@tolerates_load
 def test_lightning_each_epoch_holds_its_own_save(lightning_fit: tuple[dict[str, Any], Path]) -> None:
     """Lightning moves ``ModelCheckpoint`` after fitprof: its save is still in its epoch, in the loggers' row at the
     epoch's step (the CSV file and TensorBoard), and the per-epoch file."""
@@ -186,7 +193,14 @@ def test_lightning_each_epoch_holds_its_own_save(lightning_fit: tuple[dict[str, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("framework", ["lightning", "keras"])
 @tolerates_load
+def test_saves_over_the_fit_within_15_percent(framework: str, request: pytest.FixtureRequest) -> None:
+    run, _ = request.getfixturevalue(f"{framework}_fit")
+    _fit_near_the_saves(run)
+
+
+@pytest.mark.slow
 def test_keras_each_epoch_holds_its_own_save(keras_fit: tuple[dict[str, Any], Path]) -> None:
     """A ``ModelCheckpoint`` and another callback listed after fitprof: their time is in their epoch, in ``History``
     (the close comes before it records the logs), the event file and the per-epoch file."""
