@@ -64,6 +64,11 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
       was profiled), so ``History`` and callbacks placed after this one (``CSVLogger``) see the same keys every
       epoch; TensorBoard also gets ``fitprof/top_ops/<op name>``;
+    * where the epoch's time went, ``fitprof/epoch/wall_s`` and its parts (:mod:`fitprof.fit.epoch_parts`): the
+      epoch closes just before ``History`` records its ``logs`` (Keras lists ``History`` after the callbacks given
+      to ``fit``), so that a ``ModelCheckpoint`` or another callback listed after this one is counted in its epoch;
+      the final parts are put into ``logs`` then (``History``, ``ProgbarLogger``), a callback listed between this
+      one and ``History`` sees the parts so far (:mod:`fitprof.fit.epoch_close`);
     * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``);
     * under ``MultiWorkerMirroredStrategy`` (one rank per worker): the cross-rank means of the figures above,
       plus ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, the rank each belongs to

@@ -129,6 +129,14 @@ class FitProfiler(Callback, SharedAttributes):
     ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
     ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary/text_summary``.
 
+    Where each epoch's time went (``fitprof/epoch/wall_s`` and its parts, :mod:`fitprof.fit.epoch_parts`): an epoch
+    closes after every callback's ``on_train_epoch_end``, at the next epoch's ``on_train_epoch_start`` or at
+    ``on_train_end``, so that ``ModelCheckpoint``'s save at its end (Lightning runs it after every other callback)
+    is its own (:mod:`fitprof.fit.epoch_close`). In ``on_train_epoch_end`` the parts so far go through
+    ``pl_module.log(..., logger=False)`` (``trainer.callback_metrics``, monitors); at the close rank 0 logs the final
+    parts to every logger (``logger.log_metrics``, one more row at the epoch's step, with its ``epoch``), writes the
+    epoch's line to the per-epoch file and prints the epoch's lines (``verbose``).
+
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
             ``trainer.default_root_dir`` without a logger. A URL (``s3://``, ``gs://``, ``memory://``...; see
