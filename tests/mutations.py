@@ -122,6 +122,12 @@ MUTATIONS = [
         ("tests/test_epoch_saves.py", "tests/test_epoch_parts.py"),
     ),
     Mutation(
+        "Keras closes each epoch at fitprof's own on_epoch_end",
+        r"self\._closes_later = later\b",
+        "self._closes_later = False",
+        ("tests/test_epoch_saves_keras.py",),
+    ),
+    Mutation(
         "an epoch's final parts never reach its result",
         r"result\.epoch\.update\(final\.scalars\(\)\)",
         "pass",

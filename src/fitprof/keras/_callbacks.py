@@ -65,13 +65,15 @@ def time_hooks(
     return hooks
 
 
-def close_point(own: Any, callbacks: list[Any]) -> Any | None:
-    """The callback before whose ``on_epoch_end`` the epoch closes: the first ``History`` listed after ``own``
-    (Keras appends one after the user's callbacks, then ``ProgbarLogger``: it records the epoch's ``logs`` after
-    every callback that can save or log, so the figures it records are final), else the last callback after
-    ``own``; None when none comes after it (the epoch closes at ``own``'s hook)."""
+def close_point(own: Any, callbacks: list[Any]) -> tuple[Any | None, bool]:
+    """Where the epoch closes: ``(history, later)``. ``history`` is the first ``History`` listed after ``own``
+    (Keras appends one after the callbacks given to ``fit``, then ``ProgbarLogger``): the epoch closes just before
+    its ``on_epoch_end``, after every callback that can save or log, and it records the final figures. Without one,
+    ``later`` says whether any callback comes after ``own`` (the epoch then closes at the next epoch's start or the
+    fit's end; else at ``own``'s hook, after which nothing runs)."""
     after = next((callbacks[i + 1 :] for i, cb in enumerate(callbacks) if cb is own), [])
-    return next((cb for cb in after if isinstance(cb, keras.callbacks.History)), after[-1] if after else None)
+    history = next((cb for cb in after if isinstance(cb, keras.callbacks.History)), None)
+    return history, bool(after)
 
 
 def close_before(callback: Any, close: Callable[[Any], None]) -> Callable[[], None] | None:

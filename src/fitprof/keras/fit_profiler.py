@@ -229,7 +229,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         self._checkpoints: list[Any] = []  # the fit's ModelCheckpoints that save every N batches
         self._hooks: CallbackHooks | None = None  # the fit's callbacks' hooks, timed for the epoch's parts
         self._unclose: Callable[[], None] | None = None  # undoes the close before History's on_epoch_end
-        self._closes_later = False  # the epoch closes after fitprof's on_epoch_end (before History's)
+        self._closes_later = False  # the epoch closes after fitprof's on_epoch_end (History's, or the next epoch's)
         self._fetch_timer: Any = None  # torch backend: times each batch fetch (fitprof.keras._torch_backend)
         self._adapter_samples: int | None = None  # TensorFlow / JAX: samples per step, from Keras's data adapter
         self._prev_samples: int | None = None  # torch: the samples of the batch the step in progress runs
@@ -427,9 +427,9 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         """Close each epoch just before ``History`` records its logs (:func:`fitprof.keras._callbacks.close_point`),
         so that what runs after this callback's ``on_epoch_end`` (a ``ModelCheckpoint`` listed after it, other
         callbacks) is counted in the epoch, and ``History`` records the final parts."""
-        point = _callbacks.close_point(self, callbacks)
-        self._unclose = None if point is None else _callbacks.close_before(point, self._close_epoch)
-        self._closes_later = self._unclose is not None
+        history, later = _callbacks.close_point(self, callbacks)
+        self._unclose = None if history is None else _callbacks.close_before(history, self._close_epoch)
+        self._closes_later = later  # without a History after this one: at the next epoch's start or the fit's end
 
     def _close_epoch(self, logs: dict[str, Any] | None) -> None:
         """The epoch whose ``on_epoch_end`` ran closes (:mod:`fitprof.fit.epoch_close`): its final parts into
