@@ -308,6 +308,7 @@ class FitEngine:
         """Epoch ``epoch`` (0-based) begins, its next step ``next_step`` (1 unless resumed mid-epoch); ``busy``:
         the steps of this epoch another profiler holds."""
         now = self.clock()
+        self.close_epoch(now)  # the last epoch, when the adapter has not closed it: before anything of this one
         self.epoch = epoch
         self._reset_epoch()
         cfg = self.config
@@ -323,7 +324,6 @@ class FitEngine:
         self.profiled = self.log_dir is not None and cfg.enabled and cfg.profiles_epoch(epoch)
         self.armed = self.profiled and self.profiles_rank
         self.busy = list(busy)
-        self.close_epoch(now)  # the last epoch, when the adapter has not closed it
         self.probes.call("epoch_start", epoch, now_ns=now)
         if not self.armed:
             return
