@@ -155,7 +155,10 @@ class Clock:
         by_epoch[str(self.epoch)] = by_epoch.get(str(self.epoch), 0.0) + seconds
 
     def epoch_start(self, epoch: int) -> None:
-        self.epoch, self.epoch_t0, self.first = epoch, time.perf_counter(), True
+        now = time.perf_counter()
+        if epoch > 0:  # the last epoch ran until this one's start: its callbacks' epoch-end hooks are its own
+            self.truth["wall"][str(self.epoch)] = now - self.epoch_t0
+        self.epoch, self.epoch_t0, self.first = epoch, now, True
         if epoch == 0 and self.fit_t0:
             self.epoch_t0 = self.fit_t0
 
@@ -169,9 +172,6 @@ class Clock:
 
     def validation_end(self) -> None:
         self.add("validation", time.perf_counter() - self.val_t0)
-
-    def epoch_end(self) -> None:
-        self.add("wall", time.perf_counter() - self.epoch_t0)
 
     def saved(self, t0: float) -> None:
         seconds = time.perf_counter() - t0
@@ -238,9 +238,6 @@ def run_lightning(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
             if not trainer.sanity_checking:
                 clock.validation_end()
                 clock.validation_from_batch_end()
-
-        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-            clock.epoch_end()
 
     class Sleepy(pl.Callback):
         def on_train_batch_end(self, *args: Any) -> None:
@@ -330,9 +327,6 @@ def run_keras(scenario: str, logdir: str, clock: Clock) -> dict[str, Any]:
 
         def on_test_end(self, logs: Any = None) -> None:
             clock.validation_end()
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            clock.epoch_end()
 
     class Sleepy(keras.callbacks.Callback):
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:

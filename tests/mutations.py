@@ -116,6 +116,24 @@ MUTATIONS = [
         ("tests/test_epoch_parts.py",),
     ),
     Mutation(
+        "epoch closes at fitprof's own epoch-end hook (a later save goes to the next epoch)",
+        r"\n(\s*)self\.results\[result\.epoch\] = self\._last = result\n",
+        r"\n\g<1>self.results[result.epoch] = self._last = result\n\g<1>self.close(now)\n",
+        ("tests/test_epoch_saves.py", "tests/test_epoch_parts.py"),
+    ),
+    Mutation(
+        "Keras closes each epoch at fitprof's own on_epoch_end",
+        r"self\._closes_later = later\b",
+        "self._closes_later = False",
+        ("tests/test_epoch_saves_keras.py",),
+    ),
+    Mutation(
+        "an epoch's final parts never reach its result",
+        r"result\.epoch\.update\(final\.scalars\(\)\)",
+        "pass",
+        ("tests/test_epoch_saves.py",),
+    ),
+    Mutation(
         "trigger's 25% floor removed",
         r"max\(self\.mad_k \* _MAD_TO_SIGMA \* mad, self\.rel \* median\)",
         "self.mad_k * _MAD_TO_SIGMA * mad",

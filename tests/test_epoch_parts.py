@@ -127,23 +127,53 @@ def test_parts_equal_planted_truths_and_add_up_exactly() -> None:
     assert r.callback_s == {"Sleepy": pytest.approx(0.032)}  # its 30 ms in hooks plus 2 in the save, as it ran
 
 
-def test_time_between_epochs_goes_to_the_next_epoch() -> None:
+def test_time_after_the_end_hook_belongs_to_the_epoch_until_its_close() -> None:
+    """A save in a hook after fitprof's epoch-end hook (Lightning's ModelCheckpoint) is the epoch's own: the end
+    hook gives the parts so far, the close (here the next epoch's start) the final ones; the next epoch starts
+    there."""
     probe, clock, _ = make()
-    run_epoch(probe, clock, 0)  # ends inside fitprof's own epoch-end hook
+    truth0 = run_epoch(probe, clock, 0)  # ends inside fitprof's own epoch-end hook
+    so_far = probe.results[0]
+    assert probe.pending == 0
+    assert so_far.checkpoint_s == pytest.approx(truth0["checkpoint"])
+    assert probe.epoch_figures()[metrics.EPOCH_CHECKPOINT_S.key] == pytest.approx(so_far.checkpoint_s)
     clock.advance(300)  # fitprof's analysis after the epoch's end stamp
     probe.leave()
     probe.enter(CHECKPOINT, "ModelCheckpoint")  # Lightning runs ModelCheckpoint's epoch-end hook after fitprof's
     clock.advance(500)
     probe.leave()
     clock.advance(10)
+    truth = run_epoch(probe, clock, 1)  # its epoch start closes epoch 0
+    r0, r1 = probe.results[0], probe.results[1]
+    assert r0.profiling_s == pytest.approx(truth0["profiling"] + 0.300)
+    assert r0.checkpoint_s == pytest.approx(truth0["checkpoint"] + 0.500)
+    assert r0.other_s == pytest.approx(truth0["other"] + 0.010)
+    assert r0.wall_s == pytest.approx(so_far.wall_s + 0.810)
+    assert sum(r0.part_s(i) for i in range(len(ep.PARTS))) == pytest.approx(r0.wall_s, abs=1e-12)
+    for part in ("profiling", "checkpoint", "other", "startup"):
+        assert getattr(r1, part + "_s") == pytest.approx(truth[part]), part
+    assert probe.pending == 1 and probe.close() is probe.results[1] and probe.pending is None
+    assert probe.close() is None  # nothing waits
+
+
+def test_the_last_epoch_closes_at_the_fit_end_and_its_save_is_in_it() -> None:
+    probe, clock, _ = make()
+    run_epoch(probe, clock, 0)
+    probe.leave()  # fitprof's epoch-end hook returns
+    probe.close()
     truth = run_epoch(probe, clock, 1)
+    probe.leave()
+    probe.enter(CHECKPOINT, "ModelCheckpoint")
+    clock.advance(400)
+    probe.leave()
+    clock.advance(20)
+    probe.fit_end()
     r1 = probe.results[1]
-    assert r1.profiling_s == pytest.approx(truth["profiling"] + 0.300)
-    assert r1.checkpoint_s == pytest.approx(truth["checkpoint"] + 0.500)
-    assert r1.other_s == pytest.approx(truth["other"] + 0.010)
-    assert r1.startup_s == pytest.approx(truth["startup"])
-    assert sum(r1.part_s(i) for i in range(len(ep.PARTS))) == pytest.approx(r1.wall_s, abs=1e-12)
-    assert probe.epoch_figures()[metrics.EPOCH_CHECKPOINT_S.key] == pytest.approx(r1.checkpoint_s)
+    assert r1.checkpoint_s == pytest.approx(truth["checkpoint"] + 0.400)
+    fit = probe.fit_seconds
+    assert fit["teardown"] == pytest.approx(0.0)
+    assert fit["epochs"] == pytest.approx(probe.results[0].wall_s + r1.wall_s)
+    assert fit["checkpoint"] == pytest.approx(probe.results[0].checkpoint_s + r1.checkpoint_s)
 
 
 def test_window_extra_cost_moves_to_profiling() -> None:

@@ -1,6 +1,6 @@
 """Every second of ``fit()``: the fit's wall time and its parts (``fitprof/fit/*``, ``FitProfiler.fit_seconds``),
 epoch 0's loader built before its epoch-start hook, a validation loader's start-up, the saves that run after
-fitprof's epoch-end hook.
+fitprof's epoch-end hook (each in its own epoch, ``tests/test_epoch_saves.py``).
 
 The planted-clock tests drive :class:`fitprof.fit.epoch_parts.EpochParts` with given nanoseconds (exact). The fit
 tests run the issue's shapes in one child process per framework (``tests/epoch_parts_child.py``: ``seams`` and
@@ -48,35 +48,40 @@ def test_fit_parts_add_up_on_a_planted_clock() -> None:
     p.step_end(1, now_ns=100 * MS)
     p.validation_start(now_ns=100 * MS)
     p.validation_end(now_ns=130 * MS)
-    first = p.epoch_end(0, now_ns=140 * MS)
-    p.enter(CHECKPOINT, "ModelCheckpoint", now_ns=141 * MS)  # a save after fitprof's epoch end
+    so_far = p.epoch_end(0, now_ns=140 * MS)
+    assert so_far is not None and so_far.wall_s == pytest.approx(0.090)
+    p.enter(CHECKPOINT, "ModelCheckpoint", now_ns=141 * MS)  # a save after fitprof's epoch end: epoch 0's
     p.leave(now_ns=161 * MS)
+    first = p.close(now_ns=170 * MS)  # where the adapter closes it: the next epoch's start
     p.epoch_start(1, now_ns=170 * MS)
     p.step_start(1, now_ns=171 * MS)
     p.step_end(1, now_ns=181 * MS)
-    last = p.epoch_end(1, now_ns=190 * MS)
-    p.enter(CHECKPOINT, "ModelCheckpoint", now_ns=191 * MS)  # the last epoch's save: the teardown's
+    p.epoch_end(1, now_ns=190 * MS)
+    p.enter(CHECKPOINT, "ModelCheckpoint", now_ns=191 * MS)  # the last epoch's save: still the last epoch's
     p.leave(now_ns=221 * MS)
-    p.enter(PROFILING, "FitProfiler", now_ns=230 * MS)
+    p.enter(PROFILING, "FitProfiler", now_ns=230 * MS)  # fitprof's on_train_end: the last epoch closes there
     p.fit_end(now_ns=240 * MS)
     p.leave(now_ns=241 * MS)
-    assert first is not None and last is not None
+    last = p.results[1]
+    assert first is not None and first is p.results[0]
     assert first.startup_s == pytest.approx(0.040)  # 50 -> 90 ms: the loader built before the hook included
-    assert first.wall_s == pytest.approx(0.090)
+    assert first.wall_s == pytest.approx(0.120)  # 50 -> 170 ms: its save included
+    assert first.checkpoint_s == pytest.approx(0.020) and last.checkpoint_s == pytest.approx(0.030)
+    assert last.wall_s == pytest.approx(0.070)  # 170 -> 240 ms
     assert p.fit is not None
     got = p.fit_seconds
     assert got["wall"] == pytest.approx(0.240)
     assert got["setup"] == pytest.approx(0.050)
     assert got["sanity_check"] == pytest.approx(0.030)
-    assert got["epochs"] == pytest.approx(first.wall_s + last.wall_s) == pytest.approx(0.140)
-    assert got["teardown"] == pytest.approx(0.050)
+    assert got["epochs"] == pytest.approx(first.wall_s + last.wall_s) == pytest.approx(0.190)
+    assert got["teardown"] == pytest.approx(0.0)
     assert sum(got[k] for k in FIT_PARTS) == pytest.approx(got["wall"])
-    assert got["checkpoint"] == pytest.approx(0.050)  # both saves, the last one in the teardown
+    assert got["checkpoint"] == pytest.approx(0.050)  # both saves, each in its epoch
     assert got["profiling"] == pytest.approx(0.004 + 0.010)
     # The framework's own end after the fit-end event (Lightning's loops' teardown) is teardown too.
     p.fit_teardown(now_ns=300 * MS)
     assert p.fit_seconds["wall"] == pytest.approx(0.300)
-    assert p.fit_seconds["teardown"] == pytest.approx(0.110)
+    assert p.fit_seconds["teardown"] == pytest.approx(0.060)
     assert p.fit.scalars()[metrics.FIT_WALL_S.key] == pytest.approx(0.300)
     assert set(p.fit.scalars()) == {m.key for m in metrics.FIT_METRICS}
 
@@ -183,7 +188,9 @@ def test_lightning_epoch_end_saves_are_counted(lightning_fits: tuple[Path, dict[
     print(f"saves: fitprof {fit['checkpoint']:.3f} s, timed {timed:.3f} s ({saves})")
     assert len(saves) == 2
     assert _near(fit["checkpoint"], timed), (fit["checkpoint"], timed)
-    assert fit["teardown"] >= saves["1"][0]  # the last epoch's save ran after fitprof's epoch end
+    # The last epoch's save ran after fitprof's epoch-end hook: it is the last epoch's, not the teardown's.
+    last = read_epoch_file(epoch_file_path(logdir, 0))[-1]
+    assert last.epoch == 1 and last.figures[metrics.EPOCH_CHECKPOINT_S.key] >= saves["1"][0]
     # fitprof report prints the fit's row.
     from fitprof.cli import main
 

@@ -311,9 +311,10 @@ EPOCH_STEPS_TIMED = Metric(
     group="epoch",
 )
 _SPAN = (
-    " The epoch's span runs from the previous epoch's end (fitprof's epoch-end hook) to this epoch's end, the first "
-    "epoch of a fit from its start: what runs between two epochs (a checkpoint saved in a later epoch-end hook, "
-    "fitprof's own analysis) is counted in the next epoch (`fitprof.fit.epoch_parts`)."
+    " The epoch's span runs from the previous epoch's close to its own, the first epoch of a fit from its start; an "
+    "epoch closes after every callback's epoch-end hook (Lightning: at the next epoch's start or `on_train_end`; "
+    "Keras: before `History` records the logs), so a save made at its end by a hook that runs after fitprof's is "
+    "its own (`fitprof.fit.epoch_close`)."
 )
 _PART = " One of the parts that add up to `fitprof/epoch/wall_s` exactly."
 EPOCH_WALL_S = Metric(
@@ -352,7 +353,8 @@ EPOCH_CHECKPOINT_S = Metric(
     EPOCH_PREFIX + "checkpoint_s",
     "s",
     "Time inside checkpoint saves: the hooks of checkpointing callbacks (Lightning `ModelCheckpoint`, Keras "
-    "`ModelCheckpoint` and `BackupAndRestore`), with every hook they call." + _PART,
+    "`ModelCheckpoint` and `BackupAndRestore`), with every hook they call; a save at the epoch's end is the epoch's "
+    "own even when its hook runs after fitprof's." + _PART,
     group="epoch parts",
     compared=Compared("checkpoint saves, every epoch", "s", 180, gate="checkpoint", every_step=True),
 )
@@ -636,15 +638,15 @@ FIT_SETUP_S = Metric(
 FIT_EPOCHS_S = Metric(
     FIT_PREFIX + "epochs_s",
     "s",
-    "The sum of the fit's epochs' `fitprof/epoch/wall_s`: from the first epoch's start to the last epoch's end."
+    "The sum of the fit's epochs' `fitprof/epoch/wall_s`: from the first epoch's start to the last epoch's close."
     + _FIT_PART,
     group="fit",
 )
 FIT_TEARDOWN_S = Metric(
     FIT_PREFIX + "teardown_s",
     "s",
-    "From the last epoch's end to the fit's end: saves and other callbacks' hooks that run after fitprof's "
-    "epoch-end hook, the framework's end of training." + _FIT_PART,
+    "From the last epoch's close (after every callback's epoch-end hook: Lightning `on_train_end`, Keras before "
+    "`History`) to the fit's end: the framework's end of training, fitprof's own end of the fit." + _FIT_PART,
     group="fit",
 )
 FIT_PROFILING_S = Metric(
@@ -664,8 +666,8 @@ FIT_SANITY_CHECK_S = Metric(
 FIT_CHECKPOINT_S = Metric(
     FIT_PREFIX + "checkpoint_s",
     "s",
-    "Every checkpoint save of the fit: the epochs' `fitprof/epoch/checkpoint_s` plus the saves after the last "
-    "epoch's end (a save that runs after fitprof's epoch-end hook, Lightning's `ModelCheckpoint`), in the teardown.",
+    "Every checkpoint save of the fit: the epochs' `fitprof/epoch/checkpoint_s` (the last epoch's save included, "
+    "whatever the callbacks' order) plus any save in the teardown (one made in `on_train_end`).",
     group="fit",
 )
 

@@ -23,6 +23,19 @@ def suggest_profile_batch(steps: int, num_steps: int) -> str:
     return str(first) if first == last else f"({first}, {last})"
 
 
+def short_window(epoch: int, steps_done: int, config: ProfileConfig, num_steps: int) -> str:
+    """The warning for epoch ``epoch`` ending after step ``steps_done``, inside the window of ``config`` (this fit's
+    steps): the ``profile_batch`` that fits epochs of that length (``num_steps``: the window's length as the user
+    gave it), as the "nothing was profiled" warning suggests one, so that every epoch does not analyse a stub of a
+    window."""
+    fits = suggest_profile_batch(steps_done, num_steps) if steps_done >= 1 else ""
+    return (
+        f"fitprof: epoch {epoch} ended after step {steps_done}, inside the window (profile_batch="
+        f"{config.first_step},{config.last_step}); the steps profiled so far are analysed."
+        + (f" For epochs of {steps_done} steps, profile_batch={fits} fits." if fits else "")
+    )
+
+
 class FitCoverage:
     """The facts of one fit that say whether, and why not, a window was profiled.
 

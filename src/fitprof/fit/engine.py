@@ -44,7 +44,8 @@ from fitprof.fit import schedule
 from fitprof.fit import steps as _steps
 from fitprof.fit.boundary import StepBoundary
 from fitprof.fit.config import ProfileConfig, profiles_rank
-from fitprof.fit.coverage import FitCoverage, suggest_profile_batch
+from fitprof.fit.coverage import FitCoverage, short_window
+from fitprof.fit.epoch_close import EpochClose
 from fitprof.fit.epoch_end import EpochEnd
 from fitprof.fit.epoch_parts import EpochParts, FitWall
 from fitprof.fit.hooks import Spans
@@ -161,6 +162,7 @@ class FitEngine:
         # The epoch's end, one way: the probes and the windows into one result, handed to one publisher.
         self.ends = EpochEnd(scheduled, triggered, warn=warn, probes=self.probes, parts=self.parts, baseline=baseline)
         self.publisher = EpochPublisher(warn=warn, framework=boundary.framework)
+        self.closing = EpochClose(self.parts, self.publisher)  # each epoch's result from its end hook to its close
         self.pipeline, self.trigger_pipeline = scheduled, triggered
         self.baseline: Side | None = self.ends.baseline
         self.coverage = FitCoverage(config)
@@ -252,8 +254,9 @@ class FitEngine:
         return self.window is not None
 
     def fit_end(self) -> None:
-        """The ``fit`` ended normally: stop what is still open (nothing is kept of it) and give the "nothing was
-        profiled" warning when that is so."""
+        """The ``fit`` ended normally: the last epoch closes (:meth:`close_epoch`, when the adapter has not), stop
+        what is still open (nothing is kept of it) and give the "nothing was profiled" warning when that is so."""
+        self.close_epoch()
         if self.window is not None:
             self._close(drop_open_step=self.boundary.drops_open_step)
         self.finish_conversions()
@@ -304,6 +307,7 @@ class FitEngine:
         """Epoch ``epoch`` (0-based) begins, its next step ``next_step`` (1 unless resumed mid-epoch); ``busy``:
         the steps of this epoch another profiler holds."""
         now = self.clock()
+        self.close_epoch(now)  # the last epoch, when the adapter has not closed it: before anything of this one
         self.epoch = epoch
         self._reset_epoch()
         cfg = self.config
@@ -367,7 +371,7 @@ class FitEngine:
         gather: Gather | None = None,
         log: Log = lambda entry: None,
     ) -> EpochResult:
-        """Epoch ``epoch`` ended: close what is open, analyse this epoch's windows and publish.
+        """Epoch ``epoch``'s end hook: close what is open, analyse its windows, publish; held until :meth:`close_epoch`.
 
         Args:
             steps: the training steps the framework says the epoch ran (0: unknown; the engine counts them).
@@ -405,18 +409,28 @@ class FitEngine:
         self.triggers.published_in(result.triggered)
         self.profiled = False
         self.publisher.publish(epoch, result, log=log, steps=self.steps)
+        self.closing.hold(epoch, result)
         return result
+
+    def close_epoch(self, now_ns: int | None = None) -> EpochResult | None:
+        """The epoch whose end hook ran closes (:mod:`fitprof.fit.epoch_close`, where the adapter says): its result
+        with the final parts, its line written; None when no epoch waits."""
+        return self.closing.close(self.clock() if now_ns is None else now_ns)
 
     def exception(self, exc: BaseException | None, *, log: Log, drop_open_step: bool = True) -> EpochResult | None:
         """Training raised: stop the window (``drop_open_step``: the failing step never finished, left out),
         analyse and log what it holds (this rank's own: the other ranks may be anywhere), and stop every profiler.
-        Never raises."""
+        Never raises. An epoch whose end hook ran is whole: it closes, and is not flushed again."""
+        closed = self.close_epoch()
         self.probes.call("exception", exc, now_ns=self.clock())
         try:
             if self.window is not None:
                 self._close(drop_open_step=drop_open_step)
             self.armed = False
-            return None if self.epoch < 0 else self.epoch_end(self.epoch, log=log)
+            if closed is not None or self.epoch < 0:
+                return closed
+            self.epoch_end(self.epoch, log=log)
+            return self.close_epoch()
         except Exception as err:  # the user's exception matters more
             _log.warning("fitprof: could not flush the window after an exception: %s", err)
             return None
@@ -427,12 +441,7 @@ class FitEngine:
     def __getstate__(self) -> dict[str, Any]:
         """Copy and pickle between fits: an open window, this fit's pending traces and its converter process are
         not copied."""
-        return {
-            **self.__dict__,
-            "window": None,
-            "ends_after": _never,
-            "_xplane": None,
-        }
+        return {**self.__dict__, "window": None, "ends_after": _never, "_xplane": None}
 
     def abort(self) -> None:
         """Stop an open window without keeping it (teardown, a callback being deleted); never raises."""
@@ -634,17 +643,8 @@ class FitEngine:
         self._marked = k
 
     def _warn_short(self, steps_done: int) -> None:
-        """The epoch ended after step ``steps_done``, inside the window: one warning, with the ``profile_batch``
-        that fits epochs of that length (as the "nothing was profiled" warning suggests one), so that every epoch
-        does not analyse a stub of a window."""
-        cfg = self.config
-        fits = suggest_profile_batch(steps_done, self.given_config.num_steps) if steps_done >= 1 else ""
-        self.warn(
-            "short",
-            f"fitprof: epoch {self.epoch} ended after step {steps_done}, inside the window (profile_batch="
-            f"{cfg.first_step},{cfg.last_step}); the steps profiled so far are analysed."
-            + (f" For epochs of {steps_done} steps, profile_batch={fits} fits." if fits else ""),
-        )
+        """The epoch ended after step ``steps_done``, inside the window: one warning (:func:`short_window`)."""
+        self.warn("short", short_window(self.epoch, steps_done, self.config, self.given_config.num_steps))
 
     # ------------------------------------------------------------------------------------------- triggered
     def _may_trigger(self, n: int) -> bool:

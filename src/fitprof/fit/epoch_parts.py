@@ -21,10 +21,15 @@ the epoch's wall time exactly (integer nanoseconds, nothing estimated):
 * ``other``: the rest: the gap from a step's end to a validation run or to the epoch's end, the time between two
   epochs outside any hook, anything no event bracketed.
 
-The span of an epoch runs from the end of the previous epoch (fitprof's epoch-end event) to this epoch's end; the
-first epoch of a fit from its start. What runs between two epochs (a checkpoint saved in a hook that runs after
-fitprof's, fitprof's own analysis of a window, other callbacks' epoch-end hooks) is counted in the next epoch,
-so over a fit nothing between the first epoch's start and the last epoch's end is lost.
+An epoch ends in two steps. At fitprof's epoch-end hook (:meth:`EpochParts.epoch_end`) its steps are over and the
+parts so far are given (:attr:`EpochParts.results` holds them until the close); the epoch *closes* later, at
+:meth:`EpochParts.close`: the adapter calls it at the next epoch's start, at the fit's end, or (Keras) just before
+``History`` records the epoch's logs. What the framework runs in between (a checkpoint saved by a callback whose
+hook runs after fitprof's, as Lightning runs ``ModelCheckpoint`` after every other callback; other callbacks'
+epoch-end hooks; fitprof's own analysis of a window) is counted in the epoch whose end made it, whatever the
+callbacks' order. The next epoch's span starts at the close; the first epoch of a fit at its start. Over a fit
+nothing between the first epoch's start and the last epoch's close is lost; what runs after that close is the
+fit's teardown.
 
 CPU contention, per epoch span (:func:`os.getrusage` and, where Linux has it, ``/proc/thread-self/schedstat``):
 the process's CPU time against wall time, its involuntary context switches, and the share of the wall time the
@@ -187,7 +192,8 @@ class EpochWall:
 
     Attributes:
         epoch: the 0-based epoch.
-        wall_s: the epoch's span (s): from the previous epoch's end (the first epoch: its start) to its end.
+        wall_s: the epoch's span (s): from the previous epoch's close (the first epoch: its start) to its own close
+            (see the module docstring; the parts so far at fitprof's epoch-end hook, until the close).
         train_steps_s, validation_s, checkpoint_s, callbacks_s, startup_s, profiling_s, other_s: the parts (s),
             see the module docstring; their sum is ``wall_s``.
         input_s: the input wait inside ``train_steps_s`` (s); NaN when the adapter measured none.
@@ -334,6 +340,7 @@ class EpochParts:
 
     def _fit_reset(self) -> None:
         self._acc = [0] * 9
+        self._moved = self._acc
         self._phase = _IDLE
         self._saved_phase: list[int] = []
         self._nest: list[tuple[int, str, int]] = []  # (part, callback name, entered at)
@@ -347,7 +354,8 @@ class EpochParts:
         self._window = False
         self._window_ns = 0
         self._window_n = 0
-        self._ended = [0, 0, 0]  # the finished epochs' wall, profiling and checkpoint time (ns)
+        self._pending: int | None = None  # the epoch whose end hook ran and which is not closed yet
+        self._ended = [0, 0, 0]  # the closed epochs' wall, profiling and checkpoint time (ns)
         self._last_end = -1  # the last epoch's end (ns)
         self._callback_ns: dict[str, int] = {}
         self._cpu0: tuple[float, int] = (0.0, 0)
@@ -389,8 +397,11 @@ class EpochParts:
 
     def epoch_start(self, epoch: int, now_ns: int | None = None) -> None:
         """The epoch starts: its start-up runs until the first step starts. The first epoch of a fit (or one after
-        an unfinished span) starts its span here; a later one keeps the span its predecessor's end started."""
+        an unfinished span) starts its span here; a later one keeps the span its predecessor's close started (an
+        epoch not closed yet closes here)."""
         now = self._now(now_ns)
+        if self._pending is not None:  # the adapter did not close the last epoch: it closes here
+            self.close(now)
         if self._phase == _IDLE:
             self._begin_span(now)
         else:
@@ -551,23 +562,64 @@ class EpochParts:
         self._window = False
 
     def epoch_end(self, epoch: int, now_ns: int | None = None) -> EpochWall | None:
-        """The epoch ends: its parts are final (:attr:`results`); the next epoch's span starts here. None when no
-        epoch was being counted."""
+        """fitprof's epoch-end hook: the epoch's steps are over. Returns its parts so far (also in :attr:`results`
+        until :meth:`close` replaces them); the epoch stays open, so that what runs until its close (a save in a
+        hook after fitprof's) is counted in it. None when no epoch was being counted."""
         now = self._now(now_ns)
         self._last = None
         if self._phase == _IDLE:
             return None
+        if self._pending is not None:  # two end hooks without a close: the first epoch closes here
+            self.close(now)
         self._charge(now)
         if self._phase == TRAIN_STEPS:
             self._end_step()
         self._resolve_gap(OTHER)
-        acc = self._acc
+        self._phase = OTHER
+        self._saved_phase = []
+        self._pending = int(epoch)
+        result = self._result(int(epoch))
+        self.results[result.epoch] = self._last = result
+        return result
+
+    def close(self, now_ns: int | None = None) -> EpochWall | None:
+        """The epoch whose end hook ran closes: its parts are final (:attr:`results`), and the next epoch's span
+        starts here. None when no epoch waits for its close."""
+        epoch, self._pending = self._pending, None
+        if epoch is None or self._phase == _IDLE:
+            return None
+        now = self._now(now_ns)
+        self._charge(now)
+        self._resolve_gap(OTHER)
+        result = self._result(epoch)
+        self.results[epoch] = self._last = result
+        ended = self._ended
+        moved = self._moved  # the parts with a window's extra cost in profiling
+        ended[0] += sum(moved[:7])
+        ended[1] += moved[PROFILING]
+        ended[2] += moved[CHECKPOINT]
+        self._last_end = now
+        self._begin_span(now)
+        self._phase = OTHER
+        self._saved_phase = []
+        return result
+
+    @property
+    def pending(self) -> int | None:
+        """The epoch whose end hook ran and which has not closed yet (None: none)."""
+        return self._pending
+
+    def _result(self, epoch: int) -> EpochWall:
+        """The span's parts so far as epoch ``epoch``'s (the accumulators are left as they are: the span may go
+        on until its close)."""
+        acc = list(self._acc)
         extra = 0
         if self._window_n and self._step_ns:
             typical = sorted(self._step_ns)[len(self._step_ns) // 2]
             extra = min(max(self._window_ns - self._window_n * typical, 0), acc[TRAIN_STEPS])
         acc[TRAIN_STEPS] -= extra
         acc[PROFILING] += extra
+        self._moved = acc
         wall = sum(acc[:7])
         cpu_s, switches = self._rusage()
         wait = self._schedstat()
@@ -582,8 +634,8 @@ class EpochParts:
             self._load(),
         )
         steps_s = acc[TRAIN_STEPS] / 1e9
-        result = EpochWall(
-            epoch=int(epoch),
+        return EpochWall(
+            epoch=epoch,
             wall_s=wall / 1e9,
             train_steps_s=steps_s,
             input_s=min(self._input / 1e9, steps_s) if self._input_seen else math.nan,
@@ -598,21 +650,13 @@ class EpochParts:
             cpu=cpu,
             callback_s={k: v / 1e9 for k, v in self._callback_ns.items()},
         )
-        self.results[result.epoch] = self._last = result
-        ended = self._ended
-        ended[0] += wall
-        ended[1] += acc[PROFILING]
-        ended[2] += acc[CHECKPOINT]
-        self._last_end = now
-        self._begin_span(now)
-        self._phase = OTHER
-        self._saved_phase = []
-        return result
 
     def fit_end(self, now_ns: int | None = None) -> None:
-        """The fit ends: what ran after the last epoch's end is in no epoch, but in the fit's teardown
-        (:attr:`fit`, a :class:`~fitprof.fit.fit_wall.FitWall`)."""
+        """The fit ends: an epoch not closed yet closes here; what ran after the last epoch's close is in no epoch,
+        but in the fit's teardown (:attr:`fit`, a :class:`~fitprof.fit.fit_wall.FitWall`)."""
         now = self._now(now_ns)
+        if self._pending is not None:
+            self.close(now)
         tail = [0] * 9
         if self._phase != _IDLE:
             self._charge(now)

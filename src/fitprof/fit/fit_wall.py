@@ -26,10 +26,11 @@ class FitWall:
         setup_s: from the fit's start to the first epoch's span start (the sanity check included); the whole
             wall when no epoch ran.
         epochs_s: the sum of the epochs' ``wall_s`` (:class:`fitprof.fit.epoch_parts.EpochWall`).
-        teardown_s: from the last epoch's end to the fit's end (0 when no epoch ran).
+        teardown_s: from the last epoch's close (:meth:`fitprof.fit.epoch_parts.EpochParts.close`) to the fit's
+            end (0 when no epoch ran).
         profiling_s: fitprof's own time over the fit, inside the three parts above (not added to them again).
         sanity_check_s: Lightning's sanity check, inside ``setup_s`` (0 when none ran).
-        checkpoint_s: every save of the fit: the epochs' saves plus those in the teardown.
+        checkpoint_s: every save of the fit: the epochs' saves (the last epoch's included) plus any in the teardown.
     """
 
     wall_s: float
@@ -110,8 +111,8 @@ class FitClock:
             now: the fit's end (ns).
             epochs_ns, epochs_profiling_ns, epochs_checkpoint_ns: the finished epochs' wall, profiling and checkpoint
                 time summed (ns).
-            last_end: the last epoch's end (ns; -1 when no epoch ended).
-            tail_profiling_ns, tail_checkpoint_ns: fitprof's own time and the saves after the last epoch's end.
+            last_end: the last epoch's close (ns; -1 when no epoch closed).
+            tail_profiling_ns, tail_checkpoint_ns: fitprof's own time and the saves after the last epoch's close.
         """
         if self.t0 < 0:
             return None

@@ -1,10 +1,12 @@
 """The other callbacks of the running ``fit`` that fitprof reads: found up the stack (Keras gives a callback no
-handle on the others), their hooks timed for the epoch's parts, the saves of ``ModelCheckpoint(save_freq=N)``, and
-the steps a profiling ``keras.callbacks.TensorBoard`` holds."""
+handle on the others), their hooks timed for the epoch's parts, the saves of ``ModelCheckpoint(save_freq=N)``, the
+steps a profiling ``keras.callbacks.TensorBoard`` holds, and the callback before whose ``on_epoch_end`` the epoch
+closes (:func:`close_before`)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -61,6 +63,45 @@ def time_hooks(
         with contextlib.suppress(Exception):
             engine.cpu_share(threads=threads())
     return hooks
+
+
+def close_point(own: Any, callbacks: list[Any]) -> tuple[Any | None, bool]:
+    """Where the epoch closes: ``(history, later)``. ``history`` is the first ``History`` listed after ``own``
+    (Keras appends one after the callbacks given to ``fit``, then ``ProgbarLogger``): the epoch closes just before
+    its ``on_epoch_end``, after every callback that can save or log, and it records the final figures. Without one,
+    ``later`` says whether any callback comes after ``own`` (the epoch then closes at the next epoch's start or the
+    fit's end; else at ``own``'s hook, after which nothing runs)."""
+    after = next((callbacks[i + 1 :] for i, cb in enumerate(callbacks) if cb is own), [])
+    history = next((cb for cb in after if isinstance(cb, keras.callbacks.History)), None)
+    return history, bool(after)
+
+
+def close_before(callback: Any, close: Callable[[Any], None]) -> Callable[[], None] | None:
+    """Call ``close(logs)`` before every ``callback.on_epoch_end(epoch, logs)`` (wrapped on the instance, around
+    whatever is there: install it after the hook timers, so that the close is outside their spans). Returns the
+    function that undoes it (only while the wrapper is in place), None when the callback refuses attributes."""
+    had = "on_epoch_end" in vars(callback)
+    method = callback.on_epoch_end
+
+    @functools.wraps(method)
+    def closing(epoch: int, logs: Any = None) -> Any:
+        close(logs)
+        return method(epoch, logs)
+
+    try:
+        callback.on_epoch_end = closing
+    except Exception:
+        return None
+
+    def undo() -> None:
+        if vars(callback).get("on_epoch_end") is closing:
+            with contextlib.suppress(Exception):
+                if had:
+                    callback.on_epoch_end = method
+                else:
+                    del callback.on_epoch_end
+
+    return undo
 
 
 def saves_every_n_batches(callback: Any) -> bool:

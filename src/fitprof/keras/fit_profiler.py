@@ -26,6 +26,7 @@ from fitprof.fit.config import (
     shared,
     unknown_ranks_message,
 )
+from fitprof.fit.epoch_close import part_figures
 from fitprof.fit.hooks import CallbackHooks
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.pipeline import every_key
@@ -64,6 +65,11 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
       scalars in ``log_dir`` (step = epoch) and in the epoch ``logs`` dict of every epoch (NaN where nothing
       was profiled), so ``History`` and callbacks placed after this one (``CSVLogger``) see the same keys every
       epoch; TensorBoard also gets ``fitprof/top_ops/<op name>``;
+    * where the epoch's time went, ``fitprof/epoch/wall_s`` and its parts (:mod:`fitprof.fit.epoch_parts`): the
+      epoch closes just before ``History`` records its ``logs`` (Keras lists ``History`` after the callbacks given
+      to ``fit``), so that a ``ModelCheckpoint`` or another callback listed after this one is counted in its epoch;
+      the final parts are put into ``logs`` then (``History``, ``ProgbarLogger``), a callback listed between this
+      one and ``History`` sees the parts so far (:mod:`fitprof.fit.epoch_close`);
     * the verdict, advice and top-operator table as Markdown in TensorBoard's Text tab (``fitprof/summary``);
     * under ``MultiWorkerMirroredStrategy`` (one rank per worker): the cross-rank means of the figures above,
       plus ``fitprof/step_time_ms_max``, ``fitprof/input_percent_max``, the rank each belongs to
@@ -223,6 +229,8 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         self._tb_profilers: list[Any] = []  # keras.callbacks.TensorBoard callbacks of this fit that profile
         self._checkpoints: list[Any] = []  # the fit's ModelCheckpoints that save every N batches
         self._hooks: CallbackHooks | None = None  # the fit's callbacks' hooks, timed for the epoch's parts
+        self._unclose: Callable[[], None] | None = None  # undoes the close before History's on_epoch_end
+        self._closes_later = False  # the epoch closes after fitprof's on_epoch_end (History's, or the next epoch's)
         self._fetch_timer: Any = None  # torch backend: times each batch fetch (fitprof.keras._torch_backend)
         self._adapter_samples: int | None = None  # TensorFlow / JAX: samples per step, from Keras's data adapter
         self._prev_samples: int | None = None  # torch: the samples of the batch the step in progress runs
@@ -239,6 +247,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
             _fetch_timer=None,
             _checkpoints=[],
             _hooks=None,
+            _unclose=None,
             _progbars=[],
             _loader_timing=None,
             _batch_wait=None,
@@ -343,9 +352,12 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         if unknown and rank == 0:
             self._warn_once("ranks", f"fitprof: {unknown}")
         found = _callbacks.fit_callbacks(self)
-        if self._hooks is not None:  # a fit that raised left them in place
+        if self._unclose is not None:  # a fit that raised left it in place, around the hook timers
+            self._unclose()
+        if self._hooks is not None:  # likewise
             self._hooks.uninstall()
         self._hooks = _callbacks.time_hooks(engine, self, found, self._warn_once, threads=self._fns.threads)
+        self._close_later(found)
         self._tb_profilers = [cb for cb in found if _callbacks.tensorboard_profiles(cb)]
         self._checkpoints = [cb for cb in found if _callbacks.saves_every_n_batches(cb)]
         self._start_step_timing()
@@ -365,6 +377,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
             )
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
+        self._close_epoch(None)  # where History did not close the last epoch
         self._last_step = 0
         self._prev_samples = None
         self._engine.epoch_start(epoch, busy=_callbacks.tensorboard_steps(self._tb_profilers, self._spe))
@@ -406,12 +419,31 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         gather = self._gather if self._engine.world > 1 and not self._in_flush else None
         result = self._engine.epoch_end(epoch, steps=self._steps_this_epoch(), gather=gather, log=self._log)
         self._sync_guards()
-        self._publish_epoch(epoch, result)
         if logs is not None:  # every epoch gets every key (NaN where nothing was profiled): History, CSVLogger
             logs.update(every_key(result.window, self.config.top_k, self._engine.world, self._window_keys()))
             logs.update(result.epoch)
             logs.update(result.trigger)
             _logs.no_val_columns(self._csv_loggers, logs)
+        if not self._closes_later:  # no callback after this one: nothing more runs in the epoch
+            self._close_epoch(logs)
+
+    def _close_later(self, callbacks: list[Any]) -> None:
+        """Close each epoch just before ``History`` records its logs (:func:`fitprof.keras._callbacks.close_point`),
+        so that what runs after this callback's ``on_epoch_end`` (a ``ModelCheckpoint`` listed after it, other
+        callbacks) is counted in the epoch, and ``History`` records the final parts."""
+        history, later = _callbacks.close_point(self, callbacks)
+        self._unclose = None if history is None else _callbacks.close_before(history, self._close_epoch)
+        self._closes_later = later  # without a History after this one: at the next epoch's start or the fit's end
+
+    def _close_epoch(self, logs: dict[str, Any] | None) -> None:
+        """The epoch whose ``on_epoch_end`` ran closes (:mod:`fitprof.fit.epoch_close`): its final parts into
+        ``logs`` (History's, when given), then published (:meth:`_publish_epoch`)."""
+        result = self._engine.close_epoch()
+        if result is None:
+            return
+        if logs is not None:
+            logs.update(part_figures(result.epoch))
+        self._publish_epoch(self._engine.epoch, result)
 
     def _publish_epoch(self, epoch: int, result: Any) -> None:
         """Rank 0: the epoch's always-on figures, triggered windows and newly said advice to the event file
@@ -428,11 +460,15 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._work.restore()
+        self._close_epoch(None)  # where History did not close the last epoch
         self._engine.fit_end()
         fit = self._engine.fit_teardown()
         self.fit_seconds = fit.seconds() if fit is not None else {}
         if fit is not None and self._engine.rank == 0:  # once a fit, at the step of its last epoch
             self._write_events(fit.scalars(), max(self._engine.epoch, 0), [], [])
+        if self._unclose is not None:  # before the hook timers: it wraps theirs
+            self._unclose()
+            self._unclose = None
         if self._hooks is not None:
             self._hooks.uninstall()
             self._hooks = None

@@ -46,6 +46,7 @@ def log_figures(
     figures: Mapping[str, float],
     *,
     epoch: int,
+    step: int | None = None,
     progress_bar: Collection[str] = (),
     loggers: bool = True,
     failed: Callable[[Any, Exception], None] | None = None,
@@ -70,6 +71,8 @@ def log_figures(
         trainer: the fitting trainer.
         figures: name -> value (floats; NaN is written as it is: filter first what a logger must not get).
         epoch: the 0-based epoch the figures belong to.
+        step: the loggers' step; None: :func:`epoch_end_step` now (an epoch closed later passes the step its end
+            had).
         progress_bar: the keys also shown in the progress bar.
         loggers: False: ``callback_metrics`` and the progress bar only (as ``self.log(..., logger=False)``: not in
             ``logged_metrics``, no logger row).
@@ -88,7 +91,7 @@ def log_figures(
         return
     trainer.logged_metrics.update(tensors)
     row: dict[str, float] = {**values, "epoch": epoch}
-    step = epoch_end_step(trainer)
+    step = epoch_end_step(trainer) if step is None else step
     for logger in trainer.loggers:
         try:
             logger.log_metrics(row, step=step)

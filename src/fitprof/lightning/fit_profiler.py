@@ -31,6 +31,7 @@ from fitprof.fit.config import (
     shared,
     unknown_ranks_message,
 )
+from fitprof.fit.epoch_close import PART_KEYS, part_figures
 from fitprof.fit.hooks import Saves
 from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.probes import finite
@@ -130,6 +131,14 @@ class FitProfiler(Callback, SharedAttributes):
     With ``trigger="slowdown"`` a triggered window also logs ``fitprof/trigger/step``,
     ``fitprof/trigger/step_time_ms`` and ``fitprof/trigger/baseline_ms`` (the last one of its epoch) and, with a
     ``TensorBoardLogger`` on rank 0, the text ``fitprof/trigger/summary/text_summary``.
+
+    Where each epoch's time went (``fitprof/epoch/wall_s`` and its parts, :mod:`fitprof.fit.epoch_parts`): an epoch
+    closes after every callback's ``on_train_epoch_end``, at the next epoch's ``on_train_epoch_start`` or at
+    ``on_train_end``, so that ``ModelCheckpoint``'s save at its end (Lightning runs it after every other callback)
+    is its own (:mod:`fitprof.fit.epoch_close`). In ``on_train_epoch_end`` the parts so far reach
+    ``trainer.callback_metrics`` only (monitors); at the close the final parts reach ``callback_metrics`` and every
+    logger (one more row at the epoch's step, with its ``epoch``), and rank 0 writes the epoch's line to the
+    per-epoch file and prints the epoch's lines (``verbose``).
 
     Args:
         log_dir: where traces go. Default: the first logger's ``log_dir`` (``trainer.log_dir``), or
@@ -271,6 +280,7 @@ class FitProfiler(Callback, SharedAttributes):
         self._session: str | None = None  # this epoch's session, rank 0's on every rank
         self._epoch_started = False  # this epoch's start was seen (on_train_epoch_start or a resumed first batch)
         self._last_ended = 0  # the last step whose on_train_batch_end ran
+        self._held: tuple[int, str | None] = (0, None)  # the held epoch's logger step and its profile's place
         # each step's input wait and device time, the callbacks' hooks and the saves, for the always-on timing
         saves = Saves(begin=self._engine.save_begin, end=self._engine.save_end)
         self._timing = StepTiming(self._engine.spans, saves)
@@ -381,10 +391,11 @@ class FitProfiler(Callback, SharedAttributes):
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._begin_epoch(trainer, next_step=1)
+        self._begin_epoch(trainer, next_step=1, pl_module=pl_module)
 
-    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int) -> None:
-        """An epoch whose next step is ``next_step`` (1 unless resumed mid-epoch) begins."""
+    def _begin_epoch(self, trainer: pl.Trainer, *, next_step: int, pl_module: pl.LightningModule | None) -> None:
+        """An epoch whose next step is ``next_step`` (1 unless resumed mid-epoch) begins; the last one closes."""
+        self._close_epoch(trainer, pl_module)
         self._epoch_started = True
         epoch = int(trainer.current_epoch)
         self._last_ended = next_step - 1
@@ -404,7 +415,7 @@ class FitProfiler(Callback, SharedAttributes):
         if not self._epoch_started:
             # ``fit(ckpt_path=...)`` from a checkpoint saved mid-epoch resumes that epoch at ``batch_idx`` without
             # calling ``on_train_epoch_start``: the epoch starts here, its steps numbered as Lightning numbers them.
-            self._begin_epoch(trainer, next_step=batch_idx + 1)
+            self._begin_epoch(trainer, next_step=batch_idx + 1, pl_module=pl_module)
             now = None  # the epoch began after that stamp: the engine reads its clock again
         self._engine.step_start(batch_idx + 1, batch, now_ns=now)
 
@@ -446,23 +457,48 @@ class FitProfiler(Callback, SharedAttributes):
             gather=(lambda vector: _trainer.all_gather(trainer, vector)) if _trainer.distributed() else None,
             log=lambda entry: self._log(trainer, pl_module, entry),
         )
-        # One row, as Lightning's own epoch-end values: this rank's step timing (no collective), the window's
-        # gathered figures, a triggered window's.
-        figures = {**finite(result.epoch), **result.window, **(result.trigger if result.triggered else {})}
-        self._log_scalars(trainer, figures, progress_bar=_PROGRESS_BAR_KEYS)
+        # This rank's own step timing (no collective), the window's gathered figures and a triggered window's: one
+        # row, as Lightning's own epoch-end values. The epoch's parts are final only at its close (ModelCheckpoint's
+        # save runs after this hook): here they reach trainer.callback_metrics only (monitors), and every logger
+        # gets the final ones at the close.
+        figures = finite(result.epoch)
+        rest = {k: v for k, v in figures.items() if k not in PART_KEYS}
+        self._log_scalars(
+            trainer,
+            {**rest, **result.window, **(result.trigger if result.triggered else {})},
+            progress_bar=_PROGRESS_BAR_KEYS,
+        )
+        self._log_scalars(trainer, part_figures(figures), logger=False)
         synced = (result.profiled or bool(result.triggered)) and (self._mirror is None or self._mirror.sync())
+        url = self._mirror.url if self._mirror is not None else str(self._dir)
+        self._held = (_trainer.epoch_end_step(trainer), profile_place(url, result.session_dir) if synced else None)
         if engine.rank == 0:
-            url = self._mirror.url if self._mirror is not None else str(self._dir)
-            lines = self._voice.lines(engine.epoch, result, profile_place(url, result.session_dir) if synced else None)
-            for line in lines if self.verbose else ():
-                self._print(pl_module, line)
             for triggered in result.triggered:
                 self._log_text(trainer, TRIGGER_SUMMARY_TAG, triggered.text)
-            if self._voice.new:
-                self._log_text(trainer, ADVICE_TAG, "\n\n".join(self._voice.new))
+
+    def _close_epoch(self, trainer: pl.Trainer, pl_module: pl.LightningModule | None) -> None:
+        """The epoch whose ``on_train_epoch_end`` ran closes (:mod:`fitprof.fit.epoch_close`: the next epoch's start
+        or the fit's end, after every callback's epoch-end hook, ``ModelCheckpoint``'s save included). Its final
+        parts to ``callback_metrics`` and every logger, one more row at the epoch's step; on rank 0 its lines
+        printed, its new advice to the Text tab."""
+        engine = self._engine
+        result = engine.close_epoch()
+        if result is None:
+            return
+        step, where = self._held
+        # Every rank, as at the hook: each rank's callback_metrics hold its final parts; only rank 0's loggers write.
+        self._log_scalars(trainer, finite(part_figures(result.epoch)), epoch=engine.epoch, step=step)
+        if engine.rank != 0:
+            return
+        lines = self._voice.lines(engine.epoch, result, where)
+        for line in lines if self.verbose else ():
+            self._print(pl_module, line)
+        if self._voice.new:
+            self._log_text(trainer, ADVICE_TAG, "\n\n".join(self._voice.new), step=step)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._close_epoch(trainer, pl_module)  # the last epoch: every callback's epoch-end hook has run
         self._engine.fit_end()
 
     @override
@@ -562,13 +598,15 @@ class FitProfiler(Callback, SharedAttributes):
         *,
         logger: bool = True,
         epoch: int | None = None,
+        step: int | None = None,
     ) -> None:
         """Hand the figures to ``trainer.callback_metrics`` (``EarlyStopping``, ``ModelCheckpoint(monitor=...)``)
         on every rank, with the values given (gathered already, or this rank's own: no collective), and, unless
-        ``logger`` is False, to every logger as one row with ``epoch`` (None: the engine's epoch)
-        (:func:`fitprof.lightning._trainer.log_figures`). Not through
-        ``pl_module.log``: Lightning's result object per key cost 37-58 ms of CPU for the ~53 figures of a profiled
-        epoch's end, and its walk at the fit's teardown 13-24 ms more (``benchmarks/lightning_log_cost.py``)."""
+        ``logger`` is False, to every logger as one row with ``epoch`` (None: the engine's epoch) at ``step`` (None:
+        the step Lightning gives the current epoch's end) (:func:`fitprof.lightning._trainer.log_figures`). Not
+        through ``pl_module.log``: Lightning's result object per key cost 37-58 ms of CPU for the ~53 figures of a
+        profiled epoch's end, and its walk at the fit's teardown 13-24 ms more (``benchmarks/lightning_log_cost.py``);
+        and Lightning refuses ``pl_module.log`` outside an epoch's hooks, where an epoch's final parts are logged."""
 
         def failed(logger: Any, err: Exception) -> None:
             name = type(logger).__name__
@@ -579,6 +617,7 @@ class FitProfiler(Callback, SharedAttributes):
                 trainer,
                 scalars,
                 epoch=self._engine.epoch if epoch is None else epoch,
+                step=step,
                 progress_bar=progress_bar,
                 loggers=logger,
                 failed=failed,
@@ -592,13 +631,14 @@ class FitProfiler(Callback, SharedAttributes):
         else:
             print(line, flush=True)
 
-    def _log_text(self, trainer: pl.Trainer, tag: str, text: str) -> None:
+    def _log_text(self, trainer: pl.Trainer, tag: str, text: str, step: int | None = None) -> None:
         """Rank 0: ``text`` under ``tag`` in each TensorBoard logger's Text tab (a triggered window's summary, the
-        epoch's new advice)."""
+        epoch's new advice) at ``step`` (None: the epoch's last batch's step, :func:`_trainer.epoch_end_step`)."""
+        step = _trainer.epoch_end_step(trainer) if step is None else step
         for logger in trainer.loggers:
             if isinstance(logger, TensorBoardLogger):
                 try:
-                    logger.experiment.add_text(tag, text, global_step=_trainer.epoch_end_step(trainer))
+                    logger.experiment.add_text(tag, text, global_step=step)
                 except Exception as err:
                     self._warn_rank(f"log-text-{tag}", f"fitprof: logging {tag} failed ({err!r}).")
 
