@@ -270,6 +270,7 @@ def test_the_regression_that_costs_most_time_is_named_first(tmp_path: Path, caps
     assert wait["cost_ms_per_epoch"] == pytest.approx(wait["change"] * head["steps_per_epoch"])
     assert wait["cost_ms_per_epoch"] == pytest.approx(400, rel=0.05)
     assert startup["cost_ms_per_epoch"] == pytest.approx(20.0, rel=1e-6)
+    assert row(records, EPOCH_MEMORY_PEAK_MB.key)["cost_ms_per_epoch"] is None  # no time: null in strict JSON
     first = head["headline"].split(";")[0]
     assert first.startswith("regression: input wait, every step +"), head["headline"]
     assert first.endswith("(and 2 more)")  # the start-up and the memory peak
