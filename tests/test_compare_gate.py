@@ -6,6 +6,7 @@ TensorBoard event files (tensorboard's writer): no timing of real fits, so every
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -19,11 +20,14 @@ from fitprof.cli import main
 from fitprof.compare import (
     BOOTSTRAP_RESAMPLES,
     EVERY_STEP_INPUT_MS,
+    KIND_RUN,
+    Side,
     Stat,
     bootstrap,
     compare,
     load_side,
     operator_key,
+    steps_per_epoch,
 )
 from fitprof.metrics import (
     EPOCH_INPUT_PERCENT,
@@ -302,6 +306,20 @@ def test_an_epoch_part_that_costs_more_is_named_before_the_input_wait(
     assert wait["change_percent"] > 150 > 60 > startup["change_percent"]
     assert startup["cost_ms_per_epoch"] == pytest.approx(1000.0) and wait["cost_ms_per_epoch"] < 25
     assert records[0]["headline"].startswith("regression: epoch start-up, every epoch +"), records[0]["headline"]
+
+
+def test_steps_per_epoch_from_the_epochs_figures() -> None:
+    """The steps an epoch ran: its training-step time over its median step, else its clean steps, the median over
+    the epochs; NaN without an epoch."""
+    rows = [
+        {EPOCH_TRAIN_STEPS_S.key: 1.0, P50: 50.0, EPOCH_STEPS_TIMED.key: 12.0},  # 20 steps, 12 of them clean
+        {EPOCH_TRAIN_STEPS_S.key: 1.1, P50: 50.0},
+        {EPOCH_STEPS_TIMED.key: 9.0},  # written without the epoch parts
+    ]
+    side = Side("run", KIND_RUN, [], rows=rows)
+    assert steps_per_epoch(side) == pytest.approx(20.0)
+    assert steps_per_epoch(dataclasses.replace(side, rows=rows[2:])) == 9.0
+    assert math.isnan(steps_per_epoch(dataclasses.replace(side, rows=[])))
 
 
 def _collate_run(root: Path, name: str, collate_ms: float) -> Path:
