@@ -42,6 +42,13 @@ the windows' one.
 * Operator names are matched across Keras's auto-numbering (:func:`operator_key`: ``dense_1/MatMul`` and
   ``dense_2/MatMul`` are one operator).
 
+**Which regression is named first** (:attr:`Comparison.regressions`, the headline): the step time, then the one
+that costs the most time, by :attr:`Change.cost_ms_per_epoch`: what it adds to an epoch in ms, a figure of ms per
+step (a part of the step, an operator) times the steps of an epoch (:func:`steps_per_epoch`), an epoch part (s per
+epoch: start-up, validation, checkpoint saves) as it is. Not by percent: the first batch's fetch falls into the
+epoch's start-up, so 20 ms more in ``collate_fn`` is start-up +1000% (20 ms once an epoch) beside input wait +400%
+(20 ms on every step). A figure that is no time (memory) comes after every time, the largest percent first.
+
 **Inconclusive.** When more than a quarter of either side's epochs were CPU-contended (the training thread waited
 for a core :data:`CONTENDED_WAIT_PERCENT` % of the wall time or more; a side of report files alone: any of its
 windows' epochs), the step times measure the wait, not the code: the status is :data:`STATUS_INCONCLUSIVE` whatever the figures say, and
@@ -80,6 +87,8 @@ from fitprof.metrics import (
     EPOCH_PREFIX,
     EPOCH_RUN_WAIT_PERCENT,
     EPOCH_STEP_TIME_MS_P50,
+    EPOCH_STEPS_TIMED,
+    EPOCH_TRAIN_STEPS_S,
     Metric,
 )
 from fitprof.report_files import (
@@ -387,6 +396,10 @@ class Change:
             grow by :data:`PART_OF_STEP` of that: not a regression.
         test: how the samples were taken and tested, in words, where it is not the default (the medians of the
             windows' or the epochs' values, :func:`bootstrap`): the step time over every step says so.
+        cost_ms_per_epoch: the time the change adds to one epoch (ms; negative when it saves time): ``change`` times
+            the candidate's steps per epoch (:func:`steps_per_epoch`) for a figure in ms per step (``ms``,
+            ``ms/step``: the step time, its parts, an operator), ``change`` times 1000 for an epoch part (``s``);
+            NaN for a figure that is no time (memory, throughput). What orders :attr:`Comparison.regressions`.
     """
 
     name: str
@@ -412,6 +425,7 @@ class Change:
     ratio_hi: float = math.nan
     step_held: bool = False
     test: str = ""
+    cost_ms_per_epoch: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -451,6 +465,9 @@ class Comparison:
         min_ms: the floor of the ms figures and operators.
         notes: what the reader should know beside the figures.
         contention: each CPU-contended side (empty when neither was): the comparison is inconclusive.
+        steps_per_epoch: the steps of an epoch that turn a figure's ms per step into its time per epoch
+            (:attr:`Change.cost_ms_per_epoch`): the candidate's :func:`steps_per_epoch`, else the baseline's, else 1
+            (no epoch on either side, so no epoch part either).
     """
 
     baseline: Side
@@ -462,12 +479,16 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     contention: list[Contention] = field(default_factory=list)
     thresholds: dict[str, float] = field(default_factory=dict)
+    steps_per_epoch: float = math.nan
 
     @property
     def regressions(self) -> list[Change]:
-        """Every change that fails the gate, the step time first, then the largest growth (% of the baseline)."""
+        """Every change that fails the gate: the step time first, then the one that costs the most time
+        (:attr:`Change.cost_ms_per_epoch`), then those that are no time (memory), the largest growth (% of the
+        baseline) first. By time, not percent: a few ms once an epoch can be +1000% where 20 ms on every step
+        is +400%, and the reader should fix the 20 ms first."""
         found = [c for c in (*self.figures, *self.operators) if c.regression]
-        return sorted(found, key=lambda c: (c.gate != "step", -_size(c)))
+        return sorted(found, key=_rank)
 
     @property
     def regressed(self) -> bool:
@@ -525,6 +546,15 @@ class Comparison:
         if not others and (op := self.grew_most()) is not None:
             parts.append(f"the operator that grew most: {op.label} {_change_text(op)}")
         return f"{self.status}: {'; '.join(parts) or 'no figure on both sides'}."
+
+
+def _rank(c: Change) -> tuple[bool, bool, float]:
+    """The order of :attr:`Comparison.regressions`: the step time, then time costs largest first, then the rest
+    by percent."""
+    cost = c.cost_ms_per_epoch
+    if math.isfinite(cost):
+        return (c.gate != "step", False, -cost)
+    return (c.gate != "step", True, -_size(c))
 
 
 def _size(c: Change) -> float:
@@ -996,8 +1026,41 @@ def compare(
             )
     if all(w.report.steps_analyzed == 0 for s in (baseline, candidate) for w in s.windows):
         notes.append("no training step was analysed on either side")
+    steps = steps_per_epoch(candidate)
+    if not math.isfinite(steps):
+        steps = steps_per_epoch(baseline)
+    if not math.isfinite(steps):
+        steps = 1.0  # no epoch on either side, so no epoch part to weigh a step's ms against
+    figures = [_with_cost(c, steps) for c in figures]
+    operators = [_with_cost(c, steps) for c in operators]
     contended = [x for x in (contention(baseline, "baseline"), contention(candidate, "candidate")) if x is not None]
-    return Comparison(baseline, candidate, figures, operators, thresholds["step"], min_ms, notes, contended, thresholds)
+    return Comparison(
+        baseline, candidate, figures, operators, thresholds["step"], min_ms, notes, contended, thresholds, steps
+    )
+
+
+def steps_per_epoch(side: Side) -> float:
+    """The training steps of one of ``side``'s epochs, the median over its epochs: each epoch's time in training
+    steps (``fitprof/epoch/train_steps_s``) over its median step time (``fitprof/epoch/step_time_ms_p50``), so
+    every step counts, the first and a window's too; an epoch without those counts its clean steps
+    (``fitprof/epoch/steps_timed``, fewer than it ran). NaN without any epoch (report files, a trace)."""
+    counts = []
+    for row in side.rows:
+        train_s, p50 = row.get(EPOCH_TRAIN_STEPS_S.key, math.nan), row.get(EPOCH_STEP_TIME_MS_P50.key, math.nan)
+        if math.isfinite(train_s) and train_s > 0 and math.isfinite(p50) and p50 > 0:
+            counts.append(1000.0 * train_s / p50)
+        elif math.isfinite(timed := row.get(EPOCH_STEPS_TIMED.key, math.nan)) and timed > 0:
+            counts.append(timed)
+    return statistics.median(counts) if counts else math.nan
+
+
+def _with_cost(c: Change, steps: float) -> Change:
+    """:attr:`Change.cost_ms_per_epoch` of ``c`` for epochs of ``steps`` steps."""
+    if c.unit in ("ms", "ms/step"):
+        return replace(c, cost_ms_per_epoch=c.change * steps)
+    if c.unit == "s":
+        return replace(c, cost_ms_per_epoch=c.change * 1000.0)
+    return c
 
 
 def _every_step_change(fig: Figure, baseline: Side, candidate: Side, threshold: float, floor: float) -> Change:

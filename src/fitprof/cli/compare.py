@@ -274,6 +274,7 @@ def records(result: Comparison) -> list[dict[str, Any]]:
         "part_of_step": PART_OF_STEP,
         "inconclusive": result.inconclusive,
         "contention": [c.text() for c in result.contention],
+        "steps_per_epoch": result.steps_per_epoch,
         "notes": list(result.notes),
     }
     for which, side in (("baseline", result.baseline), ("candidate", result.candidate)):
@@ -317,6 +318,7 @@ def _change_record(kind: str, c: Change) -> dict[str, Any]:
         "worse": c.worse,
         "regression": c.regression,
         "step_held": c.step_held,
+        "cost_ms_per_epoch": c.cost_ms_per_epoch,
         **(
             {
                 "baseline_percent": c.baseline_share.median,
