@@ -767,13 +767,13 @@ class FitEngine:
     def checkpoint_end(self) -> None:
         self.probes.call("checkpoint_end", now_ns=self.clock())
 
-    def cpu_share(self, *, threads: int | None = None, workers: int | None = None) -> None:
-        """What the training competes with for the cores, where the framework says: its intra-op ``threads`` and
-        the training loader's ``workers`` (the epoch-parts probe's CPU-contention verdict weighs them)."""
-        if threads is not None:
-            self.parts.threads = threads
-        if workers is not None:
-            self.parts.workers = workers
+    def cpu_share(self, *, threads: int | None = None, workers: int | None = None, feed: str | None = None) -> None:
+        """What the framework says of the training's cores and input: its intra-op ``threads`` and the loader's
+        ``workers`` (the CPU-contention verdict weighs them), what the fit is ``feed`` (start-up advice that fits it,
+        :data:`fitprof.fit.epoch_parts.FEEDS`)."""
+        self.parts.threads = self.parts.threads if threads is None else threads
+        self.parts.workers = self.parts.workers if workers is None else workers
+        self.parts.feed = self.parts.feed if feed is None else feed
 
     def save_begin(self) -> None:
         """A checkpoint save starts (the adapter's :class:`fitprof.fit.hooks.Saves`): inside a window it is

@@ -560,7 +560,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         (:class:`fitprof.profilers.pydataset.BatchWait`), except on TensorFlow with no workers, where ``tf.data``
         prefetches the batches in the background and the figures stay NaN."""
         adapter = getattr(fit_frame_locals(self.model).get("epoch_iterator"), "data_adapter", None)
-        self._engine.parts.feed = _feed(adapter)
+        self._engine.cpu_share(feed=_feed(adapter))
         if _is_py_dataset_adapter(adapter):
             try:
                 from fitprof.profilers.pydataset import BatchWait, PyDatasetTiming
