@@ -472,6 +472,12 @@ class LoaderProbe:
     def _read(self) -> LoaderCounters | None:
         return self.source.read() if self.source is not None else None
 
+    def worker_cpu(self) -> tuple[int, ...] | None:
+        """The workers' CPU time in their batch fetches so far (ns, one per worker; cumulative, a restarted worker
+        from 0), None without workers: what the epoch-parts probe counts as the fit's own workers' CPU."""
+        counts = self._read()
+        return None if counts is None or not counts.cpu_ns else counts.cpu_ns
+
     def _reset_steps(self) -> None:
         # (step index in the epoch, wait, rest, main thread's CPU in the rest, and in the wait; -1: not sampled), ns
         self._steps: list[tuple[int, int, int, int, int]] = []
