@@ -552,6 +552,15 @@ def test_contention_by_other_processes_says_so() -> None:
     assert line is not None
     assert "; other processes held 1.5 of the 2 cores (this process's own threads used 0.0 of the 2 cores)" in line
     assert line.endswith("run fewer processes on this machine (or move to a quieter one)")
+    # other processes held more, but the own threads a fifth of a core or more: their fix is worth giving too
+    both = contended_epoch(cpu_s=1.0, thread_s=0.7, idle_s=0.0)
+    bline = contention_verdict(both, "keras")
+    assert bline is not None
+    assert "; other processes held 1.0 of the 2 cores (this process's own threads used 0.3 of the 2 cores)" in bline
+    assert bline.endswith(
+        "run fewer processes on this machine (or move to a quieter one); within this one, "
+        + ep.OWN_FIX["keras"].format(k=1)
+    )
     # without the idle time: the own threads are the cause only when they used half of what the thread left
     quiet = contended_epoch(cpu_s=0.5, thread_s=0.48, idle_s=None)
     assert math.isnan(quiet.other_cores)

@@ -851,11 +851,13 @@ def contention(result: EpochWall, framework: str) -> tuple[str, str] | None:
         workers=cpu.workers,
     )
     if held is not None:  # measured: the cause is who used the cores
-        own, clause = held
+        cause, clause = held
         evidence += "; " + clause
-        if own:
-            return evidence, OWN_FIX[framework].format(k=max(1, cpu.cores - 1))
-        return evidence, "run fewer processes on this machine (or move to a quieter one)"
+        own_fix = OWN_FIX[framework].format(k=max(1, cpu.cores - 1))
+        if cause == "own":
+            return evidence, own_fix
+        others_fix = "run fewer processes on this machine (or move to a quieter one)"
+        return evidence, others_fix + ("; within this one, " + own_fix if cause == "both" else "")
     if cpu.threads and cpu.threads + cpu.workers > cpu.cores:
         evidence += f"; this process runs more threads and workers than the {cpu.cores} cores"
         fix = _FIX_THREADS[framework]

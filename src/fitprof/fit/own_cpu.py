@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-__all__ = ["OWN_FIX", "holder", "thread_cpu_ns", "worker_cpu_source"]
+__all__ = ["OWN_ALSO_CORES", "OWN_FIX", "holder", "thread_cpu_ns", "worker_cpu_source"]
 
 OWN_FIX = {
     # Keras runs on any backend: each backend's own call, none put first
@@ -38,6 +38,11 @@ OWN_FIX = {
 }
 """The advice when the process's own threads and workers hold the cores; ``{k}`` is the cores less one (at least
 1): the threads that leave the training thread a core of its own."""
+OWN_ALSO_CORES = 0.2
+"""Own threads and workers that used this many cores (or more) are worth their fix even when other processes held
+more: the README's Keras quickstart on the torch backend (2 intra-op threads, 2 cores, other processes holding
+1.1-1.3 cores, load average 2-3) had its own threads use 0.2-0.5 of a core and its epochs take 0.7-1.5 s; with
+``torch.set_num_threads(1)`` its own threads used 0.03-0.05 and the epochs took 0.1-0.2 s."""
 
 
 def thread_cpu_ns() -> int | None:
@@ -69,10 +74,12 @@ def holder(
     workers_cpu_s: float,
     other_cores: float,
     workers: int,
-) -> tuple[bool, str] | None:
-    """Who held the cores over a span: ``(own, clause)``, ``own`` True when this process's own threads and workers
-    did (see the module docstring), the clause with the numbers, e.g. ``"this process's own threads used 1.1 of the
-    2 cores (other processes 0.1)"``; None when the own threads were not measured (``own_threads_s`` NaN).
+) -> tuple[str, str] | None:
+    """Who held the cores over a span: ``(cause, clause)``, ``cause`` ``"own"`` when this process's own threads and
+    workers did (see the module docstring), ``"others"`` when other processes did, ``"both"`` when other processes
+    held more but the own threads and workers used :data:`OWN_ALSO_CORES` or more; the clause with the numbers,
+    e.g. ``"this process's own threads used 1.1 of the 2 cores (other processes held 0.1 of the 2 cores)"``; None
+    when the own threads were not measured (``own_threads_s`` NaN).
 
     Args:
         wall_s: the span (s).
@@ -98,5 +105,5 @@ def holder(
         used += f" and its {workers or ''} loader workers {workers_cores:.1f}".replace("  ", " ")
     others = f"other processes held {other_cores:.1f} of the {cores} cores" if math.isfinite(other_cores) else ""
     if is_own:
-        return True, used + (f" ({others})" if others else "")
-    return False, (others or "other processes hold the cores") + f" ({used})"
+        return "own", used + (f" ({others})" if others else "")
+    return "both" if own >= OWN_ALSO_CORES else "others", (others or "other processes hold the cores") + f" ({used})"
