@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
+from engine_fakes import Rig
 from fitprof import metrics
 from fitprof.fit import epoch_parts as ep
 from fitprof.fit.epoch_parts import (
@@ -18,7 +20,9 @@ from fitprof.fit.epoch_parts import (
     lightning_hook_part,
     part_verdicts,
 )
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.voice import gist
+from fitprof.profilers.counters import LoaderCounters
 
 MS = 1_000_000
 
@@ -578,3 +582,31 @@ def test_own_threads_unknown_without_the_thread_cpu_time() -> None:
     r = probe.results[0]
     assert math.isnan(r.own_threads_cpu_percent) and math.isnan(r.cpu.thread_cpu_s)
     assert math.isnan(probe.epoch_figures()[metrics.EPOCH_OWN_THREADS_CPU_PERCENT.key])
+
+
+def test_the_engine_hands_the_loader_probes_workers_to_the_parts(tmp_path: Path) -> None:
+    """The loader probe among the engine's probes (given as a generator, as any iterable may be) is where the
+    epoch-parts probe reads the workers' CPU time: the delta over the epoch, a restarted worker from 0."""
+
+    class Source:
+        workers = 2
+
+        def __init__(self) -> None:
+            self.cpu = [100 * MS, 300 * MS]
+
+        def read(self) -> LoaderCounters:
+            return LoaderCounters((0, 0), tuple(self.cpu), (0, 0))
+
+    source = Source()
+    loader = LoaderProbe(source, cores=2, idle_clock=lambda: None)
+
+    def work(engine: object, epoch: int, step: int) -> None:
+        if step == 2:
+            source.cpu = [400 * MS, 50 * MS]  # the second worker restarted: its 50 ms count from 0
+
+    rig = Rig(tmp_path, profile_batch=0, probes=(p for p in (loader,)))
+    rig.fit(1, steps=4, every_step=work)
+    parts = rig.engine.parts.results[0]
+    assert parts.cpu.workers_cpu_s == pytest.approx(0.35)
+    # the loader probe still runs: the generator was not used up finding it
+    assert metrics.LOADER_WORKERS.key in rig.engine.probes.figures("epoch")

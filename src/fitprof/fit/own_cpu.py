@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-__all__ = ["OWN_ALSO_CORES", "OWN_FIX", "holder", "thread_cpu_ns", "worker_cpu_source"]
+__all__ = ["OWN_ALSO_CORES", "OWN_FIX", "holder", "thread_cpu_ns", "workers_in"]
 
 OWN_FIX = {
     # Keras runs on any backend: each backend's own call, none put first
@@ -55,7 +55,7 @@ def thread_cpu_ns() -> int | None:
         return None
 
 
-def worker_cpu_source(probes: Iterable[object]) -> Callable[[], tuple[int, ...] | None] | None:
+def workers_in(probes: Iterable[object]) -> Callable[[], tuple[int, ...] | None] | None:
     """The first probe's ``worker_cpu`` (the loader probe's: its workers' cumulative CPU time, ns per worker), None
     when no probe counts workers."""
     for probe in probes:
