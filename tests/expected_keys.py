@@ -44,6 +44,7 @@ EPOCH_KEYS = [
     "fitprof/epoch/cpu_percent",
     "fitprof/epoch/involuntary_switches_per_s",
     "fitprof/epoch/run_wait_percent",
+    "fitprof/epoch/own_threads_cpu_percent",
 ]
 """The always-on step timing's keys: a figure every epoch."""
 TRIGGER_KEYS = ["fitprof/trigger/step", "fitprof/trigger/step_time_ms", "fitprof/trigger/baseline_ms"]

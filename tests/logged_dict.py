@@ -27,6 +27,7 @@ PROCESS_EPOCH_KEYS = (
     metrics.EPOCH_CPU_PERCENT.key,
     metrics.EPOCH_INVOLUNTARY_SWITCHES_PER_S.key,
     metrics.EPOCH_RUN_WAIT_PERCENT.key,
+    metrics.EPOCH_OWN_THREADS_CPU_PERCENT.key,
     metrics.EPOCH_MEMORY_PEAK_MB.key,
     metrics.EPOCH_MEMORY_IN_USE_MB.key,
     metrics.EPOCH_MEMORY_HEADROOM_PERCENT.key,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
+from engine_fakes import Rig
 from fitprof import metrics
 from fitprof.fit import epoch_parts as ep
 from fitprof.fit.epoch_parts import (
@@ -18,7 +20,9 @@ from fitprof.fit.epoch_parts import (
     lightning_hook_part,
     part_verdicts,
 )
+from fitprof.fit.loader import LoaderProbe
 from fitprof.fit.voice import gist
+from fitprof.profilers.counters import LoaderCounters
 
 MS = 1_000_000
 
@@ -43,6 +47,9 @@ class Usage:
         self.cpu_s = 0.0
         self.switches = 0
         self.wait_ns: int | None = 0
+        self.thread_ns: int | None = None  # the training thread's CPU time (None: not measured, not Linux)
+        self.idle_ns: int | None = None  # the cores' idle time
+        self.workers_ns: tuple[int, ...] | None = None  # the loader workers' CPU time
 
     def rusage(self) -> tuple[float, int]:
         return self.cpu_s, self.switches
@@ -50,11 +57,28 @@ class Usage:
     def schedstat(self) -> int | None:
         return self.wait_ns
 
+    def thread_cpu(self) -> int | None:
+        return self.thread_ns
+
+    def idle(self) -> int | None:
+        return self.idle_ns
+
+    def worker_cpu(self) -> tuple[int, ...] | None:
+        return self.workers_ns
+
 
 def make(framework: str = "lightning") -> tuple[EpochParts, Clock, Usage]:
     clock, usage = Clock(), Usage()
     probe = EpochParts(
-        framework, clock=clock, rusage=usage.rusage, schedstat=usage.schedstat, cores=2, load=lambda: 5.5
+        framework,
+        clock=clock,
+        rusage=usage.rusage,
+        schedstat=usage.schedstat,
+        cores=2,
+        load=lambda: 5.5,
+        thread_cpu=usage.thread_cpu,
+        idle=usage.idle,
+        worker_cpu=usage.worker_cpu,
     )
     probe.fit_start()
     return probe, clock, usage
@@ -512,3 +536,107 @@ def test_keras_steps_end_at_the_next_step_start() -> None:
     assert r.validation_s == pytest.approx(0.050)
     assert r.profiling_s == pytest.approx(0.001)
     assert r.other_s == 0.0
+
+
+def contended_epoch(*, cpu_s: float, thread_s: float, idle_s: float | None, workers_s: float = 0.0) -> ep.EpochWall:
+    """One 1-second epoch whose training thread waited 43% of it, with the CPU times planted (s)."""
+    probe, clock, usage = make("keras")
+    probe.threads, probe.workers = 2, 2 if workers_s else 0
+    usage.thread_ns, usage.idle_ns = 0, None if idle_s is None else 0
+    usage.workers_ns = (0, 0) if workers_s else None
+    probe.epoch_start(0)
+    probe.step_start(1)
+    clock.advance(1000)
+    usage.cpu_s, usage.switches, usage.wait_ns = cpu_s, 900, 430 * MS
+    usage.thread_ns = int(thread_s * 1e9)
+    usage.idle_ns = None if idle_s is None else int(idle_s * 1e9)
+    if workers_s:
+        usage.workers_ns = (int(workers_s * 0.6e9), int(workers_s * 0.4e9))
+    probe.epoch_end(0)
+    return probe.results[0]
+
+
+def test_contention_by_the_process_own_threads_says_so() -> None:
+    """The README's case: 2 cores, nothing else running, the intra-op pool's other thread and Keras's threads busy
+    beside the training thread: its wait is the process's own doing, and the advice is to leave it a core."""
+    r = contended_epoch(cpu_s=1.5, thread_s=0.55, idle_s=0.4)
+    assert r.own_threads_s == pytest.approx(0.95)
+    assert r.scalars()[metrics.EPOCH_OWN_THREADS_CPU_PERCENT.key] == pytest.approx(95.0)
+    assert r.other_cores == pytest.approx(0.1)
+    line = contention_verdict(r, "keras")
+    assert line is not None and line.startswith("CPU-contended: the training thread waited for a core 43% of epoch 0")
+    assert "; this process's own threads used 0.9 of the 2 cores (other processes held 0.1 of the 2 cores)" in line
+    assert "other processes hold" not in line and "run fewer processes" not in line
+    assert line.endswith(ep.OWN_FIX["keras"].format(k=1)) and "torch.set_num_threads(1)" in line
+    assert gist(line) == "CPU-contended"  # still one verdict kind a fit
+    # the loader workers are the fit's own too: counted beside the threads, and out of the other processes' share
+    w = contended_epoch(cpu_s=1.0, thread_s=0.5, idle_s=0.2, workers_s=0.5)
+    assert w.cpu.workers_cpu_s == pytest.approx(0.5) and w.other_cores == pytest.approx(0.3)
+    wline = contention_verdict(w, "lightning")
+    assert wline is not None
+    assert "this process's own threads used 0.5 of the 2 cores and its 2 loader workers 0.5 (other processes" in wline
+    assert "torch.set_num_threads(1)" in wline and "num_workers" in wline
+
+
+def test_contention_by_other_processes_says_so() -> None:
+    r = contended_epoch(cpu_s=0.5, thread_s=0.48, idle_s=0.0)
+    assert r.own_threads_cpu_percent == pytest.approx(2.0)
+    assert r.other_cores == pytest.approx(1.5)
+    line = contention_verdict(r, "lightning")
+    assert line is not None
+    assert "; other processes held 1.5 of the 2 cores (this process's own threads used 0.0 of the 2 cores)" in line
+    assert line.endswith("run fewer processes on this machine (or move to a quieter one)")
+    # other processes held more, but the own threads a fifth of a core or more: their fix is worth giving too
+    both = contended_epoch(cpu_s=1.0, thread_s=0.7, idle_s=0.0)
+    bline = contention_verdict(both, "keras")
+    assert bline is not None
+    assert "; other processes held 1.0 of the 2 cores (this process's own threads used 0.3 of the 2 cores)" in bline
+    assert bline.endswith(
+        "run fewer processes on this machine (or move to a quieter one); within this one, "
+        + ep.OWN_FIX["keras"].format(k=1)
+    )
+    # without the idle time: the own threads are the cause only when they used half of what the thread left
+    quiet = contended_epoch(cpu_s=0.5, thread_s=0.48, idle_s=None)
+    assert math.isnan(quiet.other_cores)
+    assert "; other processes hold the cores (this process's own threads used 0.0" in str(
+        contention_verdict(quiet, "keras")
+    )
+    busy = contended_epoch(cpu_s=1.3, thread_s=0.5, idle_s=None)  # 0.8 of the 1.5 cores left
+    assert "; this process's own threads used 0.8 of the 2 cores, so step" in str(contention_verdict(busy, "keras"))
+
+
+def test_own_threads_unknown_without_the_thread_cpu_time() -> None:
+    """Not Linux: no training thread CPU time, the figure is NaN and the cause is the old rule's, no measured claim."""
+    probe, clock, _ = make()
+    run_epoch(probe, clock)
+    r = probe.results[0]
+    assert math.isnan(r.own_threads_cpu_percent) and math.isnan(r.cpu.thread_cpu_s)
+    assert math.isnan(probe.epoch_figures()[metrics.EPOCH_OWN_THREADS_CPU_PERCENT.key])
+
+
+def test_the_engine_hands_the_loader_probes_workers_to_the_parts(tmp_path: Path) -> None:
+    """The loader probe among the engine's probes (given as a generator, as any iterable may be) is where the
+    epoch-parts probe reads the workers' CPU time: the delta over the epoch, a restarted worker from 0."""
+
+    class Source:
+        workers = 2
+
+        def __init__(self) -> None:
+            self.cpu = [100 * MS, 300 * MS]
+
+        def read(self) -> LoaderCounters:
+            return LoaderCounters((0, 0), tuple(self.cpu), (0, 0))
+
+    source = Source()
+    loader = LoaderProbe(source, cores=2, idle_clock=lambda: None)
+
+    def work(engine: object, epoch: int, step: int) -> None:
+        if step == 2:
+            source.cpu = [400 * MS, 50 * MS]  # the second worker restarted: its 50 ms count from 0
+
+    rig = Rig(tmp_path, profile_batch=0, probes=(p for p in (loader,)))
+    rig.fit(1, steps=4, every_step=work)
+    parts = rig.engine.parts.results[0]
+    assert parts.cpu.workers_cpu_s == pytest.approx(0.35)
+    # the loader probe still runs: the generator was not used up finding it
+    assert metrics.LOADER_WORKERS.key in rig.engine.probes.figures("epoch")

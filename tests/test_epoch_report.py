@@ -64,7 +64,7 @@ def test_report_json_and_csv_carry_the_epoch_rows(tmp_path: Path, capsys: pytest
     assert main(["report", str(tmp_path), "--format", "csv"]) == 0
     csv = capsys.readouterr().out.splitlines()
     head = csv[0].split(",")
-    assert "checkpoint_s" in head and "epoch_verdicts" in head
+    assert "checkpoint_s" in head and "own_threads_cpu_percent" in head and "epoch_verdicts" in head
     assert csv[1].split(",")[head.index("checkpoint_s")] == "0.4"
 
 

@@ -400,3 +400,20 @@ def test_the_wait_for_a_core_is_not_loading_time() -> None:
     assert model.step_ns(1) == 25 and model.step_ns(2) == 12.5 and model.step_ns(0) == 35
     assert model.needed() == (3, 10, True)  # 25 * 1.1 / 3 = 9.2 ms: under the step; the CPU-bound bound is 8 cores
     assert StepModel(w=60, s=10, w_cpu=20, w_runq=70, cores=8).own_ns == 20  # never below the CPU time
+
+
+def test_the_process_own_threads_are_not_other_processes() -> None:
+    """The same CPU-bound worker on a full machine, but this process's own threads (an intra-op pool) used 1.2 of
+    the 2 cores (the process clock): other processes held only what is left, 0.47 cores, under CONTENDED_CORES,
+    so the epoch is not called contended by other processes and a count is advised; without the process clock
+    (the main thread's CPU time standing for the process) the pool counted as other processes."""
+    results = {}
+    for clock in (False, True):
+        source = FakeSource(1, 60, cpu_ms=20, runq_ms=35)
+        readings = iter([0, int(1.2 * 40 * 60 * MS)])  # epoch start, end: 1.2 cores over the 2.4 s epoch
+        probe = LoaderProbe(source, cores=2, process_clock=readings.__next__ if clock else None)
+        drive(probe, source, steps=40, wait_ms=50, rest_ms=10, first_wait_ms=50, idle_cores=0.0, t0=10**12)
+        assert probe.last is not None
+        results[clock] = probe.last
+    assert results[False].other_cores == pytest.approx(2 - 1 / 3, rel=0.02) and results[False].contended
+    assert results[True].other_cores == pytest.approx(2 - 1 / 3 - 1.2, rel=0.02) and not results[True].contended

@@ -409,6 +409,16 @@ EPOCH_RUN_WAIT_PERCENT = Metric(
     "it." + _SPAN,
     group="epoch parts",
 )
+EPOCH_OWN_THREADS_CPU_PERCENT = Metric(
+    EPOCH_PREFIX + "own_threads_cpu_percent",
+    "% of wall time (can exceed 100)",
+    "CPU time of the training process's threads other than the training thread (the intra-op pool, the "
+    "framework's and fitprof's threads): the process's (`getrusage(RUSAGE_SELF)`) less the training thread's "
+    "(`/proc/thread-self/schedstat`, Linux), over the epoch's wall time, times 100; a CPU-contended epoch's verdict "
+    "names these threads as the cause when they (with the loader workers) used at least as much of the cores as "
+    "other processes. Absent where Linux does not give it." + _SPAN,
+    group="epoch parts",
+)
 _LOADER = (
     " Read once per epoch from the training loader's workers (`fitprof.fit.loader.LoaderProbe`: a PyTorch "
     "`DataLoader`'s fetch of each batch, its samples and its collate, or a Keras `PyDataset`'s `__getitem__`, timed "

@@ -41,7 +41,7 @@ EPOCH_PARTS = (
     "other_s",
 )
 """The parts of an epoch row, in table order (``input_s`` lies inside ``train_steps_s``)."""
-_EPOCH_CPU = ("cpu_percent", "involuntary_switches_per_s", "run_wait_percent")
+_EPOCH_CPU = ("cpu_percent", "involuntary_switches_per_s", "run_wait_percent", "own_threads_cpu_percent")
 RECORD_COMPARE = "compare"
 """``record`` of ``fitprof compare``'s summary (the two sides, the thresholds, the status and the headline)."""
 RECORD_FIGURE = "figure"

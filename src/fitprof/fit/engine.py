@@ -40,7 +40,7 @@ from fitprof._session import trigger_suffix
 from fitprof._warn import WarnOnce
 from fitprof.analysis import BottleneckReport
 from fitprof.compare import Side
-from fitprof.fit import schedule
+from fitprof.fit import own_cpu, schedule
 from fitprof.fit import steps as _steps
 from fitprof.fit.boundary import StepBoundary
 from fitprof.fit.config import ProfileConfig, profiles_rank
@@ -138,7 +138,7 @@ class FitEngine:
         self._xplane: XplaneWorker | None = None  # the background .xplane.pb writer, from warm_up to fit_end
         # The figures written once for both callbacks: one line per built-in probe, then the user's.
         # Where each epoch's wall time went; the adapters also hand it their hook timers' spans (fitprof.fit.hooks).
-        self.parts = EpochParts(boundary.framework, clock=clock)
+        self.parts = EpochParts(boundary.framework, clock=clock, worker_cpu=own_cpu.workers_in(probes := tuple(probes)))
         self.spans: Spans = self.parts  # where the adapter's hook timers report (fitprof.fit.hooks), no more
         self.memory = MemoryProbe(warn=warn)  # the host's memory until fit_start names the training device
         builtin: tuple[Probe, ...] = (self.parts, self.memory)

@@ -35,8 +35,9 @@ CPU contention, per epoch span (:func:`os.getrusage` and, where Linux has it, ``
 the process's CPU time against wall time, its involuntary context switches, and the share of the wall time the
 training thread was ready to run but waited for a core. An epoch is *CPU-contended* when that wait is
 :data:`CONTENDED_WAIT_PERCENT` or more of the wall time (without schedstat: when involuntary switches reach
-:data:`CONTENDED_SWITCHES_PER_CPU_S` per second of CPU time). The verdict says so with the numbers and the fix in
-threads and workers, never "speed up the operator".
+:data:`CONTENDED_SWITCHES_PER_CPU_S` per second of CPU time). The verdict says so with the numbers, who held the
+cores (this process's own other threads and loader workers, or other processes: :mod:`fitprof.fit.own_cpu`) and the
+fix in threads and workers, never "speed up the operator".
 
 Cost: two ``perf_counter_ns`` reads and a few list operations per step; two ``getrusage`` calls and two small
 ``/proc`` reads per epoch.
@@ -53,6 +54,8 @@ from dataclasses import dataclass, field
 
 from fitprof import metrics
 from fitprof.fit.fit_wall import FitClock, FitWall
+from fitprof.fit.loader import idle_ns
+from fitprof.fit.own_cpu import OWN_FIX, holder, thread_cpu_ns
 
 __all__ = [
     "CONTENDED_SWITCHES_PER_CPU_S",
@@ -175,6 +178,11 @@ class CpuUse:
         workers: the loader worker processes the adapter reported, 0 when none or unknown.
         load: the machine's 1-minute load average at the epoch's end (``os.getloadavg``; NaN where unknown): the
             runnable processes of every user, this one's threads included.
+        thread_cpu_s: the training thread's own CPU time (s, the first field of ``/proc/thread-self/schedstat``);
+            NaN where that file cannot be read.
+        workers_cpu_s: the loader workers' CPU time in their batch fetches (s, summed over the workers, as the
+            loader probe counts it); NaN without a loader the probe reads.
+        idle_s: the usable cores' idle time summed over them (s, ``/proc/stat``); NaN where unknown.
     """
 
     cpu_s: float
@@ -184,6 +192,9 @@ class CpuUse:
     threads: int = 0
     workers: int = 0
     load: float = math.nan
+    thread_cpu_s: float = math.nan
+    workers_cpu_s: float = math.nan
+    idle_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -238,6 +249,27 @@ class EpochWall:
         """The training thread's wait for a core over wall time, times 100 (0-100); NaN without schedstat."""
         return 100.0 * self.cpu.run_wait_s / self.wall_s if self.wall_s > 0 else math.nan
 
+    @property
+    def own_threads_s(self) -> float:
+        """The CPU time of the process's threads other than the training thread (s): the process's less the
+        training thread's, at least 0; NaN where the training thread's is unknown."""
+        return max(0.0, self.cpu.cpu_s - self.cpu.thread_cpu_s) if math.isfinite(self.cpu.thread_cpu_s) else math.nan
+
+    @property
+    def own_threads_cpu_percent(self) -> float:
+        """:attr:`own_threads_s` over wall time, times 100 (above 100 with several busy threads); NaN where
+        unknown or for an empty span."""
+        return 100.0 * self.own_threads_s / self.wall_s if self.wall_s > 0 else math.nan
+
+    @property
+    def other_cores(self) -> float:
+        """The cores other processes held on average over the span: the usable cores less their idle time and this
+        fit's CPU time (the process's and its loader workers'), at least 0; NaN where the idle time is unknown."""
+        if not (self.wall_s > 0 and math.isfinite(self.cpu.idle_s)):
+            return math.nan
+        workers = self.cpu.workers_cpu_s if math.isfinite(self.cpu.workers_cpu_s) else 0.0
+        return max(0.0, self.cpu.cores - (self.cpu.idle_s + self.cpu.cpu_s + workers) / self.wall_s)
+
     def scalars(self) -> dict[str, float]:
         """The ``fitprof/epoch/*`` keys of :data:`fitprof.metrics.EPOCH_PARTS_METRICS` (NaN where unknown)."""
         return {
@@ -253,6 +285,7 @@ class EpochWall:
             metrics.EPOCH_CPU_PERCENT.key: self.cpu_percent,
             metrics.EPOCH_INVOLUNTARY_SWITCHES_PER_S.key: self.involuntary_switches_per_s,
             metrics.EPOCH_RUN_WAIT_PERCENT.key: self.run_wait_percent,
+            metrics.EPOCH_OWN_THREADS_CPU_PERCENT.key: self.own_threads_cpu_percent,
         }
 
 
@@ -268,6 +301,20 @@ def _schedstat() -> int | None:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _delta_s(end: int | None, start: int | None) -> float:
+    return (end - start) / 1e9 if end is not None and start is not None else math.nan
+
+
+def _workers_delta_s(end: tuple[int, ...] | None, start: tuple[int, ...] | None) -> float:
+    """The workers' CPU time between two readings (s); a worker whose counter went down (restarted) counts from 0,
+    as the loader probe counts it."""
+    if end is None:
+        return math.nan
+    if start is None or len(start) != len(end):
+        start = (0,) * len(end)
+    return sum(b - a if b >= a else b for a, b in zip(start, end, strict=True)) / 1e9
 
 
 def _load() -> float:
@@ -298,6 +345,10 @@ class EpochParts:
         schedstat: ``() -> run-queue wait so far (ns) or None`` of the calling thread.
         cores: the cores the process may use (None: ``os.sched_getaffinity``).
         load: ``() -> the 1-minute load average`` (NaN where unknown).
+        thread_cpu: ``() -> CPU time so far (ns) or None`` of the calling thread.
+        idle: ``() -> the usable cores' summed idle time so far (ns) or None``.
+        worker_cpu: ``() -> the loader workers' CPU time so far (ns, one per worker) or None`` (the loader
+            probe's :meth:`~fitprof.fit.loader.LoaderProbe.worker_cpu`); None: no workers counted.
 
     Raises:
         ValueError: for a ``framework`` other than ``"keras"`` or ``"lightning"``.
@@ -319,6 +370,9 @@ class EpochParts:
         schedstat: Callable[[], int | None] = _schedstat,
         cores: int | None = None,
         load: Callable[[], float] = _load,
+        thread_cpu: Callable[[], int | None] = thread_cpu_ns,
+        idle: Callable[[], int | None] = idle_ns,
+        worker_cpu: Callable[[], tuple[int, ...] | None] | None = None,
     ) -> None:
         if framework not in ("keras", "lightning"):
             raise ValueError(f"framework must be 'keras' or 'lightning', got {framework!r}")
@@ -327,6 +381,7 @@ class EpochParts:
         self._rusage = rusage
         self._schedstat = schedstat
         self._load = load
+        self._thread_cpu, self._idle, self._worker_cpu = thread_cpu, idle, worker_cpu
         self.cores = int(cores) if cores is not None else _cores()
         self.threads = 0
         self.workers = 0
@@ -360,6 +415,7 @@ class EpochParts:
         self._callback_ns: dict[str, int] = {}
         self._cpu0: tuple[float, int] = (0.0, 0)
         self._wait0: int | None = None
+        self._own0: tuple[int | None, int | None, tuple[int, ...] | None] = (None, None, None)
 
     # --------------------------------------------------------------------------------------------- charging
     def _now(self, now_ns: int | None) -> int:
@@ -426,6 +482,13 @@ class EpochParts:
         self._callback_ns = {}
         self._cpu0 = self._rusage()
         self._wait0 = self._schedstat()
+        self._own0 = (self._thread_cpu(), self._idle(), self._workers_now())
+
+    def _workers_now(self) -> tuple[int, ...] | None:
+        try:
+            return self._worker_cpu() if self._worker_cpu is not None else None
+        except Exception:  # a loader's counters that cannot be read leave the workers uncounted, never the epoch
+            return None
 
     def step_start(self, step: int = 0, batch: object = None, now_ns: int | None = None) -> None:
         """A training step starts (its batch is fetched): the time since the previous step's end was that step's
@@ -624,6 +687,8 @@ class EpochParts:
         cpu_s, switches = self._rusage()
         wait = self._schedstat()
         wait_s = (wait - self._wait0) / 1e9 if wait is not None and self._wait0 is not None else math.nan
+        thread0, idle0, workers0 = self._own0
+        thread, idle, workers = self._thread_cpu(), self._idle(), self._workers_now()
         cpu = CpuUse(
             cpu_s - self._cpu0[0],
             switches - self._cpu0[1],
@@ -632,6 +697,9 @@ class EpochParts:
             self.threads,
             self.workers,
             self._load(),
+            thread_cpu_s=_delta_s(thread, thread0),
+            workers_cpu_s=_workers_delta_s(workers, workers0),
+            idle_s=_delta_s(idle, idle0),
         )
         steps_s = acc[TRAIN_STEPS] / 1e9
         return EpochWall(
@@ -794,7 +862,9 @@ def contention(result: EpochWall, framework: str) -> tuple[str, str] | None:
     """``(evidence, fix)`` when the epoch was starved of CPU (see the module docstring), else None: the evidence
     with its numbers and cause, e.g. ``"the training thread waited for a core 47% of epoch 0 (129 involuntary
     switches/s, CPU 19% of the wall time, 2 cores, load average 9.4, 1 intra-op threads + 0 loader workers); other
-    processes hold the cores"``, and the fix in that framework's terms."""
+    processes held 1.6 of the 2 cores (this process's own threads used 0.1 of the 2 cores)"``, and the fix in that
+    framework's terms. Who held the cores is measured where Linux gives the training thread's CPU time
+    (:func:`fitprof.fit.own_cpu.holder`); elsewhere it is inferred from the thread and worker counts."""
     wait_pct = result.run_wait_percent
     cpu = result.cpu
     per_cpu_s = cpu.involuntary_switches / cpu.cpu_s if cpu.cpu_s > 0 else math.nan
@@ -815,6 +885,23 @@ def contention(result: EpochWall, framework: str) -> tuple[str, str] | None:
     if cpu.threads:
         evidence += f", {cpu.threads} intra-op threads + {cpu.workers} loader workers"
     evidence += ")"
+    held = holder(
+        wall_s=result.wall_s,
+        cores=cpu.cores,
+        thread_cpu_s=cpu.thread_cpu_s,
+        own_threads_s=result.own_threads_s,
+        workers_cpu_s=cpu.workers_cpu_s,
+        other_cores=result.other_cores,
+        workers=cpu.workers,
+    )
+    if held is not None:  # measured: the cause is who used the cores
+        cause, clause = held
+        evidence += "; " + clause
+        own_fix = OWN_FIX[framework].format(k=max(1, cpu.cores - 1))
+        if cause == "own":
+            return evidence, own_fix
+        others_fix = "run fewer processes on this machine (or move to a quieter one)"
+        return evidence, others_fix + ("; within this one, " + own_fix if cause == "both" else "")
     if cpu.threads and cpu.threads + cpu.workers > cpu.cores:
         evidence += f"; this process runs more threads and workers than the {cpu.cores} cores"
         fix = _FIX_THREADS[framework]

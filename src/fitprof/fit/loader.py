@@ -123,6 +123,11 @@ def gil_enabled() -> bool:
     return True if check is None else bool(check())
 
 
+def process_cpu_ns() -> int:
+    """This process's CPU time so far, all its threads, user plus system (ns, ``time.process_time_ns``)."""
+    return time.process_time_ns()
+
+
 def idle_ns() -> int | None:
     """Idle time (idle and iowait) summed over the cores this process may use since boot, ns, from Linux's
     ``/proc/stat`` (its per-core lines, in clock ticks); None where that file is missing or unreadable."""
@@ -433,6 +438,10 @@ class LoaderProbe:
         cpu_clock: the main thread's CPU clock in ns (``time.thread_time_ns``; tests pass a fake).
         idle_clock: the usable cores' summed idle time in ns, or None (:func:`idle_ns`; tests pass a fake); read at
             each epoch's start and end, it gives the cores the workers could have had (:attr:`LoaderEpoch.free_cores`).
+        process_clock: the process's CPU time in ns, all its threads (:func:`process_cpu_ns`), read at each epoch's
+            start and end: the cores this process used, which other processes did not hold
+            (:attr:`LoaderEpoch.other_cores`); None: the main thread's CPU time in the steps stands for it, and
+            the process's other threads (an intra-op pool) would count as other processes.
 
     Raises:
         ValueError: ``cores`` below 1.
@@ -446,6 +455,7 @@ class LoaderProbe:
         fetch_wait: Callable[[], int | None] | None = None,
         cpu_clock: Callable[[], int] = time.thread_time_ns,
         idle_clock: Callable[[], int | None] = idle_ns,
+        process_clock: Callable[[], int] | None = None,
     ) -> None:
         if cores is not None and cores < 1:
             raise ValueError(f"cores must be >= 1, got {cores!r}")
@@ -457,7 +467,9 @@ class LoaderProbe:
         self.fetch_wait = fetch_wait
         self.cpu_clock = cpu_clock
         self.idle_clock = idle_clock
+        self.process_clock = process_clock
         self._idle_start: int | None = None
+        self._process_start: int | None = None
         self.last: LoaderEpoch | None = None
         self._begin: LoaderCounters | None = None
         self._epoch_start_ns: int | None = None
@@ -471,6 +483,12 @@ class LoaderProbe:
 
     def _read(self) -> LoaderCounters | None:
         return self.source.read() if self.source is not None else None
+
+    def worker_cpu(self) -> tuple[int, ...] | None:
+        """The workers' CPU time in their batch fetches so far (ns, one per worker; cumulative, a restarted worker
+        from 0), None without workers: what the epoch-parts probe counts as the fit's own workers' CPU."""
+        counts = self._read()
+        return None if counts is None or not counts.cpu_ns else counts.cpu_ns
 
     def _reset_steps(self) -> None:
         # (step index in the epoch, wait, rest, main thread's CPU in the rest, and in the wait; -1: not sampled), ns
@@ -491,6 +509,7 @@ class LoaderProbe:
         self._epoch_start_ns = now_ns
         self._begin = self._read()
         self._idle_start = self.idle_clock()
+        self._process_start = self.process_clock() if self.process_clock is not None else None
         queued = getattr(self.source, "queued", None)
         self._queued = int(queued()) if callable(queued) else 0
         self.last = None
@@ -595,8 +614,12 @@ class LoaderProbe:
             return
 
         model = StepModel(w=w, s=rest, m=main, w_cpu=w_cpu, s_cpu=rest_cpu, cores=self.cores, free=free, w_runq=w_runq)
-        # the cores other processes held: the usable cores less the idle ones and this process's own CPU time
-        own_cores = (worker_cores or 0.0) + (rest_cpu + wait_cpu) * k / wall
+        # the cores other processes held: the usable cores less the idle ones and this process's own CPU time (all
+        # its threads where the process clock is read: an intra-op pool is this process's, not another's)
+        main_cores = (rest_cpu + wait_cpu) * k / wall
+        if self.process_clock is not None and self._process_start is not None:
+            main_cores = max(main_cores, (self.process_clock() - self._process_start) / wall)
+        own_cores = (worker_cores or 0.0) + main_cores
         others = None if idle is None else max(0.0, self.cores - idle - own_cores)
         needed, predicted, reached = model.needed(w_runq=w_runq, skip_one=threads)
         process_needed: int | None = None

@@ -28,7 +28,7 @@ from fitprof.fit.config import (
 )
 from fitprof.fit.epoch_close import part_figures
 from fitprof.fit.hooks import CallbackHooks
-from fitprof.fit.loader import LoaderProbe
+from fitprof.fit.loader import LoaderProbe, process_cpu_ns
 from fitprof.fit.pipeline import every_key
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
@@ -201,7 +201,7 @@ class FitProfiler(keras.callbacks.Callback, SharedAttributes):
         # Throughput: the window's samples, and the FLOPs of one step outside it (fitprof.fit.schedule).
         self._work = KerasWork(fns, self.count_items, self._warn_count_items, self, self._warn_samples)
         # torch backend fed a DataLoader: its workers (fitprof/epoch/loader_*); the wait is the fetch timer's
-        self._loader = LoaderProbe(fetch_wait=self._fetch_wait)
+        self._loader = LoaderProbe(fetch_wait=self._fetch_wait, process_clock=process_cpu_ns)
         self._loader_timing: Any = None
         self._batch_wait: Any = None  # TensorFlow and JAX fed a PyDataset: the step's wait for its batch
         self._engine = FitEngine(

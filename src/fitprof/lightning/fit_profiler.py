@@ -33,7 +33,7 @@ from fitprof.fit.config import (
 )
 from fitprof.fit.epoch_close import PART_KEYS, part_figures
 from fitprof.fit.hooks import Saves
-from fitprof.fit.loader import LoaderProbe
+from fitprof.fit.loader import LoaderProbe, process_cpu_ns
 from fitprof.fit.probes import finite
 from fitprof.fit.result import EpochLog
 from fitprof.fit.setup import torch_module_setup
@@ -262,7 +262,9 @@ class FitProfiler(Callback, SharedAttributes):
         self._warn_rank = WarnOnce()
         self.fit_seconds: dict[str, float] = {}
         self._work = WorkLog(self.count_items, self._warn_count_items, TorchFlopCount(), self._warn_samples)
-        self._loader = LoaderProbe()  # the train DataLoader's workers (fitprof/epoch/loader_*)
+        self._loader = LoaderProbe(
+            process_clock=process_cpu_ns
+        )  # the train DataLoader's workers (fitprof/epoch/loader_*)
         self._loader_hook: AttachOnIter | None = None
         self._loader_timing: LoaderSet | None = None
         self._engine = FitEngine(
