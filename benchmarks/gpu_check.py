@@ -14,7 +14,8 @@ Five runs, each compared with what it measured itself:
 1. **Lightning, float32 conv net** (``FitProfiler(profile_batch=(21, 25))``, ``DataLoader(pin_memory=True)``):
    a callback records its own CUDA event at every step boundary and reads ``torch.cuda.max_memory_allocated``.
    Rows: the epoch's median step time (fitprof's ``fitprof/epoch/step_time_ms_p50`` from its own CUDA events) and
-   the window's step time (``ProfilerStep#N`` spans in the trace) against the check's events over the same steps;
+   the window's step time (each step the longer of its ``ProfilerStep#N`` span and the device's busy time on its
+   work) against the check's events over the same steps;
    FLOPs per step against a hand count of the convolutions and the classifier; MFU against the hand count over the
    event-timed steps, each op class at the peak of its precision (cuDNN's TF32 by default, cuBLAS in float32);
    the memory peak against ``max_memory_allocated`` (rows "not available" when fitprof logs no
@@ -275,7 +276,9 @@ def conv_run(out: Path, *, cuda: bool) -> list[Row]:
         Row(run, "epoch step time p50", "ms", epoch.step_time_ms_p50, _median(clean), 0.10, note="fitprof/epoch")
     )
     window_ms = _window_ms(steps_ms, window)
-    rows.append(Row(run, "window step time", "ms", report.step_time_ms, window_ms, 0.15, note="ProfilerStep#N"))
+    rows.append(
+        Row(run, "window step time", "ms", report.step_time_ms, window_ms, 0.15, note="max(host span, device busy)")
+    )
     # FLOPs and MFU: convolutions 2 * outputs * kh * kw * Cin forward, the same again for the weight gradient and
     # for the input gradient (all but the first layer, whose input needs none); the classifier likewise.
     conv = 0.0
@@ -325,7 +328,9 @@ def matmul_run(out: Path, *, cuda: bool) -> list[Row]:
     # Forward, weight gradient, input gradient (not for the first layer: its input needs none), 2 * d^3 each.
     hand = 2.0 * d**3 * (3 * layers - 1)
     window_ms = _window_ms(steps_ms, window)
-    rows = [Row(run, "window step time", "ms", report.step_time_ms, window_ms, 0.15, note="ProfilerStep#N")]
+    rows = [
+        Row(run, "window step time", "ms", report.step_time_ms, window_ms, 0.15, note="max(host span, device busy)")
+    ]
     rows += _mfu_rows(run, report, {"matmul": hand}, {"matmul": "bfloat16"}, window_ms / 1e3, cuda)
     return [r.judge() for r in rows]
 
