@@ -67,12 +67,21 @@ def test_the_device_check_runs_dry_on_the_cpu(
         assert ops["status"] == "ok" and ops["fitprof"] == ops["truth"] > 0, ops
         assert by[("windows", f"window {k} device clock ok")]["status"] == "ok"
         assert by[("windows", f"window {k} HtoD pinned")]["status"] == "n/a"
-    # Short windows: the RSS read after each, and its slope.
+    # Short windows: the RSS read after each, fitprof's arm and a torch.profiler-only control arm, and the slope
+    # of each; fitprof is judged by the difference.
     n = gpu_check.RSS_WINDOWS_DRY
-    slope = next(r for r in rows if r["run"] == "host RSS" and r["figure"].startswith("RSS slope"))
-    assert math.isfinite(slope["fitprof"]) and slope["note"].startswith(f"{n} windows profiled"), slope
-    assert [r["figure"] for r in rows if r["run"] == "host RSS"][:3] == [
-        "RSS after window 1",
-        f"RSS after window {n // 2}",
-        f"RSS after window {n}",
-    ]
+    rss = [r for r in rows if r["run"] == "host RSS"]
+    for arm in ("fitprof", "torch.profiler"):
+        slope = by[("host RSS", f"RSS slope, {arm}")]
+        assert math.isfinite(slope["fitprof"]) and slope["note"].startswith(f"{n} windows profiled"), slope
+        assert [r["figure"] for r in rss if r["figure"].startswith("RSS after") and r["figure"].endswith(arm)] == [
+            f"RSS after window 1, {arm}",
+            f"RSS after window {n // 2}, {arm}",
+            f"RSS after window {n}, {arm}",
+        ]
+    excess = by[("host RSS", "RSS slope, fitprof less control")]
+    fitprof_slope, control_slope = (
+        by[("host RSS", f"RSS slope, {a}")]["fitprof"] for a in ("fitprof", "torch.profiler")
+    )
+    assert excess["fitprof"] == pytest.approx(fitprof_slope - control_slope)
+    assert excess["status"] == ("ok" if excess["fitprof"] <= gpu_check.RSS_SLOPE_LIMIT else "OFF")

@@ -11,6 +11,7 @@ A trace without step markers is analysed as one span, from its first to its last
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ import pandas as pd
 from fitprof.analysis import intervals
 from fitprof.analysis.clock import check_device_clock, without_device_figures
 from fitprof.analysis.columns import Distinct, group_sums
+from fitprof.analysis.device_time import device_excess_us
 from fitprof.analysis.intervals import Spans
 from fitprof.analysis.report import FRAMEWORK_OF_FORMAT, BottleneckReport, Framework, OpStat, check_framework
 from fitprof.analysis.speedups import exposed_times, potential_speedups
@@ -75,6 +77,11 @@ def analyze_table(
     launch = np.asarray(table["launch_us"], dtype=float)
     dev_in = w.on_device & w.in_steps(np.where(np.isnan(launch), w.ts, launch))
     host_in = ~w.on_device & w.in_steps(w.ts)
+    device_work = w.on_device & ~w.kind.equal(Kind.ANNOTATION, Kind.STEP, Kind.NOT_TRAINING)
+    clock = check_device_clock(w.ts, w.end, w.on_device, launch, device_work, dev_in)
+    if clock.ok:
+        # A device running behind the host makes the step as long as the device's work (docs/metrics.md).
+        w = _with_device_time(w, launch, dev_in)
 
     input_us = _input_us(w)
     copies = _copies(w, dev_in)
@@ -100,8 +107,6 @@ def analyze_table(
     )
     pageable_share = copies.pageable_us / copies.htod_us if copies.htod_us > 0 else 0.0
     step_time_us = w.step_total_us / n_div
-    device_work = w.on_device & ~w.kind.equal(Kind.ANNOTATION, Kind.STEP, Kind.NOT_TRAINING)
-    clock = check_device_clock(w.ts, w.end, w.on_device, launch, device_work, dev_in)
     report = BottleneckReport(
         steps_analyzed=w.n_steps,
         step_time_ms=step_time_us / 1e3,
@@ -181,7 +186,10 @@ class _Window:
     not_training: np.ndarray
     n_steps: int
     step_total_us: float
-    """Summed length of the steps less the excluded spans (us)."""
+    """Summed length of the steps less the excluded spans (us), each step lengthened to its device span where the
+    device ran behind the host (:func:`_with_device_time`)."""
+    device_paced: bool = False
+    """Some step's device span outlasted its host span: the device's work, not the host spans, bounds the steps."""
 
     @property
     def n_div(self) -> int:
@@ -234,6 +242,25 @@ def _window(table: PlainTable, warnings: list[str]) -> _Window:
         n_steps=n_steps,
         step_total_us=step_total_us,
     )
+
+
+def _with_device_time(w: _Window, launch: np.ndarray, dev_in: np.ndarray) -> _Window:
+    """``w`` with each step as long as the longer of its host span and the device span of the work it launched
+    (:func:`fitprof.analysis.device_time.device_excess_us`); ``w`` itself when no device span is longer, so a
+    CPU-only trace keeps its figures to the bit."""
+    ops = dev_in & w.kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
+    if not ops.any():
+        return w
+    if w.n_steps:
+        is_step = w.kind.equal(Kind.STEP)
+        starts, ends = w.ts[is_step], w.end[is_step]
+    else:
+        starts, ends = w.steps
+    launched_at = np.where(np.isnan(launch[ops]), w.ts[ops], launch[ops])  # as ``dev_in`` files them
+    excess = device_excess_us(starts, ends, w.ts[ops], w.end[ops], launched_at)
+    if excess <= 0:
+        return w
+    return dataclasses.replace(w, step_total_us=w.step_total_us + excess, device_paced=True)
 
 
 def _own_us(w: _Window) -> float:
@@ -414,7 +441,9 @@ def _coverage(w: _Window, dev_in: np.ndarray, host_in: np.ndarray) -> _Coverage:
     device_work = dev_in & w.kind.equal(Kind.KERNEL, Kind.MEMCPY, Kind.COLLECTIVE)
     device_busy_percent = math.nan
     if device_work.any():
-        busy_us = w.clipped_us(intervals.union(w.ts[device_work], w.end[device_work]))
+        busy = intervals.union(w.ts[device_work], w.end[device_work])
+        # Work of device-paced steps runs past their host spans: count all of it (the steps were lengthened).
+        busy_us = float(np.sum(busy[1] - busy[0])) if w.device_paced else w.clipped_us(busy)
         device_busy_percent = 100.0 * busy_us / w.step_total_us
     return _Coverage(host_op_percent, device_busy_percent, bool(device_work.any()))
 
