@@ -111,6 +111,7 @@ def kineto_trace(
     pageable_us: tuple[int, int] = (300, 900),
     nccl_us: tuple[int, int] = (800, 2_000),
     validation_step: int | None = 1,
+    slack_us: tuple[int, int] = (2_500, 4_000),
 ) -> tuple[dict[str, Any], Truth]:
     """A Kineto trace (``{"traceEvents": [...], ...}``) of ``steps`` steps numbered from ``first_step``.
 
@@ -122,6 +123,9 @@ def kineto_trace(
         pageable_us: range of each pageable HtoD copy's duration (us); make it large for an HtoD-bound trace.
         nccl_us: range of each NCCL kernel's duration (us).
         validation_step: index (0-based) of the step holding a ``fitprof/validation`` span, or None.
+        slack_us: range of the host's idle time at each step's end, after its planted work (us). The truth's step
+            time is the host span: with long copies, give the step room for them, or the device outlasts the host
+            span and fitprof rightly counts the step longer (docs/metrics.md, "Step time on a GPU").
     """
     rng = np.random.default_rng(seed)
     host_pid, host_tid, dev = 4242, 4242, 0
@@ -167,7 +171,7 @@ def kineto_trace(
         gemm, relu, mm1, mm2 = _us(rng, 600, 1_500), _us(rng, 20, 90), _us(rng, 300, 800), _us(rng, 300, 800)
         n1, n2, dtoh, loose = _us(rng, *nccl_us), _us(rng, *nccl_us), _us(rng, 3, 20), _us(rng, 100, 400)
         busy = 10 + wait + 500 + 300 + 700 + 400 + max(n1, n1 // 2 + n2) + 100  # the host's planted work
-        length = busy + _us(rng, 2_500, 4_000)  # room for the validation span and the optimizer launch
+        length = busy + _us(rng, *slack_us)  # room for the validation span and the optimizer launch
         x("user_annotation", f"ProfilerStep#{num}", t, length)
         x("gpu_user_annotation", f"ProfilerStep#{num}", t + 200, length - 100, pid=dev, tid=compute)
         sums.window += length
