@@ -31,9 +31,11 @@ Five runs, each compared with what it measured itself:
    its pinned HtoD time against CUDA events around each batch's copy (``transfer_batch_to_device``) and its bytes
    against the batch's; its kernels per step (fitprof's reader) against window 1's, every step doing the same work;
    and fitprof's own device-clock check (``device_clock_ok``), which must hold on every window.
-5. **200 short windows in one process** (Lightning, 4-step epochs, ``keep_last_windows=1``): the host's RSS after
-   each window, and its slope after the first tenth; then a control arm, the same model and schedule with plain
-   ``torch.profiler.profile`` sessions (no fitprof) exported the same way. fitprof's slope less the control's
+5. **200 short windows in a fresh process** (Lightning, 4-step epochs, ``keep_last_windows=1``): the host's RSS
+   after each window, and its slope after the first tenth; then a control arm in another fresh process, the same
+   model and schedule with plain ``torch.profiler.profile`` sessions (no fitprof) exported the same way. Each arm
+   is a child (``--rss-arm fitprof|control``), so neither inherits the memory the earlier runs or the other arm
+   leave and release. fitprof's slope less the control's
    must stay under 32 MiB per 1,000 windows (a tenth of what pytorch/pytorch#193348 measured for 1,000 short CUDA
    profiles, which the control arm measures on this torch).
 
@@ -440,17 +442,16 @@ def _analyze_rows(run: str, trace: Path, handcount: Any) -> list[Row]:
     got = json.loads(done.stdout)[0]
     counts = handcount.count(trace, top_k=5)
     n = len(counts["steps"])
-    # fitprof's step time leaves out its own hook bodies (its "fitprof/overhead" spans inside the steps).
-    _meta, events = handcount.load_events(trace)
-    steps = handcount.union(
-        (e["ts"], e["ts"] + e["dur"]) for e in events if handcount.STEP.fullmatch(str(e.get("name", "")))
-    )
-    own = handcount.union((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "fitprof/overhead")
-    own_us = handcount.length(handcount.clip(own, steps))
+    # The hand count's step time: the host spans less fitprof's own spans, each step lengthened to its work's
+    # device busy time where that is longer (docs/metrics.md, "Step time on a GPU").
     label = "analyze vs hand count:"
+    step = Row(run, f"{label} step time", "ms", got["step_time_ms"], counts["window_us"] / n / 1e3, 1e-6)
+    step.note = f"device adds {counts['device_excess_us'] / n / 1e3:.3g} ms/step" + (
+        "" if counts["device_clock_ok"] else " (device clock wrong: host spans)"
+    )
     rows = [
         Row(run, f"{label} steps", "", got["steps_analyzed"], n, 0.0),
-        Row(run, f"{label} step time", "ms", got["step_time_ms"], (counts["window_us"] - own_us) / n / 1e3, 1e-6),
+        step,
         Row(run, f"{label} input", "ms", got["input_ms_per_step"], counts["input_us"] / n / 1e3, 1e-6),
     ]
     for kind in ("htod_pinned", "htod_pageable"):
@@ -649,19 +650,72 @@ def _slope(values: list[float]) -> float:
     return sum((i - mx) * (v - my) for i, v in enumerate(values)) / sxx
 
 
+RSS_ARMS = {"fitprof": "fitprof", "control": "torch.profiler"}
+"""The RSS run's arms (``--rss-arm``) and the name each has in the rows."""
+
+
 def rss_run(out: Path, *, cuda: bool) -> list[Row]:
-    """Run 5: :data:`RSS_WINDOWS` short windows in one process (Lightning, one a 4-step epoch, only the last trace
-    kept): the host's RSS after each, and its slope over the windows after the first tenth (warm-up), in MiB per
-    1,000 windows. Then a control arm: the same model and schedule with plain ``torch.profiler.profile`` sessions
-    (no fitprof), each exporting its trace the same way, over as many windows. torch's own profiler grows the
-    host's memory with every session (pytorch/pytorch#193348: ~320 MiB per 1,000 short CUDA profiles), so fitprof
-    is judged by its slope less the control's, against :data:`RSS_SLOPE_LIMIT`; both slopes are reported."""
+    """Run 5: :data:`RSS_WINDOWS` short windows (Lightning, one a 4-step epoch, only the last trace kept): the host's
+    RSS after each, and its slope over the windows after the first tenth (warm-up), in MiB per 1,000 windows; then
+    a control arm: the same model and schedule with plain ``torch.profiler.profile`` sessions (no fitprof), each
+    exporting its trace the same way, over as many windows. Each arm runs in a fresh process
+    (:func:`_rss_arm_in_child`): in this one, the memory the earlier runs leave and give back moves the RSS by
+    hundreds of MiB over the windows, in either direction. torch's own profiler grows the host's memory with every
+    session (pytorch/pytorch#193348: ~320 MiB per 1,000 short CUDA profiles), so fitprof is judged by its slope less
+    the control's, against :data:`RSS_SLOPE_LIMIT`; both slopes are reported."""
+    run = "host RSS"
+    windows = RSS_WINDOWS if cuda else RSS_WINDOWS_DRY
+    slopes = []
+    rows: list[Row] = []
+    for arm, label in RSS_ARMS.items():
+        values, profiled, error = _rss_arm_in_child(arm, out, cuda)
+        kept = values[max(1, len(values) // 10) :]
+        slope = _slope(kept) * 1000
+        slopes.append(slope)
+        row = Row(run, f"RSS slope, {label}", "MiB/1000", slope, math.nan, 0.0, "n/a")
+        row.note = (
+            f"{profiled} windows profiled; RSS {values[0]:.0f} -> {values[-1]:.0f} MiB over {len(kept)} windows"
+            if values
+            else f"no RSS read: {error}"
+        )
+        if profiled != windows:
+            row.status = "OFF"
+        rows += [Row(run, f"RSS after window {k}, {label}", "MiB", v, math.nan, 0.0, "n/a", "the slope's input") for k, v
+                 in enumerate(values, start=1) if k in (1, len(values) // 2, len(values))]  # fmt: skip
+        rows.append(row)
+    excess = slopes[0] - slopes[1]
+    row = Row(run, "RSS slope, fitprof less control", "MiB/1000", excess, 0.0, 0.0)
+    row.note = f"{slopes[0]:.0f} - {slopes[1]:.0f} MiB per 1,000 windows; limit {RSS_SLOPE_LIMIT:g} MiB per 1,000"
+    row.status = "ok" if math.isfinite(excess) and excess <= RSS_SLOPE_LIMIT else "OFF"
+    return [*rows, row]
+
+
+def _rss_arm_in_child(arm: str, out: Path, cuda: bool) -> tuple[list[float], int, str]:
+    """``python gpu_check.py --rss-arm ARM`` in a fresh process: the RSS after each window, the windows profiled,
+    and what went wrong ("" when nothing did)."""
+    result = out / f"rss_{arm}.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--rss-arm", arm, "--json", str(result), "--keep", str(out)]
+    try:
+        done = subprocess.run([*cmd, *([] if cuda else ["--dry"])], capture_output=True, text=True, env=env,
+                              timeout=600)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return [], 0, "the arm's process ran past 600 s"
+    if done.returncode != 0 or not result.exists():
+        return [], 0, f"exit {done.returncode}: {done.stderr[-300:]}"
+    got = json.loads(result.read_text())
+    return [float(v) for v in got["rss"]], int(got["profiled"]), ""
+
+
+def rss_arm(arm: str, out: Path, *, cuda: bool) -> tuple[list[float], int]:
+    """One arm of run 5 in this process (``--rss-arm``): the RSS (MiB) after each window and the windows profiled.
+    ``arm``: ``"fitprof"`` (``FitProfiler(profile_batch=(2, 3), keep_last_windows=1)``) or ``"control"`` (a plain
+    ``torch.profiler.profile`` session over the same steps of each epoch)."""
     import lightning.pytorch as pl
 
     from fitprof.lightning import FitProfiler
     from fitprof.profilers.torch import trace_only_config
 
-    run = "host RSS"
     windows = RSS_WINDOWS if cuda else RSS_WINDOWS_DRY
     first, last = 2, 3  # the profiled steps of each epoch (1-based), as fitprof's profile_batch=(2, 3)
 
@@ -692,35 +746,13 @@ def rss_run(out: Path, *, cuda: bool) -> list[Row]:
                 self.prof = None
                 self.sessions += 1
 
-    profiler = FitProfiler(log_dir=out / "rss", profile_batch=(first, last), keep_last_windows=1, verbose=False)
-    rss = _rss_fit(profiler, windows, out / "rss", cuda)
-    control = Control()
-    rss_control = _rss_fit(control, windows, out / "rss_control", cuda)
-    slopes = []
-    rows: list[Row] = []
-    for arm, values, profiled in (
-        ("fitprof", rss, len(profiler.reports)),
-        ("torch.profiler", rss_control, control.sessions),
-    ):
-        kept = values[max(1, len(values) // 10) :]
-        slope = _slope(kept) * 1000
-        slopes.append(slope)
-        row = Row(run, f"RSS slope, {arm}", "MiB/1000", slope, math.nan, 0.0, "n/a")
-        row.note = (
-            f"{profiled} windows profiled; RSS {values[0]:.0f} -> {values[-1]:.0f} MiB over {len(kept)} windows"
-            if values
-            else "no RSS read"
-        )
-        if profiled != windows:
-            row.status = "OFF"
-        rows += [Row(run, f"RSS after window {k}, {arm}", "MiB", v, math.nan, 0.0, "n/a", "the slope's input") for k, v in
-                 enumerate(values, start=1) if k in (1, len(values) // 2, len(values))]  # fmt: skip
-        rows.append(row)
-    excess = slopes[0] - slopes[1]
-    row = Row(run, "RSS slope, fitprof less control", "MiB/1000", excess, 0.0, 0.0)
-    row.note = f"{slopes[0]:.0f} - {slopes[1]:.0f} MiB per 1,000 windows; limit {RSS_SLOPE_LIMIT:g} MiB per 1,000"
-    row.status = "ok" if math.isfinite(excess) and excess <= RSS_SLOPE_LIMIT else "OFF"
-    return [*rows, row]
+    if arm == "fitprof":
+        profiler = FitProfiler(log_dir=out / "rss", profile_batch=(first, last), keep_last_windows=1, verbose=False)
+        return _rss_fit(profiler, windows, out / "rss", cuda), len(profiler.reports)
+    if arm == "control":
+        control = Control()
+        return _rss_fit(control, windows, out / "rss_control", cuda), control.sessions
+    raise ValueError(f"arm must be one of {sorted(RSS_ARMS)}, got {arm!r}")
 
 
 def _rss_fit(callback: Any, windows: int, root: Path, cuda: bool) -> list[float]:
@@ -783,6 +815,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry", action="store_true", help="run the logic on the CPU with small sizes")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     parser.add_argument("--keep", type=Path, help="keep the runs' traces here (default: a temporary folder)")
+    parser.add_argument("--rss-arm", choices=sorted(RSS_ARMS), help=argparse.SUPPRESS)  # run 5's child process
     args = parser.parse_args(argv)
     missing = _missing()
     if missing:
@@ -797,6 +830,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu_check: torch {torch.__version__} sees no CUDA device; --dry runs the logic on the CPU",
               file=sys.stderr)  # fmt: skip
         return 2
+    if args.rss_arm:
+        if args.keep is None or args.json is None:
+            parser.error("--rss-arm needs --keep and --json")
+        args.keep.mkdir(parents=True, exist_ok=True)
+        values, profiled = rss_arm(args.rss_arm, args.keep, cuda=cuda)
+        args.json.write_text(json.dumps({"arm": args.rss_arm, "rss": values, "profiled": profiled}))
+        return 0
     t0 = time.perf_counter()
     # The detached converter may still write .xplane.pb files into the folder when the runs end: the rows are
     # printed and written first, each log dir waited for, and a cleanup that still races it ignored.

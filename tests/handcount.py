@@ -11,8 +11,15 @@ README and in ``fitprof.analysis`` / ``fitprof.traces.kineto``, walking the even
   those of the categories Kineto records on a device row (``kernel``, ``gpu_memcpy``, ``gpu_memset``,
   ``gpu_user_annotation``, ``cuda_sync``);
 * steps: host ``ProfilerStep#N`` spans (``user_annotation`` or ``cpu_op``); without any, the window is the span
-  from the first host event's start to the last host event's end, and ``steps`` is 0;
-  ``fitprof/validation`` spans inside steps are not step time;
+  from the first host event's start to the last host event's end, and ``steps`` is 0; fitprof's
+  ``fitprof/validation``, ``fitprof/overhead`` and ``fitprof/checkpoint`` spans inside steps are not step time
+  (and device work launched in them is in no step);
+* step time on a GPU (docs/metrics.md, "Step time on a GPU"): each kernel, copy and collective kernel launched in
+  the steps belongs to the step latest to start at or before its launch; that step's device time is the union of
+  its ops' spans, each cut at the start of the first op of any later step; a step whose device time is longer
+  than its host span (its ``ProfilerStep`` event, end less start) lengthens the window by the difference. Only
+  when the device clock holds: no device event (anything on a device row but ``gpu_user_annotation``) linked to
+  its launch starts more than 50 us before the launch or more than 1 s after the last host event's end;
 * input: the union of ``enumerate(DataLoader)#...__next__`` spans, clipped to the steps;
 * a device event belongs to the step in which the host runtime call with its ``args.correlation`` started
   (``cuda_runtime`` / ``cuda_driver``; the first such call when a correlation id repeats); without one, the
@@ -45,6 +52,9 @@ DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cud
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver"}
 PG_PREFIXES = ("nccl:", "gloo:", "mpi:", "ucc:", "rccl:", "xccl:")
 STEP = re.compile(r"ProfilerStep#(\d+)")
+NOT_TRAINING = {"fitprof/validation", "fitprof/overhead", "fitprof/checkpoint"}
+CLOCK_EARLY_US = 50.0
+CLOCK_LATE_US = 1e6
 Interval = tuple[float, float]
 
 
@@ -117,7 +127,7 @@ def host_kind(cat: str, name: str) -> str:
     if cat == "user_annotation":
         if name.startswith("enumerate(DataLoader)#") and "__next__" in name:
             return "input"
-        if name == "fitprof/validation":
+        if name in NOT_TRAINING:
             return "not_training"
         return "collective" if name.startswith(PG_PREFIXES) else "annotation"
     if cat == "cpu_op":
@@ -236,6 +246,50 @@ class _Window:
         return union((self.ev[i]["ts"], self.ev[i]["ts"] + self.ev[i].get("dur", 0)) for i in rows)
 
 
+def device_clock_ok(w: _Window) -> bool:
+    """Whether the window's device clock holds: no device event linked to its launch (annotations on a device row
+    aside) starts more than :data:`CLOCK_EARLY_US` before the launch, or more than :data:`CLOCK_LATE_US` after the
+    last host event's end."""
+    ev = w.ev
+    host_end = max((e["ts"] + e.get("dur", 0) for e, d in zip(ev, w.on_device, strict=True) if not d), default=math.inf)
+    for i, j in w.launcher.items():
+        if j < 0 or w.kinds[i] == "annotation":
+            continue
+        if ev[i]["ts"] < ev[j]["ts"] - CLOCK_EARLY_US or ev[i]["ts"] > host_end + CLOCK_LATE_US:
+            return False
+    return True
+
+
+def device_excess_us(w: _Window) -> float:
+    """What the steps' device times add to the window (us): over the steps, the device time of each step's ops less
+    its host span, where that is positive (see the module docstring)."""
+    ev = w.ev
+    if w.step_rows:
+        host = [(ev[i]["ts"], ev[i]["ts"] + ev[i]["dur"]) for i in w.step_rows]
+    else:
+        host = list(w.steps)
+    # Steps in start order, ties in file order; an op goes to the last step starting at or before its launch.
+    order = sorted(range(len(host)), key=lambda k: host[k][0])
+    ops: dict[int, list[Interval]] = defaultdict(list)
+    for i in w.in_steps:
+        if w.kinds[i] not in ("kernel", "memcpy", "collective"):
+            continue
+        owner = None
+        for k in order:
+            if host[k][0] <= w.anchor[i]:
+                owner = k
+        if owner is not None:
+            ops[owner].append((ev[i]["ts"], ev[i]["ts"] + ev[i].get("dur", 0)))
+    total = 0.0
+    for pos, k in enumerate(order):
+        if k not in ops:
+            continue
+        cut = min((s for later in order[pos + 1 :] for s, _ in ops.get(later, [])), default=math.inf)
+        busy = length(union((s, max(s, min(e, cut))) for s, e in ops[k]))
+        total += max(busy - (host[k][1] - host[k][0]), 0.0)
+    return total
+
+
 def overlap(a: list[Interval], b: list[Interval]) -> float:
     """Length of the intersection of two disjoint, sorted interval lists (a two-pointer walk)."""
     total, i, j = 0.0, 0, 0
@@ -297,7 +351,9 @@ def _host_exposed(w: _Window, kind: str, device_cover: list[Interval]) -> float:
 def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     """Every figure of a Kineto trace, in the trace's microseconds (see the module docstring).
 
-    Returns a dict: ``steps`` (the ``ProfilerStep`` numbers), ``window_us`` (summed step time), ``input_us``,
+    Returns a dict: ``steps`` (the ``ProfilerStep`` numbers), ``window_us`` (summed step time: ``host_window_us``,
+    the steps' host spans less fitprof's spans, plus ``device_excess_us``, what longer device times add, 0 when
+    ``device_clock_ok`` is False), ``input_us``,
     ``htod`` / ``htod_pinned`` / ``htod_pageable`` / ``dtoh`` (copies in the steps, each ``{"count", "dur_us",
     "bytes"}``, bytes NaN when some copy does not say), ``dtod_count``, ``collective_us``, ``collective_kernels``, ``op_source``
     (``"device"`` / ``"host"``), ``ops`` (``[(name, us)]``, largest first), ``kinds`` (events per kind, as the
@@ -306,7 +362,10 @@ def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     w = _Window(path)
     meta, ev, on_device, kinds, spans = w.meta, w.ev, w.on_device, w.kinds, w.spans
     steps, analysed, launcher, anchor, in_steps = w.steps, w.analysed, w.launcher, w.anchor, w.in_steps
-    window_us = length(analysed)
+    host_window_us = length(analysed)
+    clock_ok = device_clock_ok(w)
+    excess_us = device_excess_us(w) if clock_ok else 0.0
+    window_us = host_window_us + excess_us
     input_us = length(clip(spans(i for i, k in enumerate(kinds) if k == "input"), analysed))
 
     def copies(kind: str, among: Iterable[int] = in_steps) -> dict[str, Any]:
@@ -346,6 +405,9 @@ def count(path: str | Path, top_k: int = 5) -> dict[str, Any]:
     return {
         "steps": sorted(int(STEP.fullmatch(ev[i]["name"]).group(1)) for i in w.step_rows),  # type: ignore[union-attr]
         "window_us": window_us,
+        "host_window_us": host_window_us,
+        "device_excess_us": excess_us,
+        "device_clock_ok": clock_ok,
         "input_us": input_us,
         "htod_pinned": copies("htod_pinned"),
         "htod_pageable": copies("htod_pageable"),
