@@ -309,7 +309,9 @@ def test_xprof_pages_show_fitprofs_figures_for_the_lightning_run(
     assert overview["step_time_ms"] == pytest.approx(marker_ms, rel=0.01)
     assert abs(overview["input_percent"] - marker_input_percent) <= 0.5
     ops = op_stats(pages["lightning"]["framework_op_stats"])
-    assert report.top_ops and all(o.name.startswith("aten::") for o in report.top_ops[:3])
+    # torch's operators lead; an autograd node's own host time (AddmmBackward0) can rank among the first three on
+    # a loaded machine: every ranked operator is checked against xprof's table below, whatever its name
+    assert report.top_ops and report.top_ops[0].name.startswith("aten::")
     table = fitprof.read_trace(lightning_run["xplane"])
     host_ops = table[(table["kind"] == "op") & ~table["on_device"]]
     capture = host_ops.groupby("name")["self_us"].sum()  # fitprof's reader over the whole capture
