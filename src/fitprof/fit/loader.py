@@ -617,9 +617,15 @@ class LoaderProbe:
         # the cores other processes held: the usable cores less the idle ones and this process's own CPU time (all
         # its threads where the process clock is read: an intra-op pool is this process's, not another's)
         main_cores = (rest_cpu + wait_cpu) * k / wall
-        if self.process_clock is not None and self._process_start is not None:
-            main_cores = max(main_cores, (self.process_clock() - self._process_start) / wall)
         own_cores = (worker_cores or 0.0) + main_cores
+        if self.process_clock is not None and self._process_start is not None:
+            process_cores = (self.process_clock() - self._process_start) / wall
+            # The process clock holds worker threads (a PyDataset's) but no worker process: thread workers are
+            # counted once
+            if getattr(self.source, "threads", False):
+                own_cores = max(own_cores, process_cores)
+            else:
+                own_cores = (worker_cores or 0.0) + max(main_cores, process_cores)
         others = None if idle is None else max(0.0, self.cores - idle - own_cores)
         needed, predicted, reached = model.needed(w_runq=w_runq, skip_one=threads)
         process_needed: int | None = None
