@@ -298,6 +298,12 @@ def bootstrap(baseline: Sequence[float], candidate: Sequence[float]) -> tuple[fl
     b, c = np.asarray(baseline, dtype=float), np.asarray(candidate, dtype=float)
     mb = np.median(b[rng.integers(0, len(b), (BOOTSTRAP_RESAMPLES, len(b)))], axis=1)
     mc = np.median(c[rng.integers(0, len(c), (BOOTSTRAP_RESAMPLES, len(c)))], axis=1)
+    return _intervals(mb, mc)
+
+
+def _intervals(mb: np.ndarray, mc: np.ndarray) -> tuple[float, float, float, float]:
+    """The ``CONFIDENCE`` percentile intervals of the resampled medians' difference (candidate less baseline) and
+    ratio (NaN where a baseline median is not positive), from paired resamples ``mb``, ``mc``."""
     tail = 100 * (1 - CONFIDENCE) / 2
     d_lo, d_hi = np.percentile(mc - mb, [tail, 100 - tail])
     if np.all(mb > 0):
@@ -358,13 +364,7 @@ def step_bootstrap(
         raise ValueError("step_bootstrap needs at least one step time a side")
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     mb, mc = _pooled_medians(b_runs, rng), _pooled_medians(c_runs, rng)
-    tail = 100 * (1 - CONFIDENCE) / 2
-    d_lo, d_hi = np.percentile(mc - mb, [tail, 100 - tail])
-    if np.all(mb > 0):
-        r_lo, r_hi = np.percentile(mc / mb, [tail, 100 - tail])
-    else:
-        r_lo = r_hi = math.nan
-    return float(d_lo), float(d_hi), float(r_lo), float(r_hi)
+    return _intervals(mb, mc)
 
 
 @dataclass(frozen=True)
