@@ -1,31 +1,37 @@
 """``fitprof compare`` as a CI gate, measured: false alarms of the same code (quiet, and under a planted load of busy
 processes), detection of slower code, the input wait, a faster candidate and a new dominant operator.
 
-    python benchmarks/compare_gate.py [--runs 8] [--load 2] [--steps 24] [--epochs 3] [--out DIR] [--json FILE]
+    python benchmarks/compare_gate.py [--runs 8] [--slower 6] [--load 2] [--steps 24] [--epochs 3]
+                                      [--per-side 1 3] [--pairs 56] [--plant 10] [--out DIR] [--json FILE]
 
 Every run is a Lightning fit of a tiny MLP (``torch.set_num_threads(1)``, one process for all fits: the imports
 once) with ``FitProfiler(profile_batch=(6, 15))``: ``--epochs`` epochs of ``--steps`` steps, one 10-step window
 each, the always-on timing of every step in the per-epoch file. Each step calls ``fitprof_gate::work``, which sleeps
 the step's modelled time (``time.sleep``: the step's length is set, not the machine's speed), then the MLP's
-forward and backward. The cases (a pair is one ``fitprof compare BASELINE CANDIDATE`` run in-process; every ordered
-pair of distinct runs of a group, so pairs share runs):
+forward and backward. After each fit the script waits for its ``.xplane.pb`` (:func:`fitprof.wait_for_profiles`),
+so no conversion runs into the next fit's steps (in CI each run is a process of its own). One fit is discarded
+first (a process's first fits are slower), the first two same-code runs size the planted changes, and the rest of
+the groups take turns, one run of each in each round, so a drift of the machine over the minutes falls on every
+group alike. The cases:
 
-* same code, quiet: ``--runs`` runs of a 10 ms sleep a step, every ordered pair; a false alarm is exit 1 (or 2);
-* +10% step, quiet: runs whose step is 10% longer than the same-code runs' *measured* step (the median of their
-  every clean step, which holds fitprof's, Lightning's and the MLP's own time beside the 10 ms sleep): the sleep
-  grows by 10% of that measured step, so the planted change is +10% of what the gate sees; caught is exit 1;
+* same code, quiet: ``--runs`` runs of a 10 ms sleep a step; a false alarm is exit 1 (or 2);
+* +10% step, quiet: runs whose step spins (a busy loop of a set length; a longer sleep overshoots by more) for
+  ``--plant`` % of the same-code runs' *measured* step (the median of their every clean step, which holds fitprof's,
+  Lightning's and the MLP's own time beside the 10 ms sleep); caught is exit 1; the change measured is printed;
 * +20 ms in ``collate_fn`` on a ~50 ms step, quiet: caught is exit 1 with the headline naming the input wait;
 * 40% faster: the sleep shortened by 40% of the measured step; must never exit 1;
 * a new dominant operator: a 384x384 QR decomposition (``torch.linalg.qr``) added to each step; exit 1 naming
   ``linalg_qr``;
-* under load: ``--load`` busy processes (a Python spin loop each) run while ``--runs`` same-code runs and runs of a
-  step 25% longer than the loaded same-code runs' measured step are trained and compared; same code must not exit
-  1; +25% must exit 1 or 3 (inconclusive), never 0.
+* under load: ``--load`` busy processes (a Python spin loop each) run while ``--runs`` same-code runs and runs whose
+  step spins 25% of the loaded same-code step longer are trained and compared; same code must not exit 1; +25%
+  must exit 1 or 3 (inconclusive), never 0.
 
-Exit 3 (inconclusive: a side CPU-contended) is counted apart. ``/proc/loadavg`` is recorded before and after every
-case (the machine is shared). Each changed case also records the change it measured (``measured_change_percent``:
-the median of its runs' every clean step over the same-code runs'). At the end, one line per "Done when" line of
-the gate's issue says whether it is met, with its counts.
+Each set of cases is compared once per ``--per-side`` value n: with n 1, every ordered pair of distinct runs (same
+code) or every (same, changed) pair; with n > 1, each side a folder of n runs (as a CI job keeps a baseline of
+several runs), ordered pairs of disjoint n-run sets of the same code or an n-run set of each group, at most
+``--pairs`` drawn by a seeded generator. Exit 3 (inconclusive: a side CPU-contended) is counted apart.
+``/proc/loadavg`` is recorded before and after the training of each load. At the end, per n, one line per "Done
+when" line of the gate's issue says whether it is met, with its counts.
 """
 
 from __future__ import annotations
@@ -72,19 +78,34 @@ def _work_op() -> Any:
     if _WORK is None:
         import torch
 
-        @torch.library.custom_op("fitprof_gate::work", mutates_args=(), schema="(Tensor x, float ms) -> Tensor")
-        def work(x: torch.Tensor, ms: float) -> torch.Tensor:
+        @torch.library.custom_op(
+            "fitprof_gate::work", mutates_args=(), schema="(Tensor x, float ms, float spin_ms) -> Tensor"
+        )
+        def work(x: torch.Tensor, ms: float, spin_ms: float) -> torch.Tensor:
             if ms > 0:
                 time.sleep(ms / 1000)
+            if spin_ms > 0:  # a planted change of a set length: a sleep's overshoot grows with its length
+                end = time.perf_counter() + spin_ms / 1000
+                while time.perf_counter() < end:
+                    pass
             return x.clone()
 
-        work.register_fake(lambda x, ms: torch.empty_like(x))
-        work.register_autograd(lambda ctx, grad: (grad, None))
+        work.register_fake(lambda x, ms, spin_ms: torch.empty_like(x))
+        work.register_autograd(lambda ctx, grad: (grad, None, None))
         _WORK = work
     return _WORK
 
 
-def fit(run_dir: Path, *, step_ms: float, collate_ms: float = 0.0, qr: bool = False, steps: int, epochs: int) -> None:
+def fit(
+    run_dir: Path,
+    *,
+    step_ms: float,
+    spin_ms: float = 0.0,
+    collate_ms: float = 0.0,
+    qr: bool = False,
+    steps: int,
+    epochs: int,
+) -> None:
     """One training run into ``run_dir``."""
     import lightning.pytorch as pl
     import torch
@@ -106,7 +127,7 @@ def fit(run_dir: Path, *, step_ms: float, collate_ms: float = 0.0, qr: bool = Fa
             x, y = batch
             if qr:
                 torch.linalg.qr(torch.randn(384, 384))
-            return torch.nn.functional.cross_entropy(self.net(work(x, step_ms)), y)
+            return torch.nn.functional.cross_entropy(self.net(work(x, step_ms, spin_ms)), y)
 
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -157,21 +178,69 @@ def measured_step_ms(runs: list[Path]) -> float:
     return float(statistics.median(medians))
 
 
+def train_one(run: Path, **kwargs: Any) -> Path:
+    """One run into ``run`` (reused when already there: ``--out`` kept from an earlier call), then a wait for its
+    ``.xplane.pb`` files, so that no conversion of this fit runs into the next one's steps (in CI each run is a
+    process of its own)."""
+    import fitprof
+
+    if not list(run.glob("plugins/fitprof/epochs.rank*.jsonl")):
+        fit(run, **kwargs)
+        fitprof.wait_for_profiles(run)
+    return run
+
+
 def train(root: Path, name: str, n: int, **kwargs: Any) -> list[Path]:
-    """``n`` runs ``<root>/<name><i>``; a run already there (``--out`` kept from an earlier call) is reused."""
-    runs = []
-    for i in range(n):
-        run = root / f"{name}{i}"
-        if not list(run.glob("plugins/fitprof/epochs.rank*.jsonl")):
-            fit(run, **kwargs)
-        runs.append(run)
+    """``n`` runs ``<root>/<name><i>``, one after the other."""
+    return [train_one(root / f"{name}{i}", **kwargs) for i in range(n)]
+
+
+def train_interleaved(
+    root: Path, groups: dict[str, tuple[int, dict[str, Any]]], first: dict[str, int] | None = None
+) -> dict[str, list[Path]]:
+    """The runs of several groups (name: (runs, :func:`fit`'s arguments)) taking turns, one run of each group in
+    each round, so that a drift of the machine or of the process over the minutes of the benchmark falls on every
+    group alike instead of on whichever group was trained first. A group's runs are numbered from its ``first``
+    (default 0)."""
+    runs: dict[str, list[Path]] = {name: [] for name in groups}
+    for i in range(max(n for n, _ in groups.values())):
+        for name, (n, kwargs) in groups.items():
+            if i < n:
+                runs[name].append(train_one(root / f"{name}{(first or {}).get(name, 0) + i}", **kwargs))
     return runs
 
 
-def pairs(base: list[Path], cand: list[Path] | None) -> list[tuple[Path, Path]]:
+def pairs(
+    base: list[Path], cand: list[Path] | None, per_side: int = 1, most: int = 56, folders: Path | None = None
+) -> list[tuple[Path, Path]]:
+    """The compared pairs. One run a side (``per_side`` 1): every ordered pair of distinct runs of one group
+    (``cand`` None) or every (base, cand) run pair. ``per_side`` n > 1: each side a folder of n runs (a baseline
+    folder of several runs, as ``fitprof compare`` pools them), made in ``folders`` of hard links to the runs'
+    files; same code: ordered pairs of disjoint n-run sets of ``base``; otherwise an n-run set of ``base`` against
+    one of ``cand``; at most ``most`` pairs, drawn by a seeded generator when there are more."""
+    import random
+    import shutil
+
+    if per_side == 1:
+        todo = list(itertools.permutations(base, 2)) if cand is None else [(b, c) for b in base for c in cand]
+        return todo
+    assert folders is not None
+    sets_b = list(itertools.combinations(base, per_side))
     if cand is None:
-        return list(itertools.permutations(base, 2))
-    return [(b, c) for b in base for c in cand]
+        combos = [(a, b) for a in sets_b for b in sets_b if not set(a) & set(b)]
+    else:
+        combos = [(a, b) for a in sets_b for b in itertools.combinations(cand, per_side)]
+    if len(combos) > most:
+        combos = random.Random(20261204).sample(combos, most)
+
+    def folder(runs: tuple[Path, ...]) -> Path:
+        out = folders / "+".join(r.name for r in runs)
+        if not out.exists():
+            for r in runs:
+                shutil.copytree(r, out / r.name, copy_function=os.link)
+        return out
+
+    return [(folder(a), folder(b)) for a, b in combos]
 
 
 def case(
@@ -180,7 +249,7 @@ def case(
     todo: list[tuple[Path, Path]],
     good: Callable[[int, str], bool],
     what: str,
-    before: str,
+    load_span: tuple[str, str],
     figures_good: Callable[[bool, str], bool],
 ) -> dict[str, Any]:
     """Compare every pair; count the exit statuses, the pairs that meet ``good`` (exit status, headline), and the
@@ -206,8 +275,8 @@ def case(
         "good": goods,
         "what_is_good": what,
         "figures_alone_good": figure_goods,
-        "loadavg_before": before,
-        "loadavg_after": loadavg(),
+        "loadavg_before": load_span[0],
+        "loadavg_after": load_span[1],
         "examples_of_bad": bad_headlines,
     }
     print(json.dumps(result), flush=True)
@@ -321,10 +390,24 @@ def done_when(results: list[dict[str, Any]]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=8, help="same-code runs a group (default 8: 56 ordered pairs)")
-    parser.add_argument("--slower", type=int, default=4, help="runs of each changed code (default 4)")
+    parser.add_argument("--slower", type=int, default=6, help="runs of each changed code (default 6)")
     parser.add_argument("--load", type=int, default=2, help="busy processes of the planted load (default 2)")
     parser.add_argument("--steps", type=int, default=24, help="steps an epoch (default 24)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs a run (default 3)")
+    parser.add_argument(
+        "--per-side",
+        type=int,
+        nargs="+",
+        default=[1, 3],
+        help="runs a side of each compared pair, one set of cases each (default: 1 and 3)",
+    )
+    parser.add_argument(
+        "--plant",
+        type=float,
+        default=10.0,
+        help="the slower runs' added sleep, %% of the sized step (default 10; the measured change is printed)",
+    )
+    parser.add_argument("--pairs", type=int, default=56, help="the most pairs a case compares (default 56)")
     parser.add_argument(
         "--out", type=Path, help="keep the runs here, and reuse the runs already there (default: a temporary folder)"
     )
@@ -333,49 +416,33 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fitprof-gate-") as tmp:
         root = args.out or Path(tmp)
         shape = {"steps": args.steps, "epochs": args.epochs}
-        results = []
+        all_results: list[dict[str, Any]] = []
         t0 = time.perf_counter()
 
         before = loadavg()
-        same = train(root, "same", args.runs, step_ms=BASE_MS, **shape)
+        # the first fits of a process are slower (imports, allocators, the profiler's first start): one fit is
+        # discarded, and a second, of the same code, sizes the planted changes
+        train_one(root / "warmup0", step_ms=BASE_MS, **shape)
         # the planted changes are shares of the step the gate measures, not of the sleep alone: the sleep is
-        # only part of it (the MLP, Lightning's loop and fitprof's hooks take the rest)
-        measured = measured_step_ms(same)
-        print(f"# same-code step measured {measured:.3f} ms (sleep {BASE_MS:g} ms)", flush=True)
-        slower = train(root, "slower10_", args.slower, step_ms=BASE_MS + 0.10 * measured, **shape)
-        faster = train(root, "faster40_", args.slower, step_ms=max(BASE_MS - 0.40 * measured, 0.0), **shape)
-        qr = train(root, "qr", max(2, args.slower // 2), step_ms=BASE_MS, qr=True, **shape)
-        results.append(case("same code", "none", pairs(same, None), not_failed, "not exit 1/2", before, not_regressed))
-        results.append(case("+10% step", "none", pairs(same, slower), caught, "exit 1", before, regressed))
-        results[-1]["measured_change_percent"] = 100 * (measured_step_ms(slower) / measured - 1)
-        results.append(case("40% faster", "none", pairs(same, faster), not_failed, "not exit 1", before, not_regressed))
-        results[-1]["measured_change_percent"] = 100 * (measured_step_ms(faster) / measured - 1)
-        results.append(
-            case(
-                "QR added",
-                "none",
-                pairs(same, qr),
-                qr_named,
-                "exit 1 naming linalg_qr",
-                before,
-                qr_named,
-            )
+        # only part of it (the MLP, Lightning's loop and fitprof's hooks take the rest); the first two same-code
+        # runs size them
+        first_same = train(root, "same", 2, step_ms=BASE_MS, **shape)
+        sizing = measured_step_ms(first_same)
+        print(f"# same-code step measured {sizing:.3f} ms (sleep {BASE_MS:g} ms)", flush=True)
+        few = max(4, args.slower // 2)
+        quiet = train_interleaved(
+            root,
+            {
+                "same": (args.runs - 2, {"step_ms": BASE_MS, **shape}),
+                "slower10_": (args.slower, {"step_ms": BASE_MS, "spin_ms": args.plant / 100 * sizing, **shape}),
+                "faster40_": (args.slower, {"step_ms": max(BASE_MS - 0.40 * sizing, 0.0), **shape}),
+                "qr": (few, {"step_ms": BASE_MS, "qr": True, **shape}),
+                "step50_": (few, {"step_ms": 48.0, **shape}),
+                "collate20_": (few, {"step_ms": 48.0, "collate_ms": 20.0, **shape}),
+            },
+            first={"same": 2},
         )
-
-        before = loadavg()
-        step50 = train(root, "step50_", max(2, args.slower // 2), step_ms=48.0, **shape)
-        collate = train(root, "collate20_", max(2, args.slower // 2), step_ms=48.0, collate_ms=20.0, **shape)
-        results.append(
-            case(
-                "+20 ms collate_fn",
-                "none",
-                pairs(step50, collate),
-                input_named,
-                "exit 1, headline input wait",
-                before,
-                input_named,
-            )
-        )
+        quiet_load = (before, loadavg())
 
         busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.load)]
         for p in busy:
@@ -383,22 +450,64 @@ def main() -> None:
         try:
             time.sleep(1.0)
             before = loadavg()
-            loaded = train(root, "loaded", args.runs, step_ms=BASE_MS, **shape)
-            loaded_ms = measured_step_ms(loaded)
-            loaded25 = train(root, "loaded25_", args.slower, step_ms=BASE_MS + 0.25 * loaded_ms, **shape)
+            loaded_sizing = measured_step_ms([train_one(root / "loaded_warmup", step_ms=BASE_MS, **shape)])
+            loaded_runs = train_interleaved(
+                root,
+                {
+                    "loaded": (args.runs, {"step_ms": BASE_MS, **shape}),
+                    "loaded25_": (args.slower, {"step_ms": BASE_MS, "spin_ms": 0.25 * loaded_sizing, **shape}),
+                },
+            )
+            busy_load = (before, loadavg())
         finally:
             for p in busy:
                 p.terminate()
                 p.join()
+        same, slower, faster, qr = first_same + quiet["same"], quiet["slower10_"], quiet["faster40_"], quiet["qr"]
+        step50, collate = quiet["step50_"], quiet["collate20_"]
+        loaded, loaded25 = loaded_runs["loaded"], loaded_runs["loaded25_"]
+        measured, loaded_ms = measured_step_ms(same), measured_step_ms(loaded)
         label = f"{args.load} busy processes"
-        results.append(case("same code", label, pairs(loaded, None), not_failed, "not exit 1/2", before, not_regressed))
-        results.append(case("+25% step", label, pairs(loaded, loaded25), caught_or_3, "exit 1 or 3", before, regressed))
-        results[-1]["measured_change_percent"] = 100 * (measured_step_ms(loaded25) / loaded_ms - 1)
+        folders = root / "sides"
+        verdicts = []
+        for n in args.per_side:
+
+            def todo(b: list[Path], c: list[Path] | None, n: int = n) -> list[tuple[Path, Path]]:
+                return pairs(b, c, n, args.pairs, folders)
+
+            results = []
+            q, ld = quiet_load, busy_load
+            results.append(case("same code", "none", todo(same, None), not_failed, "not exit 1/2", q, not_regressed))
+            results.append(case("+10% step", "none", todo(same, slower), caught, "exit 1", q, regressed))
+            results[-1]["measured_change_percent"] = 100 * (measured_step_ms(slower) / measured - 1)
+            results.append(case("40% faster", "none", todo(same, faster), not_failed, "not exit 1", q, not_regressed))
+            results[-1]["measured_change_percent"] = 100 * (measured_step_ms(faster) / measured - 1)
+            results.append(case("QR added", "none", todo(same, qr), qr_named, "exit 1 naming linalg_qr", q, qr_named))
+            results.append(
+                case(
+                    "+20 ms collate_fn",
+                    "none",
+                    todo(step50, collate),
+                    input_named,
+                    "exit 1, headline input wait",
+                    q,
+                    input_named,
+                )
+            )
+            results.append(case("same code", label, todo(loaded, None), not_failed, "not exit 1/2", ld, not_regressed))
+            results.append(case("+25% step", label, todo(loaded, loaded25), caught_or_3, "exit 1 or 3", ld, regressed))
+            results[-1]["measured_change_percent"] = 100 * (measured_step_ms(loaded25) / loaded_ms - 1)
+            for r in results:
+                r["runs_a_side"] = n
+            all_results.extend(results)
+            verdicts.append((n, done_when(results)))
         print(f"# {time.perf_counter() - t0:.0f} s in all; cpus {os.cpu_count()}", flush=True)
-        for line in done_when(results):
-            print(line, flush=True)
+        for n, lines in verdicts:
+            print(f"# {n} run(s) a side:", flush=True)
+            for line in lines:
+                print(line, flush=True)
         if args.json:
-            args.json.write_text("".join(json.dumps(r) + "\n" for r in results))
+            args.json.write_text("".join(json.dumps(r) + "\n" for r in all_results))
 
 
 if __name__ == "__main__":

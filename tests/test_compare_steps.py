@@ -152,11 +152,11 @@ def test_a_ten_percent_step_is_caught_over_every_step_and_same_code_is_not(
 
 
 def test_runs_count_as_runs_not_their_steps(tmp_path: Path) -> None:
-    """Same code whose runs shift by up to 8% from one another (steps tight within each run): the candidate's three
-    runs sit 6% above the baseline's median. Resampling the pooled steps alone would call that significant; with
-    the runs resampled first the interval holds no change, and nothing fails."""
+    """Same code whose runs shift by up to 10% from one another (steps tight within each run): the candidate's three
+    runs sit 7% above the baseline's median, past the 6% threshold. Resampling the pooled steps alone would call that
+    significant; with the runs resampled first the interval holds no change, and nothing fails."""
     base = load_side(planted_run(tmp_path / "base", [0.96, 1.0, 1.04], seed=1))
-    cand = load_side(planted_run(tmp_path / "cand", [1.02, 1.06, 1.10], seed=2))
+    cand = load_side(planted_run(tmp_path / "cand", [1.02, 1.07, 1.12], seed=2))
     assert base.runs == cand.runs == 3 and len(base.steps) == 3
     step = compare(base, cand).step_time()
     assert step is not None and step.change_percent > DEFAULT_STEP_FAIL_OVER_PERCENT

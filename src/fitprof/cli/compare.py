@@ -318,6 +318,7 @@ def _change_record(kind: str, c: Change) -> dict[str, Any]:
         "worse": c.worse,
         "regression": c.regression,
         "step_held": c.step_held,
+        "small_for_step": c.small_for_step,
         "cost_ms_per_epoch": c.cost_ms_per_epoch,
         **(
             {

@@ -516,4 +516,6 @@ def _compare_verdict(r: dict[str, Any]) -> str:
         return "slower, same share"
     if r.get("step_held"):
         return "slower, step not"
+    if r.get("small_for_step"):
+        return "slower, small for the step"
     return "worse" if r["worse"] else "better"
